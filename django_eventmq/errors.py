@@ -1,0 +1,79 @@
+"""One exception tree for django-eventmq, rooted at :class:`EventMQError`.
+
+Where a built-in exception already says what kind of failure it is, ours
+subclasses it too, so callers may catch either (``except ValueError``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class EventMQError(Exception):
+    """Base class of every error raised by django-eventmq."""
+
+
+class ProtocolError(ValueError, EventMQError):
+    """A message that does not follow eMQP/1.0.
+
+    Keeps the raw frames (as received) so the caller can log them once.
+    """
+
+    def __init__(self, reason: str, frames: Sequence[bytes] | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.frames: tuple[bytes, ...] = tuple(frames or ())
+        #: Routing identity of the peer that sent it, when known.
+        self.identity: bytes = b""
+
+    def with_frames(self, frames: Sequence[bytes]) -> ProtocolError:
+        """Return a copy of this error that carries ``frames``."""
+        err = type(self)(self.reason, frames)
+        err.__cause__ = self.__cause__ or self
+        return err
+
+
+class InvalidJob(ProtocolError):
+    """A job body (``["run", {...}]``) that cannot describe a job."""
+
+
+class JobNotAllowed(PermissionError, EventMQError):
+    """A REQUEST named a callable that was not registered with ``@job``."""
+
+
+class JobNotFound(LookupError, EventMQError):
+    """A registered job module or callable could not be imported."""
+
+
+class ConfigurationError(ValueError, EventMQError):
+    """A setting has a value that cannot work; the message says how to fix it."""
+
+
+class BrokerUnavailable(ConnectionError, EventMQError):
+    """The router could not be reached (or did not acknowledge) in time."""
+
+
+class SerializationError(TypeError, EventMQError):
+    """Job arguments or a return value that cannot be sent as JSON."""
+
+
+class JobError(EventMQError):
+    """A job ran and failed remotely; carries the remote exception's class and message."""
+
+    def __init__(self, exc_type: str, message: str, traceback: str = "") -> None:
+        super().__init__(f"{exc_type}: {message}")
+        self.exc_type = exc_type
+        self.message = message
+        self.traceback = traceback
+
+
+class ResultTimeout(TimeoutError, EventMQError):
+    """Waiting for a job's result took longer than the caller allowed."""
+
+
+class JobRejected(EventMQError):
+    """The router or a job manager refused the job; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

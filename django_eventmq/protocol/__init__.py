@@ -1,0 +1,61 @@
+"""eMQP/1.0, sans-IO: messages, headers, job bodies and their wire form.
+
+No sockets, no Django, no clock: callers pass frames in and get frames out.
+"""
+
+from __future__ import annotations
+
+from .codec import decode, describe, encode, encode_to, split_identity
+from .headers import EMPTY_HEADERS, Headers, parse_headers
+from .heartbeat import Liveness
+from .ids import new_msgid
+from .messages import (
+    Ack,
+    AdminRequest,
+    Disconnect,
+    Heartbeat,
+    Inform,
+    Kbai,
+    Message,
+    Publish,
+    QueueSpec,
+    Ready,
+    Reply,
+    Request,
+    Schedule,
+    Unschedule,
+    parse_queue_spec,
+)
+from .payload import JobBody, decode_json, encode_json, parse_job
+
+__all__ = [
+    "EMPTY_HEADERS",
+    "Ack",
+    "AdminRequest",
+    "Disconnect",
+    "Headers",
+    "Heartbeat",
+    "Inform",
+    "JobBody",
+    "Kbai",
+    "Liveness",
+    "Message",
+    "Publish",
+    "QueueSpec",
+    "Ready",
+    "Reply",
+    "Request",
+    "Schedule",
+    "Unschedule",
+    "decode",
+    "decode_json",
+    "describe",
+    "encode",
+    "encode_json",
+    "encode_to",
+    "new_msgid",
+    "parse_headers",
+    "parse_job",
+    "parse_queue_spec",
+    "split_identity",
+]

@@ -1,0 +1,102 @@
+"""Turn messages into frames and frames into messages.
+
+Frames are what a DEALER sends: ``['', 'eMQP/1.0', COMMAND, MSGID, *body]``.
+A ROUTER sees the peer's routing identity before them; :func:`split_identity`
+takes it off. Every decode failure is one :class:`ProtocolError` that says
+what is wrong and keeps the raw frames.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..errors import ProtocolError
+from . import constants as C
+from .messages import MESSAGE_TYPES, AdminRequest, Kbai, Message
+
+_EMPTY = b""
+_VERSION = C.PROTOCOL_VERSION_B
+
+#: Frames longer than this are not shown whole in error messages.
+_SHOW = 60
+
+
+def encode(message: Message) -> list[bytes]:
+    """Frames for ``message``, as a DEALER sends them."""
+    return [
+        _EMPTY,
+        _VERSION,
+        message.wire_command().encode(),
+        message.msgid.encode(),
+        *[part.encode() for part in message.body()],
+    ]
+
+
+def encode_to(identity: bytes, message: Message) -> list[bytes]:
+    """Frames for a ROUTER to send ``message`` to the peer ``identity``."""
+    frames = encode(message)
+    frames.insert(0, identity)
+    return frames
+
+
+def split_identity(frames: Sequence[bytes]) -> tuple[bytes, Sequence[bytes]]:
+    """Split what a ROUTER received into (identity, frames)."""
+    if len(frames) < 2:
+        raise ProtocolError(
+            f"expected an identity and a message, got {len(frames)} frame(s)", frames
+        )
+    return frames[0], frames[1:]
+
+
+def decode(frames: Sequence[bytes], *, admin: bool = False) -> Message:
+    """Parse frames (without a routing identity) into a message.
+
+    ``admin=True`` also accepts the administrative commands, which only the
+    router's admin socket serves.
+    """
+    try:
+        return _decode(frames, admin)
+    except ProtocolError as exc:
+        if exc.frames:
+            raise
+        raise exc.with_frames(frames) from exc.__cause__
+
+
+def _decode(frames: Sequence[bytes], admin: bool) -> Message:
+    if len(frames) < 4:
+        raise ProtocolError(f"too short: {len(frames)} frame(s), a message has at least 4")
+    if frames[0] != _EMPTY:
+        raise ProtocolError(f"frame 0 must be empty, got {describe(frames[0])}")
+    if frames[1] != _VERSION:
+        raise ProtocolError(
+            f"unsupported protocol version {describe(frames[1])}, expected {C.PROTOCOL_VERSION}"
+        )
+    try:
+        text = [frame.decode() for frame in frames[2:]]
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"a frame is not valid UTF-8: {exc.reason}") from exc
+    command, msgid, body = text[0], text[1], text[2:]
+    if command == C.KBYE:
+        _check_count(command, body, Kbai.body_frames)
+        return Kbai(msgid=msgid, kbye=True)
+    if admin and command in C.ADMIN_COMMANDS:
+        return AdminRequest(msgid=msgid, action=command)
+    cls = MESSAGE_TYPES.get(command)
+    if cls is None:
+        raise ProtocolError(f"unknown command {describe(frames[2])}")
+    _check_count(command, body, cls.body_frames)
+    return cls.from_body(msgid, body)
+
+
+def _check_count(command: str, body: list[str], bounds: tuple[int, int]) -> None:
+    low, high = bounds
+    if not low <= len(body) <= high:
+        want = str(low) if low == high else f"{low} to {high}"
+        raise ProtocolError(f"{command}: expected {want} frame(s) after the msgid, got {len(body)}")
+
+
+def describe(frame: bytes) -> str:
+    """A short printable form of a frame for logs and errors."""
+    shown = frame[:_SHOW]
+    suffix = f"... ({len(frame)} bytes)" if len(frame) > _SHOW else ""
+    return repr(shown) + suffix

@@ -1,0 +1,56 @@
+"""Protocol constants for eMQP/1.0: command names, peer types, defaults.
+
+Everything the wire format names lives here once. Byte forms are kept next to
+the text forms because the hot paths compare frames without decoding them.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: Version frame of every eMQP/1.0 message.
+PROTOCOL_VERSION: Final = "eMQP/1.0"
+PROTOCOL_VERSION_B: Final = PROTOCOL_VERSION.encode()
+
+# Commands of the spec (seeds/000) ...
+ACK: Final = "ACK"
+REPLY: Final = "REPLY"
+HEARTBEAT: Final = "HEARTBEAT"
+DISCONNECT: Final = "DISCONNECT"
+KBAI: Final = "KBAI"
+REQUEST: Final = "REQUEST"
+PUBLISH: Final = "PUBLISH"
+SCHEDULE: Final = "SCHEDULE"
+UNSCHEDULE: Final = "UNSCHEDULE"
+INFORM: Final = "INFORM"
+READY: Final = "READY"
+# ... the reference's spelling of KBAI, accepted on input ...
+KBYE: Final = "KBYE"
+# ... and the administrative commands the reference router answers.
+STATUS: Final = "STATUS"
+ROUTER_SHOW_WORKERS: Final = "ROUTER_SHOW_WORKERS"
+ROUTER_SHOW_SCHEDULERS: Final = "ROUTER_SHOW_SCHEDULERS"
+
+ADMIN_COMMANDS: Final = frozenset({STATUS, ROUTER_SHOW_WORKERS, ROUTER_SHOW_SCHEDULERS})
+
+#: Peer types named in the last frame of INFORM.
+PEER_WORKER: Final = "worker"
+PEER_SCHEDULER: Final = "scheduler"
+PEER_TYPES: Final = frozenset({PEER_WORKER, PEER_SCHEDULER})
+
+#: The reference's default addresses; ours match so the two can swap.
+DEFAULT_FRONTEND_ADDR: Final = "tcp://127.0.0.1:47291"
+DEFAULT_BACKEND_ADDR: Final = "tcp://127.0.0.1:47290"
+DEFAULT_ADMIN_ADDR: Final = "tcp://127.0.0.1:47293"
+DEFAULT_PUBLISHER_INCOMING_ADDR: Final = "tcp://127.0.0.1:47298"
+DEFAULT_PUBLISHER_OUTGOING_ADDR: Final = "tcp://127.0.0.1:47299"
+
+DEFAULT_QUEUE_NAME: Final = "default"
+DEFAULT_QUEUE_WEIGHT: Final = 10
+
+#: Seconds between heartbeats, and of silence after which a peer is dead.
+HEARTBEAT_INTERVAL: Final = 3.0
+HEARTBEAT_TIMEOUT: Final = 5.0
+
+#: Job body verb: ``["run", {...}]``.
+JOB_VERB_RUN: Final = "run"

@@ -1,0 +1,104 @@
+"""The eMQP header field: comma separated flags and ``name:value`` pairs.
+
+Parsed into an immutable :class:`Headers`. Unknown headers are kept in
+``extra`` and written back unchanged, so a message passes through a router of
+ours without losing what a newer peer put in it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ..errors import ProtocolError
+
+REPLY_REQUESTED = "reply-requested"
+GUARANTEE = "guarantee"
+NOHASTE = "nohaste"
+RETRY_COUNT = "retry-count"
+TIMEOUT = "timeout"
+RUN_COUNT = "run_count"
+
+_FLAGS = (REPLY_REQUESTED, GUARANTEE, NOHASTE)
+_NUMBERS = (RETRY_COUNT, TIMEOUT, RUN_COUNT)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Headers:
+    """Headers of a REQUEST, SCHEDULE or PUBLISH.
+
+    ``retry_count`` and ``timeout`` are 0 when absent (the spec's defaults);
+    ``run_count`` is None when absent (run for ever).
+    """
+
+    reply_requested: bool = False
+    guarantee: bool = False
+    nohaste: bool = False
+    retry_count: int = 0
+    timeout: int = 0
+    run_count: int | None = None
+    extra: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        for name in ("retry_count", "timeout"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:
+                raise ProtocolError(f"header {name}: expected a whole number >= 0, got {value!r}")
+        if self.run_count is not None and (type(self.run_count) is not int or self.run_count < 0):
+            raise ProtocolError(
+                f"header run_count: expected a whole number >= 0, got {self.run_count!r}"
+            )
+        for item in self.extra:
+            if not item or "," in item:
+                raise ProtocolError(f"header {item!r}: empty or contains a comma")
+
+    def encode(self) -> str:
+        """The CSV form; headers at their defaults are left out."""
+        parts = [flag for flag in _FLAGS if getattr(self, flag.replace("-", "_"))]
+        if self.retry_count:
+            parts.append(f"{RETRY_COUNT}:{self.retry_count}")
+        if self.timeout:
+            parts.append(f"{TIMEOUT}:{self.timeout}")
+        if self.run_count is not None:
+            parts.append(f"{RUN_COUNT}:{self.run_count}")
+        parts.extend(self.extra)
+        return ",".join(parts)
+
+    def with_(self, **changes: object) -> Headers:
+        """A copy with some fields changed."""
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+EMPTY_HEADERS = Headers()
+
+
+def parse_headers(text: str) -> Headers:
+    """Parse the CSV header field; raises :class:`ProtocolError` on a bad value."""
+    if not text:
+        return EMPTY_HEADERS
+    flags: dict[str, bool] = {}
+    numbers: dict[str, int] = {}
+    extra: list[str] = []
+    for raw in text.split(","):
+        item = raw.strip()
+        if not item:
+            continue  # tolerate "a,,b" and a trailing comma
+        name, sep, value = item.partition(":")
+        if name in _FLAGS and not sep:
+            flags[name.replace("-", "_")] = True
+        elif name in _NUMBERS and sep:
+            try:
+                number = int(value)
+            except ValueError:
+                raise ProtocolError(
+                    f"header {name}: expected a whole number, got {value!r}"
+                ) from None
+            if number < 0:
+                raise ProtocolError(f"header {name}: expected a whole number >= 0, got {number}")
+            numbers[name.replace("-", "_")] = number
+        elif name in _FLAGS or name in _NUMBERS:
+            raise ProtocolError(
+                f"header {item!r}: malformed (flags take no value, numbers need one)"
+            )
+        else:
+            extra.append(item)
+    return Headers(**flags, **numbers, extra=tuple(extra))  # type: ignore[arg-type]

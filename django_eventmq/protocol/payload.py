@@ -1,0 +1,140 @@
+"""The job body: ``["run", {"callable": ..., "path": ..., "args": ...}]`` as JSON.
+
+``path`` is a module path, or ``"module:ClassName"`` for a method: the class
+is built with ``class_args``/``class_kwargs`` and the method named by
+``callable`` is called with ``args``/``kwargs``. Bodies are JSON only:
+nothing from the wire is ever unpickled or evaluated.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InvalidJob, SerializationError
+from .constants import JOB_VERB_RUN
+
+#: Bodies nested deeper than this are refused (a cheap guard against
+#: pathological JSON; the decoder itself recurses per level).
+MAX_JSON_DEPTH = 64
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobBody:
+    """What to run: a callable in a module (or a method of a class) and its arguments."""
+
+    path: str
+    callable: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    class_args: tuple[Any, ...] = ()
+    class_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.path, str) or not _is_dotted(self.path.partition(":")[0]):
+            raise InvalidJob(f"job path must be a dotted module path, got {self.path!r}")
+        _module, sep, class_part = self.path.partition(":")
+        if sep and not class_part.isidentifier():
+            raise InvalidJob(f"job path class part must be an identifier, got {class_part!r}")
+        if not isinstance(self.callable, str) or not self.callable.isidentifier():
+            raise InvalidJob(f"job callable must be an identifier, got {self.callable!r}")
+        for name in ("kwargs", "class_kwargs"):
+            value = getattr(self, name)
+            if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+                raise InvalidJob(f"job {name} must be an object with string keys")
+
+    @property
+    def name(self) -> str:
+        """Dotted name of the job, as ``@job`` registers it: ``module.func`` or
+        ``module:Class.method``."""
+        return f"{self.path}.{self.callable}"
+
+    @property
+    def module(self) -> str:
+        return self.path.partition(":")[0]
+
+    @property
+    def class_name(self) -> str | None:
+        return self.path.partition(":")[2] or None
+
+    def encode(self) -> str:
+        """The JSON text sent in the message frame."""
+        return encode_json(
+            [
+                JOB_VERB_RUN,
+                {
+                    "callable": self.callable,
+                    "path": self.path,
+                    "args": list(self.args),
+                    "kwargs": self.kwargs,
+                    "class_args": list(self.class_args),
+                    "class_kwargs": self.class_kwargs,
+                },
+            ]
+        )
+
+
+def _is_dotted(path: str) -> bool:
+    return bool(path) and all(part.isidentifier() for part in path.split("."))
+
+
+def encode_json(value: Any) -> str:
+    """Compact JSON, or :class:`SerializationError` (a ``TypeError``) naming what failed."""
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(f"not JSON-serialisable: {exc}") from exc
+
+
+def decode_json(text: str | bytes, what: str = "message") -> Any:
+    """Parse JSON from the wire, refusing NaN/Infinity and excessive nesting."""
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidJob(f"{what} is not valid JSON: {exc}") from exc
+    if _depth_exceeds(value, MAX_JSON_DEPTH):
+        raise InvalidJob(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels")
+    return value
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return False
+
+
+def parse_job(text: str | bytes) -> JobBody:
+    """Parse a REQUEST's message frame into a :class:`JobBody`."""
+    value = decode_json(text, "job body")
+    if not isinstance(value, list) or len(value) != 2:
+        raise InvalidJob('job body must be a JSON array ["run", {...}]')
+    verb, spec = value
+    if verb != JOB_VERB_RUN:
+        raise InvalidJob(f"job body verb must be {JOB_VERB_RUN!r}, got {verb!r}")
+    if not isinstance(spec, dict):
+        raise InvalidJob("job body's second element must be an object")
+    for name in ("args", "class_args"):
+        if not isinstance(spec.get(name, []), list):
+            raise InvalidJob(f"job {name} must be an array")
+    if "path" not in spec or "callable" not in spec:
+        raise InvalidJob("job body needs both 'path' and 'callable'")
+    return JobBody(
+        path=spec["path"],
+        callable=spec["callable"],
+        args=tuple(spec.get("args", ())),
+        kwargs=spec.get("kwargs", {}),
+        class_args=tuple(spec.get("class_args", ())),
+        class_kwargs=spec.get("class_kwargs", {}),
+    )

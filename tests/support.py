@@ -1,0 +1,110 @@
+"""Shared test helpers: free loopback addresses, waiting on conditions, processes.
+
+Nothing here sleeps to wait for an event: :func:`wait_for` polls a condition
+until a deadline and fails with a message naming what did not happen.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def tcp_addr() -> str:
+    return f"tcp://127.0.0.1:{free_port()}"
+
+
+def wait_for(
+    condition: Callable[[], Any], timeout: float = 10.0, what: str = "condition", poll: float = 0.01
+) -> Any:
+    """Poll ``condition`` until it returns something truthy; return that value.
+
+    Raises ``AssertionError`` naming ``what`` when the deadline passes.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(poll)
+
+
+class Proc:
+    """A child process whose combined output goes to a file we can search."""
+
+    def __init__(self, args: Sequence[str], env: dict[str, str] | None = None, cwd: Path = ROOT):
+        self.args = list(args)
+        self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in stop()
+            prefix="emq-proc-", suffix=".log", delete=False
+        )
+        full_env = dict(os.environ)
+        full_env.setdefault("PYTHONUNBUFFERED", "1")
+        full_env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(ROOT), full_env.get("PYTHONPATH", "")) if p
+        )
+        full_env.update(env or {})
+        self.popen = subprocess.Popen(
+            self.args, stdout=self.log, stderr=subprocess.STDOUT, env=full_env, cwd=cwd
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def output(self) -> str:
+        return Path(self.log.name).read_text(errors="replace")
+
+    def wait_output(self, pattern: str, timeout: float = 20.0) -> re.Match[str]:
+        """Wait until the output matches ``pattern`` (a regex); fail if the process died."""
+
+        def check() -> re.Match[str] | None:
+            match = re.search(pattern, self.output())
+            if match is None and self.popen.poll() is not None:
+                raise AssertionError(
+                    f"process {self.args} exited with {self.popen.returncode} before "
+                    f"printing {pattern!r}; output:\n{self.output()}"
+                )
+            return match
+
+        return wait_for(check, timeout, f"output {pattern!r} from {self.args}")  # type: ignore[no-any-return]
+
+    def signal(self, sig: int) -> None:
+        if self.popen.poll() is None:
+            os.kill(self.popen.pid, sig)
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """SIGTERM, then SIGKILL after ``timeout``; returns the exit code."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(5)
+        self.log.close()
+        return self.popen.returncode
+
+
+def python_module(*args: str) -> list[str]:
+    """Command line for ``python -m django_eventmq ARGS``."""
+    return [sys.executable, "-m", "django_eventmq", *args]
