@@ -1,14 +1,36 @@
 """django-eventmq: background jobs for Django over ZeroMQ (eMQP/1.0).
 
-Importing this package does not import Django, so Spark executors and the
-bare router can use it.
+The public names are loaded on first use, so importing the sans-IO protocol
+(``django_eventmq.protocol``) loads neither pyzmq nor Django, and nothing in
+this package imports Django unless the Django app is installed.
 """
 
 from __future__ import annotations
 
-from .core.jobs import Job, job
-from .errors import EventMQError
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+if TYPE_CHECKING:
+    from .core.jobs import Job, job
+    from .errors import EventMQError
+
+_LAZY = {
+    "Job": ("django_eventmq.core.jobs", "Job"),
+    "job": ("django_eventmq.core.jobs", "job"),
+    "EventMQError": ("django_eventmq.errors", "EventMQError"),
+}
+
 __all__ = ["EventMQError", "Job", "__version__", "job"]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'django_eventmq' has no attribute {name!r}") from None
+    import importlib
+
+    value = getattr(importlib.import_module(module_name), attr)
+    globals()[name] = value
+    return value

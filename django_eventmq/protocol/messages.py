@@ -336,18 +336,19 @@ def parse_queue_spec(text: str) -> QueueSpec:
     if not text:
         return ()
     if text.startswith("["):
-        candidate = text if text.startswith("[[") else f"[{text}]"
+        # JSON first; the spec's example uses single quotes and no outer list.
+        normalised = text.replace("'", '"')
         try:
-            value = json.loads(candidate.replace("'", '"'))
+            value = json.loads(normalised)
         except ValueError:
-            raise ProtocolError(f"INFORM: queue list {text!r} is not valid") from None
-        if (
-            value
-            and not isinstance(value[0], list)
-            and len(value) == 2
-            and isinstance(value[0], int)
-        ):
+            try:
+                value = json.loads(f"[{normalised}]")
+            except ValueError:
+                raise ProtocolError(f"INFORM: queue list {text!r} is not valid") from None
+        if isinstance(value, list) and len(value) == 2 and type(value[0]) is int:
             value = [value]  # a single "[40, 'email']"
+        if not isinstance(value, list):
+            raise ProtocolError(f"INFORM: queue list {text!r} is not a list")
     else:
         value = [name.strip() for name in text.split(",") if name.strip()]
     queues: list[tuple[int, str]] = []

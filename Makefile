@@ -1,0 +1,18 @@
+# The two commands of the README: `make demo` and `make test`.
+.PHONY: demo test venv bench lint
+
+demo:
+	scripts/demo.sh
+
+test:
+	scripts/test.sh
+
+venv:
+	scripts/setup-venv.sh
+
+lint: venv
+	.venv/bin/ruff check django_eventmq tests benchmarks example_project
+	.venv/bin/mypy
+
+bench: venv
+	.venv/bin/python benchmarks/throughput.py
