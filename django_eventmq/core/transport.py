@@ -177,3 +177,5 @@ SNDTIMEO = zmq.SNDTIMEO
 Again = zmq.Again
 ContextTerminated = zmq.ContextTerminated
 ZMQError = zmq.ZMQError
+NOBLOCK = int(zmq.NOBLOCK)  # a plain int: enum flags make every send slower
+EHOSTUNREACH = zmq.EHOSTUNREACH

@@ -1,0 +1,364 @@
+"""The router's routing state: workers, free slots, waiting and in-flight requests.
+
+Pure bookkeeping: no sockets, no clock (``now`` is passed in, monotonic
+seconds). The router decides what to send; this module decides to whom.
+
+Rules (spec + reference behaviour):
+
+- A worker announces its queues as ``(weight, name)`` pairs and then one READY
+  per free slot. Each READY allows exactly one REQUEST.
+- For a queue, workers that gave it a higher weight are tried first, then the
+  least recently used one (the one whose last dispatch is oldest).
+- When a READY arrives and requests are waiting in that worker's queues, it
+  gets the oldest request of its highest-weight queue that has any (ties: the
+  order the worker listed them).
+- A REQUEST for a queue no free worker serves waits for that queue; it never
+  runs on another queue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+from collections import Counter, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ..protocol.messages import QueueSpec
+
+_NEVER = float("-inf")
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    """One accepted REQUEST, kept as the raw frames to forward to a worker."""
+
+    msgid: str
+    queue: str
+    #: Frames as a DEALER sent them (no routing identity); forwarded unchanged.
+    frames: list[bytes]
+    #: ``guarantee`` header: requeue if its worker dies (at-least-once).
+    guarantee: bool
+    accepted_at: float
+    worker: bytes | None = None
+    dispatched_at: float = 0.0
+
+
+@dataclass(slots=True, eq=False)
+class Worker:
+    """A job manager connected to the backend."""
+
+    identity: bytes
+    queues: QueueSpec
+    #: Queue names, highest weight first (ties keep the announced order).
+    order: tuple[str, ...]
+    last_heard: float
+    last_sent: float
+    slots: int = 0
+    #: Most free slots ever announced at once: our estimate of its concurrency.
+    capacity: int = 0
+    last_dispatch: float = _NEVER
+    inflight: deque[Job] = field(default_factory=deque)
+    #: Changes whenever the worker's place in the LRU heaps changes.
+    stamp: int = 0
+
+
+@dataclass(slots=True)
+class Dropped:
+    """What removing a worker released."""
+
+    worker: Worker
+    requeued: list[Job]
+    lost: list[Job]
+
+
+def _dedupe(queues: QueueSpec) -> QueueSpec:
+    """Each queue once, with the highest weight it was given, in announced order."""
+    best: dict[str, int] = {}
+    for weight, name in queues:
+        best[name] = max(weight, best.get(name, weight))
+    return tuple((weight, name) for name, weight in best.items())
+
+
+class Routing:
+    """Workers, their free slots, and the requests waiting for or running on them."""
+
+    def __init__(self) -> None:
+        self.workers: dict[bytes, Worker] = {}
+        #: queue -> FIFO of jobs no free worker could take yet.
+        self.waiting: dict[str, deque[Job]] = {}
+        #: msgid -> job, for every job dispatched and not known to be finished.
+        self.inflight: dict[str, Job] = {}
+        self.processed_by_queue: Counter[str] = Counter()
+        self.processed_by_worker: Counter[bytes] = Counter()
+        self.lost = 0
+        self.requeued = 0
+        # queue -> weight -> heap of (last_dispatch, seq, stamp, identity) for
+        # workers with free slots. Entries are invalidated lazily by ``stamp``.
+        self._heaps: dict[str, dict[int, list[tuple[float, int, int, bytes]]]] = {}
+        # queue -> weight -> number of workers in that tier.
+        self._members: dict[str, Counter[int]] = {}
+        # queue -> weights, highest first.
+        self._weights: dict[str, list[int]] = {}
+        self._seq = itertools.count(1)
+
+    # -- workers ------------------------------------------------------------
+    def add_worker(self, identity: bytes, queues: QueueSpec, now: float) -> Dropped | None:
+        """Register a worker (no free slots until it says READY).
+
+        A worker that INFORMs again restarted: its old state is dropped as if
+        it had died, and returned.
+        """
+        dropped = self.remove_worker(identity, failed=True) if identity in self.workers else None
+        spec = _dedupe(queues)
+        order = tuple(name for _, name in sorted(spec, key=lambda wn: -wn[0]))
+        worker = Worker(
+            identity=identity,
+            queues=spec,
+            order=order,
+            last_heard=now,
+            last_sent=now,
+            stamp=next(self._seq),
+        )
+        self.workers[identity] = worker
+        for weight, name in spec:
+            members = self._members.setdefault(name, Counter())
+            if not members[weight]:
+                self._heaps.setdefault(name, {})[weight] = []
+                self._weights[name] = sorted((*members, weight), reverse=True)
+            members[weight] += 1
+        return dropped
+
+    def remove_worker(self, identity: bytes, *, failed: bool) -> Dropped | None:
+        """Forget a worker.
+
+        ``failed=True`` (it went silent or restarted): its in-flight jobs with
+        ``guarantee`` go back to the front of their queues, the others count as
+        lost. ``failed=False`` (it said goodbye and finishes its jobs itself):
+        they are simply forgotten.
+        """
+        worker = self.workers.pop(identity, None)
+        if worker is None:
+            return None
+        for weight, name in worker.queues:
+            members = self._members[name]
+            members[weight] -= 1
+            if not members[weight]:
+                del members[weight]
+                del self._heaps[name][weight]
+                self._weights[name] = sorted(members, reverse=True)
+            if not members:
+                del self._members[name], self._heaps[name], self._weights[name]
+        requeued: list[Job] = []
+        lost: list[Job] = []
+        for job in worker.inflight:
+            if self.inflight.get(job.msgid) is job:
+                del self.inflight[job.msgid]
+            job.worker = None
+            if failed:
+                (requeued if job.guarantee else lost).append(job)
+        # Back to the front, keeping their original order.
+        for job in reversed(requeued):
+            self.waiting.setdefault(job.queue, deque()).appendleft(job)
+        self.requeued += len(requeued)
+        self.lost += len(lost)
+        worker.inflight.clear()
+        return Dropped(worker, requeued, lost)
+
+    def heard(self, identity: bytes, now: float) -> None:
+        worker = self.workers.get(identity)
+        if worker is not None:
+            worker.last_heard = now
+
+    def expired(self, now: float, timeout: float) -> list[bytes]:
+        """Workers silent for longer than ``timeout`` seconds."""
+        return [i for i, w in self.workers.items() if now - w.last_heard > timeout]
+
+    # -- jobs ---------------------------------------------------------------
+    def submit(self, job: Job, now: float) -> Worker | None:
+        """Dispatch ``job`` to the best free worker (returned), or make it wait."""
+        worker = self._pick(job.queue)
+        if worker is None:
+            self.waiting.setdefault(job.queue, deque()).append(job)
+            return None
+        self._dispatch(worker, job, now)
+        return worker
+
+    def ready(self, identity: bytes, now: float) -> Job | None:
+        """A READY from a known worker: one more slot; returns a waiting job it now runs."""
+        worker = self.workers[identity]
+        worker.slots += 1
+        if worker.slots > worker.capacity:
+            worker.capacity = worker.slots
+        # APPROXIMATION until a done-report extension exists: a READY does not
+        # say which job finished. The worker's concurrency is taken to be the
+        # most free slots it ever announced at once, so slots + in-flight can
+        # never exceed it; in-flight beyond that finished, oldest first (FIFO).
+        # Exact once the worker has been idle; while it is busy from its first
+        # READY on, in-flight is under-counted until it next idles. A REPLY
+        # names its job exactly and is used first (see :meth:`reply`).
+        excess = len(worker.inflight) - (worker.capacity - worker.slots)
+        while excess > 0:
+            self._finished(worker.inflight.popleft(), identity)
+            excess -= 1
+        job = self._take_waiting(worker)
+        if job is not None:
+            self._dispatch(worker, job, now)
+        elif worker.slots == 1:
+            self._push(worker)
+        return job
+
+    def reply(self, msgid: str) -> Job | None:
+        """A worker replied for ``msgid``: that job finished."""
+        job = self.inflight.pop(msgid, None)
+        if job is None or job.worker is None:
+            return None
+        worker = self.workers.get(job.worker)
+        if worker is not None:
+            with contextlib.suppress(ValueError):
+                worker.inflight.remove(job)
+        self._count(job, job.worker)
+        return job
+
+    def undo(self, job: Job) -> None:
+        """Sending ``job`` to its worker failed: back to the front of its queue.
+
+        The worker keeps its slot; the caller decides whether to drop the worker.
+        """
+        identity = job.worker
+        worker = self.workers.get(identity) if identity is not None else None
+        if worker is not None:
+            with contextlib.suppress(ValueError):
+                worker.inflight.remove(job)
+            worker.slots += 1
+            if worker.slots == 1:
+                self._push(worker)
+        if self.inflight.get(job.msgid) is job:
+            del self.inflight[job.msgid]
+        job.worker = None
+        self.waiting.setdefault(job.queue, deque()).appendleft(job)
+
+    def dispatch_waiting(self, queue: str, now: float) -> tuple[Worker, Job] | None:
+        """Hand the oldest waiting job of ``queue`` to a free worker, if there is one."""
+        jobs = self.waiting.get(queue)
+        if not jobs:
+            return None
+        worker = self._pick(queue)
+        if worker is None:
+            return None
+        job = jobs.popleft()
+        if not jobs:
+            del self.waiting[queue]
+        self._dispatch(worker, job, now)
+        return worker, job
+
+    # -- views ---------------------------------------------------------------
+    def queue_members(self, queue: str) -> list[tuple[int, bytes]]:
+        """``(weight, identity)`` of the workers serving ``queue``, highest weight first."""
+        pairs = [
+            (weight, w.identity)
+            for w in self.workers.values()
+            for weight, name in w.queues
+            if name == queue
+        ]
+        return sorted(pairs, key=lambda p: -p[0])
+
+    def queue_names(self) -> Iterable[str]:
+        return self._weights.keys()
+
+    # -- internals -----------------------------------------------------------
+    def _pick(self, queue: str) -> Worker | None:
+        heaps = self._heaps.get(queue)
+        if not heaps:
+            return None
+        for weight in self._weights[queue]:
+            heap = heaps[weight]
+            while heap:
+                _, _, stamp, identity = heap[0]
+                worker = self.workers.get(identity)
+                if worker is not None and worker.stamp == stamp and worker.slots > 0:
+                    return worker
+                heapq.heappop(heap)
+        return None
+
+    def _push(self, worker: Worker) -> None:
+        """Put a worker with free slots in the LRU heap of each of its tiers."""
+        entry = (worker.last_dispatch, next(self._seq), worker.stamp, worker.identity)
+        for weight, name in worker.queues:
+            heapq.heappush(self._heaps[name][weight], entry)
+
+    def _dispatch(self, worker: Worker, job: Job, now: float) -> None:
+        worker.slots -= 1
+        worker.last_dispatch = now
+        worker.stamp = next(self._seq)  # invalidates its heap entries
+        worker.inflight.append(job)
+        job.worker = worker.identity
+        job.dispatched_at = now
+        self.inflight[job.msgid] = job
+        if worker.slots > 0:
+            self._push(worker)
+
+    def _take_waiting(self, worker: Worker) -> Job | None:
+        for name in worker.order:
+            jobs = self.waiting.get(name)
+            if jobs:
+                job = jobs.popleft()
+                if not jobs:
+                    del self.waiting[name]
+                return job
+        return None
+
+    def _finished(self, job: Job, identity: bytes) -> None:
+        if self.inflight.get(job.msgid) is job:
+            del self.inflight[job.msgid]
+        self._count(job, identity)
+
+    def _count(self, job: Job, identity: bytes) -> None:
+        self.processed_by_queue[job.queue] += 1
+        self.processed_by_worker[identity] += 1
+        job.worker = None
+
+
+@dataclass(slots=True, eq=False)
+class Scheduler:
+    """A scheduler connected to the frontend."""
+
+    identity: bytes
+    last_heard: float
+    last_sent: float
+
+
+class Schedulers:
+    """Connected schedulers, round robin for SCHEDULE, and what waits for one."""
+
+    def __init__(self) -> None:
+        self.peers: dict[bytes, Scheduler] = {}
+        self._turn: deque[bytes] = deque()
+        #: ``(broadcast, frames)`` received while no scheduler was connected.
+        self.buffered: deque[tuple[bool, list[bytes]]] = deque()
+
+    def add(self, identity: bytes, now: float) -> bool:
+        """Register (or refresh) a scheduler; True when it is new."""
+        known = identity in self.peers
+        self.peers[identity] = Scheduler(identity, last_heard=now, last_sent=now)
+        if not known:
+            self._turn.append(identity)
+        return not known
+
+    def remove(self, identity: bytes) -> bool:
+        if self.peers.pop(identity, None) is None:
+            return False
+        self._turn.remove(identity)
+        return True
+
+    def next(self) -> Scheduler | None:
+        """The next scheduler in turn (round robin), or None."""
+        if not self._turn:
+            return None
+        identity = self._turn[0]
+        self._turn.rotate(-1)
+        return self.peers[identity]
+
+    def expired(self, now: float, timeout: float) -> list[bytes]:
+        return [i for i, s in self.peers.items() if now - s.last_heard > timeout]

@@ -1,0 +1,75 @@
+"""The JSON the router's admin socket answers with (STATUS, ROUTER_SHOW_*).
+
+Key names and shapes match the reference router so its tools can read ours;
+keys it does not have are extras. Times are milliseconds, as the reference's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from .queues import Routing, Schedulers
+from .router_io import show
+
+
+def _ms(seconds: float) -> int:
+    return int(seconds * 1000)
+
+
+def status(routing: Routing, now: float) -> dict[str, Any]:
+    """STATUS: in-flight, waiting and processed counts by queue (and worker)."""
+    inflight: Counter[str] = Counter()
+    total_age: Counter[str] = Counter()
+    max_age: dict[str, int] = {}
+    for job in routing.inflight.values():
+        age = _ms(now - job.accepted_at)
+        inflight[job.queue] += 1
+        total_age[job.queue] += age
+        max_age[job.queue] = max(age, max_age.get(job.queue, 0))
+    return {
+        "inflight_messages_by_queue": dict(inflight),
+        # Like the reference: mean and max age (ms since accepted) of in-flight jobs.
+        "latency_messages_by_queue": {q: total_age[q] // n for q, n in inflight.items()},
+        "max_latency_messages_by_queue": max_age,
+        "waiting_messages_by_queue": {q: len(jobs) for q, jobs in routing.waiting.items()},
+        "processed_messages_by_queue": dict(routing.processed_by_queue),
+        "processed_messages_by_worker": {
+            show(i): n for i, n in routing.processed_by_worker.items()
+        },
+        # Extras of ours.
+        "waiting_since_by_queue": {
+            q: _ms(now - jobs[0].accepted_at) for q, jobs in routing.waiting.items() if jobs
+        },
+        "lost_messages": routing.lost,
+        "requeued_messages": routing.requeued,
+    }
+
+
+def show_workers(routing: Routing) -> dict[str, Any]:
+    """ROUTER_SHOW_WORKERS: each worker's queues and free slots, and each queue's workers."""
+    return {
+        "connected_workers": {
+            show(w.identity): {
+                "hb": w.last_heard,
+                "available_slots": w.slots,
+                "queues": [[weight, name] for weight, name in w.queues],
+                "inflight": len(w.inflight),
+            }
+            for w in routing.workers.values()
+        },
+        "connected_queues": {
+            queue: [[weight, show(i)] for weight, i in routing.queue_members(queue)]
+            for queue in routing.queue_names()
+        },
+    }
+
+
+def show_schedulers(schedulers: Schedulers) -> dict[str, Any]:
+    """ROUTER_SHOW_SCHEDULERS: connected schedulers and when we last heard them."""
+    return {
+        "connected_schedulers": {
+            show(s.identity): {"hb": s.last_heard} for s in schedulers.peers.values()
+        },
+        "buffered_schedule_messages": len(schedulers.buffered),
+    }

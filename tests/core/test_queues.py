@@ -1,0 +1,245 @@
+"""Routing state without sockets: table-driven scenarios of INFORM/READY/REQUEST/REPLY."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from django_eventmq.core.queues import Job, Routing, Schedulers
+
+DEFAULT = ((10, "default"),)
+
+
+def job(msgid: str, queue: str = "default", guarantee: bool = False, now: float = 0.0) -> Job:
+    return Job(msgid, queue, [b"", b"eMQP/1.0", b"REQUEST", msgid.encode()], guarantee, now)
+
+
+def run(routing: Routing, step: tuple[Any, ...], now: float) -> Any:
+    """Apply one step; return what the table compares."""
+    op, *args = step
+    if op == "inform":
+        name, queues = args
+        routing.add_worker(name.encode(), tuple(queues), now)
+        return None
+    if op == "ready":
+        got = routing.ready(args[0].encode(), now)
+        return got.msgid if got else None
+    if op == "submit":
+        msgid, queue, *flags = args
+        worker = routing.submit(job(msgid, queue, "guarantee" in flags, now), now)
+        return worker.identity.decode() if worker else None
+    if op == "reply":
+        got = routing.reply(args[0])
+        return got.msgid if got else None
+    if op == "fail":
+        dropped = routing.remove_worker(args[0].encode(), failed=True)
+        assert dropped is not None
+        return ([j.msgid for j in dropped.requeued], [j.msgid for j in dropped.lost])
+    if op == "kbai":
+        dropped = routing.remove_worker(args[0].encode(), failed=False)
+        assert dropped is not None
+        return ([j.msgid for j in dropped.requeued], [j.msgid for j in dropped.lost])
+    if op == "waiting":
+        return {q: [j.msgid for j in jobs] for q, jobs in routing.waiting.items()}
+    if op == "inflight":
+        return sorted(routing.inflight)
+    if op == "slots":
+        return routing.workers[args[0].encode()].slots
+    raise AssertionError(f"unknown step {op}")
+
+
+# Each scenario: a list of (step, expected result). Steps happen at now = 1, 2, 3, ...
+SCENARIOS: dict[str, list[tuple[tuple[Any, ...], Any]]] = {
+    "higher weight first, then waits": [
+        (("inform", "A", [(10, "q")]), None),
+        (("inform", "B", [(30, "q")]), None),
+        (("ready", "A"), None),
+        (("ready", "B"), None),
+        (("submit", "m1", "q"), "B"),
+        (("submit", "m2", "q"), "A"),
+        (("submit", "m3", "q"), None),
+        (("waiting",), {"q": ["m3"]}),
+    ],
+    "equal weights: least recently used": [
+        (("inform", "A", DEFAULT), None),
+        (("inform", "B", DEFAULT), None),
+        (("ready", "A"), None),
+        (("ready", "A"), None),
+        (("ready", "B"), None),
+        (("ready", "B"), None),
+        (("submit", "m1", "default"), "A"),
+        (("submit", "m2", "default"), "B"),
+        (("submit", "m3", "default"), "A"),
+        (("submit", "m4", "default"), "B"),
+    ],
+    "LRU is by last dispatch, not by when the slot came back": [
+        (("inform", "A", DEFAULT), None),
+        (("inform", "B", DEFAULT), None),
+        (("ready", "A"), None),
+        (("ready", "B"), None),
+        (("submit", "m1", "default"), "A"),
+        (("submit", "m2", "default"), "B"),
+        (("ready", "B"), None),
+        (("ready", "A"), None),
+        (("submit", "m3", "default"), "A"),
+        (("submit", "m4", "default"), "B"),
+    ],
+    "one REQUEST per READY; a READY takes the waiting one": [
+        (("inform", "A", DEFAULT), None),
+        (("ready", "A"), None),
+        (("submit", "m1", "default"), "A"),
+        (("submit", "m2", "default"), None),
+        (("slots", "A"), 0),
+        (("ready", "A"), "m2"),
+        (("ready", "A"), None),
+        (("slots", "A"), 1),
+    ],
+    "a REQUEST for an unserved queue waits for that queue": [
+        (("inform", "A", DEFAULT), None),
+        (("ready", "A"), None),
+        (("submit", "m1", "email"), None),
+        (("slots", "A"), 1),
+        (("waiting",), {"email": ["m1"]}),
+        (("inform", "B", [(10, "email")]), None),
+        (("ready", "B"), "m1"),
+        (("waiting",), {}),
+    ],
+    "READY looks at the worker's queues by weight, ties in listed order": [
+        (("submit", "a1", "a"), None),
+        (("submit", "b1", "b"), None),
+        (("submit", "c1", "c"), None),
+        (("inform", "W", [(10, "a"), (20, "c"), (10, "b")]), None),
+        (("ready", "W"), "c1"),
+        (("ready", "W"), "a1"),
+        (("ready", "W"), "b1"),
+    ],
+    "a READY beyond capacity finishes the oldest in-flight job": [
+        (("inform", "A", DEFAULT), None),
+        (("ready", "A"), None),
+        (("ready", "A"), None),
+        (("submit", "m1", "default"), "A"),
+        (("submit", "m2", "default"), "A"),
+        (("inflight",), ["m1", "m2"]),
+        (("ready", "A"), None),
+        (("inflight",), ["m2"]),
+    ],
+    "a REPLY names the finished job; the READY after it pops nothing": [
+        (("inform", "A", DEFAULT), None),
+        (("ready", "A"), None),
+        (("ready", "A"), None),
+        (("submit", "m1", "default"), "A"),
+        (("submit", "m2", "default"), "A"),
+        (("reply", "m2"), "m2"),
+        (("ready", "A"), None),
+        (("inflight",), ["m1"]),
+        (("reply", "nope"), None),
+    ],
+    "a failed worker: guarantee jobs go back to the front, others are lost": [
+        (("inform", "A", DEFAULT), None),
+        (("ready", "A"), None),
+        (("ready", "A"), None),
+        (("ready", "A"), None),
+        (("submit", "g1", "default", "guarantee"), "A"),
+        (("submit", "n1", "default"), "A"),
+        (("submit", "g2", "default", "guarantee"), "A"),
+        (("submit", "w1", "default"), None),
+        (("fail", "A"), (["g1", "g2"], ["n1"])),
+        (("waiting",), {"default": ["g1", "g2", "w1"]}),
+        (("inflight",), []),
+        (("inform", "B", DEFAULT), None),
+        (("ready", "B"), "g1"),
+    ],
+    "KBAI forgets in-flight jobs without counting them lost": [
+        (("inform", "A", DEFAULT), None),
+        (("ready", "A"), None),
+        (("submit", "g1", "default", "guarantee"), "A"),
+        (("kbai", "A"), ([], [])),
+        (("inflight",), []),
+        (("waiting",), {}),
+        (("submit", "m2", "default"), None),
+    ],
+    "INFORM again resets the worker": [
+        (("inform", "A", DEFAULT), None),
+        (("ready", "A"), None),
+        (("ready", "A"), None),
+        (("inform", "A", [(10, "email")]), None),
+        (("slots", "A"), 0),
+        (("submit", "m1", "default"), None),
+        (("ready", "A"), None),
+        (("submit", "m2", "email"), "A"),
+    ],
+}
+
+
+@pytest.mark.parametrize("steps", SCENARIOS.values(), ids=SCENARIOS.keys())
+def test_scenario(steps: list[tuple[tuple[Any, ...], Any]]) -> None:
+    routing = Routing()
+    for number, (step, expected) in enumerate(steps, start=1):
+        assert run(routing, step, float(number)) == expected, f"step {number}: {step}"
+
+
+def test_counts_and_queue_members() -> None:
+    routing = Routing()
+    routing.add_worker(b"A", ((10, "default"), (30, "email")), 0.0)
+    routing.add_worker(b"B", ((50, "email"),), 0.0)
+    assert routing.queue_members("email") == [(50, b"B"), (30, b"A")]
+    routing.ready(b"A", 1.0)
+    routing.submit(job("m1"), 2.0)
+    routing.reply("m1")
+    routing.ready(b"A", 2.5)
+    assert routing.submit(job("m2"), 3.0) is routing.workers[b"A"]
+    routing.remove_worker(b"A", failed=True)
+    assert routing.processed_by_queue == {"default": 1}
+    assert routing.processed_by_worker == {b"A": 1}
+    assert routing.lost == 1
+    assert sorted(routing.queue_names()) == ["email"]
+
+
+def test_undo_puts_the_job_back_first_and_keeps_the_slot() -> None:
+    routing = Routing()
+    routing.add_worker(b"A", DEFAULT, 0.0)
+    routing.ready(b"A", 1.0)
+    routing.submit(job("w0"), 1.5)  # dispatched
+    routing.ready(b"A", 1.6)  # finishes w0, slot back
+    first = job("m1")
+    assert routing.submit(first, 2.0) is not None
+    routing.submit(job("m2"), 2.5)  # waits
+    routing.undo(first)
+    assert [j.msgid for j in routing.waiting["default"]] == ["m1", "m2"]
+    assert routing.workers[b"A"].slots == 1
+    pair = routing.dispatch_waiting("default", 3.0)
+    assert pair is not None and pair[1] is first
+    assert routing.dispatch_waiting("default", 3.0) is None  # no slot left
+    assert routing.dispatch_waiting("nosuch", 3.0) is None
+
+
+def test_expired_and_heard() -> None:
+    routing = Routing()
+    routing.add_worker(b"A", DEFAULT, 0.0)
+    routing.add_worker(b"B", DEFAULT, 0.0)
+    routing.heard(b"B", 4.0)
+    routing.heard(b"ghost", 4.0)
+    assert routing.expired(5.5, 5.0) == [b"A"]
+
+
+def test_duplicate_queue_names_keep_the_highest_weight() -> None:
+    routing = Routing()
+    routing.add_worker(b"A", ((10, "q"), (40, "q")), 0.0)
+    assert routing.workers[b"A"].queues == ((40, "q"),)
+    routing.remove_worker(b"A", failed=False)
+    assert list(routing.queue_names()) == []
+
+
+def test_schedulers_round_robin() -> None:
+    peers = Schedulers()
+    assert peers.next() is None
+    assert peers.add(b"s1", 0.0) is True
+    assert peers.add(b"s2", 0.0) is True
+    assert peers.add(b"s1", 1.0) is False  # INFORM again refreshes
+    turns = [s.identity for s in (peers.next(), peers.next(), peers.next()) if s]
+    assert turns == [b"s1", b"s2", b"s1"]
+    assert peers.expired(5.5, 5.0) == [b"s2"]
+    assert peers.remove(b"s2") is True
+    assert peers.remove(b"s2") is False
+    assert [peers.next(), peers.next()] == [peers.peers[b"s1"]] * 2
