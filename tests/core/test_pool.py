@@ -1,0 +1,158 @@
+"""The pool supervisor with real worker processes: start, reap, respawn, recycle."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from django_eventmq.core import worker
+from django_eventmq.core.pool import Child, Pool, Status
+from django_eventmq.core.settings import Settings
+from tests.jobs_fixtures.fake_router import SAMPLE, body
+from tests.support import wait_for
+
+
+def make_pool(**options: Any) -> Pool:
+    values: dict[str, Any] = {"concurrency": 1, "job_modules": (SAMPLE,)}
+    values.update(options)
+    return Pool(Settings(**values))
+
+
+@pytest.fixture
+def pool_factory() -> Iterator[Any]:
+    pools: list[Pool] = []
+
+    def factory(**options: Any) -> Pool:
+        pool = make_pool(**options)
+        pools.append(pool)
+        return pool
+
+    yield factory
+    for pool in pools:
+        pool.close()
+
+
+def collect(pool: Pool, child: Child, results: list[tuple[int, str, str]]) -> bool:
+    results.extend(pool.receive(child))
+    return True
+
+
+def status(child: Child) -> Status:
+    return child.status
+
+
+def wait_up(pool: Pool, child: Child) -> None:
+    wait_for(lambda: collect(pool, child, []) and child.status is Status.UP, 20, "child up")
+
+
+def up(pool: Pool) -> Child:
+    (child,) = pool.respawn()
+    wait_up(pool, child)
+    return child
+
+
+def run_one(pool: Pool, child: Child, seq: int, text: str) -> tuple[int, str, str]:
+    results: list[tuple[int, str, str]] = []
+    pool.send(child, seq, f"m{seq}", text)
+    wait_for(lambda: collect(pool, child, results) and results, 10, f"result of job {seq}")
+    return results[0]
+
+
+def test_child_starts_runs_jobs_and_counts_them(pool_factory: Any) -> None:
+    pool = pool_factory()
+    child = up(pool)
+    assert child.pid != os.getpid()
+    seq, status, payload = run_one(pool, child, 1, body("add", 2, 3))
+    assert (seq, status, payload) == (1, worker.OK, '{"value":5}')
+    assert (child.jobs_run, child.inflight) == (1, {})
+
+
+def test_killed_child_is_reaped_its_job_reported_and_replaced(
+    pool_factory: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    pool = pool_factory()
+    child = up(pool)
+    pool.send(child, 1, "slow-msgid", body("slow", 30))
+    assert child.msgids == ["slow-msgid"]
+    os.kill(child.pid, signal.SIGKILL)
+    wait_for(lambda: collect(pool, child, []) and child.status is Status.DEAD, 10, "EOF")
+    with caplog.at_level(logging.WARNING, "django_eventmq.pool"):
+        lost = pool.reap()
+    assert [(item.msgid, item.pid, item.exitcode) for item in lost] == [
+        ("slow-msgid", child.pid, -signal.SIGKILL)
+    ]
+    assert f"pid={child.pid} exited" in caplog.text
+    assert pool.children == {}
+    (new,) = pool.respawn()
+    assert new.pid != child.pid
+
+
+def test_child_that_exits_in_a_job_is_replaced(pool_factory: Any) -> None:
+    pool = pool_factory()
+    child = up(pool)
+    pool.send(child, 1, "crash-msgid", body("crash", 7))
+    wait_for(lambda: collect(pool, child, []) and child.status is Status.DEAD, 10, "EOF")
+    lost = pool.reap()
+    assert [(item.msgid, item.exitcode) for item in lost] == [("crash-msgid", 7)]
+    assert len(pool.respawn()) == 1
+
+
+def test_child_is_recycled_after_max_jobs(
+    pool_factory: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    pool = pool_factory(max_jobs_per_child=2)
+    child = up(pool)
+    run_one(pool, child, 1, body("noop"))
+    assert child.status is Status.UP
+    run_one(pool, child, 2, body("noop"))
+    assert status(child) is Status.RETIRING
+    assert pool.pick(10) is None  # a retiring child takes no more jobs
+    (replacement,) = pool.respawn()  # capacity is kept while it retires
+    pool.check()
+    assert status(child) is Status.DEAD
+    with caplog.at_level(logging.WARNING, "django_eventmq.pool"):
+        wait_for(lambda: pool.reap() == [] and child.exitcode is not None, 10, "reaped")
+    assert child.exitcode == 0
+    assert "exited" not in caplog.text  # a planned retirement is not a warning
+    assert list(pool.children.values()) == [replacement]
+
+
+def test_child_that_cannot_start_is_logged_once_and_retried_later(
+    pool_factory: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    pool = pool_factory(job_modules=("tests.jobs_fixtures.no_such_module",))
+    (child,) = pool.respawn(now=100.0)
+    wait_for(lambda: collect(pool, child, []) and child.status is Status.DEAD, 20, "child fails")
+    with caplog.at_level(logging.ERROR, "django_eventmq.pool"):
+        assert pool.reap(now=100.0) == []
+    assert "failed to start" in caplog.text and "no_such_module" in caplog.text
+    assert pool.respawn(now=100.1) == []  # backs off instead of spinning
+    assert len(pool.respawn(now=101.0)) == 1
+
+
+def test_pick_prefers_idle_children_and_respects_depth(pool_factory: Any) -> None:
+    pool = pool_factory(concurrency=2, prefetch=2)  # depth 2 per child
+    assert pool.depth == 2
+    children = pool.respawn()
+    for child in children:
+        wait_up(pool, child)
+    text = body("slow", 30)
+    first = pool.pick(len(text))
+    assert first is not None
+    pool.send(first, 1, "a", text)
+    second = pool.pick(len(text))
+    assert second is not None and second is not first
+    pool.send(second, 2, "b", text)
+    for seq in (3, 4):
+        child = pool.pick(len(text))
+        assert child is not None
+        pool.send(child, seq, f"m{seq}", text)
+    assert pool.pick(len(text)) is None  # both children hold `depth` jobs
+    assert sorted(len(c.inflight) for c in children) == [2, 2]
+    # A body too large for the pipe budget waits for an idle child.
+    assert pool.pick(10**6) is None

@@ -1,0 +1,79 @@
+"""Settings: defaults match the reference, mapping and environment, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from django_eventmq.core.settings import Settings, from_mapping, parse_queues
+from django_eventmq.errors import ConfigurationError
+
+
+def test_defaults_match_the_reference():
+    s = Settings()
+    assert s.broker_addr == "tcp://127.0.0.1:47291"
+    assert s.backend_addr == "tcp://127.0.0.1:47290"
+    assert s.admin_addr == "tcp://127.0.0.1:47293"
+    assert s.queues == ((10, "default"),)
+    assert (s.concurrency, s.heartbeat_interval, s.heartbeat_timeout) == (4, 3.0, 5.0)
+
+
+def test_environment_beats_the_mapping():
+    s = from_mapping(
+        {"BROKER_ADDR": "tcp://10.0.0.1:1", "CONCURRENCY": 2},
+        environ={"EMQ_BROKER_ADDR": "tcp://127.0.0.1:5555", "EMQ_QUEUES": "email:30,default"},
+    )
+    assert s.broker_addr == "tcp://127.0.0.1:5555"
+    assert s.concurrency == 2
+    assert s.queues == ((30, "email"), (10, "default"))
+
+
+@pytest.mark.parametrize(
+    ("value", "queues"),
+    [
+        ("email:30,default:10", ((30, "email"), (10, "default"))),
+        ("email default", ((10, "email"), (10, "default"))),
+        (["email", "default"], ((10, "email"), (10, "default"))),
+        ([(30, "email")], ((30, "email"),)),
+        ([["email", 30]], ((30, "email"),)),
+    ],
+)
+def test_queue_forms(value, queues):
+    assert parse_queues(value) == queues
+
+
+@pytest.mark.parametrize(
+    ("mapping", "message"),
+    [
+        ({"BROKER_ADR": "x"}, "unknown setting 'BROKER_ADR'"),
+        ({"BROKER_ADDR": "localhost:47291"}, "not a ZeroMQ address"),
+        ({"QUEUES": "email:lots"}, "weight of 'email' must be a whole number"),
+        ({"QUEUES": "email,email"}, "named twice"),
+        ({"QUEUES": "bad name!"}, "may only hold"),
+        ({"QUEUES": ""}, "QUEUES is empty"),
+        ({"CONCURRENCY": 0}, "CONCURRENCY: expected a whole number > 0"),
+        ({"CONCURRENCY": "four"}, "CONCURRENCY: expected a whole number"),
+        ({"EAGER": "maybe"}, "EAGER: expected true or false"),
+        ({"HEARTBEAT_TIMEOUT": 1, "HEARTBEAT_INTERVAL": 3}, "must be longer than"),
+    ],
+)
+def test_bad_values_say_what_to_fix(mapping, message):
+    with pytest.raises(ConfigurationError, match=message):
+        from_mapping(mapping, environ={})
+
+
+def test_bad_environment_value_names_the_setting():
+    with pytest.raises(ConfigurationError, match="CONCURRENCY"):
+        from_mapping({}, environ={"EMQ_CONCURRENCY": "x"})
+
+
+def test_empty_broker_means_inline():
+    assert from_mapping({"BROKER_ADDR": ""}, environ={}).run_inline
+    assert from_mapping({"EAGER": True}, environ={}).run_inline
+    assert not from_mapping({}, environ={}).run_inline
+
+
+def test_replace_validates():
+    s = Settings()
+    assert s.replace(concurrency=8).concurrency == 8
+    with pytest.raises(ConfigurationError):
+        s.replace(concurrency=-1)
