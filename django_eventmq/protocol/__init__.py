@@ -6,6 +6,7 @@ No sockets, no Django, no clock: callers pass frames in and get frames out.
 from __future__ import annotations
 
 from .codec import decode, describe, encode, encode_to, split_identity
+from .extensions import Cancel, Done, Features, Nack, Reject
 from .headers import EMPTY_HEADERS, Headers, parse_headers
 from .heartbeat import Liveness
 from .ids import new_msgid
@@ -32,7 +33,10 @@ __all__ = [
     "EMPTY_HEADERS",
     "Ack",
     "AdminRequest",
+    "Cancel",
     "Disconnect",
+    "Done",
+    "Features",
     "Headers",
     "Heartbeat",
     "Inform",
@@ -40,9 +44,11 @@ __all__ = [
     "Kbai",
     "Liveness",
     "Message",
+    "Nack",
     "Publish",
     "QueueSpec",
     "Ready",
+    "Reject",
     "Reply",
     "Request",
     "Schedule",

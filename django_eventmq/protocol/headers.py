@@ -7,6 +7,8 @@ ours without losing what a newer peer put in it.
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass, field, replace
 
 from ..errors import ProtocolError
@@ -17,6 +19,9 @@ NOHASTE = "nohaste"
 RETRY_COUNT = "retry-count"
 TIMEOUT = "timeout"
 RUN_COUNT = "run_count"
+# Our extensions (a reference peer keeps them as unknown headers):
+PRIORITY = "priority"  # higher is handed out first within a queue; may be negative
+DELAY_UNTIL = "delay-until"  # unix time before which the job is not handed out
 
 _FLAGS = (REPLY_REQUESTED, GUARANTEE, NOHASTE)
 _NUMBERS = (RETRY_COUNT, TIMEOUT, RUN_COUNT)
@@ -36,6 +41,8 @@ class Headers:
     retry_count: int = 0
     timeout: int = 0
     run_count: int | None = None
+    priority: int = 0
+    delay_until: float | None = None
     extra: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
@@ -46,6 +53,14 @@ class Headers:
         if self.run_count is not None and (type(self.run_count) is not int or self.run_count < 0):
             raise ProtocolError(
                 f"header run_count: expected a whole number >= 0, got {self.run_count!r}"
+            )
+        if type(self.priority) is not int:
+            raise ProtocolError(f"header priority: expected a whole number, got {self.priority!r}")
+        if self.delay_until is not None and not (
+            isinstance(self.delay_until, int | float) and math.isfinite(self.delay_until)
+        ):
+            raise ProtocolError(
+                f"header delay-until: expected a unix time, got {self.delay_until!r}"
             )
         for item in self.extra:
             if not item or "," in item:
@@ -60,6 +75,10 @@ class Headers:
             parts.append(f"{TIMEOUT}:{self.timeout}")
         if self.run_count is not None:
             parts.append(f"{RUN_COUNT}:{self.run_count}")
+        if self.priority:
+            parts.append(f"{PRIORITY}:{self.priority}")
+        if self.delay_until is not None:
+            parts.append(f"{DELAY_UNTIL}:{self.delay_until!r}")
         parts.extend(self.extra)
         return ",".join(parts)
 
@@ -71,13 +90,18 @@ class Headers:
 EMPTY_HEADERS = Headers()
 
 
+@functools.lru_cache(maxsize=256)
 def parse_headers(text: str) -> Headers:
-    """Parse the CSV header field; raises :class:`ProtocolError` on a bad value."""
+    """Parse the CSV header field; raises :class:`ProtocolError` on a bad value.
+
+    Cached: a system sends few distinct header strings, and Headers is immutable.
+    """
     if not text:
         return EMPTY_HEADERS
     flags: dict[str, bool] = {}
     numbers: dict[str, int] = {}
     extra: list[str] = []
+    delay_until: float | None = None
     for raw in text.split(","):
         item = raw.strip()
         if not item:
@@ -95,10 +119,25 @@ def parse_headers(text: str) -> Headers:
             if number < 0:
                 raise ProtocolError(f"header {name}: expected a whole number >= 0, got {number}")
             numbers[name.replace("-", "_")] = number
+        elif name == PRIORITY and sep:
+            try:
+                numbers["priority"] = int(value)
+            except ValueError:
+                raise ProtocolError(
+                    f"header priority: expected a whole number, got {value!r}"
+                ) from None
+        elif name == DELAY_UNTIL and sep:
+            try:
+                stamp = float(value)
+            except ValueError:
+                stamp = math.nan
+            if not math.isfinite(stamp):
+                raise ProtocolError(f"header delay-until: expected a unix time, got {value!r}")
+            delay_until = stamp
         elif name in _FLAGS or name in _NUMBERS:
             raise ProtocolError(
                 f"header {item!r}: malformed (flags take no value, numbers need one)"
             )
         else:
             extra.append(item)
-    return Headers(**flags, **numbers, extra=tuple(extra))  # type: ignore[arg-type]
+    return Headers(**flags, **numbers, delay_until=delay_until, extra=tuple(extra))  # type: ignore[arg-type]

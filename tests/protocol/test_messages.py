@@ -13,14 +13,19 @@ from django_eventmq.errors import EventMQError, InvalidJob, ProtocolError
 from django_eventmq.protocol import (
     Ack,
     AdminRequest,
+    Cancel,
     Disconnect,
+    Done,
+    Features,
     Headers,
     Heartbeat,
     Inform,
     JobBody,
     Kbai,
+    Nack,
     Publish,
     Ready,
+    Reject,
     Reply,
     Request,
     Schedule,
@@ -241,3 +246,44 @@ def test_job_body_property(args, kwargs):
     body = JobBody(path="app.jobs", callable="run", args=tuple(args), kwargs=kwargs)
     assert parse_job(body.encode()) == body
     assert json.loads(body.encode())[0] == "run"
+
+
+# -- our extensions ----------------------------------------------------------
+
+EXTENSIONS = [
+    Features(msgid="f1", features={"done": 1, "cancel": 1}),
+    Done(msgid="d1", job_msgid="m1", status="ok", payload='{"value": 3}'),
+    Done(msgid="d2", job_msgid="m1", status="timeout"),
+    Nack(msgid="n1", job_msgid="m1", reason="stopping"),
+    Cancel(msgid="c1", job_msgid="m1"),
+    Reject(msgid="r1", job_msgid="m1", reason="job not registered"),
+]
+
+
+@pytest.mark.parametrize("message", EXTENSIONS, ids=lambda m: m.command)
+def test_extension_round_trip(message):
+    assert decode(encode(message)) == message
+
+
+@pytest.mark.parametrize(
+    ("frames", "reason"),
+    [
+        ([b"", b"eMQP/1.0", b"DONE", b"id", b"m1", b"great", b""], "status must be one of"),
+        ([b"", b"eMQP/1.0", b"DONE", b"id", b"", b"ok", b""], "job msgid is empty"),
+        ([b"", b"eMQP/1.0", b"FEATURES", b"id", b"[1]"], "JSON object"),
+        ([b"", b"eMQP/1.0", b"FEATURES", b"id", b"{"], "not JSON"),
+        ([b"", b"eMQP/1.0", b"CANCEL", b"id"], "expected 1 frame"),
+    ],
+)
+def test_bad_extension_frames(frames, reason):
+    with pytest.raises(ProtocolError, match=reason):
+        decode(frames)
+
+
+def test_priority_and_delay_headers():
+    headers = parse_headers("guarantee,priority:-5,delay-until:1795317913.5")
+    assert (headers.guarantee, headers.priority, headers.delay_until) == (True, -5, 1795317913.5)
+    assert parse_headers(headers.encode()) == headers
+    for bad in ("priority:high", "delay-until:soon", "delay-until:inf"):
+        with pytest.raises(ProtocolError):
+            parse_headers(bad)

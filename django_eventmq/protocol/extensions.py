@@ -1,0 +1,181 @@
+"""Our extensions to eMQP/1.0, spoken only between peers that announced them.
+
+The reference ignores commands it does not know once a conversation is up,
+but it drops everything but ACK and DISCONNECT before, and some of its
+parsers crash on unexpected frames. So a router of ours sends FEATURES right
+after it acknowledges an INFORM; only a peer that has received FEATURES (or
+that sent one) uses the other commands here. A reference peer never sees
+them.
+
+Commands (frames after the msgid):
+
+- ``FEATURES  JSON``: what the sender supports, e.g. ``{"done": 1, "cancel": 1}``.
+- ``DONE  JOB_MSGID, STATUS, PAYLOAD``: a job manager finished a job. It
+  replaces READY + REPLY: the slot is free again, and ``PAYLOAD`` is the
+  reply text (``{"value": ...}`` or with ``"error"``) that the router sends
+  on to the client when the job asked for a reply.
+- ``NACK  JOB_MSGID, REASON``: a job manager hands a job back unrun (it is
+  stopping, or cannot take it now); the router queues it again at once. The
+  slot is free again.
+- ``CANCEL  JOB_MSGID``: client -> router, and router -> job manager.
+- ``REJECT  JOB_MSGID, REASON``: the router (or a job manager through it)
+  refuses a job; sent to the client that asked.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..errors import ProtocolError
+from .messages import MESSAGE_TYPES, Message
+
+FEATURES = "FEATURES"
+DONE = "DONE"
+NACK = "NACK"
+CANCEL = "CANCEL"
+REJECT = "REJECT"
+
+#: Outcomes a DONE reports.
+STATUS_OK = "ok"
+STATUS_FAILED = "failed"
+STATUS_TIMEOUT = "timeout"
+STATUS_REFUSED = "refused"
+STATUS_CANCELLED = "cancelled"
+STATUS_DIED = "died"
+#: Failed, and should be retried by the router (its retry-count allows it).
+STATUS_RETRY = "retry"
+DONE_STATUSES = frozenset(
+    {
+        STATUS_OK,
+        STATUS_FAILED,
+        STATUS_TIMEOUT,
+        STATUS_REFUSED,
+        STATUS_CANCELLED,
+        STATUS_DIED,
+        STATUS_RETRY,
+    }
+)
+
+
+def _job_msgid(command: str, value: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise ProtocolError(f"{command}: job msgid is empty")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Features(Message):
+    """Announces the extensions the sender speaks."""
+
+    command: ClassVar[str] = FEATURES
+    body_frames: ClassVar[tuple[int, int]] = (1, 1)
+    features: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        Message.__post_init__(self)
+        if not isinstance(self.features, dict):
+            raise ProtocolError("FEATURES: body must be a JSON object")
+
+    def body(self) -> list[str]:
+        return [json.dumps(self.features, separators=(",", ":"), sort_keys=True)]
+
+    @classmethod
+    def from_body(cls, msgid: str, body: list[str]) -> Features:
+        try:
+            value = json.loads(body[0])
+        except ValueError:
+            raise ProtocolError("FEATURES: body is not JSON") from None
+        return cls(msgid=msgid, features=value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Done(Message):
+    """A job manager finished ``job_msgid`` with ``status``; its slot is free."""
+
+    command: ClassVar[str] = DONE
+    body_frames: ClassVar[tuple[int, int]] = (3, 3)
+    job_msgid: str
+    status: str
+    payload: str = ""
+
+    def __post_init__(self) -> None:
+        Message.__post_init__(self)
+        _job_msgid(self.command, self.job_msgid)
+        if self.status not in DONE_STATUSES:
+            raise ProtocolError(
+                f"DONE: status must be one of {sorted(DONE_STATUSES)}, got {self.status!r}"
+            )
+
+    def body(self) -> list[str]:
+        return [self.job_msgid, self.status, self.payload]
+
+    @classmethod
+    def from_body(cls, msgid: str, body: list[str]) -> Done:
+        return cls(msgid=msgid, job_msgid=body[0], status=body[1], payload=body[2])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Nack(Message):
+    """A job manager gives ``job_msgid`` back unrun; its slot is free."""
+
+    command: ClassVar[str] = NACK
+    body_frames: ClassVar[tuple[int, int]] = (2, 2)
+    job_msgid: str
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        Message.__post_init__(self)
+        _job_msgid(self.command, self.job_msgid)
+
+    def body(self) -> list[str]:
+        return [self.job_msgid, self.reason]
+
+    @classmethod
+    def from_body(cls, msgid: str, body: list[str]) -> Nack:
+        return cls(msgid=msgid, job_msgid=body[0], reason=body[1])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cancel(Message):
+    """Cancel ``job_msgid``: drop it if queued, stop it if running."""
+
+    command: ClassVar[str] = CANCEL
+    body_frames: ClassVar[tuple[int, int]] = (1, 1)
+    job_msgid: str
+
+    def __post_init__(self) -> None:
+        Message.__post_init__(self)
+        _job_msgid(self.command, self.job_msgid)
+
+    def body(self) -> list[str]:
+        return [self.job_msgid]
+
+    @classmethod
+    def from_body(cls, msgid: str, body: list[str]) -> Cancel:
+        return cls(msgid=msgid, job_msgid=body[0])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reject(Message):
+    """``job_msgid`` was refused; ``reason`` says why."""
+
+    command: ClassVar[str] = REJECT
+    body_frames: ClassVar[tuple[int, int]] = (2, 2)
+    job_msgid: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        Message.__post_init__(self)
+        _job_msgid(self.command, self.job_msgid)
+
+    def body(self) -> list[str]:
+        return [self.job_msgid, self.reason]
+
+    @classmethod
+    def from_body(cls, msgid: str, body: list[str]) -> Reject:
+        return cls(msgid=msgid, job_msgid=body[0], reason=body[1])
+
+
+for _cls in (Features, Done, Nack, Cancel, Reject):
+    MESSAGE_TYPES[_cls.command] = _cls

@@ -1,0 +1,94 @@
+"""OUR client (``@job(...).delay()``) -> OUR router -> the REFERENCE job manager."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from django_eventmq.protocol import Headers
+from tests.support import Proc, wait_for
+
+from .conftest import (
+    REFERENCE_DEADLINE,
+    REFERENCE_MISSING,
+    Router,
+    start_our_router,
+    start_reference_jobmanager,
+    wait_records,
+    without_pid,
+)
+from .refjobs.record import record
+
+pytestmark = [
+    pytest.mark.interop,
+    pytest.mark.skipif(REFERENCE_MISSING is not None, reason=REFERENCE_MISSING or ""),
+]
+
+
+@pytest.fixture(scope="module")
+def stack(workdir: Path) -> Iterator[tuple[Router, Proc]]:
+    """Our router with the reference job manager (-Q default -J 2) connected."""
+    router = start_our_router()
+    try:
+        jobmanager = start_reference_jobmanager(router.backend, workdir)
+        try:
+            yield router, jobmanager
+        finally:
+            jobmanager.stop()
+    finally:
+        router.stop()
+
+
+def test_reference_jobmanager_registers_and_offers_its_slots(
+    stack: tuple[Router, Proc],
+) -> None:
+    """INFORM is ACKed; after our HEARTBEAT it starts its 2 processes and sends READY for each."""
+    router, jobmanager = stack
+    admin = router.admin()
+    slots = wait_for(
+        lambda: admin.free_slots() >= 2 and admin.free_slots(),
+        REFERENCE_DEADLINE,
+        "2 READY slots from the reference job manager (it sends READY only after a HEARTBEAT)",
+    )
+    assert slots == 2
+    (worker,) = admin.call("ROUTER_SHOW_WORKERS")["connected_workers"].values()
+    # Its INFORM carried '' for "-Q default": our router reads that as the default queue.
+    assert [name for _weight, name in worker["queues"]] == ["default"]
+    assert jobmanager.popen.poll() is None
+
+
+def test_our_job_runs_on_reference_jobmanager(
+    stack: tuple[Router, Proc], records_file: Path, use_broker: Callable[[str], None]
+) -> None:
+    router, _ = stack
+    use_broker(router.frontend)
+
+    msgid = record.delay(7, "x", [1, 2], out=str(records_file), flag=True)
+
+    records = wait_records(records_file, timeout=REFERENCE_DEADLINE)
+    assert without_pid(records) == [{"args": [7, "x", [1, 2]], "kwargs": {"flag": True}}]
+    assert msgid
+    admin = router.admin()
+    wait_for(lambda: admin.processed() >= 1, 10, "STATUS counting the job once READY came back")
+
+
+def test_reference_reply_is_accepted_by_our_router(
+    stack: tuple[Router, Proc], records_file: Path, use_broker: Callable[[str], None]
+) -> None:
+    """With reply-requested the reference sends REPLY(payload, msgid); our router takes it."""
+    router, jobmanager = stack
+    admin = router.admin()
+    use_broker(router.frontend)
+    before = admin.processed()
+
+    record.send(("r",), {"out": str(records_file)}, headers=Headers(reply_requested=True))
+
+    assert without_pid(wait_records(records_file, timeout=REFERENCE_DEADLINE)) == [
+        {"args": ["r"], "kwargs": {}}
+    ]
+    wait_for(lambda: admin.processed() > before, 10, "STATUS counting the replied job")
+    status = admin.call("STATUS")
+    assert status["inflight_messages_by_queue"].get("default", 0) == 0
+    assert router.alive() and jobmanager.popen.poll() is None
