@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-SECRET_KEY = "tests-only-not-secret"  # noqa: S105
+SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
 USE_TZ = True
 TIME_ZONE = "UTC"
@@ -54,3 +54,7 @@ else:
     DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
 
 EVENTMQ: dict[str, object] = {}
+
+# The example project's app, so tests can exercise its jobs, views and
+# migrations (tests/django/test_example.py).
+INSTALLED_APPS += ["example_project.shop"]

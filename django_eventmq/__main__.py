@@ -1,0 +1,118 @@
+"""``python -m django_eventmq router|jobmanager``: run a process without a Django project.
+
+Settings come from ``EMQ_*`` environment variables; options override them.
+Also the ``django-eventmq`` console script (:func:`main`). Never imports
+Django (a job manager's ``--hooks`` module may).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from .core.cli import (
+    add_jobmanager_arguments,
+    add_router_arguments,
+    configure_logging,
+    install_signal_handlers,
+    settings_from_options,
+)
+from .core.settings import Settings, from_mapping
+from .errors import ConfigurationError, EventMQError
+
+ROUTER_HELP = "run the router: clients and job managers connect to it; it queues and routes jobs"
+JOBMANAGER_HELP = (
+    "run a job manager: connects to a router and runs the jobs of its queues in a pool "
+    "of worker processes"
+)
+EPILOG = (
+    "Settings come from EMQ_* environment variables (EMQ_QUEUES, EMQ_CONCURRENCY, ...); "
+    "options override them. In a Django project use 'manage.py emq_router' and "
+    "'manage.py emq_jobmanager', which also read settings.EVENTMQ."
+)
+
+
+def _prog() -> str:
+    if os.path.basename(sys.argv[0]) == "__main__.py":
+        return "python -m django_eventmq"
+    return os.path.basename(sys.argv[0]) or "django-eventmq"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m django_eventmq`` with its subcommands."""
+    parser = argparse.ArgumentParser(
+        prog=_prog(),
+        description="Run django-eventmq processes (eMQP/1.0 over ZeroMQ).",
+        epilog=EPILOG,
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    router = commands.add_parser(
+        "router", help=ROUTER_HELP, description=ROUTER_HELP + ".", epilog=EPILOG
+    )
+    add_router_arguments(router)
+    router.set_defaults(subparser=router)
+    jobmanager = commands.add_parser(
+        "jobmanager", help=JOBMANAGER_HELP, description=JOBMANAGER_HELP + ".", epilog=EPILOG
+    )
+    add_jobmanager_arguments(jobmanager)
+    jobmanager.set_defaults(subparser=jobmanager)
+    return parser
+
+
+def run_router(settings: Settings) -> int:
+    """Run a router until SIGTERM/SIGINT."""
+    from .core.router import Router
+
+    router = Router(settings)
+    install_signal_handlers(router.stop)
+    router.run()
+    return 0
+
+
+def run_jobmanager(settings: Settings, hooks: str | None) -> int:
+    """Run a job manager until SIGTERM/SIGINT."""
+    from .core.jobmanager import JobManager
+
+    manager = JobManager(settings, hooks=hooks)
+    install_signal_handlers(manager.stop)
+    manager.run()
+    return 0
+
+
+def _name_env_var(message: str) -> str:
+    """Say which ``EMQ_*`` variable a settings error came from."""
+    key, sep, rest = message.partition(": ")
+    if sep and f"EMQ_{key}" in os.environ:
+        return f"environment variable EMQ_{key}: {rest}"
+    return f"EMQ_* environment variables: {message}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` and run the chosen process; returns the exit status."""
+    parser = build_parser()
+    options = parser.parse_args(argv)
+    subparser: argparse.ArgumentParser = options.subparser
+    try:
+        base = from_mapping()
+    except ConfigurationError as exc:
+        subparser.error(_name_env_var(str(exc)))
+    try:
+        settings = settings_from_options(base, options)
+    except ConfigurationError as exc:
+        subparser.error(str(exc))
+    configure_logging(options.log_level)
+    try:
+        if options.command == "router":
+            return run_router(settings)
+        return run_jobmanager(settings, options.hooks)
+    except EventMQError as exc:
+        # Our errors say what is wrong (a job module that does not import,
+        # ...): show that, not a traceback.
+        print(f"{parser.prog} {options.command}: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

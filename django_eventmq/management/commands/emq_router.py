@@ -1,0 +1,42 @@
+"""``manage.py emq_router``: run the EventMQ router with the project's settings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connections
+
+from ... import conf
+from ...core import cli
+from ...errors import EventMQError
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the EventMQ router: binds the frontend (clients, schedulers), backend (job "
+        "managers) and admin addresses and routes jobs between them until SIGTERM/SIGINT. "
+        "Settings come from settings.EVENTMQ and EMQ_* environment variables; the options "
+        "below override them."
+    )
+    # The router does not use the database.
+    requires_migrations_checks = False
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        cli.add_router_arguments(parser)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            settings = conf.settings_with_options(options)
+        except EventMQError as exc:
+            raise CommandError(str(exc)) from None
+        cli.configure_logging(options["log_level"])
+        connections.close_all()
+        from ...core.router import Router
+
+        router = Router(settings)
+        cli.install_signal_handlers(router.stop)
+        try:
+            router.run()
+        except EventMQError as exc:
+            raise CommandError(str(exc)) from None

@@ -1,0 +1,11 @@
+"""URLs of the example site: the shop pages and the admin."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("", include("example_project.shop.urls")),
+]

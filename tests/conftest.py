@@ -1,0 +1,53 @@
+"""Fixtures shared by every test directory.
+
+Settings are cached by ``django_eventmq.core.config``; every test starts and
+ends with a fresh cache, so a test that changed ``EVENTMQ`` or ``EMQ_*``
+cannot leak into the next one. Client sockets a test opened are closed after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from django_eventmq.core import client, config
+from django_eventmq.core.settings import Settings
+
+
+@pytest.fixture(autouse=True)
+def _reset_eventmq_config() -> Iterator[None]:
+    """Forget cached settings around each test, and close client sockets after it."""
+    config.reset()
+    yield
+    client.close_clients()
+    config.reset()
+
+
+@pytest.fixture
+def eventmq_settings(settings: Any) -> Callable[..., Settings]:
+    """Set ``settings.EVENTMQ`` for this test: ``eventmq_settings(EAGER=True)``.
+
+    Returns the resulting core settings. Restored after the test by
+    pytest-django's ``settings`` fixture (which fires ``setting_changed``).
+    """
+
+    def apply(**values: Any) -> Settings:
+        settings.EVENTMQ = {key.upper(): value for key, value in values.items()}
+        config.reset()
+        return config.get_settings()
+
+    return apply
+
+
+@pytest.fixture
+def emq_env(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """Set ``EMQ_*`` environment variables for this test: ``emq_env(QUEUES="a:1")``."""
+
+    def apply(**values: str) -> None:
+        for key, value in values.items():
+            monkeypatch.setenv(f"EMQ_{key.upper()}", value)
+        config.reset()
+
+    return apply

@@ -1,0 +1,166 @@
+"""django_eventmq.core.cli: the options both front ends share, turned into settings."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+
+import pytest
+
+from django_eventmq.core import cli
+from django_eventmq.core.settings import Settings
+from tests.support import wait_for
+
+
+def parse(add, *argv):
+    parser = argparse.ArgumentParser(prog="test", exit_on_error=False)
+    add(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_router_options_become_settings():
+    options = parse(
+        cli.add_router_arguments,
+        "--frontend=tcp://127.0.0.1:6001",
+        "--backend=tcp://127.0.0.1:6002",
+        "--admin=ipc:///tmp/emq-admin.sock",
+        "--log-level=debug",
+    )
+    settings = cli.settings_from_options(Settings(), options)
+    assert settings.frontend_addr == "tcp://127.0.0.1:6001"
+    assert settings.backend_addr == "tcp://127.0.0.1:6002"
+    assert settings.admin_addr == "ipc:///tmp/emq-admin.sock"
+    assert options.log_level == "DEBUG"
+
+
+def test_jobmanager_options_become_settings():
+    options = parse(
+        cli.add_jobmanager_arguments,
+        "-B",
+        "tcp://127.0.0.1:6002",
+        "-Q",
+        "email:30,default:10",
+        "-c",
+        "3",
+        "--prefetch=2",
+        "--max-jobs-per-child=100",
+        "--job-module=shop.jobs",
+        "--job-module=billing.jobs",
+        "--allow-module=legacy.tasks",
+        "--hooks=myproject.hooks",
+    )
+    base = Settings(job_modules=("core.jobs",))
+    settings = cli.settings_from_options(base, options)
+    assert settings.worker_addr == "tcp://127.0.0.1:6002"
+    assert settings.queues == ((30, "email"), (10, "default"))
+    assert (settings.concurrency, settings.prefetch, settings.max_jobs_per_child) == (3, 2, 100)
+    assert settings.job_modules == ("core.jobs", "shop.jobs", "billing.jobs")
+    assert settings.allowed_job_modules == ("legacy.tasks",)
+    assert options.hooks == "myproject.hooks"
+
+
+def test_options_not_given_leave_settings_alone():
+    base = Settings(concurrency=7, queues=((5, "x"),))
+    options = parse(cli.add_jobmanager_arguments)
+    assert cli.settings_from_options(base, options) == base
+    assert options.hooks is None
+    assert options.log_level == "INFO"
+
+
+def test_hooks_default_is_configurable():
+    parser = argparse.ArgumentParser()
+    cli.add_jobmanager_arguments(parser, hooks_default="pkg.hooks")
+    assert parser.parse_args([]).hooks == "pkg.hooks"
+    assert "default: pkg.hooks" in parser.format_help()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--concurrency=0"], r"--concurrency.*whole number >= 1, got '0'"),
+        (["-c", "many"], r"--concurrency.*whole number >= 1, got 'many'"),
+        (["--prefetch=-1"], r"--prefetch.*whole number >= 0"),
+        (["--queues=email:x"], r"--queues.*weight of 'email'.*email:30,default:10"),
+        (["--queues=,"], r"--queues.*QUEUES is empty"),
+        (["--queues=bad name!"], r"--queues.*may only hold"),
+        (["--broker=localhost:1"], r"--broker.*not a ZeroMQ address.*tcp://127.0.0.1"),
+        (["--job-module=not a module"], r"--job-module.*dotted module path"),
+        (["--log-level=loud"], r"--log-level.*unknown log level 'loud'"),
+    ],
+)
+def test_bad_values_name_the_option_and_a_fix(argv, message):
+    with pytest.raises(argparse.ArgumentError, match=message):
+        parse(cli.add_jobmanager_arguments, *argv)
+
+
+def test_settings_from_options_names_the_option_of_a_bad_value():
+    # Values reach settings_from_options unparsed when a caller builds the
+    # options itself (call_command with keyword arguments).
+    with pytest.raises(cli.OptionError, match=r"^--concurrency: expected a whole number > 0"):
+        cli.settings_from_options(Settings(), {"concurrency": -2})
+    with pytest.raises(cli.OptionError, match=r"^--frontend: .*not a ZeroMQ address"):
+        cli.settings_from_options(Settings(), {"frontend": "nowhere"})
+
+
+def test_help_shows_every_option_with_its_default():
+    parser = argparse.ArgumentParser()
+    cli.add_jobmanager_arguments(parser)
+    text = " ".join(parser.format_help().split())
+    for option in (
+        "--broker",
+        "--queues",
+        "--concurrency",
+        "--prefetch",
+        "--max-jobs-per-child",
+        "--job-module",
+        "--allow-module",
+        "--hooks",
+        "--log-level",
+    ):
+        assert option in text
+    assert "else tcp://127.0.0.1:47290" in text
+    assert "else default:10" in text
+    assert "EMQ_CONCURRENCY, else 4" in text
+
+
+@pytest.fixture
+def restore_signals():
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_handlers_only_call_stop(restore_signals, sig):
+    calls = []
+    cli.install_signal_handlers(lambda: calls.append("stop"))
+    os.kill(os.getpid(), sig)
+    wait_for(lambda: calls, 5, f"stop() after {sig!r}")
+    assert calls == ["stop"]
+
+
+@pytest.fixture
+def restore_logger():
+    logger = logging.getLogger("django_eventmq")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    yield logger
+    logger.handlers[:] = saved[0]
+    logger.setLevel(saved[1])
+    logger.propagate = saved[2]
+
+
+def test_configure_logging_installs_one_stderr_handler(restore_logger, capsys):
+    cli.configure_logging("info")
+    cli.configure_logging("warning")
+    logger = cli.configure_logging("info")
+    assert logger is restore_logger
+    assert [type(h).__name__ for h in logger.handlers].count("_StderrHandler") == 1
+    logging.getLogger("django_eventmq.router").info("router ready: frontend=x")
+    logging.getLogger("django_eventmq.router").debug("not shown at INFO")
+    err = capsys.readouterr().err
+    assert err.count("router ready") == 1
+    assert " INFO django_eventmq.router: router ready: frontend=x" in err
+    assert "not shown" not in err

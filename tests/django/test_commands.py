@@ -1,0 +1,170 @@
+"""emq_router / emq_jobmanager and ``python -m django_eventmq``: help and bad options.
+
+Running them for real is tests/integration's job; here they only parse.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from django.core.management import call_command, load_command_class
+from django.core.management.base import CommandError
+
+from tests.support import ROOT, Proc, python_module
+
+ROUTER_OPTIONS = ("--frontend", "--backend", "--admin", "--log-level")
+JOBMANAGER_OPTIONS = (
+    "--broker",
+    "--queues",
+    "--concurrency",
+    "--prefetch",
+    "--max-jobs-per-child",
+    "--job-module",
+    "--allow-module",
+    "--hooks",
+    "--log-level",
+)
+
+
+def run(args, **env):
+    """Run a command line from the repository root; returns the finished process."""
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    return subprocess.run(
+        args, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def flat(text):
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [("emq_router", ROUTER_OPTIONS), ("emq_jobmanager", JOBMANAGER_OPTIONS)],
+)
+def test_management_command_help_lists_the_options(name, options):
+    command = load_command_class("django_eventmq", name)
+    text = flat(command.create_parser("manage.py", name).format_help())
+    assert text.count("EventMQ") >= 1 and "SIGTERM" in text
+    assert "settings.EVENTMQ" in text
+    for option in options:
+        assert option in text
+
+
+def test_jobmanager_command_defaults_to_the_django_hooks():
+    command = load_command_class("django_eventmq", "emq_jobmanager")
+    parser = command.create_parser("manage.py", "emq_jobmanager")
+    assert parser.parse_args([]).hooks == "django_eventmq.worker_hooks"
+    assert "default: django_eventmq.worker_hooks" in flat(parser.format_help())
+
+
+@pytest.mark.parametrize(
+    ("subcommand", "options"),
+    [("router", ROUTER_OPTIONS), ("jobmanager", JOBMANAGER_OPTIONS)],
+)
+def test_python_m_help_lists_the_options(subcommand, options):
+    done = run(python_module(subcommand, "--help"))
+    assert done.returncode == 0, done.stderr
+    text = flat(done.stdout)
+    assert text.startswith(f"usage: python -m django_eventmq {subcommand}")
+    for option in options:
+        assert option in text
+    assert "EMQ_* environment variables" in text
+
+
+def test_python_m_help_explains_the_subcommands():
+    done = run(python_module("--help"))
+    assert done.returncode == 0, done.stderr
+    text = flat(done.stdout)
+    assert "router run the router" in text
+    assert "jobmanager run a job manager" in text
+
+
+def test_python_m_does_not_import_django():
+    code = (
+        "import sys; from django_eventmq.__main__ import build_parser; build_parser(); "
+        "print('django' in sys.modules)"
+    )
+    done = run([sys.executable, "-c", code])
+    assert done.stdout.strip() == "False", done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["router", "--frontend", "localhost:1"], "argument --frontend: 'localhost:1' is not a"),
+        (["jobmanager", "-Q", "email:x"], "argument --queues/-Q: weight of 'email'"),
+        (["jobmanager", "-c", "0"], "argument --concurrency/-c: expected a whole number >= 1"),
+        (["nonsense"], "invalid choice: 'nonsense'"),
+    ],
+)
+def test_python_m_bad_option_is_a_clear_error(args, message):
+    done = run(python_module(*args))
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_python_m_bad_environment_is_a_clear_error():
+    done = run(python_module("router"), EMQ_CONCURRENCY="zero")
+    assert done.returncode == 2
+    assert "environment variable EMQ_CONCURRENCY: expected a whole number" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_manage_py_bad_option_is_a_clear_error():
+    done = run(
+        [sys.executable, "manage.py", "emq_jobmanager", "--queues", "email:x"],
+        DJANGO_SETTINGS_MODULE="example_project.settings",
+    )
+    assert done.returncode != 0
+    assert "--queues" in done.stderr
+    assert "weight of 'email'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_manage_py_bad_setting_fails_the_system_checks():
+    done = run(
+        [sys.executable, "manage.py", "emq_router"],
+        DJANGO_SETTINGS_MODULE="example_project.settings",
+        EMQ_FRONTEND_ADDR="localhost",
+    )
+    assert done.returncode != 0
+    assert "django_eventmq.E003" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_call_command_bad_value_raises_command_error():
+    with pytest.raises(CommandError, match="--concurrency"):
+        call_command("emq_jobmanager", "--concurrency", "0")
+    with pytest.raises(CommandError, match=r"^--concurrency: expected a whole number > 0"):
+        call_command("emq_jobmanager", concurrency=-1)
+
+
+def test_python_m_router_and_jobmanager_run_and_stop_on_sigterm():
+    any_port = "tcp://127.0.0.1:*"
+    router = Proc(
+        python_module("router", "--frontend", any_port, "--backend", any_port, "--admin", any_port)
+    )
+    jobmanager = None
+    try:
+        ready = router.wait_output(r"router ready: frontend=\S+ backend=(\S+) admin=\S+")
+        jobmanager = Proc(
+            python_module("jobmanager", "-B", ready.group(1), "-Q", "default:10", "-c", "1"),
+            env={"EMQ_SHUTDOWN_GRACE": "1"},
+        )
+        jobmanager.wait_output(r"jobmanager ready: broker=\S+ queues=default:10 concurrency=1")
+        assert re.search(
+            r"\d\d:\d\d:\d\d,\d+ INFO django_eventmq\.router: router ready", router.output()
+        )
+        assert jobmanager.stop() == 0, jobmanager.output()
+        assert router.stop() == 0, router.output()
+        assert "Traceback" not in router.output() + jobmanager.output()
+    finally:
+        if jobmanager is not None:
+            jobmanager.stop()
+        router.stop()
