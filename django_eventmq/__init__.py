@@ -13,15 +13,30 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from .core.jobs import Job, job
+    from .core.schedule_api import schedule, unschedule
+    from .core.schedules import crontab, every
     from .errors import EventMQError
 
 _LAZY = {
     "Job": ("django_eventmq.core.jobs", "Job"),
     "job": ("django_eventmq.core.jobs", "job"),
     "EventMQError": ("django_eventmq.errors", "EventMQError"),
+    "schedule": ("django_eventmq.core.schedule_api", "schedule"),
+    "unschedule": ("django_eventmq.core.schedule_api", "unschedule"),
+    "every": ("django_eventmq.core.schedules", "every"),
+    "crontab": ("django_eventmq.core.schedules", "crontab"),
 }
 
-__all__ = ["EventMQError", "Job", "__version__", "job"]
+__all__ = [
+    "EventMQError",
+    "Job",
+    "__version__",
+    "crontab",
+    "every",
+    "job",
+    "schedule",
+    "unschedule",
+]
 
 
 def __getattr__(name: str) -> Any:

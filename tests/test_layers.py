@@ -34,7 +34,8 @@ def test_protocol_loads_neither_zmq_nor_django():
 
 
 CORE_MODULES = sorted(
-    f"django_eventmq.core.{info.name}" for info in pkgutil.iter_modules(django_eventmq.core.__path__)
+    f"django_eventmq.core.{info.name}"
+    for info in pkgutil.iter_modules(django_eventmq.core.__path__)
 )
 
 

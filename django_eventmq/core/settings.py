@@ -64,6 +64,15 @@ class Settings:
     allowed_job_modules: tuple[str, ...] = ()
     #: Seconds ``.delay()`` waits to hand a message to the socket.
     send_timeout: float = 5.0
+    #: What a scheduler does with runs that fell due while none ran:
+    #: ``once`` (fire one), ``skip`` (fire none) or ``all`` (fire each).
+    scheduler_catchup: str = "once"
+    #: Seconds between a scheduler's reloads of changed schedules.
+    scheduler_poll_interval: float = 1.0
+    #: Seconds late before a run counts as missed (and the catch-up policy applies).
+    scheduler_misfire_grace: float = 60.0
+    #: Seconds run claims are kept (they stop two schedulers firing a run twice).
+    scheduler_run_retention: float = 604800.0
 
     def __post_init__(self) -> None:
         for name in ("worker_addr", "frontend_addr", "backend_addr", "admin_addr"):
@@ -85,6 +94,14 @@ class Settings:
         _positive("send_timeout", self.send_timeout)
         _positive("prefetch", self.prefetch, whole=True, allow_zero=True)
         _positive("max_jobs_per_child", self.max_jobs_per_child, whole=True, allow_zero=True)
+        if self.scheduler_catchup not in ("once", "skip", "all"):
+            raise ConfigurationError(
+                "SCHEDULER_CATCHUP: expected 'once', 'skip' or 'all', "
+                f"got {self.scheduler_catchup!r}"
+            )
+        _positive("scheduler_poll_interval", self.scheduler_poll_interval)
+        _positive("scheduler_misfire_grace", self.scheduler_misfire_grace, allow_zero=True)
+        _positive("scheduler_run_retention", self.scheduler_run_retention)
         if self.heartbeat_timeout <= self.heartbeat_interval:
             raise ConfigurationError(
                 "HEARTBEAT_TIMEOUT must be longer than HEARTBEAT_INTERVAL, or live peers "

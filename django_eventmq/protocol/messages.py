@@ -239,8 +239,11 @@ class _ScheduleBase(Message):
     def has_timing(self) -> bool:
         return self.interval is not None or self.cron is not None
 
+    #: Send the 5-frame form even without timing (``-1`` and ``''``).
+    always_timing_frames: ClassVar[bool] = False
+
     def body(self) -> list[str]:
-        if not self.has_timing:
+        if not self.has_timing and not self.always_timing_frames:
             return [self.queue, self.headers.encode(), self.body_text]
         interval = str(self.interval) if self.interval is not None else "-1"
         return [self.queue, self.headers.encode(), interval, self.body_text, self.cron or ""]
@@ -280,9 +283,14 @@ class Schedule(_ScheduleBase):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Unschedule(_ScheduleBase):
-    """Stop a schedule; without timing, every schedule of that job body."""
+    """Stop a schedule; without timing, every schedule of that job body.
+
+    Always sent in the reference's 5-frame form: its scheduler reads the timing
+    frames of an UNSCHEDULE even when they say "none".
+    """
 
     command: ClassVar[str] = C.UNSCHEDULE
+    always_timing_frames: ClassVar[bool] = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

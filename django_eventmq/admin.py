@@ -1,0 +1,7 @@
+"""Django admin for django_eventmq; each feature's admin lives in its own module."""
+
+from __future__ import annotations
+
+from .admin_schedules import ScheduleAdmin
+
+__all__ = ["ScheduleAdmin"]

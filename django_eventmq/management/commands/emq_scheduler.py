@@ -1,0 +1,57 @@
+"""``manage.py emq_scheduler``: run the EventMQ scheduler on the project's database."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from ... import conf
+from ...core import cli, registry
+from ...core.jobs import declared_schedules
+from ...core.scheduler_cli import add_scheduler_arguments, scheduler_settings
+from ...errors import EventMQError
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the EventMQ scheduler: connects to the router's frontend as a scheduler, keeps "
+        "schedules in the Schedule table (SCHEDULE/UNSCHEDULE messages, the admin, "
+        "@job(schedule=...)) and sends a job request whenever one is due, until SIGTERM/SIGINT. "
+        "Several schedulers may run at once: each run is sent by one of them."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        add_scheduler_arguments(parser)
+        parser.add_argument(
+            "--log-level",
+            type=str.upper,
+            default=cli.DEFAULT_LOG_LEVEL,
+            choices=cli.LOG_LEVELS,
+            metavar="LEVEL",
+            help=f"one of {', '.join(cli.LOG_LEVELS)} (default: {cli.DEFAULT_LOG_LEVEL})",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from ...core.scheduler import Scheduler
+        from ...schedule_store import DjangoScheduleStore, sync_declared
+
+        try:
+            settings = scheduler_settings(conf.settings_with_options(options), options)
+            cli.configure_logging(options["log_level"])
+            # Apps' jobs.py are imported by the app; JOB_MODULES may name more.
+            registry.import_job_modules(settings.job_modules)
+            kept, removed = sync_declared(declared_schedules(), now=timezone.now())
+            scheduler = Scheduler(
+                settings,
+                DjangoScheduleStore(),
+                catchup=options["catchup"],
+                poll_interval=options["poll_interval"],
+            )
+        except EventMQError as exc:
+            raise CommandError(str(exc)) from None
+        if kept or removed:
+            self.stderr.write(f"schedules from code: {kept} in the table, {removed} removed")
+        cli.install_signal_handlers(scheduler.stop)
+        scheduler.run()
