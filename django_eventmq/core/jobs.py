@@ -7,15 +7,51 @@ signature (kept for type checkers through ``ParamSpec``).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import json
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, SerializationError
 from ..protocol import Headers, JobBody, new_msgid
 from ..protocol import constants as C
 from . import registry
 from .client import get_client
 from .config import get_settings
+from .schedules import Periodic, crontab
+
+_declared_lock = threading.Lock()
+#: Schedules declared with ``@job(schedule=...)`` / ``@job(cron=...)``, in
+#: declaration order; ``emq_scheduler`` syncs them into the table at start-up.
+_declared: dict[str, tuple[Job[Any, Any], tuple[Periodic, ...]]] = {}
+
+
+def declared_schedules() -> list[tuple[Job[Any, Any], Periodic]]:
+    """Every ``(job, periodic)`` declared in code so far."""
+    with _declared_lock:
+        return [(j, p) for j, periodics in _declared.values() for p in periodics]
+
+
+def _periodics(
+    schedule: Periodic | Sequence[Periodic] | None, cron: str | None
+) -> tuple[Periodic, ...]:
+    found: list[Periodic] = []
+    if isinstance(schedule, Periodic):
+        found.append(schedule)
+    elif schedule is not None:
+        found.extend(schedule)
+    if cron is not None:
+        found.append(crontab(cron))
+    for item in found:
+        if not isinstance(item, Periodic):
+            raise ConfigurationError(
+                f"@job schedule= takes every(...)/crontab(...) results, got {item!r}"
+            )
+    return tuple(found)
+
+
+#: One encoder for every body: json.dumps with options builds a new one per call.
+_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -33,6 +69,8 @@ class Job(Generic[P, R]):
         guarantee: bool = False,
         retry_count: int = 0,
         timeout: int = 0,
+        schedule: Periodic | Sequence[Periodic] | None = None,
+        cron: str | None = None,
     ) -> None:
         qualname = getattr(func, "__qualname__", "")
         if "<locals>" in qualname or "." in qualname:
@@ -57,7 +95,33 @@ class Job(Generic[P, R]):
             timeout=timeout,
         )
         self.name = registry.register(func, self.path, self.callable_name)
+        #: Schedules declared in code for this job (see ``declared_schedules``).
+        self.schedules = _periodics(schedule, cron)
+        with _declared_lock:
+            if self.schedules:
+                _declared[self.name] = (self, self.schedules)
+            else:
+                _declared.pop(self.name, None)
+        # The parts of the job body that never change, encoded once: .delay()
+        # only encodes the arguments (the enqueue hot path).
+        self._body_head = (
+            f'["run",{{"callable":{_encode(self.callable_name)},"path":{_encode(self.path)},"args":'
+        )
+        self._queue_b = queue.encode()
+        self._headers_b = self.headers.encode().encode()
         functools.update_wrapper(self, func)
+
+    def encode_body(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """The JSON job body for these arguments; ``TypeError`` if they are not JSON."""
+        try:
+            return (
+                f'{self._body_head}{_encode(args)},"kwargs":{_encode(kwargs)}'
+                ',"class_args":[],"class_kwargs":{}}]'
+            )
+        except (TypeError, ValueError) as exc:
+            raise SerializationError(
+                f"{self.name}: arguments are not JSON-serialisable: {exc}"
+            ) from exc
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
@@ -85,14 +149,21 @@ class Job(Generic[P, R]):
         msgid: str | None = None,
     ) -> str:
         """Queue the job with explicit options (queue, headers, msgid)."""
-        body_text = self.body(*args, **(kwargs or {})).encode()  # TypeError if not JSON
+        kwargs = kwargs or {}
+        body_text = self.encode_body(args, kwargs)  # TypeError before anything is sent
         msgid = msgid or new_msgid()
         settings = get_settings()
         if settings.run_inline:
-            self.func(*args, **(kwargs or {}))
+            self.func(*args, **kwargs)
             return msgid
         client = get_client(settings.broker_addr, send_timeout=settings.send_timeout)
-        return client.request(queue or self.queue, body_text, headers or self.headers, msgid)
+        client.send_request_frames(
+            msgid.encode(),
+            self._queue_b if queue is None else queue.encode(),
+            self._headers_b if headers is None else headers.encode().encode(),
+            body_text.encode(),
+        )
+        return msgid
 
     def __repr__(self) -> str:
         return f"<Job {self.name} queue={self.queue!r}>"
@@ -110,6 +181,8 @@ def job(
     guarantee: bool = ...,
     retry_count: int = ...,
     timeout: int = ...,
+    schedule: Periodic | Sequence[Periodic] | None = ...,
+    cron: str | None = ...,
 ) -> Callable[[Callable[P, R]], Job[P, R]]: ...
 
 
@@ -122,8 +195,14 @@ def job(
     guarantee: bool = False,
     retry_count: int = 0,
     timeout: int = 0,
+    schedule: Periodic | Sequence[Periodic] | None = None,
+    cron: str | None = None,
 ) -> Job[P, R] | Callable[[Callable[P, R]], Job[P, R]]:
-    """Register a module-level function as a job: ``@job`` or ``@job(queue="email")``."""
+    """Register a module-level function as a job: ``@job`` or ``@job(queue="email")``.
+
+    ``schedule=every(60)`` / ``schedule=crontab("30 2 * * *", timezone=...)``
+    (or a list of them) and ``cron="0 9 * * *"`` declare periodic runs.
+    """
 
     def wrap(f: Callable[P, R]) -> Job[P, R]:
         return Job(
@@ -133,6 +212,8 @@ def job(
             guarantee=guarantee,
             retry_count=retry_count,
             timeout=timeout,
+            schedule=schedule,
+            cron=cron,
         )
 
     return wrap(func) if func is not None else wrap
