@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from .core.jobs import Job, job
+    from .core.pubsub import publish, subscriber
     from .core.schedule_api import schedule, unschedule
     from .core.schedules import crontab, every
     from .errors import EventMQError
@@ -25,6 +26,8 @@ _LAZY = {
     "unschedule": ("django_eventmq.core.schedule_api", "unschedule"),
     "every": ("django_eventmq.core.schedules", "every"),
     "crontab": ("django_eventmq.core.schedules", "crontab"),
+    "publish": ("django_eventmq.core.pubsub", "publish"),
+    "subscriber": ("django_eventmq.core.pubsub", "subscriber"),
 }
 
 __all__ = [
@@ -34,7 +37,9 @@ __all__ = [
     "crontab",
     "every",
     "job",
+    "publish",
     "schedule",
+    "subscriber",
     "unschedule",
 ]
 

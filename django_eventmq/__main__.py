@@ -19,6 +19,7 @@ from .core.cli import (
     install_signal_handlers,
     settings_from_options,
 )
+from .core.pubsub_cli import add_pubsub_arguments, add_subscribe_arguments, pubsub_settings
 from .core.settings import Settings, from_mapping
 from .errors import ConfigurationError, EventMQError
 
@@ -26,6 +27,14 @@ ROUTER_HELP = "run the router: clients and job managers connect to it; it queues
 JOBMANAGER_HELP = (
     "run a job manager: connects to a router and runs the jobs of its queues in a pool "
     "of worker processes"
+)
+PUBSUB_HELP = (
+    "run the publisher: takes PUBLISH messages in and fans them out to subscribers by topic prefix"
+)
+SUBSCRIBE_HELP = "run a subscriber: runs the @subscriber handlers of the events it receives"
+KEYS_HELP = (
+    "generate CURVE key pairs: NAME.key and NAME.key_secret files with --dir, else "
+    "Z85 keys for EMQ_* variables"
 )
 EPILOG = (
     "Settings come from EMQ_* environment variables (EMQ_QUEUES, EMQ_CONCURRENCY, ...); "
@@ -58,6 +67,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_jobmanager_arguments(jobmanager)
     jobmanager.set_defaults(subparser=jobmanager)
+    pubsub = commands.add_parser(
+        "pubsub", help=PUBSUB_HELP, description=PUBSUB_HELP + ".", epilog=EPILOG
+    )
+    add_pubsub_arguments(pubsub)
+    pubsub.set_defaults(subparser=pubsub)
+    subscribe = commands.add_parser(
+        "subscribe", help=SUBSCRIBE_HELP, description=SUBSCRIBE_HELP + ".", epilog=EPILOG
+    )
+    add_subscribe_arguments(subscribe)
+    subscribe.set_defaults(subparser=subscribe)
+    keys = commands.add_parser("keys", help=KEYS_HELP, description=KEYS_HELP + ".")
+    from .core.security import add_keys_arguments
+
+    add_keys_arguments(keys)
+    keys.set_defaults(subparser=keys)
     return parser
 
 
@@ -81,6 +105,39 @@ def run_jobmanager(settings: Settings, hooks: str | None) -> int:
     return 0
 
 
+def run_pubsub(settings: Settings, hwm: int) -> int:
+    """Run the publisher until SIGTERM/SIGINT."""
+    from .core.publisher import Publisher
+
+    publisher = Publisher(settings, hwm=hwm)
+    install_signal_handlers(publisher.stop)
+    publisher.run()
+    return 0
+
+
+def run_subscribe(settings: Settings, modules: Sequence[str]) -> int:
+    """Import the handler modules, then run a subscriber consumer until SIGTERM/SIGINT."""
+    from .core.pubsub import Consumer, import_subscriber_modules
+
+    import_subscriber_modules(modules)
+    consumer = Consumer(settings)
+    install_signal_handlers(consumer.stop)
+    consumer.run()
+    return 0
+
+
+def run_keys(options: argparse.Namespace, subparser: argparse.ArgumentParser) -> int:
+    """Generate key pairs and print what was made (needs no settings)."""
+    from .core.security import make_keys
+
+    try:
+        lines = make_keys(options.names, options.dir, force=options.force)
+    except ConfigurationError as exc:
+        subparser.error(str(exc))
+    print("\n".join(lines))
+    return 0
+
+
 def _name_env_var(message: str) -> str:
     """Say which ``EMQ_*`` variable a settings error came from."""
     key, sep, rest = message.partition(": ")
@@ -94,18 +151,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     options = parser.parse_args(argv)
     subparser: argparse.ArgumentParser = options.subparser
+    if options.command == "keys":
+        return run_keys(options, subparser)
     try:
         base = from_mapping()
     except ConfigurationError as exc:
         subparser.error(_name_env_var(str(exc)))
     try:
         settings = settings_from_options(base, options)
+        settings = pubsub_settings(settings, options)
     except ConfigurationError as exc:
         subparser.error(str(exc))
     configure_logging(options.log_level)
     try:
         if options.command == "router":
             return run_router(settings)
+        if options.command == "pubsub":
+            return run_pubsub(settings, options.hwm)
+        if options.command == "subscribe":
+            return run_subscribe(settings, options.subscriber_modules)
         return run_jobmanager(settings, options.hooks)
     except EventMQError as exc:
         # Our errors say what is wrong (a job module that does not import,

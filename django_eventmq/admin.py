@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .admin_results import JobResultAdmin as JobResultAdmin
 from .admin_schedules import ScheduleAdmin
 
 __all__ = ["ScheduleAdmin"]

@@ -15,12 +15,13 @@ class DjangoEventMQConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, conf
+        from . import checks, conf, core_hooks
         from .core import config
 
         # Core code (``.delay()``, the job manager) asks core.config for its
         # settings; from now on they come from settings.EVENTMQ + EMQ_*.
         config.set_provider(conf.get_settings)
+        core_hooks.install()  # .delay_on_commit(), handle.status/.result/.cancel()
         setting_changed.connect(conf.on_setting_changed, dispatch_uid="django_eventmq.conf")
         checks.register_checks()
         # Like admin.py discovery: importing every app's jobs.py registers its

@@ -6,6 +6,7 @@ finds them: schedules in :mod:`.scheduling_models`.
 
 from __future__ import annotations
 
+from .results_models import JobResult as JobResult
 from .scheduling_models import Schedule, ScheduleRun
 
 __all__ = ["Schedule", "ScheduleRun"]

@@ -2,10 +2,14 @@
 
 Each worker process sets Django up once, and closes database connections
 that are broken or past ``CONN_MAX_AGE`` around every job, as Django's
-request cycle does around every request.
+request cycle does around every request. Job managers hand batches of job
+outcomes to :func:`record_results`, which writes them to the results table.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 
 def setup() -> None:
@@ -13,6 +17,10 @@ def setup() -> None:
     import django
 
     django.setup()
+    # The Tasks backend's dispatcher job must be registered in every worker.
+    from . import tasks_runner
+
+    tasks_runner.discover_tasks()
 
 
 def before_job() -> None:
@@ -27,3 +35,10 @@ def after_job() -> None:
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+def record_results(records: list[Mapping[str, Any]]) -> None:
+    """Write a batch of job outcome records to the results table (one query)."""
+    from .results import record_results as write
+
+    write(records)

@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_eventmq",
     "example_project.shop",
+    "example_project.digests",
 ]
 
 MIDDLEWARE = [

@@ -58,3 +58,4 @@ EVENTMQ: dict[str, object] = {}
 # The example project's app, so tests can exercise its jobs, views and
 # migrations (tests/django/test_example.py).
 INSTALLED_APPS += ["example_project.shop"]
+INSTALLED_APPS += ["example_project.digests"]

@@ -3,35 +3,55 @@
 The socket is made on first use in the calling thread and remade after a
 fork (pre-fork web servers import the app, then fork workers). Sending never
 waits for the job to run; it waits at most ``SEND_TIMEOUT`` for the socket
-to take the message.
+to take the message, and for a ``guarantee`` job until the router ACKs it.
+
+What the router sends back (ACKs, job outcomes, rejections) arrives on the
+same socket in any order; the client sorts it by msgid so that each
+:class:`~django_eventmq.core.handles.JobHandle` finds its own outcome.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 from typing import Any
 
-from ..errors import BrokerUnavailable
+from ..errors import BrokerUnavailable, ProtocolError
 from ..protocol import (
     EMPTY_HEADERS,
+    Ack,
+    Cancel,
     Headers,
     Message,
+    Reject,
+    Reply,
     Request,
     Schedule,
     Unschedule,
+    decode,
     new_msgid,
 )
-from ..protocol.constants import PROTOCOL_VERSION_B, REQUEST
+from ..protocol.constants import ACK, PROTOCOL_VERSION_B, REQUEST
 from . import transport
+
+logger = logging.getLogger("django_eventmq.client")
 
 #: Messages a client may queue in its socket before ``.delay()`` blocks.
 CLIENT_SNDHWM = 100_000
 #: Sends between two reads of what the router sent us (ACKs we don't wait for).
 DRAIN_EVERY = 256
+#: Outcomes (REPLY/REJECT) kept for handles that have not waited yet; the
+#: oldest are dropped beyond this, so un-awaited replies cannot grow memory.
+MAX_KEPT_OUTCOMES = 10_000
 
 _VERSION = PROTOCOL_VERSION_B
 _REQUEST = REQUEST.encode()
+_ACK = ACK.encode()
+
+#: What a handle may receive for its job: a REPLY (the outcome) or a REJECT.
+Outcome = Reply | Reject
 
 
 class Client:
@@ -41,6 +61,11 @@ class Client:
         self.addr = addr
         self.pid = os.getpid()
         self._sends = 0
+        #: Outcomes by job msgid, oldest first (dicts keep insertion order).
+        self._outcomes: dict[str, Outcome] = {}
+        #: msgids of guarantee jobs sent and not yet acknowledged.
+        self._awaiting_ack: set[str] = set()
+        self._acked: set[str] = set()
         self.channel = transport.Channel(
             transport.DEALER,
             connect=addr,
@@ -70,6 +95,119 @@ class Client:
         self._sends += 1
         if self._sends % DRAIN_EVERY == 0:
             self.drain()
+
+    def send_request_guaranteed(
+        self,
+        msgid: bytes,
+        queue: bytes,
+        headers: bytes,
+        body: bytes,
+        *,
+        ack_timeout: float,
+        retries: int,
+    ) -> None:
+        """Send a REQUEST and wait for the router's ACK, resending it (same msgid).
+
+        Raises :class:`BrokerUnavailable` when ``1 + retries`` sends got no ACK
+        within ``ack_timeout`` seconds each. The router treats the msgid as the
+        idempotency key, so a resend of a job it already stored is harmless.
+        """
+        key = msgid.decode()
+        self._awaiting_ack.add(key)
+        try:
+            for _attempt in range(retries + 1):
+                self.send_request_frames(msgid, queue, headers, body)
+                deadline = time.monotonic() + ack_timeout
+                while key not in self._acked:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not self.channel.poll(max(1, int(left * 1000))):
+                        break
+                    self._receive_one()
+                if key in self._acked:
+                    return
+                logger.warning(
+                    "no ACK from the router at %s for msgid=%s within %ss; sending again",
+                    self.addr,
+                    key,
+                    ack_timeout,
+                )
+        finally:
+            self._awaiting_ack.discard(key)
+            self._acked.discard(key)
+        raise BrokerUnavailable(
+            f"the router at {self.addr} did not acknowledge job {key} after {retries + 1} "
+            "sends (is emq_router running?)"
+        )
+
+    def cancel(self, job_msgid: str) -> str:
+        """Ask the router to cancel ``job_msgid``; returns the CANCEL's msgid."""
+        return self.send(Cancel(msgid=new_msgid(), job_msgid=job_msgid))
+
+    # -- receiving ---------------------------------------------------------
+    def outcome(self, job_msgid: str, timeout: float | None) -> Outcome | None:
+        """The REPLY or REJECT for ``job_msgid``, waiting up to ``timeout`` seconds.
+
+        ``None`` when it did not arrive in time. Outcomes for other jobs that
+        arrive meanwhile are kept for their own handles.
+        """
+        found = self._outcomes.pop(job_msgid, None)
+        if found is not None:
+            return found
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if deadline is None:
+                wait_ms = 1000
+            else:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                wait_ms = max(1, int(left * 1000))
+            if not self.channel.poll(wait_ms):
+                continue
+            while self.channel.poll(0):
+                self._receive_one()
+            found = self._outcomes.pop(job_msgid, None)
+            if found is not None:
+                return found
+
+    def _receive_one(self) -> None:
+        """Read one message from the router and file it by msgid."""
+        frames = self.channel.recv_frames()
+        # The common case, an ACK of a job nobody waits on, is skipped undecoded.
+        if len(frames) > 2 and frames[2] == _ACK and not self._awaiting_ack:
+            return
+        try:
+            message = decode(frames)
+        except ProtocolError as exc:
+            logger.warning("ignored a malformed message from the router at %s: %s", self.addr, exc)
+            return
+        if isinstance(message, Ack):
+            if message.ack_msgid in self._awaiting_ack:
+                self._acked.add(message.ack_msgid)
+        elif isinstance(message, Reply):
+            if message.reply_to is None:
+                # The reference router's receipt for a forwarded REQUEST:
+                # REPLY whose payload is the job's msgid. As good as an ACK.
+                if message.payload in self._awaiting_ack:
+                    self._acked.add(message.payload)
+            else:
+                self._keep(message.reply_to, message)
+        elif isinstance(message, Reject):
+            logger.info("router rejected msgid=%s: %s", message.job_msgid, message.reason)
+            self._keep(message.job_msgid, message)
+        # HEARTBEAT, DISCONNECT and others need nothing from a client.
+
+    def _keep(self, job_msgid: str, message: Outcome) -> None:
+        outcomes = self._outcomes
+        outcomes[job_msgid] = message
+        if len(outcomes) > MAX_KEPT_OUTCOMES:
+            oldest = next(iter(outcomes))
+            del outcomes[oldest]
+            logger.warning(
+                "dropped the unclaimed outcome of msgid=%s (more than %d kept)",
+                oldest,
+                MAX_KEPT_OUTCOMES,
+            )
 
     def request(
         self, queue: str, body_text: str, headers: Headers = EMPTY_HEADERS, msgid: str | None = None
@@ -120,11 +258,14 @@ class Client:
         )
 
     def drain(self) -> int:
-        """Discard acknowledgements the router sent us; returns how many."""
+        """Read what the router sent us without waiting; returns how many messages.
+
+        ACKs nobody waits on are dropped; outcomes are kept for their handles.
+        """
         count = 0
         socket = self.channel.socket
         while socket.poll(0):
-            self.channel.recv_frames()
+            self._receive_one()
             count += 1
         return count
 

@@ -2,10 +2,23 @@
 
 One DEALER socket to the router's backend and one pipe per worker child
 (:mod:`.pool`), all waited on by one ``zmq.Poller``. The job manager announces
-``concurrency + prefetch`` free slots with READY, hands each REQUEST to the
-least busy child, sends the result back as REPLY when the client asked for
-one, and announces the freed slot. It heartbeats, reconnects with back-off
-when the router goes quiet, and stops gracefully on SIGTERM.
+``concurrency + prefetch`` free slots with READY, hands each REQUEST to a
+child (:mod:`.lifecycle`), reports each outcome, and announces the freed
+slot. It heartbeats and reconnects with back-off when the router goes quiet
+(:mod:`.routerlink`), and stops gracefully on SIGTERM.
+
+Two ways to report, chosen per connection:
+
+* Reference mode (the router never sent FEATURES): REPLY when the client
+  asked for one, then READY for the freed slot, exactly as the reference job
+  manager does. A failed job with ``retry-count`` is retried here.
+* DONE mode (our router sent FEATURES right after its ACK): one ``DONE`` per
+  job carries the status and reply and frees the slot; ``retry`` lets the
+  router requeue it; unstarted jobs go back with ``NACK`` when we stop; the
+  router may ``CANCEL`` a job.
+
+Until the mode is known (just after the ACK, or while disconnected) outcomes
+wait in an outbox, and their slots are not offered.
 
 Choices worth knowing:
 
@@ -23,93 +36,98 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
-from typing import Any
 
 import zmq
 
-from ..errors import ProtocolError
 from ..protocol import (
     Ack,
+    Cancel,
     Disconnect,
+    Done,
+    Features,
     Heartbeat,
-    Inform,
     Kbai,
-    Liveness,
     Message,
+    Nack,
     Ready,
     Reply,
     Request,
-    decode_json,
-    encode_json,
     new_msgid,
 )
-from ..protocol import constants as C
-from . import transport, worker
-from .pool import Child, Lost, Pool, Status
+from . import transport
+from .lifecycle import Job, Lifecycle, attempt_of
+from .outcomes import Recorder
+from .pool import Pool
+from .routerlink import RouterLink
 from .settings import Settings
 
 logger = logging.getLogger("django_eventmq.jobmanager")
-
-#: First reconnect delay in seconds; doubles per failed attempt up to
-#: ``RECONNECT_MAX_DELAY``.
-RECONNECT_MIN_DELAY = 0.1
 
 #: Seconds between supervision passes (reap / check / respawn) when nothing
 #: prompts one sooner.
 SUPERVISE_EVERY = 0.2
 
+#: Seconds after the ACK to wait for FEATURES before settling on reference mode
+#: (ours sends it right after the ACK; any other message settles it sooner).
+FEATURES_WAIT = 0.5
+
+#: What we tell a router of ours we speak, in answer to its FEATURES.
+OUR_FEATURES = {"done": 1, "nack": 1, "cancel": 1, "timeout": 1, "retry": 1}
+
+REFERENCE = "reference"
+DONE = "done"
+
+#: Outbox entries that are a NACK (not a DONE status).
+_NACK = "nack"
+
 
 @dataclass(slots=True)
-class Job:
-    """A job this job manager accepted and has not finished."""
+class _Pending:
+    """An outcome waiting for a connection whose mode is known."""
 
-    msgid: str
-    queue: str
-    body_text: str
-    reply_requested: bool
-    child: Child | None = None
-
-
-def error_payload(exc_type: str, message: str, traceback: str = "") -> str:
-    """The REPLY payload for a job that failed.
-
-    The reference job manager answers a failed job with ``{"value": str(exc)}``,
-    which its clients cannot tell from a result. We keep that ``value`` so a
-    reference client sees what it always saw, and add ``error`` with the type,
-    message and traceback so our client can raise :class:`JobError`.
-    """
-    return encode_json(
-        {"value": message, "error": {"type": exc_type, "message": message, "traceback": traceback}}
-    )
+    job: Job
+    status: str  # a DONE status, or _NACK
+    payload: str  # the reply payload, or the NACK reason
 
 
 class JobManager:
     """Runs jobs from one router in a pool of worker processes."""
 
-    def __init__(self, settings: Settings, *, hooks: str | None = None) -> None:
+    def __init__(
+        self, settings: Settings, *, hooks: str | None = None, name: str | None = None
+    ) -> None:
         self.settings = settings
         self.hooks = hooks
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.addr = settings.worker_addr
         self.slots = settings.concurrency + settings.prefetch
         self._stopping = False
         self._poller = zmq.Poller()
         self.pool = Pool(settings, hooks=hooks, watch=self._watch, unwatch=self._unwatch)
-        self.channel: transport.Channel | None = None
-        self.connected = False  # our INFORM was ACKed on the current socket
-        self.jobs: dict[int, Job] = {}
-        self._pending: deque[int] = deque()  # accepted, waiting for a free child
-        self._seq = 0
-        self._credit = 0  # READYs the router holds for us on this socket
-        self._outbox: list[Message] = []  # replies made while we had no socket
-        self._inform_msgid = ""
-        self._liveness: Liveness | None = None
-        self._heard_any = False
-        self._backoff = RECONNECT_MIN_DELAY
-        self._reconnect_at: float | None = None
+        self.recorder = Recorder(self.name)
+        self.lifecycle = Lifecycle(
+            settings,
+            self.pool,
+            self.recorder,
+            report=self._report,
+            nack=self._nack,
+            router_retries=lambda: self.mode == DONE,
+        )
+        self.lifecycle.wake_supervisor = self._wake_supervisor
+        self.lifecycle.resend_records = self._resend_records
+        self.jobs = self.lifecycle.jobs
+        self.link = RouterLink(settings, self._poller)
+        #: "", REFERENCE or DONE: how outcomes are reported on this connection.
+        self.mode = ""
+        self.router_features: dict[str, object] = {}
+        self._features_early = False
+        self._decide_by = 0.0
+        self._credit = 0  # slots the router holds for us on this socket
+        self._outbox: list[_Pending] = []
         self._next_supervise = 0.0
         self._started = False
 
@@ -146,7 +164,7 @@ class JobManager:
         try:
             timeout = max(1, int(min(self.settings.heartbeat_interval / 4, 0.25) * 1000))
             while not self._stopping:
-                self.loop_once(timeout)
+                self.loop_once(self._wait_ms(timeout))
             self._drain(timeout)
         except transport.ContextTerminated:
             pass
@@ -156,56 +174,70 @@ class JobManager:
     def close(self) -> None:
         """Stop the children and close the socket (idempotent)."""
         self.pool.close()
-        self._close_channel()
+        self.link.close()
 
     # -- the loop --------------------------------------------------------------
     def loop_once(self, timeout_ms: int, now: float | None = None) -> None:
         """Wait up to ``timeout_ms`` for messages and results, then handle them."""
         if not self._started:
             self.start(now)
-        channel = self.channel
-        events = dict(self._poller.poll(timeout_ms))
+        events = self._poller.poll(timeout_ms)
         now = time.monotonic() if now is None else now
-        if channel is not None and channel.socket in events:
-            self._read_router(channel, now)
-        for fd in events:
-            child = self.pool.children.get(fd) if isinstance(fd, int) else None
-            if child is not None:
-                self._finish(self.pool.receive(child), now)
-        if self._pending:
-            self._dispatch()
+        lifecycle, children = self.lifecycle, self.pool.children
+        router_ready = finished = False
+        # Results first: their DONE/READY lets the router send the next job
+        # while we read what it already sent.
+        for fd, _ in events:
+            if isinstance(fd, int):
+                child = children.get(fd)
+                if child is not None:
+                    finished = lifecycle.receive(child, now) or finished
+            else:
+                router_ready = True
+        if finished:
+            self._top_up()
+        if router_ready:
+            self._read_router(now)
+        if lifecycle.pending:
+            lifecycle.dispatch(now)
+        if events:
+            self._top_up()
         if now >= self._next_supervise:
             self._supervise(now)
+        if self.recorder.waiting:
+            self._send_records(now)
         self._keepalive(now)
 
-    def _read_router(self, channel: transport.Channel, now: float) -> None:
+    def _wait_ms(self, timeout_ms: int) -> int:
+        """The poll timeout: shorter when a retry falls due sooner."""
+        due = self.lifecycle.next_retry()
+        if due is None:
+            return timeout_ms
+        return max(0, min(timeout_ms, int((due - time.monotonic()) * 1000) + 1))
+
+    def _read_router(self, now: float) -> None:
         """Handle every message waiting on the router socket."""
-        while self.channel is channel:
-            try:
-                _identity, _frames, message = channel.recv(flags=zmq.NOBLOCK)
-            except transport.Again:
-                return
-            except ProtocolError as exc:
-                logger.warning("dropped a malformed message from the router: %s", exc)
-                continue
-            assert self._liveness is not None
-            self._liveness.heard(now)
-            self._heard_any = True
+        for message in self.link.messages(now):
             self._handle(message, now)
 
     def _handle(self, message: Message, now: float) -> None:
+        if self.connected and not self.mode and not isinstance(message, Features):
+            # Ours sends FEATURES right after the ACK: anything else first means
+            # a router that does not speak our extensions.
+            self._set_mode(REFERENCE)
         if isinstance(message, Request):
             self._credit = max(0, self._credit - 1)
             self._accept(message)
         elif isinstance(message, Ack):
-            if message.ack_msgid == self._inform_msgid and not self.connected:
-                self.connected = True
-                self._backoff = RECONNECT_MIN_DELAY
-                logger.info("jobmanager connected to %s", self.addr)
-                for pending in self._outbox:
-                    self._send(pending)
-                self._outbox.clear()
+            if self.link.is_our_ack(message):
+                self._decide_by = now + FEATURES_WAIT
+                if self._features_early:
+                    self._set_mode(DONE)
                 self._top_up()
+        elif isinstance(message, Features):
+            self._features(message)
+        elif isinstance(message, Cancel):
+            self.lifecycle.cancel(message.job_msgid, now)
         elif isinstance(message, Disconnect):
             self._lose_router(now, "the router sent DISCONNECT")
         elif isinstance(message, Kbai):
@@ -215,196 +247,169 @@ class JobManager:
         else:
             logger.debug("ignored %s from the router", message.command)
 
+    def _features(self, message: Features) -> None:
+        self.router_features = dict(message.features)
+        if self.link.channel is not None:
+            self.link.channel.send(Features(msgid=new_msgid(), features=OUR_FEATURES))
+        speaks_done = bool(message.features.get("done", 1))
+        if self.connected and not self.mode:
+            self._set_mode(DONE if speaks_done else REFERENCE)
+        elif not self.connected:
+            self._features_early = speaks_done  # settled when the ACK comes
+
+    def _set_mode(self, mode: str) -> None:
+        """Settle how this connection hears of outcomes, and send what waited for it."""
+        self.mode = mode
+        logger.debug("jobmanager reports to %s in %s mode", self.addr, mode)
+        waiting, self._outbox = self._outbox, []
+        for item in waiting:
+            if item.status == _NACK:
+                self._nack(item.job, item.payload)
+            else:
+                self._report(item.job, item.status, item.payload)
+        self._top_up()
+
     # -- jobs --------------------------------------------------------------------
     def _accept(self, request: Request) -> None:
+        headers = request.headers
+        reply = headers.reply_requested
+        job = Job(
+            request.msgid,
+            request.queue,
+            request.body_text,
+            reply,
+            headers.timeout,
+            headers.retry_count,
+            attempt_of(headers) if headers.extra else 1,
+            (reply or self.settings.record_all_results) and self.pool.can_record is not False,
+        )
+        if self._stopping and self.mode == DONE:
+            self._nack(job, "stopping")
+            return
         if request.queue not in self.settings.queue_names:
             logger.debug(
                 "job for queue %r that we do not serve: msgid=%s; running it",
                 request.queue,
                 request.msgid,
             )
-        self._seq += 1
-        self.jobs[self._seq] = Job(
-            request.msgid, request.queue, request.body_text, request.headers.reply_requested
-        )
-        self._pending.append(self._seq)
-        self._dispatch()
+        self.lifecycle.accept(job)
 
-    def _dispatch(self) -> None:
-        """Hand pending jobs to children that can take them."""
-        pending, jobs, pool = self._pending, self.jobs, self.pool
-        while pending:
-            job = jobs[pending[0]]
-            child = pool.pick(len(job.body_text) + 16)
-            if child is None:
-                return
-            seq = pending.popleft()
-            job.child = child
-            try:
-                pool.send(child, seq, job.msgid, job.body_text)
-            except OSError:
-                # The child died under us; reaping reports the job lost.
-                self._next_supervise = 0.0
-                return
-
-    def _finish(self, results: list[tuple[int, str, str]], now: float) -> None:
-        """Report finished jobs and announce the freed slots."""
-        for seq, status, payload in results:
-            job = self.jobs.pop(seq, None)
-            if job is None:
-                continue
-            if status != worker.OK:
-                self._report_failure(job, status, payload)
-            elif job.reply_requested:
+    def _report(self, job: Job, status: str, payload: str) -> None:
+        """Tell the router a job is over, as this connection's mode says."""
+        if self.mode == DONE:
+            self._send(Done(msgid=new_msgid(), job_msgid=job.msgid, status=status, payload=payload))
+            self._credit += 1  # DONE frees the slot at the router
+        elif self.mode == REFERENCE:
+            if job.reply_requested:
                 self._send(Reply(msgid=new_msgid(), payload=payload, reply_to=job.msgid))
-            if job.child is not None and job.child.status is Status.RETIRING:
-                self._next_supervise = 0.0  # let it go and start its replacement now
-        if results:
-            self._top_up()
-
-    def _report_failure(self, job: Job, status: str, payload: str) -> None:
-        try:
-            info: dict[str, Any] = decode_json(payload, "worker result")
-        except ProtocolError:
-            info = {"job": "?", "type": "Error", "message": payload, "traceback": ""}
-        name, exc_type = info.get("job", "?"), info.get("type", "Error")
-        message, trace = info.get("message", ""), info.get("traceback", "")
-        if status == worker.REFUSED:
-            logger.warning(
-                "refused job msgid=%s job=%s queue=%s: %s", job.msgid, name, job.queue, message
-            )
         else:
-            logger.warning(
-                "job failed msgid=%s job=%s queue=%s: %s: %s",
-                job.msgid,
-                name,
-                job.queue,
-                exc_type,
-                message,
-            )
-            if trace:
-                logger.debug("traceback of job msgid=%s:\n%s", job.msgid, trace)
-        if job.reply_requested:
-            reply = error_payload(exc_type, message, trace)
-            self._send(Reply(msgid=new_msgid(), payload=reply, reply_to=job.msgid))
+            self._outbox.append(_Pending(job, status, payload))
 
-    def _report_lost(self, lost: Lost) -> None:
-        job = self.jobs.pop(lost.seq, None)
-        if job is None:
-            return
-        name = _job_name(job.body_text)
-        message = f"worker process pid={lost.pid} exited with code {lost.exitcode} running it"
-        logger.warning("job lost msgid=%s job=%s queue=%s: %s", job.msgid, name, job.queue, message)
-        if job.reply_requested:
-            reply = error_payload("WorkerDied", message)
-            self._send(Reply(msgid=new_msgid(), payload=reply, reply_to=job.msgid))
+    def _nack(self, job: Job, reason: str) -> None:
+        """Give an unstarted job back to the router (or run it, if the router cannot take it)."""
+        if self.mode == DONE:
+            self._send(Nack(msgid=new_msgid(), job_msgid=job.msgid, reason=reason))
+            self._credit += 1
+        elif self.mode == REFERENCE:
+            job.skip = ""
+            self.lifecycle.accept(job)  # a reference router cannot take it back
+        else:
+            self._outbox.append(_Pending(job, _NACK, reason))
 
+    # -- records -----------------------------------------------------------------
+    def _send_records(self, now: float, *, force: bool = False) -> None:
+        """Hand due batches of outcome records to a child (they need Django)."""
+        if self.pool.can_record is False:
+            self.recorder.clear()  # the hooks module has no record_results
+        else:
+            self.recorder.flush(self._send_batch, now, force=force)
+
+    def _send_batch(self, data: bytes, urgent: bool) -> bool:
+        return self.pool.send_records(data, urgent=urgent)
+
+    def _resend_records(self, batches: list[bytes]) -> None:
+        # Not urgent: the stopped child's replacement will be idle soon.
+        self.recorder.resend(batches, time.monotonic())
+
+    # -- supervision ---------------------------------------------------------------
     def _supervise(self, now: float) -> None:
-        """Reap dead children, retire worn ones, start replacements."""
+        """Reap dead children, retire worn ones, time jobs out, start replacements."""
         self._next_supervise = now + SUPERVISE_EVERY
-        pool = self.pool
-        pool.check()
-        lost = pool.reap(now)
-        for item in lost:
-            self._report_lost(item)
+        pool, lifecycle = self.pool, self.lifecycle
+        pool.check(now)
+        self._resend_records(pool.orphan_records())
+        lifecycle.lost(now)
+        lifecycle.check_timeouts(now)
+        lifecycle.due_retries(now)
         if not self._stopping:
             pool.respawn(now)
-        if lost:
-            self._top_up()
-        if self._pending:
-            self._dispatch()
+        if lifecycle.pending:
+            lifecycle.dispatch(now)
+        self._top_up()
+
+    def _wake_supervisor(self) -> None:
+        self._next_supervise = 0.0
 
     # -- router connection ---------------------------------------------------------
+    @property
+    def connected(self) -> bool:
+        return self.link.connected
+
     def _send(self, message: Message) -> None:
-        channel = self.channel
-        if channel is None or not self.connected:
-            if isinstance(message, Reply):
-                self._outbox.append(message)  # goes out once we are connected again
-            return
-        channel.send(message)
-        assert self._liveness is not None
-        self._liveness.sent(time.monotonic())
+        self.link.send(message)
 
     def _top_up(self) -> None:
         """Send READY until the router holds one per free slot (not while stopping)."""
-        if self._stopping or not self.connected:
+        if self._stopping or not self.link.connected:
             return
-        free = self.slots - len(self.jobs)
+        free = self.slots - len(self.jobs) - len(self._outbox)
         while self._credit < free:
-            self._send(Ready(msgid=new_msgid()))
+            self.link.send(Ready(msgid=new_msgid()))
             self._credit += 1
 
     def _connect(self, now: float) -> None:
-        channel = transport.Channel(
-            transport.DEALER, connect=self.addr, identity=transport.new_identity("jm-")
-        )
-        self.channel = channel
-        self._poller.register(channel.socket, zmq.POLLIN)
-        self.connected = False
-        self._credit = 0
-        self._heard_any = False
-        self._reconnect_at = None
-        self._liveness = Liveness(
-            now, interval=self.settings.heartbeat_interval, timeout=self.settings.heartbeat_timeout
-        )
-        inform = Inform(msgid=new_msgid(), queues=self.settings.queues, peer_type=C.PEER_WORKER)
-        self._inform_msgid = inform.msgid
-        channel.send(inform)
+        self.link.connect(now)
+        self._new_connection()
 
-    def _close_channel(self) -> None:
-        channel, self.channel = self.channel, None
-        self.connected = False
-        if channel is not None:
-            self._poller.unregister(channel.socket)
-            channel.close()
+    def _new_connection(self) -> None:
+        """Forget what the previous socket's router knew of us."""
+        self.mode = ""
+        self._features_early = False
+        self._credit = 0
 
     def _lose_router(self, now: float, why: str) -> None:
-        """Drop the socket and plan a reconnect with back-off."""
-        if self._heard_any:
-            logger.warning("lost the router at %s: %s; reconnecting", self.addr, why)
-            self._backoff = RECONNECT_MIN_DELAY
-        else:
-            logger.debug("no answer from the router at %s: %s; retrying", self.addr, why)
-        self._close_channel()
-        self._reconnect_at = now + self._backoff
-        self._backoff = min(self._backoff * 2, self.settings.reconnect_max_delay)
+        self.link.lose(now, why)
+        self.mode = ""
 
     def _keepalive(self, now: float) -> None:
-        """Heartbeat, notice a silent router, and reconnect when it is time."""
-        if self.channel is None:
-            if self._reconnect_at is not None and now >= self._reconnect_at:
-                self._connect(now)
-            return
-        liveness = self._liveness
-        assert liveness is not None
-        if liveness.expired(now):
-            self._lose_router(now, f"silent for more than {self.settings.heartbeat_timeout}s")
-        elif liveness.due(now):
-            self.channel.send(Heartbeat(msgid=new_msgid(), timestamp=time.time()))
-            liveness.sent(now)
+        """Heartbeat, reconnect, and settle the mode if FEATURES did not come."""
+        if self.link.keepalive(now):
+            self._new_connection()
+        elif self.link.connected and not self.mode and now >= self._decide_by:
+            self._set_mode(REFERENCE)
 
     # -- shutdown ------------------------------------------------------------------
     def _drain(self, timeout_ms: int) -> None:
-        """Let running jobs finish within the grace period, then say goodbye."""
+        """Hand back or finish jobs within the grace period, then say goodbye."""
         grace = self.settings.shutdown_grace
         self.loop_once(0)  # take in REQUESTs already delivered: the router counts them as ours
+        if self.mode == DONE:
+            # Our router can give unstarted jobs to someone else right away.
+            self.lifecycle.hand_back_unstarted()
         if self.jobs:
             logger.info(
                 "jobmanager stopping: waiting up to %ss for %d job(s)", grace, len(self.jobs)
             )
         deadline = time.monotonic() + grace
         while self.jobs and time.monotonic() < deadline:
-            self.loop_once(timeout_ms)
+            self.loop_once(self._wait_ms(timeout_ms))
         if self.jobs:
             logger.warning(
                 "jobmanager stopping: grace period over, terminating jobs msgid=%s",
                 ",".join(job.msgid for job in self.jobs.values()),
             )
-        if self.channel is not None:
-            try:
-                self.channel.send(Kbai(msgid=new_msgid(), kbye=True), flags=zmq.NOBLOCK)
-            except transport.ZMQError:
-                logger.debug("could not send KBYE to the router")
+        self._send_records(time.monotonic(), force=True)
+        self.link.goodbye()
         logger.info("jobmanager stopped")
 
     # -- poller bookkeeping ----------------------------------------------------------
@@ -414,11 +419,3 @@ class JobManager:
     def _unwatch(self, fd: int) -> None:
         self._poller.unregister(fd)
         self._next_supervise = 0.0  # reap it promptly
-
-
-def _job_name(body_text: str) -> str:
-    try:
-        spec = decode_json(body_text, "job body")[1]
-        return f"{spec['path']}.{spec['callable']}"
-    except Exception:
-        return "?"

@@ -15,9 +15,10 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 from ..errors import ConfigurationError, SerializationError
 from ..protocol import Headers, JobBody, new_msgid
 from ..protocol import constants as C
-from . import registry
+from . import integration, registry
 from .client import get_client
 from .config import get_settings
+from .handles import EagerHandle, JobHandle, NoReplyHandle
 from .schedules import Periodic, crontab
 
 _declared_lock = threading.Lock()
@@ -109,6 +110,8 @@ class Job(Generic[P, R]):
         )
         self._queue_b = queue.encode()
         self._headers_b = self.headers.encode().encode()
+        self._guarantee = guarantee
+        self._handle_cls = _handle_class(self.headers)
         functools.update_wrapper(self, func)
 
     def encode_body(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
@@ -130,14 +133,28 @@ class Job(Generic[P, R]):
         """The job body that runs this function with these arguments."""
         return JobBody(path=self.path, callable=self.callable_name, args=args, kwargs=kwargs)
 
-    def delay(self, *args: P.args, **kwargs: P.kwargs) -> str:
-        """Queue the job; returns its msgid.
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """Queue the job; returns its handle, which is its msgid (a ``str``).
 
         Arguments must be JSON-serialisable: anything else raises
         ``TypeError`` here, before anything is sent. With ``EAGER`` (or no
-        ``BROKER_ADDR``) the job runs now, in this process.
+        ``BROKER_ADDR``) the job runs now, in this process. A ``guarantee``
+        job returns once the router has acknowledged (stored) it.
         """
         return self.send(args, kwargs)
+
+    def delay_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """Queue the job when the current database transaction commits.
+
+        Nothing is sent if it rolls back. Outside a transaction it is sent
+        at once. The arguments are checked now; the handle (msgid) is usable
+        at once, its ``.wait()`` after the commit.
+        """
+        on_commit = integration.on_commit()
+        body_text = self.encode_body(args, kwargs)  # TypeError now, not at commit
+        msgid = new_msgid()
+        on_commit(lambda: self._send_encoded(body_text, args, kwargs, None, None, msgid))
+        return self._handle_cls(msgid)
 
     def send(
         self,
@@ -147,26 +164,50 @@ class Job(Generic[P, R]):
         queue: str | None = None,
         headers: Headers | None = None,
         msgid: str | None = None,
-    ) -> str:
+    ) -> JobHandle:
         """Queue the job with explicit options (queue, headers, msgid)."""
         kwargs = kwargs or {}
         body_text = self.encode_body(args, kwargs)  # TypeError before anything is sent
-        msgid = msgid or new_msgid()
+        return self._send_encoded(body_text, args, kwargs, queue, headers, msgid or new_msgid())
+
+    def _send_encoded(
+        self,
+        body_text: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        queue: str | None,
+        headers: Headers | None,
+        msgid: str,
+    ) -> JobHandle:
         settings = get_settings()
         if settings.run_inline:
-            self.func(*args, **kwargs)
-            return msgid
+            return EagerHandle.ran(msgid, self.func(*args, **kwargs))
         client = get_client(settings.broker_addr, send_timeout=settings.send_timeout)
-        client.send_request_frames(
-            msgid.encode(),
-            self._queue_b if queue is None else queue.encode(),
-            self._headers_b if headers is None else headers.encode().encode(),
-            body_text.encode(),
-        )
-        return msgid
+        queue_b = self._queue_b if queue is None else queue.encode()
+        if headers is None:
+            headers_b, guarantee, handle_cls = self._headers_b, self._guarantee, self._handle_cls
+        else:
+            headers_b = headers.encode().encode()
+            guarantee, handle_cls = headers.guarantee, _handle_class(headers)
+        if guarantee:
+            client.send_request_guaranteed(
+                msgid.encode(),
+                queue_b,
+                headers_b,
+                body_text.encode(),
+                ack_timeout=settings.ack_timeout,
+                retries=settings.ack_retries,
+            )
+        else:
+            client.send_request_frames(msgid.encode(), queue_b, headers_b, body_text.encode())
+        return handle_cls(msgid)
 
     def __repr__(self) -> str:
         return f"<Job {self.name} queue={self.queue!r}>"
+
+
+def _handle_class(headers: Headers) -> type[JobHandle]:
+    return JobHandle if headers.reply_requested else NoReplyHandle
 
 
 @overload

@@ -3,13 +3,17 @@
 One :class:`Child` record per process (pid, status, jobs run, jobs in
 flight). The job manager drives it in separate steps: :meth:`Pool.reap`
 collects children that exited, :meth:`Pool.check` retires children that ran
-``MAX_JOBS_PER_CHILD`` jobs, :meth:`Pool.respawn` starts replacements. Children
-are started with the ``spawn`` method so they inherit no ZeroMQ context and no
-database connection, and live long, so the start-up cost (~0.1 s) is paid
-rarely.
+``MAX_JOBS_PER_CHILD`` jobs and finishes kills, :meth:`Pool.respawn` starts
+replacements. Children are started with the ``spawn`` method so they inherit
+no ZeroMQ context and no database connection, and live long, so the start-up
+cost (~0.1 s) is paid rarely.
 
-Each child has one pipe. The job manager polls the pipe's file descriptor
-next to its socket, so a result is read the moment it is written.
+Each child has one pipe (:mod:`.pipe` frames). The job manager polls the
+pipe's file descriptor next to its socket, so a result is read the moment it
+is written. Jobs for one child are queued with :meth:`Pool.assign` and written
+together by :meth:`Pool.flush`. A child runs its jobs in order, so the first
+job in :attr:`Child.inflight` is the running one; it started when the result
+before it arrived (or when it was handed to an idle child).
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ import enum
 import logging
 import math
 import multiprocessing
+import os
 import select
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,25 +34,32 @@ from multiprocessing.context import SpawnContext
 from multiprocessing.process import BaseProcess
 
 from . import worker
+from .pipe import FrameReader, frame, write_all
 from .settings import Settings
 
 logger = logging.getLogger("django_eventmq.pool")
 
 #: Bytes of job bodies queued in one child's pipe beyond the job it runs.
-#: Below the kernel's pipe buffer (64 KiB on Linux), so writing a queued job
-#: never blocks the job manager's loop.
+#: Well below the socket buffer of the pipe, so writing never blocks the loop.
 PIPE_BUDGET = 32 * 1024
+
+#: Bytes of outcome records that may wait in one child's pipe.
+RECORDS_BUDGET = 64 * 1024
 
 #: Longest wait before restarting children that keep failing to start.
 MAX_START_DELAY = 10.0
 
+#: Seconds between SIGTERM and SIGKILL when a child is stopped mid-job.
+KILL_GRACE = 1.0
+
 
 class Status(enum.Enum):
-    """Life of a child: STARTING -> UP -> (RETIRING) -> DEAD."""
+    """Life of a child: STARTING -> UP -> (RETIRING | KILLING) -> DEAD."""
 
     STARTING = "starting"  # spawned; importing hooks and job modules
     UP = "up"  # takes jobs
     RETIRING = "retiring"  # ran its share of jobs; finishes what it holds, then exits
+    KILLING = "killing"  # stopped mid-job (timeout, cancel); its jobs were taken back
     DEAD = "dead"  # exited (or its pipe closed); waiting to be reaped
 
 
@@ -61,19 +74,31 @@ class Child:
     #: Jobs finished, and jobs handed over (finished + in flight).
     jobs_run: int = 0
     assigned: int = 0
-    #: seq -> (msgid, body size) of jobs written to the pipe, in order.
+    #: seq -> (msgid, bytes queued in the pipe) of jobs handed over, in order;
+    #: the first one is running (its bytes count 0).
     inflight: dict[int, tuple[str, int]] = field(default_factory=dict)
     queued_bytes: int = 0
+    #: monotonic time the running (first) job started.
+    head_since: float = 0.0
+    #: Frames queued by assign(), written by flush().
+    outgoing: list[bytes] = field(default_factory=list)
+    #: Records batches written and not yet acknowledged, oldest first.
+    records: list[bytes] = field(default_factory=list)
+    records_bytes: int = 0
+    #: The hooks module has record_results (said in the child's UP frame).
+    can_record: bool = False
     #: Why start-up failed, as the child reported it.
     failure: str = ""
     #: It reached UP once; it was told to exit after its share of jobs.
     was_up: bool = False
     retired: bool = False
+    kill_at: float = 0.0  # when SIGTERM turns into SIGKILL
 
     def __post_init__(self) -> None:
-        # Connection.poll() builds a selector per call; this is ~20x cheaper.
         self.readable = select.poll()
         self.readable.register(self.conn.fileno(), select.POLLIN)
+        self.reader = FrameReader(self.conn.fileno())
+        self.watched = True
         self._pid: int = self.process.pid or 0
         self._exitcode: int | None = None
 
@@ -94,15 +119,29 @@ class Child:
     def msgids(self) -> list[str]:
         return [msgid for msgid, _ in self.inflight.values()]
 
+    @property
+    def head(self) -> int | None:
+        """The seq of the job it is running, if any."""
+        return next(iter(self.inflight), None)
+
 
 @dataclass(frozen=True, slots=True)
 class Lost:
-    """A job that was in a child when it died."""
+    """A job that was in a child when it died; ``started``: it was running."""
 
     seq: int
     msgid: str
     pid: int
     exitcode: int | None
+    started: bool
+
+
+@dataclass(slots=True)
+class Taken:
+    """What a stopped child held: jobs not started, records not yet handled."""
+
+    queued: list[int]
+    records: list[bytes]
 
 
 class Pool:
@@ -131,6 +170,8 @@ class Pool:
         self._start_failures = 0
         self._next_start = 0.0
         self._failure_logged = False
+        #: True/False once a child said whether the hooks record results.
+        self.can_record: bool | None = None
 
     # -- starting ----------------------------------------------------------
     def spawn(self, now: float | None = None) -> Child:
@@ -177,70 +218,158 @@ class Pool:
                 best = child
         return best
 
-    def send(self, child: Child, seq: int, msgid: str, body_text: str) -> None:
-        """Hand one job to ``child``."""
-        data = worker.encode_job(seq, body_text)
+    def assign(self, child: Child, seq: int, msgid: str, body_text: str, now: float) -> None:
+        """Queue one job for ``child``; :meth:`flush` writes it."""
+        data = frame(worker.encode_job(seq, body_text))
         if child.inflight:
-            child.queued_bytes += len(data)
-        child.inflight[seq] = (msgid, len(data) if child.inflight else 0)
+            size = len(data)
+            child.queued_bytes += size
+        else:
+            size = 0
+            child.head_since = now
+        child.inflight[seq] = (msgid, size)
+        child.outgoing.append(data)
         child.assigned += 1
-        child.conn.send_bytes(data)
         if self.max_jobs and child.assigned >= self.max_jobs:
             child.status = Status.RETIRING
 
-    def receive(self, child: Child) -> list[tuple[int, str, str]]:
+    def send(self, child: Child, seq: int, msgid: str, body_text: str) -> None:
+        """Hand one job to ``child`` now."""
+        self.assign(child, seq, msgid, body_text, time.monotonic())
+        self.flush(child)
+
+    def flush(self, child: Child) -> None:
+        """Write the frames queued for ``child`` in one go (OSError: it died)."""
+        data = b"".join(child.outgoing) if len(child.outgoing) > 1 else child.outgoing[0]
+        child.outgoing.clear()
+        write_all(child.fd, data)
+
+    def cancel(self, child: Child, seq: int) -> None:
+        """Ask ``child`` to skip job ``seq`` if it has not started it."""
+        with contextlib.suppress(OSError):  # if it died, reaping hands the job back
+            write_all(child.fd, frame(b"C%d" % seq))
+
+    def send_records(self, records: bytes, *, urgent: bool = False) -> bool:
+        """Give a records batch to an idle child (or, if ``urgent``, the least busy one).
+
+        A child handles records between jobs, so a batch sent to a busy child
+        waits for its job; a batch that has waited long goes anyway.
+        """
+        best: Child | None = None
+        if urgent and any(c.status is Status.STARTING for c in self.children.values()):
+            urgent = False  # a new child is coming, and it will be idle
+        for child in self.children.values():
+            if child.status is not Status.UP or not child.can_record:
+                continue
+            if child.records_bytes + len(records) > RECORDS_BUDGET and child.records:
+                continue
+            if not child.inflight:
+                best = child
+                break
+            if urgent and (
+                best is None
+                or (len(child.inflight), -child.head_since) < (len(best.inflight), -best.head_since)
+            ):
+                best = child  # fewest jobs, and the one whose job started last
+        if best is None:
+            return False
+        try:
+            write_all(best.fd, frame(records))
+        except OSError:
+            return False
+        best.records.append(records)
+        best.records_bytes += len(records)
+        return True
+
+    def receive(self, child: Child, now: float | None = None) -> list[tuple[int, str, str]]:
         """Results waiting in ``child``'s pipe: ``[(seq, status, payload), ...]``.
 
         Marks the child DEAD when its pipe has closed, and UP when it says so.
         """
-        results = []
-        conn, more = child.conn, child.readable.poll
-        while True:
-            try:
-                if not more(0):
-                    break
-                data = conn.recv_bytes()
-            except (EOFError, OSError):
-                self._mark_dead(child)
-                break
-            if data == worker.UP:
-                if child.status is Status.STARTING:
-                    child.status = Status.UP
-                child.was_up = True
-                self._start_failures = 0
-                self._failure_logged = False
-                continue
-            if data.startswith(worker.FAIL):
-                child.failure = data[len(worker.FAIL) + 1 :].decode(errors="replace")
-                continue
-            seq, status, payload = worker.decode_result(data)
-            entry = child.inflight.pop(seq, None)
-            if entry is not None:
-                child.queued_bytes -= entry[1]
-                if child.inflight:
+        results: list[tuple[int, str, str]] = []
+        if child.status is Status.KILLING or not child.readable.poll(0):
+            return results
+        try:
+            frames = child.reader.read()
+        except (EOFError, OSError):
+            self._mark_dead(child)
+            return results
+        inflight = child.inflight
+        for data in frames:
+            kind = data[:1]
+            if kind == worker.RESULT:
+                seq, status, payload = worker.decode_result(data)
+                entry = inflight.pop(seq, None)
+                if entry is not None and inflight:
                     # The next job is now running, no longer queued in the pipe.
-                    first = next(iter(child.inflight))
-                    msgid, size = child.inflight[first]
+                    first = next(iter(inflight))
+                    msgid, size = inflight[first]
                     child.queued_bytes -= size
-                    child.inflight[first] = (msgid, 0)
-            child.jobs_run += 1
-            results.append((seq, status, payload))
+                    inflight[first] = (msgid, 0)
+                    child.head_since = _now(now)
+                child.jobs_run += 1
+                results.append((seq, status, payload))
+            elif kind == worker.RECORDED:
+                if child.records:
+                    child.records_bytes -= len(child.records.pop(0))
+            elif kind == worker.UP:
+                self._up(child, data[1:])
+            elif kind == worker.FAIL:
+                child.failure = data[1:].decode(errors="replace")
         return results
+
+    def _up(self, child: Child, caps: bytes) -> None:
+        if child.status is Status.STARTING:
+            child.status = Status.UP
+        child.was_up = True
+        child.can_record = worker.CAN_RECORD in caps
+        self.can_record = child.can_record
+        self._start_failures = 0
+        self._failure_logged = False
 
     def _mark_dead(self, child: Child) -> None:
         if child.status is not Status.DEAD:
             child.status = Status.DEAD
+            self._stop_watching(child)
+
+    def _stop_watching(self, child: Child) -> None:
+        if child.watched:
+            child.watched = False
             self._unwatch(child.fd)
 
+    # -- stopping one child mid-job ------------------------------------------
+    def kill(self, child: Child, now: float | None = None) -> Taken:
+        """Stop ``child`` now (SIGTERM, SIGKILL after :data:`KILL_GRACE`).
+
+        Its running job is the caller's to report; the jobs queued behind it
+        and its unhandled records are handed back so nothing is lost.
+        """
+        taken = Taken(queued=list(child.inflight)[1:], records=list(child.records))
+        child.inflight.clear()
+        child.records.clear()
+        child.outgoing.clear()
+        child.queued_bytes = child.records_bytes = 0
+        child.status = Status.KILLING
+        child.kill_at = _now(now) + KILL_GRACE
+        self._stop_watching(child)
+        with contextlib.suppress(OSError):
+            os.kill(child.pid, signal.SIGTERM)
+        return taken
+
     # -- supervising ---------------------------------------------------------
-    def check(self) -> None:
-        """Tell retiring children that are done to exit; notice deaths the pipe missed."""
+    def check(self, now: float | None = None) -> None:
+        """Tell retiring children that are done to exit; finish kills; notice deaths."""
         for child in list(self.children.values()):
             if child.status is Status.RETIRING and not child.inflight:
                 with contextlib.suppress(OSError):
-                    child.conn.send_bytes(worker.EXIT)
+                    write_all(child.fd, frame(worker.EXIT))
                 child.retired = True
                 self._mark_dead(child)
+            elif child.status is Status.KILLING:
+                if child.process.exitcode is not None:
+                    self._mark_dead(child)
+                elif _now(now) >= child.kill_at:
+                    child.process.kill()
             elif child.status is not Status.DEAD and child.process.exitcode is not None:
                 self._mark_dead(child)
 
@@ -259,18 +388,29 @@ class Pool:
             code = child._exitcode = child.process.exitcode
             if not child.was_up:
                 self._start_failed(child, _now(now))
-            elif child.retired and not child.inflight:
-                logger.debug("worker child pid=%d retired after %d jobs", child.pid, child.jobs_run)
+            elif child.kill_at or (child.retired and not child.inflight):
+                logger.debug("worker child pid=%d stopped after %d jobs", child.pid, child.jobs_run)
             else:
                 logger.warning(
                     "worker child pid=%d exited with code %s; replacing it", child.pid, code
                 )
+            head = child.head
             lost.extend(
-                Lost(seq=seq, msgid=msgid, pid=child.pid, exitcode=code)
+                Lost(seq=seq, msgid=msgid, pid=child.pid, exitcode=code, started=seq == head)
                 for seq, (msgid, _size) in child.inflight.items()
             )
             child.process.close()
         return lost
+
+    def orphan_records(self) -> list[bytes]:
+        """Records batches held by children that died before handling them."""
+        taken: list[bytes] = []
+        for child in self.children.values():
+            if child.status is Status.DEAD and child.records:
+                taken.extend(child.records)
+                child.records.clear()
+                child.records_bytes = 0
+        return taken
 
     def _start_failed(self, child: Child, now: float) -> None:
         self._start_failures += 1
@@ -291,9 +431,9 @@ class Pool:
         """Stop every child: ask politely, then terminate, then kill."""
         children = list(self.children.values())
         for child in children:
-            if child.status is not Status.DEAD:
+            if child.status not in (Status.DEAD, Status.KILLING):
                 with contextlib.suppress(OSError):
-                    child.conn.send_bytes(worker.EXIT)
+                    write_all(child.fd, frame(worker.EXIT))
         deadline = time.monotonic() + timeout
         for child in children:
             if not child.inflight:

@@ -10,8 +10,9 @@ Rules (spec + reference behaviour):
 - For a queue, workers that gave it a higher weight are tried first, then the
   least recently used one (the one whose last dispatch is oldest).
 - When a READY arrives and requests are waiting in that worker's queues, it
-  gets the oldest request of its highest-weight queue that has any (ties: the
-  order the worker listed them).
+  gets the first request (highest priority, then oldest; see :mod:`.waiting`)
+  of its highest-weight queue that has any (ties: the order the worker listed
+  them).
 - A REQUEST for a queue no free worker serves waits for that queue; it never
   runs on another queue.
 """
@@ -26,23 +27,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..protocol.messages import QueueSpec
+from .waiting import Job, Loader, Waiting
+
+__all__ = ["Job", "Routing", "Scheduler", "Schedulers", "Worker"]
 
 _NEVER = float("-inf")
-
-
-@dataclass(slots=True, eq=False)
-class Job:
-    """One accepted REQUEST, kept as the raw frames to forward to a worker."""
-
-    msgid: str
-    queue: str
-    #: Frames as a DEALER sent them (no routing identity); forwarded unchanged.
-    frames: list[bytes]
-    #: ``guarantee`` header: requeue if its worker dies (at-least-once).
-    guarantee: bool
-    accepted_at: float
-    worker: bytes | None = None
-    dispatched_at: float = 0.0
+#: Seconds after a worker's first READY during which its READYs announce slots
+#: (the start-up burst, one per process), never finished jobs: a job handed
+#: out on the first READY cannot have finished by the second one of the burst.
+READY_BURST = 0.5
 
 
 @dataclass(slots=True, eq=False)
@@ -62,15 +55,10 @@ class Worker:
     inflight: deque[Job] = field(default_factory=deque)
     #: Changes whenever the worker's place in the LRU heaps changes.
     stamp: int = 0
-
-
-@dataclass(slots=True)
-class Dropped:
-    """What removing a worker released."""
-
-    worker: Worker
-    requeued: list[Job]
-    lost: list[Job]
+    #: It speaks our extensions (sent FEATURES, DONE or NACK): it reports each job.
+    features: bool = False
+    #: When its first READY came (None: not yet).
+    first_ready: float | None = None
 
 
 def _dedupe(queues: QueueSpec) -> QueueSpec:
@@ -84,11 +72,12 @@ def _dedupe(queues: QueueSpec) -> QueueSpec:
 class Routing:
     """Workers, their free slots, and the requests waiting for or running on them."""
 
-    def __init__(self) -> None:
+    def __init__(self, window: int = 0, load: Loader | None = None) -> None:
         self.workers: dict[bytes, Worker] = {}
-        #: queue -> FIFO of jobs no free worker could take yet.
-        self.waiting: dict[str, deque[Job]] = {}
-        #: msgid -> job, for every job dispatched and not known to be finished.
+        #: Jobs no free worker could take yet (``load`` reads more from disk).
+        self.waiting = Waiting(window, load)
+        #: msgid -> job, for every job dispatched and not known to be finished,
+        #: including those of workers that left (until their lease runs out).
         self.inflight: dict[str, Job] = {}
         self.processed_by_queue: Counter[str] = Counter()
         self.processed_by_worker: Counter[bytes] = Counter()
@@ -104,13 +93,13 @@ class Routing:
         self._seq = itertools.count(1)
 
     # -- workers ------------------------------------------------------------
-    def add_worker(self, identity: bytes, queues: QueueSpec, now: float) -> Dropped | None:
+    def add_worker(self, identity: bytes, queues: QueueSpec, now: float) -> list[Job]:
         """Register a worker (no free slots until it says READY).
 
-        A worker that INFORMs again restarted: its old state is dropped as if
-        it had died, and returned.
+        A worker that INFORMs again restarted: its old registration is removed
+        and the jobs it had are returned (see :meth:`remove_worker`).
         """
-        dropped = self.remove_worker(identity, failed=True) if identity in self.workers else None
+        released = self.remove_worker(identity) if identity in self.workers else []
         spec = _dedupe(queues)
         order = tuple(name for _, name in sorted(spec, key=lambda wn: -wn[0]))
         worker = Worker(
@@ -128,19 +117,17 @@ class Routing:
                 self._heaps.setdefault(name, {})[weight] = []
                 self._weights[name] = sorted((*members, weight), reverse=True)
             members[weight] += 1
-        return dropped
+        return released
 
-    def remove_worker(self, identity: bytes, *, failed: bool) -> Dropped | None:
-        """Forget a worker.
+    def remove_worker(self, identity: bytes) -> list[Job]:
+        """Forget a worker; returns the jobs it had, oldest first.
 
-        ``failed=True`` (it went silent or restarted): its in-flight jobs with
-        ``guarantee`` go back to the front of their queues, the others count as
-        lost. ``failed=False`` (it said goodbye and finishes its jobs itself):
-        they are simply forgotten.
+        They stay in :attr:`inflight` (still handed out) until the caller
+        decides: :meth:`requeue`, :meth:`forget`, or wait for a late report.
         """
         worker = self.workers.pop(identity, None)
         if worker is None:
-            return None
+            return []
         for weight, name in worker.queues:
             members = self._members[name]
             members[weight] -= 1
@@ -150,21 +137,20 @@ class Routing:
                 self._weights[name] = sorted(members, reverse=True)
             if not members:
                 del self._members[name], self._heaps[name], self._weights[name]
-        requeued: list[Job] = []
-        lost: list[Job] = []
-        for job in worker.inflight:
-            if self.inflight.get(job.msgid) is job:
-                del self.inflight[job.msgid]
-            job.worker = None
-            if failed:
-                (requeued if job.guarantee else lost).append(job)
-        # Back to the front, keeping their original order.
-        for job in reversed(requeued):
-            self.waiting.setdefault(job.queue, deque()).appendleft(job)
-        self.requeued += len(requeued)
-        self.lost += len(lost)
+        released = list(worker.inflight)
         worker.inflight.clear()
-        return Dropped(worker, requeued, lost)
+        return released
+
+    def requeue(self, job: Job) -> None:
+        """A handed-out job waits again (at the front: it keeps its place by age)."""
+        self.release(job)
+        self.requeued += 1
+        self.waiting.push(job)
+
+    def forget(self, job: Job) -> None:
+        """A handed-out job is given up (lost)."""
+        self.release(job)
+        self.lost += 1
 
     def heard(self, identity: bytes, now: float) -> None:
         worker = self.workers.get(identity)
@@ -176,32 +162,67 @@ class Routing:
         return [i for i, w in self.workers.items() if now - w.last_heard > timeout]
 
     # -- jobs ---------------------------------------------------------------
+    def free_worker(self, queue: str) -> Worker | None:
+        """The worker :meth:`submit` would pick for ``queue`` now, if any."""
+        return self._pick(queue)
+
     def submit(self, job: Job, now: float) -> Worker | None:
         """Dispatch ``job`` to the best free worker (returned), or make it wait."""
         worker = self._pick(job.queue)
         if worker is None:
-            self.waiting.setdefault(job.queue, deque()).append(job)
+            self.waiting.push(job)
             return None
         self._dispatch(worker, job, now)
         return worker
 
-    def ready(self, identity: bytes, now: float) -> Job | None:
-        """A READY from a known worker: one more slot; returns a waiting job it now runs."""
+    def ready(self, identity: bytes, now: float) -> tuple[list[Job], Job | None]:
+        """A READY from a known worker: one more slot.
+
+        Returns the jobs this READY implies finished (see below) and a waiting
+        job the worker now runs.
+        """
         worker = self.workers[identity]
+        finished: list[Job] = []
+        worker.slots += 1
+        if worker.first_ready is None:
+            worker.first_ready = now
+        if now - worker.first_ready <= READY_BURST:
+            worker.capacity = max(worker.capacity, worker.slots + len(worker.inflight))
+        elif worker.slots > worker.capacity:
+            worker.capacity = worker.slots
+        if not worker.features:
+            # APPROXIMATION for job managers without DONE (the reference's): a
+            # READY does not say which job finished. The worker's concurrency is
+            # taken to be its slots + in-flight during its start-up burst of
+            # READYs (READY_BURST), then the most free slots it ever announced
+            # at once, so slots + in-flight can never exceed it; in-flight
+            # beyond that finished, oldest first (FIFO). A READY may so mark the
+            # wrong job finished when jobs finish out of order; that job is then
+            # not handed out again if the worker dies. A REPLY names its job
+            # exactly and is used first (see :meth:`reply`).
+            excess = len(worker.inflight) - (worker.capacity - worker.slots)
+            while excess > 0:
+                job = worker.inflight.popleft()
+                self._finished(job, identity)
+                finished.append(job)
+                excess -= 1
+        return finished, self._after_free_slot(worker, now)
+
+    def done(self, identity: bytes, msgid: str, now: float) -> tuple[Job | None, Job | None]:
+        """A DONE from a known worker: ``msgid`` left it and its slot is free.
+
+        Returns the job (None if it was not handed out: already requeued or
+        finished) and a waiting job the worker now runs.
+        """
+        worker = self.workers[identity]
+        worker.features = True
+        job = self.release_msgid(msgid)
         worker.slots += 1
         if worker.slots > worker.capacity:
             worker.capacity = worker.slots
-        # APPROXIMATION until a done-report extension exists: a READY does not
-        # say which job finished. The worker's concurrency is taken to be the
-        # most free slots it ever announced at once, so slots + in-flight can
-        # never exceed it; in-flight beyond that finished, oldest first (FIFO).
-        # Exact once the worker has been idle; while it is busy from its first
-        # READY on, in-flight is under-counted until it next idles. A REPLY
-        # names its job exactly and is used first (see :meth:`reply`).
-        excess = len(worker.inflight) - (worker.capacity - worker.slots)
-        while excess > 0:
-            self._finished(worker.inflight.popleft(), identity)
-            excess -= 1
+        return job, self._after_free_slot(worker, now)
+
+    def _after_free_slot(self, worker: Worker, now: float) -> Job | None:
         job = self._take_waiting(worker)
         if job is not None:
             self._dispatch(worker, job, now)
@@ -210,16 +231,35 @@ class Routing:
         return job
 
     def reply(self, msgid: str) -> Job | None:
-        """A worker replied for ``msgid``: that job finished."""
-        job = self.inflight.pop(msgid, None)
+        """A worker replied for ``msgid``: that job finished (counted)."""
+        job = self.inflight.get(msgid)
         if job is None or job.worker is None:
             return None
-        worker = self.workers.get(job.worker)
+        identity = job.worker
+        self.release(job)
+        self._count(job, identity)
+        return job
+
+    def release_msgid(self, msgid: str) -> Job | None:
+        job = self.inflight.get(msgid)
+        if job is not None:
+            self.release(job)
+        return job
+
+    def release(self, job: Job) -> None:
+        """Take a handed-out job off its worker and out of :attr:`inflight`."""
+        if self.inflight.get(job.msgid) is job:
+            del self.inflight[job.msgid]
+        identity = job.worker
+        worker = self.workers.get(identity) if identity is not None else None
         if worker is not None:
             with contextlib.suppress(ValueError):
                 worker.inflight.remove(job)
-        self._count(job, job.worker)
-        return job
+        job.worker = None
+
+    def count_finished(self, job: Job, identity: bytes) -> None:
+        self.processed_by_queue[job.queue] += 1
+        self.processed_by_worker[identity] += 1
 
     def undo(self, job: Job) -> None:
         """Sending ``job`` to its worker failed: back to the front of its queue.
@@ -228,28 +268,23 @@ class Routing:
         """
         identity = job.worker
         worker = self.workers.get(identity) if identity is not None else None
+        self.release(job)
         if worker is not None:
-            with contextlib.suppress(ValueError):
-                worker.inflight.remove(job)
             worker.slots += 1
             if worker.slots == 1:
                 self._push(worker)
-        if self.inflight.get(job.msgid) is job:
-            del self.inflight[job.msgid]
-        job.worker = None
-        self.waiting.setdefault(job.queue, deque()).appendleft(job)
+        self.waiting.push(job)
 
     def dispatch_waiting(self, queue: str, now: float) -> tuple[Worker, Job] | None:
-        """Hand the oldest waiting job of ``queue`` to a free worker, if there is one."""
-        jobs = self.waiting.get(queue)
-        if not jobs:
+        """Hand the first waiting job of ``queue`` to a free worker, if there is one."""
+        if queue not in self.waiting:
             return None
         worker = self._pick(queue)
         if worker is None:
             return None
-        job = jobs.popleft()
-        if not jobs:
-            del self.waiting[queue]
+        job = self.waiting.pop(queue)
+        if job is None:
+            return None
         self._dispatch(worker, job, now)
         return worker, job
 
@@ -301,11 +336,8 @@ class Routing:
 
     def _take_waiting(self, worker: Worker) -> Job | None:
         for name in worker.order:
-            jobs = self.waiting.get(name)
-            if jobs:
-                job = jobs.popleft()
-                if not jobs:
-                    del self.waiting[name]
+            job = self.waiting.pop(name)
+            if job is not None:
                 return job
         return None
 
@@ -315,8 +347,7 @@ class Routing:
         self._count(job, identity)
 
     def _count(self, job: Job, identity: bytes) -> None:
-        self.processed_by_queue[job.queue] += 1
-        self.processed_by_worker[identity] += 1
+        self.count_finished(job, identity)
         job.worker = None
 
 

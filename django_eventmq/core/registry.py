@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..errors import JobNotAllowed, JobNotFound
@@ -63,12 +63,51 @@ def _module_allowed(module: str, allowed: Iterable[str]) -> bool:
     return any(module == prefix or module.startswith(prefix + ".") for prefix in allowed)
 
 
-def resolve(body: JobBody, allowed_modules: Iterable[str] = ()) -> Callable[..., Any]:
+QueueAllowed = Mapping[str, Iterable[str]] | Iterable[tuple[str, Iterable[str]]]
+
+
+def allowed_on_queue(name: str, queue: str, queue_allowed: QueueAllowed) -> bool:
+    """True when job ``name`` may run on ``queue`` under a per-queue allowlist.
+
+    Entries are job names (``app.jobs.send``) or module patterns
+    (``app.jobs.*``, also matching ``app.jobs:Class.method``). A queue without
+    an entry falls back to ``"*"``; with neither, the queue is unrestricted.
+    """
+    table = dict(queue_allowed.items() if isinstance(queue_allowed, Mapping) else queue_allowed)
+    patterns = table.get(queue, table.get("*"))
+    if patterns is None:
+        return True
+    for pattern in patterns:
+        if pattern == name:
+            return True
+        if pattern.endswith(".*"):
+            module = pattern[:-2]
+            if name.startswith(module + ".") or name.startswith(module + ":"):
+                return True
+    return False
+
+
+def resolve(
+    body: JobBody,
+    allowed_modules: Iterable[str] = (),
+    queue: str | None = None,
+    queue_allowed: QueueAllowed | None = None,
+) -> Callable[..., Any]:
     """The callable ``body`` names, ready to call with ``body.args``/``kwargs``.
 
     Raises :class:`JobNotAllowed` for an unregistered job outside the allowed
-    modules, :class:`JobNotFound` when an allowed one cannot be found.
+    modules, or one the per-queue allowlist ``queue_allowed`` does not allow on
+    ``queue``; :class:`JobNotFound` when an allowed one cannot be found.
     """
+    if (
+        queue_allowed
+        and queue is not None
+        and not allowed_on_queue(body.name, queue, queue_allowed)
+    ):
+        raise JobNotAllowed(
+            f"job {body.name!r} is not allowed on queue {queue!r} (QUEUE_ALLOWED_JOBS); "
+            "refusing to run it"
+        )
     with _lock:
         func = _jobs.get(body.name)
     if func is not None:

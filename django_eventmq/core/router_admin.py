@@ -1,4 +1,4 @@
-"""The JSON the router's admin socket answers with (STATUS, ROUTER_SHOW_*).
+"""The JSON the router's admin socket answers with (STATUS, ROUTER_SHOW_*, MONITOR).
 
 Key names and shapes match the reference router so its tools can read ours;
 keys it does not have are extras. Times are milliseconds, as the reference's.
@@ -38,8 +38,12 @@ def status(routing: Routing, now: float) -> dict[str, Any]:
             show(i): n for i, n in routing.processed_by_worker.items()
         },
         # Extras of ours.
+        # Age of the oldest waiting job in memory (a queue longer than its
+        # window has older ones on disk only).
         "waiting_since_by_queue": {
-            q: _ms(now - jobs[0].accepted_at) for q, jobs in routing.waiting.items() if jobs
+            q: _ms(now - oldest)
+            for q, jobs in routing.waiting.items()
+            if (oldest := jobs.oldest()) is not None
         },
         "lost_messages": routing.lost,
         "requeued_messages": routing.requeued,

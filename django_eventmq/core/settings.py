@@ -9,6 +9,7 @@ This module never imports Django: the router and Spark executors use it bare.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -46,7 +47,9 @@ class Settings:
     #: Worker processes per job manager.
     concurrency: int = 4
     #: Jobs handed to a job manager beyond its free processes (READY slots).
-    prefetch: int = 0
+    #: The default matches the default CONCURRENCY: each worker process has its
+    #: next job at hand instead of idling for a round trip to the router.
+    prefetch: int = 4
     #: A worker process is replaced after running this many jobs (0: never).
     max_jobs_per_child: int = 0
     #: Seconds between heartbeats, and of silence after which a peer is dead.
@@ -73,6 +76,97 @@ class Settings:
     scheduler_misfire_grace: float = 60.0
     #: Seconds run claims are kept (they stop two schedulers firing a run twice).
     scheduler_run_retention: float = 604800.0
+    #: Router: keep every accepted job in an on-disk journal until it finished, so a
+    #: router restart or crash loses none (False: the same store, kept in memory).
+    journal: bool = True
+    #: Router: the journal file (SQLite, no server). ``{frontend}`` becomes the bound
+    #: frontend address (``127.0.0.1-47291``), so two routers on one host never share one.
+    journal_path: str = "var/eventmq-journal-{frontend}.sqlite3"
+    #: Router: ``full`` acknowledges a job once it is on stable storage (fsync; survives
+    #: a power cut), ``normal`` once the OS has it (survives a router crash, not a power cut).
+    journal_sync: str = "full"
+    #: Router: waiting jobs per queue kept in memory; the others wait on disk only.
+    queue_window: int = 1000
+    #: Router: waiting + delayed jobs (all queues) at which new REQUESTs are held back.
+    high_water_mark: int = 1_000_000
+    #: Router, above the high-water mark: ``block`` (stop reading clients, whose sends
+    #: then wait in ZeroMQ: nothing is lost) or ``reject`` (answer REJECT with a reason).
+    hwm_policy: str = "block"
+    #: Router: a job whose worker died this many times while running it is set aside
+    #: as poisoned (listed by STATUS and MONITOR) instead of being handed out again.
+    poison_after: int = 3
+    #: Router: seconds a job without a ``timeout`` header may stay handed out before it
+    #: is handed out again (0: no limit; a silent or departed job manager still counts).
+    job_lease: float = 0.0
+    #: Router: seconds added to a job's ``timeout`` header (and to a departing job
+    #: manager's jobs) before its lease runs out.
+    lease_grace: float = 30.0
+    #: Router: first delay, in seconds, before a job that asked to be retried runs
+    #: again; it doubles per attempt up to ``retry_backoff_cap``.
+    retry_backoff_base: float = 1.0
+    retry_backoff_cap: float = 300.0
+    #: Router: msgids of finished jobs remembered so a resent REQUEST does not run twice.
+    dedup_memory: int = 100_000
+    #: Seconds a ``guarantee`` job's ``.delay()`` waits for the router's ACK
+    #: before sending the job again (with the same msgid).
+    ack_timeout: float = 2.0
+    #: Times ``.delay()`` resends an unacknowledged ``guarantee`` job before
+    #: raising ``BrokerUnavailable``.
+    ack_retries: int = 3
+    #: Days job results are kept; ``emq_purge_results`` deletes older ones.
+    results_retention_days: float = 7.0
+    #: Publisher: address it binds for PUBLISH messages (``emq_pubsub``).
+    publisher_incoming_addr: str = C.DEFAULT_PUBLISHER_INCOMING_ADDR
+    #: Publisher: address it binds for subscribers (a PUB socket).
+    publisher_outgoing_addr: str = C.DEFAULT_PUBLISHER_OUTGOING_ADDR
+    #: Address ``publish()`` connects to (the publisher's incoming side); empty
+    #: means no publisher, and ``publish()`` runs this process's ``@subscriber``
+    #: handlers inline (so does ``EAGER``).
+    publish_addr: str = C.DEFAULT_PUBLISHER_INCOMING_ADDR
+    #: Address a subscriber (``emq_subscribe``) connects to (the publisher's outgoing side).
+    subscribe_addr: str = C.DEFAULT_PUBLISHER_OUTGOING_ADDR
+    # -- security (docs/security.md) ------------------------------------------------
+    #: Router and publisher: their CURVE secret key, as a Z85 string (40 characters) or
+    #: the path of a key file made by ``emq_keys``. Set it and their sockets encrypt and
+    #: accept only the public keys listed below. From a file or ``EMQ_*``, never the repo.
+    curve_server_secret_key: str = ""
+    #: The server's public key (Z85 or a key file). Set in a client, job manager or
+    #: scheduler, it makes them speak CURVE to that server; derived from the secret if empty.
+    curve_server_public_key: str = ""
+    #: This process's own CURVE secret key (Z85 or a key file), used when it connects.
+    curve_client_secret_key: str = ""
+    #: This process's own public key (Z85 or a key file); derived from the secret if empty.
+    curve_client_public_key: str = ""
+    #: Router frontend: public keys of the clients and schedulers it accepts (Z85 keys,
+    #: key files or directories of ``*.key`` files; comma separated in ``EMQ_*``).
+    curve_frontend_clients: tuple[str, ...] = ()
+    #: Router backend: public keys of the job managers it accepts.
+    curve_backend_workers: tuple[str, ...] = ()
+    #: Router admin socket: public keys of the admin tools it accepts.
+    curve_admin_clients: tuple[str, ...] = ()
+    #: Publisher: public keys of the publishers and subscribers it accepts
+    #: (empty: the ``curve_frontend_clients``).
+    curve_publisher_clients: tuple[str, ...] = ()
+    #: Router: accept admin connections from loopback and ``ipc://`` only.
+    admin_local_only: bool = True
+    #: Every socket: bytes in one frame; a peer sending a bigger one is disconnected.
+    max_message_bytes: int = 64 * 1024 * 1024
+    #: Every socket: frames in one message; longer messages are drained and refused.
+    max_frames: int = 32
+    #: Router and job manager: bytes of a job body; bigger ones are refused (REJECT).
+    max_body_bytes: int = 16 * 1024 * 1024
+    #: Job manager: nesting depth of a job body's JSON.
+    max_json_depth: int = 64
+    #: Router: highest ``retry-count`` header accepted.
+    max_retry_count: int = 100
+    #: Router: highest ``timeout`` header accepted, in seconds (7 days).
+    max_timeout: int = 604800
+    #: Job manager: per queue, the jobs that may run on it (``{"email": ["app.jobs.send",
+    #: "app.mail.*"]}``; ``"*"`` for queues not named). Jobs must be registered as well.
+    queue_allowed_jobs: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: Job manager: record the outcome of every job through the hooks module's
+    #: ``record_results`` (False: only jobs that asked for a reply).
+    record_all_results: bool = False
 
     def __post_init__(self) -> None:
         for name in ("worker_addr", "frontend_addr", "backend_addr", "admin_addr"):
@@ -102,10 +196,40 @@ class Settings:
         _positive("scheduler_poll_interval", self.scheduler_poll_interval)
         _positive("scheduler_misfire_grace", self.scheduler_misfire_grace, allow_zero=True)
         _positive("scheduler_run_retention", self.scheduler_run_retention)
+        if not self.journal_path:
+            raise ConfigurationError("JOURNAL_PATH is empty: name the router's journal file")
+        if self.journal_sync not in ("full", "normal"):
+            raise ConfigurationError(
+                f"JOURNAL_SYNC: expected 'full' or 'normal', got {self.journal_sync!r}"
+            )
+        if self.hwm_policy not in ("block", "reject"):
+            raise ConfigurationError(
+                f"HWM_POLICY: expected 'block' or 'reject', got {self.hwm_policy!r}"
+            )
+        _positive("queue_window", self.queue_window, whole=True)
+        _positive("high_water_mark", self.high_water_mark, whole=True)
+        _positive("poison_after", self.poison_after, whole=True)
+        _positive("job_lease", self.job_lease, allow_zero=True)
+        _positive("lease_grace", self.lease_grace, allow_zero=True)
+        _positive("retry_backoff_base", self.retry_backoff_base)
+        _positive("retry_backoff_cap", self.retry_backoff_cap)
+        _positive("dedup_memory", self.dedup_memory, whole=True, allow_zero=True)
         if self.heartbeat_timeout <= self.heartbeat_interval:
             raise ConfigurationError(
                 "HEARTBEAT_TIMEOUT must be longer than HEARTBEAT_INTERVAL, or live peers "
                 f"look dead (got {self.heartbeat_timeout} <= {self.heartbeat_interval})"
+            )
+        _positive("ack_timeout", self.ack_timeout)
+        _positive("ack_retries", self.ack_retries, whole=True, allow_zero=True)
+        _positive("results_retention_days", self.results_retention_days)
+        for name in ("publisher_incoming_addr", "publisher_outgoing_addr", "subscribe_addr"):
+            check_address(name, getattr(self, name))
+        if self.publish_addr:  # empty means "no publisher": handlers run inline
+            check_address("publish_addr", self.publish_addr)
+        _check_security(self)
+        if not isinstance(self.record_all_results, bool):
+            raise ConfigurationError(
+                f"RECORD_ALL_RESULTS: expected true or false, got {self.record_all_results!r}"
             )
 
     @property
@@ -186,6 +310,8 @@ def parse_queues(value: object) -> QueueList:
 def _coerce(field_name: str, kind: Any, value: Any) -> Any:
     """Turn a setting's value (possibly text from the environment) into its type."""
     key = field_name.upper()
+    if field_name in _SECURITY_PARSERS:
+        return _SECURITY_PARSERS[field_name](key, value)
     if field_name == "queues":
         return parse_queues(value)
     if kind in ("bool", bool):
@@ -219,6 +345,82 @@ def _coerce(field_name: str, kind: Any, value: Any) -> Any:
         raise ConfigurationError(f"{key}: expected a list of module names, got {value!r}")
     return value
 
+
+def _check_security(s: Settings) -> None:
+    """Shape checks of the security settings (keys are loaded by core/security.py)."""
+    for name in ("max_message_bytes", "max_body_bytes", "max_json_depth", "max_timeout"):
+        _positive(name, getattr(s, name), whole=True)
+    _positive("max_retry_count", s.max_retry_count, whole=True, allow_zero=True)
+    if type(s.max_frames) is not int or s.max_frames < 10:
+        raise ConfigurationError(
+            f"MAX_FRAMES: expected a whole number >= 10 (eMQP needs up to 10), got {s.max_frames!r}"
+        )
+    if s.max_body_bytes > s.max_message_bytes:
+        raise ConfigurationError(
+            f"MAX_BODY_BYTES ({s.max_body_bytes}) must not exceed MAX_MESSAGE_BYTES "
+            f"({s.max_message_bytes}): a body that big would cost its sender the connection"
+        )
+    if s.curve_client_public_key and not s.curve_client_secret_key:
+        raise ConfigurationError(
+            "CURVE_CLIENT_PUBLIC_KEY is set but CURVE_CLIENT_SECRET_KEY is not: "
+            "a client needs its secret key too"
+        )
+    if not isinstance(s.queue_allowed_jobs, tuple):
+        raise ConfigurationError(
+            "QUEUE_ALLOWED_JOBS: pass it through from_mapping()/replace(), which accept a mapping"
+        )
+    for queue, jobs in s.queue_allowed_jobs:
+        if queue != "*" and not _QUEUE_NAME.match(queue):
+            raise ConfigurationError(f"QUEUE_ALLOWED_JOBS: {queue!r} is not a queue name")
+        for name in jobs:
+            if not isinstance(name, str) or not name:
+                raise ConfigurationError(
+                    f"QUEUE_ALLOWED_JOBS[{queue!r}]: expected job names, got {name!r}"
+                )
+
+
+def _parse_key_list(key: str, value: Any) -> tuple[str, ...]:
+    """Keys, key files or directories: a list, or one comma separated string."""
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return tuple(v.strip() for v in value if v.strip())
+    raise ConfigurationError(
+        f"{key}: expected a list of Z85 public keys, key files or directories, got {value!r}"
+    )
+
+
+def _parse_queue_allowed_jobs(key: str, value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``{"queue": ["job", ...]}``, as a mapping, pairs, or JSON text (``EMQ_*``)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except ValueError:
+            raise ConfigurationError(
+                f'{key}: expected JSON such as {{"email": ["app.jobs.send"]}}, got {value!r}'
+            ) from None
+    if isinstance(value, Mapping):
+        value = list(value.items())
+    if not isinstance(value, list | tuple):
+        raise ConfigurationError(f"{key}: expected a mapping of queue name to job names")
+    pairs: list[tuple[str, tuple[str, ...]]] = []
+    for item in value:
+        if not (isinstance(item, list | tuple) and len(item) == 2 and isinstance(item[0], str)):
+            raise ConfigurationError(f"{key}: entry {item!r} is not (queue, [job names])")
+        queue, jobs = item
+        if isinstance(jobs, str) or not isinstance(jobs, list | tuple):
+            raise ConfigurationError(f"{key}[{queue!r}]: expected a list of job names")
+        pairs.append((queue, tuple(jobs)))
+    return tuple(pairs)
+
+
+_SECURITY_PARSERS: dict[str, Any] = {
+    "curve_frontend_clients": _parse_key_list,
+    "curve_backend_workers": _parse_key_list,
+    "curve_admin_clients": _parse_key_list,
+    "curve_publisher_clients": _parse_key_list,
+    "queue_allowed_jobs": _parse_queue_allowed_jobs,
+}
 
 _FIELDS = {f.name: f for f in fields(Settings)}
 ENV_PREFIX = "EMQ_"

@@ -13,15 +13,17 @@ import os
 import threading
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import zmq
 
 from ..errors import ProtocolError
 from ..protocol import Message, decode, encode, split_identity
+from ..protocol.limits import DEFAULT_LIMITS, MAX_FRAMES, MAX_MESSAGE_BYTES, Limits
 
 _SNDMORE = int(zmq.SNDMORE)
 _RCVMORE = int(zmq.RCVMORE)
+_NOBLOCK = int(zmq.NOBLOCK)
 _context_pid: int | None = None
 _context: zmq.Context[Any] | None = None
 _context_lock = threading.Lock()
@@ -50,6 +52,11 @@ class Channel:
     """A socket that sends and receives eMQP messages.
 
     ``router=True`` channels prepend/strip the peer identity frame.
+
+    Every socket refuses frames over ``MAXMSGSIZE`` (ZeroMQ drops the peer)
+    and messages over ``max_frames`` (cut short, so decoding refuses them).
+    ``limits`` (by default only on ROUTER sockets, where peers' messages come
+    in) also bounds bodies and header values of what :meth:`recv` decodes.
     """
 
     def __init__(
@@ -62,12 +69,20 @@ class Channel:
         hwm: int = 0,
         options: dict[int, Any] | None = None,
         ctx: zmq.Context[Any] | None = None,
+        limits: Limits | Literal["default"] | None = "default",
     ) -> None:
         self.kind = kind
         self.is_router = kind == zmq.ROUTER
+        if limits == "default":
+            limits = DEFAULT_LIMITS if self.is_router else None
+        self.limits: Limits | None = limits
+        self.max_frames = limits.max_frames if limits is not None else MAX_FRAMES
+        self._keep = self.max_frames + 1  # frames kept beyond: one more, then cut
         self.socket: zmq.Socket[Any] = (ctx or context()).socket(kind)
         try:
             self.socket.setsockopt(zmq.LINGER, 0)
+            # A hard per-frame ceiling: a bigger frame costs its sender the connection.
+            self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
             self.socket.setsockopt(zmq.SNDHWM, hwm)
             self.socket.setsockopt(zmq.RCVHWM, hwm)
             if kind == zmq.ROUTER:
@@ -119,13 +134,30 @@ class Channel:
 
     # -- receiving -------------------------------------------------------
     def recv_frames(self, *, flags: int = 0) -> list[bytes]:
-        """Receive one multipart message as raw frames."""
+        """Receive one multipart message as raw frames.
+
+        A message of more than ``max_frames`` frames comes back cut to
+        ``max_frames + 2`` (the rest is read and dropped, so memory stays
+        bounded): too many for any eMQP command, so :func:`decode` refuses it
+        with a :class:`ProtocolError`. Never raises for bad input, so a caller
+        that decodes itself needs no extra ``except``.
+        """
         recv = self.socket.recv
         get = self.socket.getsockopt
         frames: list[bytes] = [recv(flags)]
         while get(_RCVMORE):
+            if len(frames) > self._keep:
+                self._drop_rest()
+                break
             frames.append(recv(flags))
         return frames
+
+    def _drop_rest(self) -> None:
+        """Read and drop the rest of an over-long message (ZeroMQ delivers it whole)."""
+        recv = self.socket.recv
+        get = self.socket.getsockopt
+        while get(_RCVMORE):
+            recv(_NOBLOCK, copy=False)  # a Frame: no bytes object is built
 
     def recv(self, *, flags: int = 0, admin: bool = False) -> tuple[bytes, list[bytes], Message]:
         """Receive and decode one message.
@@ -141,10 +173,13 @@ class Channel:
         else:
             identity, frames = b"", raw
         try:
-            return identity, list(frames), decode(frames, admin=admin)
+            message = decode(frames, admin=admin)
+            if self.limits is not None:
+                self.limits.check_message(message)
         except ProtocolError as exc:
             exc.identity = identity
             raise
+        return identity, list(frames), message
 
     def poll(self, timeout_ms: int) -> bool:
         """True when a message is waiting (within ``timeout_ms``)."""
@@ -195,3 +230,12 @@ ContextTerminated = zmq.ContextTerminated
 ZMQError = zmq.ZMQError
 NOBLOCK = int(zmq.NOBLOCK)  # a plain int: enum flags make every send slower
 EHOSTUNREACH = zmq.EHOSTUNREACH
+SUBSCRIBE = zmq.SUBSCRIBE  # pubsub: a SUB socket's topic-prefix filter
+# Security (see core/security.py): CURVE, ZAP and size options for Channel(options=...).
+CURVE_SERVER = zmq.CURVE_SERVER
+CURVE_SECRETKEY = zmq.CURVE_SECRETKEY
+CURVE_PUBLICKEY = zmq.CURVE_PUBLICKEY
+CURVE_SERVERKEY = zmq.CURVE_SERVERKEY
+ZAP_DOMAIN = zmq.ZAP_DOMAIN
+MAXMSGSIZE = zmq.MAXMSGSIZE
+Context = zmq.Context  # pubsub: a publish client's own context, terminated to flush on close

@@ -1,46 +1,68 @@
 """The worker child: a long-lived process that runs jobs the job manager hands it.
 
-It talks to its job manager over one ``multiprocessing`` pipe with small byte
-messages (see :func:`encode_job` and friends) instead of manager proxies: a
-job costs one write and one read each way. The child imports job modules once
+It talks to its job manager over one pipe of length-prefixed frames
+(:mod:`.pipe`) instead of manager proxies. The child imports job modules once
 at start-up; a job that names anything not registered with ``@job`` (or in
 ``ALLOWED_JOB_MODULES``) is refused and never imported or run.
 
-Pipe messages (parent -> child): ``b"<seq>\\n<job body JSON>"`` to run a job,
-``b"exit"`` to finish. Child -> parent: ``b"up"`` once ready, ``b"fail\\n<why>"``
-when start-up failed (then it exits), and per job
-``b"<seq>\\n<status>\\n<payload JSON>"`` where status is ``ok`` (payload is the
-reply ``{"value": ...}``), ``failed`` or ``refused`` (payload describes the
-error: ``{"job", "type", "message", "traceback"}``).
+Frames, parent -> child (first byte says what):
+
+- ``J<seq>\\n<job body JSON>``: run a job (several may come in one write);
+- ``C<seq>``: cancel job ``seq`` if it has not started (answered with a
+  ``cancelled`` result; ignored when it already ran);
+- ``R<JSON list>``: outcome records for ``hooks.record_results``, answered ``A``;
+- ``X``: exit once the jobs before it are done.
+
+Child -> parent: ``U`` once ready (``Ur`` if the hooks module records
+results), ``F<why>`` when start-up failed (then it exits), ``A`` after a
+records batch, and per job ``D<seq>\\n<status>\\n<payload JSON>`` where status
+is ``ok`` (payload is the reply ``{"value": ...}``), ``failed`` or ``refused``
+(payload describes the error: ``{"job", "type", "message", "traceback"}``) or
+``cancelled`` (skipped, empty payload). A result is written as soon as its job
+ends: the job manager times the next job from it.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import logging
+import select
 import signal
 import sys
 import traceback
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from types import ModuleType
+from typing import Any
 
 from ..errors import InvalidJob, JobNotAllowed, SerializationError
 from ..protocol import encode_json, parse_job
 from . import registry
+from .pipe import FrameReader, frame, write_all
 from .settings import Settings
 
 logger = logging.getLogger("django_eventmq.worker")
 
-UP = b"up"
-FAIL = b"fail"
-EXIT = b"exit"
+# Frame kinds (first byte).
+JOB = b"J"
+CANCEL = b"C"
+RECORDS = b"R"
+EXIT = b"X"
+UP = b"U"
+FAIL = b"F"
+RESULT = b"D"
+RECORDED = b"A"
+#: After UP: the hooks module has ``record_results``.
+CAN_RECORD = b"r"
 
 OK = "ok"
 FAILED = "failed"
 REFUSED = "refused"
-STATUSES = frozenset({OK, FAILED, REFUSED})
+CANCELLED = "cancelled"
+STATUSES = frozenset({OK, FAILED, REFUSED, CANCELLED})
 
 
 def _noop() -> None:
@@ -54,6 +76,8 @@ class Hooks:
     setup: Callable[[], object] = _noop
     before_job: Callable[[], object] = _noop
     after_job: Callable[[], object] = _noop
+    #: Called with batches of outcome records; None when the module has none.
+    record_results: Callable[[list[dict[str, Any]]], object] | None = None
 
 
 def load_hooks(path: str | None) -> Hooks:
@@ -65,22 +89,27 @@ def load_hooks(path: str | None) -> Hooks:
         setup=getattr(module, "setup", _noop),
         before_job=getattr(module, "before_job", _noop),
         after_job=getattr(module, "after_job", _noop),
+        record_results=getattr(module, "record_results", None),
     )
 
 
-# -- pipe message codec (used by both sides) ----------------------------------
+# -- frame codec (used by both sides) -------------------------------------------
 def encode_job(seq: int, body_text: str) -> bytes:
-    return b"%d\n%s" % (seq, body_text.encode())
+    return b"J%d\n%s" % (seq, body_text.encode())
 
 
 def encode_result(seq: bytes, status: str, payload: str) -> bytes:
-    return b"%s\n%s\n%s" % (seq, status.encode(), payload.encode())
+    return b"D%s\n%s\n%s" % (seq, status.encode(), payload.encode())
 
 
 def decode_result(data: bytes) -> tuple[int, str, str]:
-    """``(seq, status, payload)`` from a child's result message."""
-    seq, status, payload = data.split(b"\n", 2)
+    """``(seq, status, payload)`` from a child's ``D`` frame."""
+    seq, status, payload = data[1:].split(b"\n", 2)
     return int(seq), status.decode(), payload.decode()
+
+
+def encode_records(records: list[dict[str, Any]]) -> bytes:
+    return RECORDS + json.dumps(records, separators=(",", ":"), default=repr).encode()
 
 
 # -- running one job ----------------------------------------------------------
@@ -135,6 +164,7 @@ def child_main(conn: Connection, settings: Settings, hooks: str | None, log_leve
     """Entry point of a worker child (started with the ``spawn`` method)."""
     # Ctrl-C reaches the whole process group; only the job manager decides.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    fd = conn.fileno()
     try:
         loaded = load_hooks(hooks)
         loaded.setup()
@@ -146,28 +176,87 @@ def child_main(conn: Connection, settings: Settings, hooks: str | None, log_leve
             )
         registry.import_job_modules(settings.job_modules)
     except BaseException as exc:
-        conn.send_bytes(FAIL + b"\n" + f"{type(exc).__name__}: {exc}".encode())
+        write_all(fd, frame(FAIL + f"{type(exc).__name__}: {exc}".encode()))
         conn.close()
         sys.exit(1)
     runner = JobRunner(settings.allowed_job_modules, loaded)
-    conn.send_bytes(UP)
-    serve(conn, runner)
+    write_all(fd, frame(UP + (CAN_RECORD if loaded.record_results is not None else b"")))
+    try:
+        serve(fd, runner)
+    finally:
+        conn.close()
 
 
-def serve(conn: Connection, runner: JobRunner) -> None:
-    """Run jobs from ``conn`` until it closes or says exit."""
-    recv, send = conn.recv_bytes, conn.send_bytes
+def serve(fd: int, runner: JobRunner) -> None:
+    """Run jobs arriving on ``fd`` until it closes or says exit.
+
+    Everything waiting in the pipe is read before each job starts, so a
+    cancel for a queued job is seen before that job would run.
+    """
+    reader = FrameReader(fd)
+    waiting = select.poll()
+    waiting.register(fd, select.POLLIN)
+    jobs: deque[tuple[bytes, bytes] | None] = deque()  # (seq, body); None: exit here
+
+    def send(data: bytes) -> bool:
+        try:
+            write_all(fd, frame(data))
+        except OSError:
+            return False
+        return True
+
     while True:
-        try:
-            data = recv()
-        except (EOFError, OSError):
-            break  # the job manager went away
-        if data == EXIT:
-            break
-        seq, _, body = data.partition(b"\n")
+        if not jobs or waiting.poll(0):
+            try:
+                frames = reader.read()
+            except (EOFError, OSError):
+                return  # the job manager went away
+            for data in frames:
+                if not _take(data, jobs, runner, send):
+                    return
+            continue
+        item = jobs.popleft()
+        if item is None:
+            return
+        seq, body = item
         status, payload = runner.run(body)
-        try:
-            send(encode_result(seq, status, payload))
-        except (BrokenPipeError, OSError):
-            break
-    conn.close()
+        if not send(encode_result(seq, status, payload)):
+            return
+
+
+def _take(
+    data: bytes,
+    jobs: deque[tuple[bytes, bytes] | None],
+    runner: JobRunner,
+    send: Callable[[bytes], bool],
+) -> bool:
+    """Handle one frame from the job manager; False when the child should stop."""
+    kind = data[:1]
+    if kind == JOB:
+        seq, _, body = data[1:].partition(b"\n")
+        jobs.append((seq, body))
+    elif kind == CANCEL:
+        seq = data[1:]
+        for item in jobs:
+            if item is not None and item[0] == seq:
+                jobs.remove(item)
+                return send(encode_result(seq, CANCELLED, ""))
+    elif kind == RECORDS:
+        _record(runner.hooks, data[1:])
+        return send(RECORDED)
+    elif kind == EXIT:
+        jobs.append(None)
+    else:
+        logger.error("worker got an unknown frame from the job manager: %r", data[:40])
+    return True
+
+
+def _record(hooks: Hooks, text: bytes) -> None:
+    """Pass a batch of outcome records to the hooks (a failure is logged, not fatal)."""
+    if hooks.record_results is None:
+        return
+    try:
+        records = json.loads(text)
+        hooks.record_results(records)
+    except Exception:
+        logger.exception("record_results failed for a batch of %d byte(s)", len(text))

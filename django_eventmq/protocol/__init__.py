@@ -10,6 +10,7 @@ from .extensions import Cancel, Done, Features, Nack, Reject
 from .headers import EMPTY_HEADERS, Headers, parse_headers
 from .heartbeat import Liveness
 from .ids import new_msgid
+from .limits import DEFAULT_LIMITS, Limits, OverLimit
 from .messages import (
     Ack,
     AdminRequest,
@@ -30,6 +31,7 @@ from .messages import (
 from .payload import JobBody, decode_json, encode_json, parse_job
 
 __all__ = [
+    "DEFAULT_LIMITS",
     "EMPTY_HEADERS",
     "Ack",
     "AdminRequest",
@@ -42,9 +44,11 @@ __all__ = [
     "Inform",
     "JobBody",
     "Kbai",
+    "Limits",
     "Liveness",
     "Message",
     "Nack",
+    "OverLimit",
     "Publish",
     "QueueSpec",
     "Ready",

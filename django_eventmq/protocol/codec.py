@@ -62,7 +62,14 @@ def decode(frames: Sequence[bytes], *, admin: bool = False) -> Message:
         raise exc.with_frames(frames) from exc.__cause__
 
 
+#: More frames than any eMQP message has (mirrors limits.MAX_FRAMES; a transport
+#: cuts longer messages to just over its own cap, which lands here or in the count check).
+MAX_FRAMES = 32
+
+
 def _decode(frames: Sequence[bytes], admin: bool) -> Message:
+    if len(frames) > MAX_FRAMES:
+        raise ProtocolError(f"message has more than {MAX_FRAMES} frames (MAX_FRAMES)")
     if len(frames) < 4:
         raise ProtocolError(f"too short: {len(frames)} frame(s), a message has at least 4")
     if frames[0] != _EMPTY:

@@ -31,7 +31,10 @@ STATUS: Final = "STATUS"
 ROUTER_SHOW_WORKERS: Final = "ROUTER_SHOW_WORKERS"
 ROUTER_SHOW_SCHEDULERS: Final = "ROUTER_SHOW_SCHEDULERS"
 
-ADMIN_COMMANDS: Final = frozenset({STATUS, ROUTER_SHOW_WORKERS, ROUTER_SHOW_SCHEDULERS})
+#: Ours: the journal's state (queued, in flight, store size, syncs, ...), like PZQ's MONITOR.
+MONITOR: Final = "MONITOR"
+
+ADMIN_COMMANDS: Final = frozenset({STATUS, ROUTER_SHOW_WORKERS, ROUTER_SHOW_SCHEDULERS, MONITOR})
 
 #: Peer types named in the last frame of INFORM.
 PEER_WORKER: Final = "worker"

@@ -260,7 +260,7 @@ class _ScheduleBase(Message):
         queue, headers, interval_text, text, cron = body
         try:
             interval = int(float(interval_text)) if interval_text.strip() else -1
-        except ValueError:
+        except (ValueError, OverflowError):  # "abc", "nan"; "inf", "1e400"
             raise ProtocolError(
                 f"{cls.command}: interval {interval_text!r} is not a number"
             ) from None

@@ -18,6 +18,8 @@ from .constants import JOB_VERB_RUN
 #: Bodies nested deeper than this are refused (a cheap guard against
 #: pathological JSON; the decoder itself recurses per level).
 MAX_JSON_DEPTH = 64
+#: Bodies larger than this (bytes, or characters for text) are refused before parsing.
+MAX_JSON_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,14 +89,22 @@ def encode_json(value: Any) -> str:
         raise SerializationError(f"not JSON-serialisable: {exc}") from exc
 
 
-def decode_json(text: str | bytes, what: str = "message") -> Any:
-    """Parse JSON from the wire, refusing NaN/Infinity and excessive nesting."""
+def decode_json(
+    text: str | bytes,
+    what: str = "message",
+    *,
+    max_depth: int = MAX_JSON_DEPTH,
+    max_bytes: int = MAX_JSON_BYTES,
+) -> Any:
+    """Parse JSON from the wire, refusing NaN/Infinity, excessive size and nesting."""
+    if len(text) > max_bytes:
+        raise InvalidJob(f"{what} is larger than {max_bytes} bytes")
     try:
         value = json.loads(text, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:
         raise InvalidJob(f"{what} is not valid JSON: {exc}") from exc
-    if _depth_exceeds(value, MAX_JSON_DEPTH):
-        raise InvalidJob(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels")
+    if _depth_exceeds(value, max_depth):
+        raise InvalidJob(f"{what} is nested deeper than {max_depth} levels")
     return value
 
 
@@ -115,9 +125,11 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
     return False
 
 
-def parse_job(text: str | bytes) -> JobBody:
+def parse_job(
+    text: str | bytes, *, max_depth: int = MAX_JSON_DEPTH, max_bytes: int = MAX_JSON_BYTES
+) -> JobBody:
     """Parse a REQUEST's message frame into a :class:`JobBody`."""
-    value = decode_json(text, "job body")
+    value = decode_json(text, "job body", max_depth=max_depth, max_bytes=max_bytes)
     if not isinstance(value, list) or len(value) != 2:
         raise InvalidJob('job body must be a JSON array ["run", {...}]')
     verb, spec = value

@@ -11,4 +11,5 @@ urlpatterns = [
     path("signup/", views.signup, name="signup"),
     path("report/", views.report, name="report"),
     path("status/", views.status, name="status"),
+    path("order/", views.order, name="order"),
 ]

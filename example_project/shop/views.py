@@ -7,6 +7,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from django_eventmq import publish
+
 from .forms import ReportForm, SignUpForm
 from .jobs import build_report, send_welcome
 from .models import Report, SentEmail
@@ -46,6 +48,14 @@ def report(request: HttpRequest) -> HttpResponse:
         )
     msgid = build_report.delay(form.cleaned_data["name"])
     messages.success(request, f"Report queued (job {msgid}).")
+    return redirect("shop:status")
+
+
+@require_POST
+def order(request: HttpRequest) -> HttpResponse:
+    """Announce a new order: every subscriber of ``orders.`` hears about it."""
+    msgid = publish("orders.created", {"item": request.POST.get("item", "")})
+    messages.success(request, f"Order announced (event {msgid}).")
     return redirect("shop:status")
 
 

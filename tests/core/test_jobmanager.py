@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from django_eventmq.core.jobmanager import JobManager
-from django_eventmq.core.settings import Settings
 from django_eventmq.protocol import (
     Ack,
     Disconnect,
@@ -26,6 +20,7 @@ from django_eventmq.protocol import (
     new_msgid,
 )
 from tests.jobs_fixtures.fake_router import SAMPLE, FakeRouter, body
+from tests.jobs_fixtures.running import payload, running, settings_for
 from tests.support import wait_for
 
 JM_LOGGER = "django_eventmq.jobmanager"
@@ -36,35 +31,6 @@ def router() -> Iterator[FakeRouter]:
     fake = FakeRouter()
     yield fake
     fake.close()
-
-
-def settings_for(router: FakeRouter, **options: Any) -> Settings:
-    values: dict[str, Any] = {
-        "worker_addr": router.addr,
-        "concurrency": 2,
-        "job_modules": (SAMPLE,),
-        "shutdown_grace": 5.0,
-    }
-    values.update(options)
-    return Settings(**values)
-
-
-@contextmanager
-def running(settings: Settings, hooks: str | None = None) -> Iterator[JobManager]:
-    """A job manager serving in a thread of this process (its workers are processes)."""
-    jm = JobManager(settings, hooks=hooks)
-    thread = threading.Thread(target=jm.run, daemon=True)
-    thread.start()
-    try:
-        yield jm
-    finally:
-        jm.stop()
-        thread.join(20)
-        assert not thread.is_alive()
-
-
-def payload(reply: Reply) -> Any:
-    return json.loads(reply.payload)
 
 
 def test_inform_names_queues_with_weights_and_ready_follows_ack(

@@ -1,4 +1,7 @@
-"""SIGTERM on a job manager process: running jobs finish (within the grace), KBAI, exit 0."""
+"""SIGTERM on a job manager process: running jobs finish (within the grace), KBAI, exit 0.
+
+With a router of ours, jobs that have not started are handed back with NACK instead.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.protocol import Kbai, Ready
+from django_eventmq.protocol import Done, Kbai, Nack, Ready
 from tests.jobs_fixtures.fake_router import SAMPLE, FakeRouter, body
 from tests.support import Proc, wait_for
 
@@ -27,6 +30,7 @@ def start_jobmanager(router: FakeRouter, **options: Any) -> Proc:
     values: dict[str, Any] = {
         "worker_addr": router.addr,
         "concurrency": 1,
+        "prefetch": 0,
         "job_modules": [SAMPLE],
     }
     values.update(options)
@@ -83,3 +87,26 @@ def test_sigterm_when_idle_exits_promptly(router: FakeRouter) -> None:
         router.expect(Kbai, timeout=5)
     finally:
         proc.stop()
+
+
+def test_sigterm_with_our_router_nacks_jobs_that_have_not_started(
+    router: FakeRouter, tmp_path: Path
+) -> None:
+    started, never = tmp_path / "started.txt", tmp_path / "never.txt"
+    proc = start_jobmanager(router, prefetch=2, shutdown_grace=10)
+    try:
+        identity, _ = router.handshake(features=True)
+        router.wait_count(Ready, 3)
+        first = router.request(identity, body("slow", 0.5, str(started)))
+        queued = [router.request(identity, body("record", str(never), i)) for i in range(2)]
+        wait_for(started.exists, 10, "the first job started")
+        proc.signal(signal.SIGTERM)
+        nacked = [router.expect(Nack, job_msgid=msgid)[1] for msgid in queued]
+        assert {nack.reason for nack in nacked} == {"stopping"}
+        assert router.expect(Done, job_msgid=first)[1].status == "ok"  # it finished
+        router.expect(Kbai, timeout=5)
+        assert proc.popen.wait(20) == 0
+    finally:
+        proc.stop()
+    assert not never.exists()  # handed back, not run during the grace period
+    assert started.read_text().split()[::2] == ["start", "done"]

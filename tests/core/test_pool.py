@@ -6,6 +6,7 @@ import logging
 import os
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from django_eventmq.core import worker
 from django_eventmq.core.pool import Child, Pool, Status
 from django_eventmq.core.settings import Settings
 from tests.jobs_fixtures.fake_router import SAMPLE, body
+from tests.jobs_fixtures.record_hooks import read_records
 from tests.support import wait_for
 
 
@@ -156,3 +158,69 @@ def test_pick_prefers_idle_children_and_respects_depth(pool_factory: Any) -> Non
     assert sorted(len(c.inflight) for c in children) == [2, 2]
     # A body too large for the pipe budget waits for an idle child.
     assert pool.pick(10**6) is None
+
+
+def test_jobs_assigned_together_go_in_one_write_and_run_in_order(pool_factory: Any) -> None:
+    pool = pool_factory(prefetch=2)  # depth 3
+    child = up(pool)
+    for seq in (1, 2, 3):
+        pool.assign(child, seq, f"m{seq}", body("add", seq, seq), now=5.0)
+    assert child.head == 1 and child.head_since == 5.0
+    pool.flush(child)
+    results: list[tuple[int, str, str]] = []
+    wait_for(lambda: collect(pool, child, results) and len(results) == 3, 10, "three results")
+    assert results == [(1, "ok", '{"value":2}'), (2, "ok", '{"value":4}'), (3, "ok", '{"value":6}')]
+    assert (child.inflight, child.queued_bytes) == ({}, 0)
+
+
+def test_kill_hands_back_queued_jobs_and_the_child_is_reaped(pool_factory: Any) -> None:
+    pool = pool_factory(prefetch=2)
+    child = up(pool)
+    for seq in (1, 2, 3):
+        pool.assign(child, seq, f"m{seq}", body("slow", 30), now=0.0)
+    pool.flush(child)
+    taken = pool.kill(child)
+    assert taken.queued == [2, 3]
+    assert child.status is Status.KILLING and child.inflight == {}
+    assert pool.active() == []
+    wait_for(lambda: pool.check() or child.status is Status.DEAD, 10, "killed child exits")
+    assert pool.reap() == []  # its jobs were already handed back
+    assert child.exitcode == -signal.SIGTERM
+    assert len(pool.respawn()) == 1
+
+
+def test_child_that_dies_reports_only_its_running_job_as_started(pool_factory: Any) -> None:
+    pool = pool_factory(prefetch=1)
+    child = up(pool)
+    pool.assign(child, 1, "crash", body("crash", 4), now=0.0)
+    pool.assign(child, 2, "queued", body("noop"), now=0.0)
+    pool.flush(child)
+    wait_for(lambda: collect(pool, child, []) and child.status is Status.DEAD, 10, "EOF")
+    lost = wait_for(pool.reap, 10, "reaped")
+    assert [(item.msgid, item.started) for item in lost] == [("crash", True), ("queued", False)]
+
+
+def test_records_go_to_an_idle_child_and_are_acknowledged(
+    pool_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "records.jsonl"
+    monkeypatch.setenv("EMQ_TEST_RECORDS_FILE", str(target))
+    pool = make_pool(concurrency=2)
+    pool.hooks = "tests.jobs_fixtures.record_hooks"
+    try:
+        busy, idle = pool.respawn()
+        for child in (busy, idle):
+            wait_up(pool, child)
+        assert pool.can_record is True
+        pool.send(busy, 1, "m1", body("slow", 30))
+        batch = worker.encode_records([{"msgid": "m0", "status": "succeeded"}])
+        assert pool.send_records(batch)
+        assert (busy.records, idle.records) == ([], [batch])
+        wait_for(lambda: collect(pool, idle, []) and not idle.records, 10, "acknowledged")
+        assert read_records(target) == [{"msgid": "m0", "status": "succeeded"}]
+        # With no idle child, a batch waits unless it is urgent.
+        pool.send(idle, 2, "m2", body("slow", 30))
+        assert not pool.send_records(batch)
+        assert pool.send_records(batch, urgent=True)
+    finally:
+        pool.close(timeout=0.1)

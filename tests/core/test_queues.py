@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -9,10 +10,14 @@ import pytest
 from django_eventmq.core.queues import Job, Routing, Schedulers
 
 DEFAULT = ((10, "default"),)
+_seq = itertools.count(1)
 
 
-def job(msgid: str, queue: str = "default", guarantee: bool = False, now: float = 0.0) -> Job:
-    return Job(msgid, queue, [b"", b"eMQP/1.0", b"REQUEST", msgid.encode()], guarantee, now)
+def job(
+    msgid: str, queue: str = "default", guarantee: bool = False, now: float = 0.0, priority: int = 0
+) -> Job:
+    frames = [b"", b"eMQP/1.0", b"REQUEST", msgid.encode()]
+    return Job(msgid, queue, frames, guarantee, now, seq=next(_seq), priority=priority)
 
 
 def run(routing: Routing, step: tuple[Any, ...], now: float) -> Any:
@@ -23,23 +28,23 @@ def run(routing: Routing, step: tuple[Any, ...], now: float) -> Any:
         routing.add_worker(name.encode(), tuple(queues), now)
         return None
     if op == "ready":
-        got = routing.ready(args[0].encode(), now)
+        _finished, got = routing.ready(args[0].encode(), now)
         return got.msgid if got else None
     if op == "submit":
         msgid, queue, *flags = args
-        worker = routing.submit(job(msgid, queue, "guarantee" in flags, now), now)
+        priority = next((int(f[1:]) for f in flags if f.startswith("p")), 0)
+        worker = routing.submit(job(msgid, queue, "guarantee" in flags, now, priority), now)
         return worker.identity.decode() if worker else None
     if op == "reply":
         got = routing.reply(args[0])
         return got.msgid if got else None
-    if op == "fail":
-        dropped = routing.remove_worker(args[0].encode(), failed=True)
-        assert dropped is not None
-        return ([j.msgid for j in dropped.requeued], [j.msgid for j in dropped.lost])
-    if op == "kbai":
-        dropped = routing.remove_worker(args[0].encode(), failed=False)
-        assert dropped is not None
-        return ([j.msgid for j in dropped.requeued], [j.msgid for j in dropped.lost])
+    if op == "fail":  # what the router's Book does when a worker dies
+        released = routing.remove_worker(args[0].encode())
+        for released_job in released:
+            routing.requeue(released_job)
+        return [j.msgid for j in released]
+    if op == "kbai":  # a departing worker keeps its jobs until it reports them
+        return [j.msgid for j in routing.remove_worker(args[0].encode())]
     if op == "waiting":
         return {q: [j.msgid for j in jobs] for q, jobs in routing.waiting.items()}
     if op == "inflight":
@@ -135,7 +140,7 @@ SCENARIOS: dict[str, list[tuple[tuple[Any, ...], Any]]] = {
         (("inflight",), ["m1"]),
         (("reply", "nope"), None),
     ],
-    "a failed worker: guarantee jobs go back to the front, others are lost": [
+    "a failed worker's jobs go back to the front, in their order": [
         (("inform", "A", DEFAULT), None),
         (("ready", "A"), None),
         (("ready", "A"), None),
@@ -144,20 +149,30 @@ SCENARIOS: dict[str, list[tuple[tuple[Any, ...], Any]]] = {
         (("submit", "n1", "default"), "A"),
         (("submit", "g2", "default", "guarantee"), "A"),
         (("submit", "w1", "default"), None),
-        (("fail", "A"), (["g1", "g2"], ["n1"])),
-        (("waiting",), {"default": ["g1", "g2", "w1"]}),
+        (("fail", "A"), ["g1", "n1", "g2"]),
+        (("waiting",), {"default": ["g1", "n1", "g2", "w1"]}),
         (("inflight",), []),
         (("inform", "B", DEFAULT), None),
         (("ready", "B"), "g1"),
     ],
-    "KBAI forgets in-flight jobs without counting them lost": [
+    "KBAI: the worker is gone, its jobs stay handed out": [
         (("inform", "A", DEFAULT), None),
         (("ready", "A"), None),
         (("submit", "g1", "default", "guarantee"), "A"),
-        (("kbai", "A"), ([], [])),
-        (("inflight",), []),
+        (("kbai", "A"), ["g1"]),
+        (("inflight",), ["g1"]),
         (("waiting",), {}),
         (("submit", "m2", "default"), None),
+    ],
+    "higher priority first within a queue, then oldest": [
+        (("submit", "low", "q"), None),
+        (("submit", "high", "q", "p5"), None),
+        (("submit", "low2", "q"), None),
+        (("submit", "neg", "q", "p-1"), None),
+        (("submit", "high2", "q", "p5"), None),
+        (("waiting",), {"q": ["high", "high2", "low", "low2", "neg"]}),
+        (("inform", "A", [(10, "q")]), None),
+        (("ready", "A"), "high"),
     ],
     "INFORM again resets the worker": [
         (("inform", "A", DEFAULT), None),
@@ -189,7 +204,8 @@ def test_counts_and_queue_members() -> None:
     routing.reply("m1")
     routing.ready(b"A", 2.5)
     assert routing.submit(job("m2"), 3.0) is routing.workers[b"A"]
-    routing.remove_worker(b"A", failed=True)
+    for lost in routing.remove_worker(b"A"):
+        routing.forget(lost)
     assert routing.processed_by_queue == {"default": 1}
     assert routing.processed_by_worker == {b"A": 1}
     assert routing.lost == 1
@@ -227,7 +243,7 @@ def test_duplicate_queue_names_keep_the_highest_weight() -> None:
     routing = Routing()
     routing.add_worker(b"A", ((10, "q"), (40, "q")), 0.0)
     assert routing.workers[b"A"].queues == ((40, "q"),)
-    routing.remove_worker(b"A", failed=False)
+    assert routing.remove_worker(b"A") == []
     assert list(routing.queue_names()) == []
 
 
@@ -243,3 +259,47 @@ def test_schedulers_round_robin() -> None:
     assert peers.remove(b"s2") is True
     assert peers.remove(b"s2") is False
     assert [peers.next(), peers.next()] == [peers.peers[b"s1"]] * 2
+
+
+def test_the_start_up_burst_of_ready_announces_slots_even_while_jobs_wait() -> None:
+    # A job manager connecting while jobs wait: each READY of its burst takes
+    # a job at once; none of them may be taken as finished by the next READY.
+    routing = Routing()
+    for name in ("m1", "m2", "m3"):
+        routing.submit(job(name), 0.0)
+    routing.add_worker(b"A", DEFAULT, 1.0)
+    assert routing.ready(b"A", 1.00) == ([], routing.inflight["m1"])
+    assert routing.ready(b"A", 1.01)[0] == []
+    assert sorted(routing.inflight) == ["m1", "m2"]
+    assert routing.workers[b"A"].capacity == 2
+    # After the burst a READY means a job finished: the oldest, m1.
+    finished, started = routing.ready(b"A", 5.0)
+    assert [j.msgid for j in finished] == ["m1"] and started is not None
+    assert sorted(routing.inflight) == ["m2", "m3"]
+
+
+def test_a_window_of_waiting_jobs_in_memory_the_rest_loaded_in_order() -> None:
+    on_disk: list[Job] = []
+
+    def load(queue: str, after: tuple[int, int] | None, limit: int) -> list[Job]:
+        ordered = sorted(on_disk, key=lambda j: j.key)
+        return [j for j in ordered if after is None or j.key > after][:limit]
+
+    routing = Routing(window=3, load=load)
+    jobs = [job(f"m{i}", priority=i % 2) for i in range(10)]
+    for queued in jobs:
+        on_disk.append(queued)  # the journal stores every job first
+        routing.waiting.push(queued)
+    assert routing.waiting.memory() <= 6
+    assert len(routing.waiting["default"]) == 10
+    routing.add_worker(b"A", DEFAULT, 0.0)
+    taken = []
+    for step in range(10):
+        got = routing.dispatch_waiting("default", float(step)) or routing.ready(b"A", 9.0)[1]
+        assert got is not None
+        picked = got[1] if isinstance(got, tuple) else got
+        on_disk.remove(picked)
+        taken.append(picked.msgid)
+        routing.reply(picked.msgid)
+    assert taken == [j.msgid for j in sorted(jobs, key=lambda j: j.key)]
+    assert "default" not in routing.waiting

@@ -30,6 +30,8 @@ def make_settings(**overrides: Any) -> Settings:
         # Long enough that no test peer is dropped unless a test wants it.
         "heartbeat_interval": 2.0,
         "heartbeat_timeout": 60.0,
+        # The same store in memory; tests/core/test_router_journal.py uses files.
+        "journal": False,
     }
     values.update(overrides)
     return Settings(**values)
@@ -65,7 +67,7 @@ class Peer:
             frames = self.recv_raw(timeout)
             assert frames[:2] == [b"", b"eMQP/1.0"], frames
             text = [f.decode() for f in frames[2:]]
-            if text[0] == "HEARTBEAT" and command != "HEARTBEAT":
+            if text[0] in ("HEARTBEAT", "FEATURES") and command != text[0]:
                 continue
             assert text[0] == command, f"expected {command}, got {text}"
             return text
@@ -116,6 +118,7 @@ class Harness:
         peer = self.peer("backend", name)
         inform = peer.send("INFORM", queues, "worker")
         assert peer.expect("ACK")[2] == inform
+        peer.expect("FEATURES")  # our router offers its extensions after the ACK
         for _ in range(ready):
             peer.send("READY")
         wait_for(lambda: self.slots(peer) == ready, what=f"{name} to have {ready} slot(s)")
@@ -385,16 +388,16 @@ def test_scheduler_kbai_forgets_it(h: Harness) -> None:
 # -- heartbeats and dead workers ----------------------------------------------------
 
 
-def test_silent_worker_is_dropped_and_its_guaranteed_jobs_requeued(
+def test_silent_worker_is_dropped_and_its_jobs_handed_out_again(
     start_router: Callable[..., Harness], caplog: pytest.LogCaptureFixture
 ) -> None:
     h = start_router(heartbeat_interval=0.2, heartbeat_timeout=0.5)
     caplog.set_level(logging.INFO, logger=ROUTER_LOG)
     doomed = h.worker("doomed", ready=2)
     client = h.peer("frontend", "client")
-    kept = h.request(client, headers="guarantee,reply-requested")
-    lost = h.request(client)
-    assert {doomed.expect("REQUEST")[1], doomed.expect("REQUEST")[1]} == {kept, lost}
+    first = h.request(client, headers="guarantee,reply-requested")
+    second = h.request(client)  # without guarantee too: every accepted job is kept
+    assert {doomed.expect("REQUEST")[1], doomed.expect("REQUEST")[1]} == {first, second}
     # The router heartbeats a peer it has been quiet towards...
     beat = doomed.expect("HEARTBEAT")
     assert float(beat[2]) > 0
@@ -403,18 +406,21 @@ def test_silent_worker_is_dropped_and_its_guaranteed_jobs_requeued(
     drops = [w for w in warnings(caplog) if "dropped" in w]
     assert len(drops) == 1
     assert doomed.identity.decode() in drops[0]
-    assert "1 in-flight job(s) requeued, 1 lost" in drops[0]
+    assert "2 in-flight job(s) handed out again" in drops[0]
     status = h.ask("STATUS")
-    assert status["waiting_messages_by_queue"] == {"default": 1}
-    assert status["lost_messages"] == 1
+    assert status["waiting_messages_by_queue"] == {"default": 2}
+    assert status["requeued_messages"] == 2
+    assert status["lost_messages"] == 0
 
     rescuer = h.peer("backend", "rescuer")
     rescuer.send("INFORM", "", "worker")
     rescuer.expect("ACK")
     rescuer.send("READY")
-    assert rescuer.expect("REQUEST")[1] == kept
-    rescuer.send("REPLY", '{"value": 1}', kept)
-    assert client.expect("REPLY")[3] == kept
+    assert rescuer.expect("REQUEST")[1] == first  # back at the front, in order
+    rescuer.send("REPLY", '{"value": 1}', first)
+    assert client.expect("REPLY")[3] == first
+    rescuer.send("READY")
+    assert rescuer.expect("REQUEST")[1] == second
 
 
 def test_heartbeats_keep_a_worker_alive(start_router: Callable[..., Harness]) -> None:

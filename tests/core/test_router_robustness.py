@@ -207,7 +207,7 @@ def test_reply_for_a_client_that_is_gone_is_dropped(stepped: Stepped) -> None:
     worker.send("REPLY", '{"value": 1}', msgid)
     worker.send("READY")
     stepped.until(lambda: router.routing.processed_by_queue["default"] == 1, "the REPLY")
-    assert msgid not in router.reply_routes
+    assert msgid not in router.routing.inflight
 
     other = stepped.peer(router.frontend_address, b"steady")
     again = other.send("REQUEST", "default", "", JOB)

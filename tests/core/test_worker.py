@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import select
+import socket
+import threading
 from pathlib import Path
 
 import pytest
 
 from django_eventmq.core import worker
+from django_eventmq.core.pipe import FrameReader, frame, write_all
 from django_eventmq.core.registry import import_job_modules
 from django_eventmq.core.worker import FAILED, OK, REFUSED, Hooks, JobRunner, load_hooks
 from tests.jobs_fixtures.fake_router import SAMPLE, body
+from tests.support import wait_for
 
 import_job_modules([SAMPLE])
 
@@ -101,4 +106,91 @@ def test_load_hooks_uses_what_the_module_defines() -> None:
 def test_result_codec_round_trip() -> None:
     data = worker.encode_result(b"42", OK, '{"value":"a\\nb"}')
     assert worker.decode_result(data) == (42, OK, '{"value":"a\\nb"}')
-    assert worker.encode_job(7, '["run",{}]') == b'7\n["run",{}]'
+    assert worker.encode_job(7, '["run",{}]') == b'J7\n["run",{}]'
+
+
+class PipeEnd:
+    """The job manager's end of a socketpair whose other end a serve() thread reads."""
+
+    def __init__(self, runner: JobRunner) -> None:
+        self.ours, theirs = socket.socketpair()
+        self.thread = threading.Thread(target=worker.serve, args=(theirs.fileno(), runner))
+        self._theirs = theirs
+        self.reader = FrameReader(self.ours.fileno())
+        self.frames: list[bytes] = []
+        self.thread.start()
+
+    def write(self, *frames: bytes) -> None:
+        write_all(self.ours.fileno(), b"".join(frame(f) for f in frames))
+
+    def read_until(self, n: int) -> list[bytes]:
+        def enough() -> bool:
+            if select.select([self.ours], [], [], 0.05)[0]:
+                self.frames.extend(self.reader.read())
+            return len(self.frames) >= n
+
+        wait_for(enough, 10, f"{n} frames from serve()")
+        return self.frames
+
+    def close(self) -> None:
+        self.ours.close()
+        self.thread.join(10)
+        self._theirs.close()
+
+
+def test_serve_skips_a_queued_job_that_is_cancelled_before_it_starts() -> None:
+    end = PipeEnd(JobRunner())
+    try:
+        # One write, read in one go: the cancel is seen before job 2 would start.
+        end.write(
+            worker.encode_job(1, body("add", 1, 1)),
+            worker.encode_job(2, body("add", 2, 2)),
+            b"C2",
+            worker.encode_job(3, body("add", 3, 3)),
+        )
+        results = [worker.decode_result(f) for f in end.read_until(3)]
+    finally:
+        end.close()
+    assert (2, worker.CANCELLED, "") in results
+    assert (1, OK, '{"value":2}') in results and (3, OK, '{"value":6}') in results
+    assert len(results) == 3
+
+
+def test_serve_passes_records_to_the_hook_and_acknowledges() -> None:
+    seen: list[list[dict[str, object]]] = []
+    end = PipeEnd(JobRunner((), Hooks(record_results=seen.append)))
+    try:
+        end.write(worker.encode_records([{"msgid": "a"}]), worker.encode_job(1, body("noop")))
+        frames = end.read_until(2)
+    finally:
+        end.close()
+    assert frames[0] == worker.RECORDED
+    assert seen == [[{"msgid": "a"}]]
+
+
+def test_serve_exits_after_the_jobs_before_exit() -> None:
+    end = PipeEnd(JobRunner())
+    end.write(
+        worker.encode_job(1, body("add", 1, 2)), worker.EXIT, worker.encode_job(2, body("noop"))
+    )
+    frames = end.read_until(1)
+    end.thread.join(10)
+    assert not end.thread.is_alive()
+    end.close()
+    assert [worker.decode_result(f)[0] for f in frames] == [1]
+
+
+def test_frame_reader_joins_split_frames_and_splits_joined_ones() -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        data = frame(b"first") + frame(b"second")
+        reader = FrameReader(theirs.fileno())
+        ours.sendall(data[:7])
+        assert reader.read() == []
+        ours.sendall(data[7:])
+        assert reader.read() == [b"first", b"second"]
+        ours.close()
+        with pytest.raises(EOFError):
+            reader.read()
+    finally:
+        theirs.close()

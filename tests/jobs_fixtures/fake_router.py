@@ -9,6 +9,8 @@ from django_eventmq.core import transport
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol import (
     Ack,
+    Cancel,
+    Features,
     Headers,
     Heartbeat,
     Inform,
@@ -21,6 +23,9 @@ from django_eventmq.protocol import (
 M = TypeVar("M", bound=Message)
 
 SAMPLE = "tests.jobs_fixtures.sample"
+
+#: What a router of ours announces after its ACK.
+ROUTER_FEATURES = {"cancel": 1, "done": 1, "nack": 1}
 
 
 def body(callable_name: str, *args: Any, path: str = SAMPLE, **kwargs: Any) -> str:
@@ -94,12 +99,20 @@ class FakeRouter:
         self.pump(0)
         self._cursor = len(self.received)
 
-    def handshake(self, timeout: float = 20.0) -> tuple[bytes, Inform]:
-        """Wait for INFORM, ACK it and send a HEARTBEAT; returns (identity, inform)."""
+    def handshake(self, timeout: float = 20.0, *, features: bool = False) -> tuple[bytes, Inform]:
+        """Wait for INFORM, ACK it and send a HEARTBEAT; returns (identity, inform).
+
+        ``features=True`` speaks like a router of ours: FEATURES right after the ACK.
+        """
         identity, inform = self.expect(Inform, timeout)
         self.send(identity, Ack(msgid=new_msgid(), ack_msgid=inform.msgid))
+        if features:
+            self.send(identity, Features(msgid=new_msgid(), features=ROUTER_FEATURES))
         self.send(identity, Heartbeat(msgid=new_msgid(), timestamp=time.time()))
         return identity, inform
+
+    def cancel(self, identity: bytes, job_msgid: str) -> None:
+        self.send(identity, Cancel(msgid=new_msgid(), job_msgid=job_msgid))
 
     def send(self, identity: bytes, message: Message) -> None:
         self.channel.send_to(identity, message)
@@ -112,9 +125,10 @@ class FakeRouter:
         reply: bool = False,
         queue: str = "default",
         msgid: str | None = None,
+        **headers_fields: Any,
     ) -> str:
         msgid = msgid or new_msgid()
-        headers = Headers(reply_requested=reply)
+        headers = Headers(reply_requested=reply, **headers_fields)
         self.send(identity, Request(msgid=msgid, queue=queue, headers=headers, body_text=body_text))
         return msgid
 

@@ -77,3 +77,14 @@ class Adder:
 def not_a_job(path: str) -> None:
     """Not registered: a job manager must refuse to run it."""
     record(path, "ran")
+
+
+@job
+def flaky(path: str, failures: int) -> int:
+    """Fail the first ``failures`` calls (counted in the file at ``path``), then succeed."""
+    counter = Path(path)
+    calls = int(counter.read_text()) + 1 if counter.exists() else 1
+    counter.write_text(str(calls))
+    if calls <= failures:
+        raise RuntimeError(f"failure {calls} of {failures}")
+    return calls

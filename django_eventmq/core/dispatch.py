@@ -1,0 +1,500 @@
+"""A job's life in the router: accepted, stored, handed out, finished or handed out again.
+
+:class:`Book` joins the routing state (:mod:`.queues`) and the journal
+(:mod:`.journal`). It sends nothing itself: it calls ``deliver(worker, job)``
+to hand a job to a worker (at once; False means it could not) and
+``to_client(identity, message)`` for messages that the router sends once the
+journal is committed (ACKs, replies, REJECTs).
+
+Promises (README "Nothing lost"):
+
+- A job is in the journal before its ACK is sent, and stays there until a
+  job manager reports it finished (DONE, a REPLY naming it, or the READY
+  approximation for job managers that do not send DONE).
+- A job handed out is handed out again when its job manager goes silent,
+  leaves without reporting it, answers NACK, its lease runs out, or the
+  router restarts: delivery is at-least-once for every accepted job.
+- A job whose worker died ``poison_after`` times is set aside (POISONED),
+  the client gets REJECT, and admin STATUS / MONITOR list it.
+- A REQUEST whose msgid is held, or finished recently (``dedup_memory``
+  msgids), is acknowledged again and not run twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from ..protocol import Message, Reply, new_msgid
+from ..protocol import constants as C
+from ..protocol.extensions import (
+    STATUS_DIED,
+    STATUS_RETRY,
+    Reject,
+)
+from ..protocol.headers import Headers, parse_headers
+from .journal import DELAYED, LEASED, POISONED, WAITING, Journal, Row
+from .queues import Job, Routing, Worker
+from .router_io import show
+from .settings import Settings
+from .waiting import Key
+
+log = logging.getLogger("django_eventmq.router")
+
+_VERSION = C.PROTOCOL_VERSION_B
+_REQUEST = C.REQUEST.encode()
+
+#: The reply a client that asked for one gets for a job cancelled before it ran.
+CANCELLED_PAYLOAD = (
+    '{"value": null, "error": {"type": "Cancelled", "message": "cancelled before it ran",'
+    ' "traceback": ""}}'
+)
+
+Deliver = Callable[[Worker, Job], bool]
+ToClient = Callable[[bytes, Message], None]
+
+
+def job_from_row(row: Row, now: float) -> Job:
+    """A stored job, ready to be handed out again."""
+    headers = _headers(row.headers)
+    frames = [
+        b"",
+        _VERSION,
+        _REQUEST,
+        row.msgid.encode(),
+        row.queue.encode(),
+        row.headers,
+        row.body,
+    ]
+    return Job(
+        row.msgid,
+        row.queue,
+        frames,
+        row.guarantee,
+        now,
+        seq=row.seq,
+        priority=-row.nprio,
+        client=row.client,
+        reply=headers.reply_requested,
+        retry_count=headers.retry_count,
+        timeout=headers.timeout,
+        deaths=row.deaths,
+        attempts=row.attempts,
+    )
+
+
+def _headers(raw: bytes) -> Headers:
+    try:
+        return parse_headers(raw.decode())
+    except (ValueError, UnicodeDecodeError):
+        return parse_headers("")
+
+
+class Book:
+    """Every job the router holds, in memory (bounded) and in the journal."""
+
+    def __init__(
+        self, settings: Settings, journal: Journal, deliver: Deliver, to_client: ToClient
+    ) -> None:
+        self.settings = settings
+        self.journal = journal
+        self.deliver = deliver
+        self.to_client = to_client
+        self.routing = Routing(settings.queue_window, self._load)
+        self.delayed: Counter[str] = Counter()
+        self.poisoned: Counter[str] = Counter()
+        self.expired = 0
+        self.duplicates = 0
+        self.rejected = 0
+        self.recovered = 0
+        self._recent: OrderedDict[str, None] = OrderedDict()
+        self._seq = 0
+        self._next_due: float | None = None
+
+    # -- start-up ----------------------------------------------------------------
+    def recover(self) -> None:
+        """Load the journal's counts; jobs handed out before a restart wait again."""
+        journal = self.journal
+        self.recovered = journal.recover()
+        counts = journal.counts()
+        for queue, n in counts[WAITING].items():
+            wait_queue = self.routing.waiting.queue(queue)
+            wait_queue.count = n
+            wait_queue.spill_all()
+        self.delayed = counts[DELAYED]
+        self.poisoned = counts[POISONED]
+        self._seq = journal.max_seq()
+        self._next_due = journal.next_due()
+        held = sum(counts[WAITING].values()) + sum(self.delayed.values())
+        if held or self.poisoned:
+            log.warning(
+                "journal %s: %d job(s) waiting (%d of them had been handed out and are handed "
+                "out again), %d delayed, %d poisoned",
+                journal.path,
+                sum(counts[WAITING].values()),
+                self.recovered,
+                sum(self.delayed.values()),
+                sum(self.poisoned.values()),
+            )
+
+    def _load(self, queue: str, after: Key | None, limit: int) -> list[Job]:
+        now = time.monotonic()
+        return [job_from_row(row, now) for row in self.journal.waiting(queue, after, limit)]
+
+    # -- accepting ---------------------------------------------------------------
+    def backlog(self) -> int:
+        """Jobs accepted and not handed out (waiting + delayed)."""
+        return self.routing.waiting.total() + sum(self.delayed.values())
+
+    def is_held(self, msgid: str) -> bool:
+        """Known without a disk read: in memory, or finished recently."""
+        return (
+            msgid in self._recent
+            or msgid in self.routing.inflight
+            or msgid in self.routing.waiting.index
+        )
+
+    def accept(
+        self,
+        identity: bytes,
+        frames: list[bytes],
+        msgid: str,
+        queue: str,
+        headers: Headers,
+        now: float,
+    ) -> bool:
+        """Store and route a REQUEST; False if it is a duplicate (held or recently finished)."""
+        if self.is_held(msgid):
+            self.duplicates += 1
+            return False
+        self._seq += 1
+        job = Job(
+            msgid,
+            queue,
+            frames,
+            headers.guarantee,
+            now,
+            seq=self._seq,
+            priority=headers.priority,
+            client=identity,
+            reply=headers.reply_requested,
+            retry_count=headers.retry_count,
+            timeout=headers.timeout,
+        )
+        wall = time.time()
+        due = headers.delay_until
+        delayed = due is not None and due > wall
+        worker = None if delayed else self.routing.free_worker(queue)
+        state = DELAYED if delayed else (LEASED if worker is not None else WAITING)
+        stored = self.journal.add(
+            seq=job.seq,
+            msgid=msgid,
+            queue=queue,
+            priority=job.priority,
+            state=state,
+            guarantee=job.guarantee,
+            headers=frames[5],
+            body=frames[6],
+            client=identity,
+            accepted=wall,
+            due=due or 0.0,
+        )
+        if not stored:
+            self.duplicates += 1
+            return False
+        if delayed:
+            assert due is not None
+            self.delayed[queue] += 1
+            if self._next_due is None or due < self._next_due:
+                self._next_due = due
+            return True
+        worker = self.routing.submit(job, now)
+        if worker is not None:
+            self._hand_out(worker, job, now, stored_as_leased=state == LEASED)
+        return True
+
+    def reject(self, identity: bytes, msgid: str, reason: str) -> None:
+        self.rejected += 1
+        self.to_client(identity, Reject(msgid=new_msgid(), job_msgid=msgid, reason=reason))
+
+    # -- handing out ---------------------------------------------------------------
+    def _hand_out(
+        self, worker: Worker, job: Job, now: float, *, stored_as_leased: bool = False
+    ) -> bool:
+        s = self.settings
+        if job.timeout:
+            job.lease_until = now + job.timeout + s.lease_grace
+        elif s.job_lease:
+            job.lease_until = now + s.job_lease
+        else:
+            job.lease_until = math.inf
+        if not stored_as_leased:
+            self.journal.set_state(job.seq, LEASED)
+        log.debug("msgid %s handed to %s", job.msgid, show(worker.identity))
+        return self.deliver(worker, job)
+
+    def pump(self, now: float, queues: list[str] | None = None) -> None:
+        """Hand waiting jobs to free workers; stops at the first send that fails."""
+        routing = self.routing
+        for queue in queues if queues is not None else list(routing.waiting):
+            while (pair := routing.dispatch_waiting(queue, now)) is not None:
+                if not self._hand_out(*pair, now):
+                    return
+
+    def undo(self, job: Job) -> None:
+        """Sending ``job`` failed: it waits again (its worker keeps the slot)."""
+        self.routing.undo(job)
+        self.journal.set_state(job.seq, WAITING)
+
+    # -- reports from workers ---------------------------------------------------------
+    def ready(self, identity: bytes, now: float) -> None:
+        finished, job = self.routing.ready(identity, now)
+        for done in finished:
+            log.debug("msgid %s taken as finished: READY from %s", done.msgid, show(identity))
+            self._forget_finished(done)
+        if job is not None:
+            self._hand_out(self.routing.workers[identity], job, now)
+
+    def reply(self, identity: bytes, msgid: str) -> bytes | None:
+        """A worker's REPLY (the reference's way) finished ``msgid``; returns its client."""
+        job = self.routing.reply(msgid)
+        if job is None:
+            job = self._requeued_copy(msgid)
+            if job is None:
+                return None
+        log.debug("REPLY for msgid %s from %s: finished", msgid, show(identity))
+        self._forget_finished(job)
+        return job.client if job.reply else None
+
+    def done(self, identity: bytes, msgid: str, status: str, payload: str, now: float) -> None:
+        """DONE: the slot is free again; what happens to the job depends on ``status``."""
+        worker = self.routing.workers.get(identity)
+        if worker is not None:
+            job, nxt = self.routing.done(identity, msgid, now)
+            if nxt is not None:
+                self._hand_out(worker, nxt, now)
+        else:
+            job = self.routing.release_msgid(msgid)
+        if job is None:
+            job = self._requeued_copy(msgid)
+            if job is None:
+                log.debug("DONE %s for msgid %s: not held (already finished)", status, msgid)
+                return
+        log.debug("DONE %s for msgid %s from %s", status, msgid, show(identity))
+        if status == STATUS_DIED:
+            self._died(job, f"its worker process died ({payload[:200]})")
+        elif status == STATUS_RETRY and job.attempts < job.retry_count:
+            self._retry(job)
+        else:
+            self.routing.count_finished(job, identity)
+            self._finish(job, payload)
+        if worker is not None and job.worker is None and self.routing.waiting.get(job.queue):
+            self.pump(now, [job.queue])
+
+    def nack(self, identity: bytes, msgid: str, reason: str, now: float) -> None:
+        """NACK: the job was not run; it waits again at once (no death counted)."""
+        worker = self.routing.workers.get(identity)
+        if worker is None:
+            job = self.routing.release_msgid(msgid)
+        else:
+            job, nxt = self.routing.done(identity, msgid, now)
+            if nxt is not None:
+                self._hand_out(worker, nxt, now)
+        if job is None:
+            return
+        log.debug("NACK for msgid %s (%s): waits again", msgid, reason)
+        self.journal.requeue(job.seq, job.deaths)
+        self.routing.requeued += 1
+        self.routing.waiting.push(job)
+        self.pump(now, [job.queue])
+
+    def _requeued_copy(self, msgid: str) -> Job | None:
+        """A late report for a job that was requeued meanwhile: it did run; take it out."""
+        job = self.routing.waiting.index.get(msgid)
+        if job is not None:
+            self.routing.waiting.queue(job.queue).discard(job)
+        return job
+
+    # -- workers that go away -----------------------------------------------------------
+    def worker_failed(self, identity: bytes, why: str) -> None:
+        """A worker is dead or unreachable: its jobs are handed out again."""
+        jobs = self.routing.remove_worker(identity)
+        for job in jobs:
+            self._died(job, f"its job manager {why}")
+        if jobs:
+            log.warning(
+                "worker %s dropped (%s): %d in-flight job(s) handed out again (msgids %s)",
+                show(identity),
+                why,
+                len(jobs),
+                ", ".join(job.msgid for job in jobs[:20]),
+            )
+        else:
+            log.warning("worker %s dropped (%s)", show(identity), why)
+
+    def worker_left(self, identity: bytes, now: float) -> None:
+        """A worker said KBAI: it finishes its jobs; they are handed out again if it
+        has not reported them within ``shutdown_grace + lease_grace``."""
+        grace = now + self.settings.shutdown_grace + self.settings.lease_grace
+        for job in self.routing.remove_worker(identity):
+            job.lease_until = min(job.lease_until, grace)
+
+    def expire_leases(self, now: float) -> None:
+        for job in [j for j in self.routing.inflight.values() if j.lease_until <= now]:
+            self.expired += 1
+            self.routing.release(job)
+            self._died(job, "its lease ran out")
+
+    # -- outcomes ----------------------------------------------------------------------
+    def _died(self, job: Job, why: str) -> None:
+        log.debug("msgid %s waits again: %s", job.msgid, why)
+        job.deaths += 1
+        self.routing.release(job)
+        if job.deaths >= self.settings.poison_after:
+            reason = f"poisoned: {why}, {job.deaths} time(s)"
+            self.journal.poison(job.seq, job.deaths, reason)
+            self.poisoned[job.queue] += 1
+            log.warning("msgid %s (queue %s) set aside: %s", job.msgid, job.queue, reason)
+            if job.client:
+                self.to_client(
+                    job.client, Reject(msgid=new_msgid(), job_msgid=job.msgid, reason=reason)
+                )
+            return
+        self.journal.requeue(job.seq, job.deaths)
+        self.routing.requeued += 1
+        self.routing.waiting.push(job)
+
+    def _retry(self, job: Job) -> None:
+        s = self.settings
+        job.attempts += 1
+        pause = min(s.retry_backoff_cap, s.retry_backoff_base * 2 ** (job.attempts - 1))
+        due = time.time() + pause
+        self.journal.delay(job.seq, due, job.attempts)
+        self.delayed[job.queue] += 1
+        if self._next_due is None or due < self._next_due:
+            self._next_due = due
+        log.debug(
+            "msgid %s: retry %d of %d in %.1fs", job.msgid, job.attempts, job.retry_count, pause
+        )
+
+    def _finish(self, job: Job, payload: str | None) -> None:
+        self._forget_finished(job)
+        if job.reply and job.client and payload is not None:
+            self.to_client(
+                job.client, Reply(msgid=new_msgid(), payload=payload, reply_to=job.msgid)
+            )
+
+    def _forget_finished(self, job: Job) -> None:
+        self.journal.delete(job.seq)
+        recent = self._recent
+        if self.settings.dedup_memory:
+            recent[job.msgid] = None
+            if len(recent) > self.settings.dedup_memory:
+                recent.popitem(last=False)
+
+    # -- delayed jobs ------------------------------------------------------------------
+    def next_due(self) -> float | None:
+        return self._next_due
+
+    def promote_due(self, wall: float, now: float) -> None:
+        """Delayed jobs whose time has come start waiting (or run)."""
+        if self._next_due is None or wall < self._next_due:
+            return
+        queues: set[str] = set()
+        while True:
+            rows = self.journal.take_due(wall)
+            for row in rows:
+                job = job_from_row(row, now)
+                self.delayed[job.queue] -= 1
+                self.routing.waiting.push(job)
+                queues.add(job.queue)
+            if len(rows) < 1000:
+                break
+        self._next_due = self.journal.next_due()
+        self.pump(now, sorted(queues))
+
+    # -- cancelling --------------------------------------------------------------------
+    def cancel(self, msgid: str) -> Job | None:
+        """CANCEL: drop the job if it has not been handed out.
+
+        Returns the job when it is running (the caller forwards CANCEL to its
+        worker if that worker can take it); None otherwise.
+        """
+        running = self.routing.inflight.get(msgid)
+        if running is not None:
+            return running
+        job = self.routing.waiting.index.get(msgid)
+        if job is not None:
+            self.routing.waiting.queue(job.queue).discard(job)
+        else:
+            found = self.journal.find(msgid)
+            if found is None:
+                log.debug("CANCEL for msgid %s: not held", msgid)
+                return None
+            state, row = found
+            if state == LEASED:
+                return None
+            job = job_from_row(row, 0.0)
+            if state == WAITING:
+                self.routing.waiting.queue(row.queue).forget_on_disk()
+            elif state == DELAYED:
+                self.delayed[row.queue] -= 1
+            elif state == POISONED:
+                self.poisoned[row.queue] -= 1
+        self._finish(job, CANCELLED_PAYLOAD)
+        log.debug("msgid %s cancelled before it ran", msgid)
+        return None
+
+    # -- views -------------------------------------------------------------------------
+    def monitor(self) -> dict[str, Any]:
+        """MONITOR: the journal's state, like PZQ's monitor."""
+        routing = self.routing
+        queues: dict[str, dict[str, int]] = {}
+
+        def entry(queue: str) -> dict[str, int]:
+            return queues.setdefault(
+                queue, {"queued": 0, "in_flight": 0, "delayed": 0, "poisoned": 0}
+            )
+
+        for queue, wait_queue in routing.waiting.items():
+            entry(queue)["queued"] = wait_queue.count
+        for job in routing.inflight.values():
+            entry(job.queue)["in_flight"] += 1
+        for queue, n in self.delayed.items():
+            if n:
+                entry(queue)["delayed"] = n
+        for queue, n in self.poisoned.items():
+            if n:
+                entry(queue)["poisoned"] = n
+        return {
+            "queued": routing.waiting.total(),
+            "in_memory": routing.waiting.memory(),
+            "in_flight": len(routing.inflight),
+            "delayed": sum(self.delayed.values()),
+            "poisoned": sum(self.poisoned.values()),
+            "store_bytes": self.journal.size_bytes(),
+            "syncs": self.journal.syncs,
+            "expired": self.expired,
+            "requeued": routing.requeued,
+            "recovered": self.recovered,
+            "duplicates": self.duplicates,
+            "rejected": self.rejected,
+            "journal": self.journal.path,
+            "per_queue": queues,
+        }
+
+    def poisoned_list(self, limit: int = 100) -> list[dict[str, Any]]:
+        return [
+            {
+                "msgid": row.msgid,
+                "queue": row.queue,
+                "job": row.body.decode(errors="replace"),
+                "deaths": row.deaths,
+                "reason": reason,
+            }
+            for row, reason in self.journal.poisoned(limit)
+        ]

@@ -1,0 +1,132 @@
+"""What ``.delay()`` returns: the job's msgid, as a string that can also wait.
+
+A :class:`JobHandle` *is* the msgid (a ``str`` subclass), so code that stored
+the msgid keeps working. ``.wait()`` reads the job's outcome from this
+thread's client socket, where the router sends it for ``reply_requested``
+jobs (no database polling). ``.status`` and ``.result`` read the results
+table through a reader the Django app installs (:mod:`.integration`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ..errors import EventMQError, JobError, JobRejected, ProtocolError, ResultTimeout
+from ..protocol import Reject, decode_json
+from . import integration
+from .client import Outcome, get_client
+from .config import get_settings
+
+
+class ResultNotReady(LookupError, EventMQError):
+    """The job has no final result yet (or none was recorded)."""
+
+
+def outcome_value(outcome: Outcome) -> Any:
+    """The return value an outcome carries, or the error it stands for, raised."""
+    if isinstance(outcome, Reject):
+        raise JobRejected(outcome.reason)
+    try:
+        reply = decode_json(outcome.payload)
+    except ProtocolError as exc:
+        raise ProtocolError(f"the reply to msgid={outcome.reply_to} is not JSON: {exc}") from exc
+    if not isinstance(reply, dict):
+        raise ProtocolError(f"the reply to msgid={outcome.reply_to} is not a JSON object")
+    error = reply.get("error")
+    if error:
+        if not isinstance(error, dict):
+            raise JobError("Error", str(error))
+        raise JobError(
+            str(error.get("type") or "Error"),
+            str(error.get("message", "")),
+            str(error.get("traceback") or ""),
+        )
+    return reply.get("value")
+
+
+class JobHandle(str):
+    """A queued job's msgid, with ways to wait for, inspect and cancel the job."""
+
+    __slots__ = ()
+    #: False for jobs sent without ``reply_requested``: no outcome will come.
+    expects_reply: ClassVar[bool] = True
+
+    @property
+    def msgid(self) -> str:
+        return str(self)
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """The job's return value, once the router sends it.
+
+        Raises :class:`JobError` (with the remote exception's class, message
+        and traceback) when the job failed, timed out or was cancelled,
+        :class:`JobRejected` when the router refused it, and
+        :class:`ResultTimeout` after ``timeout`` seconds. Call it in the
+        thread that queued the job: the outcome comes back on that thread's
+        socket.
+        """
+        if not self.expects_reply:
+            raise EventMQError(
+                f"job {self} was sent without reply_requested, so no outcome will arrive; "
+                "use @job(reply_requested=True) or read .status"
+            )
+        settings = get_settings()
+        client = get_client(settings.broker_addr, send_timeout=settings.send_timeout)
+        outcome = client.outcome(str(self), timeout)
+        if outcome is None:
+            raise ResultTimeout(f"no outcome for job {self} within {timeout}s")
+        return outcome_value(outcome)
+
+    @property
+    def status(self) -> str | None:
+        """The recorded status (``queued``, ``running``, ``succeeded``...), ``None`` if none."""
+        return integration.results_reader().status(str(self))
+
+    @property
+    def result(self) -> Any:
+        """The recorded return value; :class:`JobError` if the job failed.
+
+        :class:`ResultNotReady` while the job has not finished (or nothing
+        was recorded for it).
+        """
+        return integration.results_reader().result(str(self))
+
+    def cancel(self) -> None:
+        """Cancel the job: dropped if still queued, its process stopped if running."""
+        cancel(str(self))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {str(self)!r}>"
+
+
+class NoReplyHandle(JobHandle):
+    """Handle of a job sent without ``reply_requested`` (``.wait()`` refuses)."""
+
+    __slots__ = ()
+    expects_reply: ClassVar[bool] = False
+
+
+class EagerHandle(JobHandle):
+    """Handle of a job that already ran inline (``EAGER`` or no broker)."""
+
+    _value: Any
+
+    @classmethod
+    def ran(cls, msgid: str, value: Any) -> EagerHandle:
+        handle = cls(msgid)
+        handle._value = value
+        return handle
+
+    def wait(self, timeout: float | None = None) -> Any:
+        return self._value
+
+
+def cancel(job_msgid: str) -> None:
+    """Cancel a job by msgid: it never runs if queued, its process is stopped if running."""
+    settings = get_settings()
+    if settings.run_inline:
+        return  # it already ran
+    get_client(settings.broker_addr, send_timeout=settings.send_timeout).cancel(job_msgid)
+    recorder = integration.cancel_recorder()
+    if recorder is not None:
+        recorder(job_msgid)

@@ -1,0 +1,334 @@
+"""The router's journal: every accepted job, on local disk, until it finished.
+
+An embedded SQLite database (standard library, no server) in WAL mode, used
+only by the router's thread. Writes go into one open transaction that the
+router commits once per loop iteration (group commit): many jobs per sync.
+
+Durability promise (``synchronous=FULL``, the default): when the router has
+sent the ACK for a REQUEST, the job is in the WAL file and fsync'ed, so a
+router crash, SIGKILL or power cut does not lose it. With ``normal`` the WAL
+is written but not fsync'ed at each commit: a crash of the router process
+loses nothing, a power cut may lose the last acknowledged jobs.
+
+Rows move through states; a job is deleted when it finished::
+
+    WAITING --dispatch--> LEASED --done--> (deleted)
+       ^                    |  \\--died N times--> POISONED
+       +----requeue---------+
+    DELAYED --due--> WAITING          (delay-until header, retry back-off)
+
+On start :meth:`recover` turns every LEASED row back into WAITING (handed
+out, never reported finished): those jobs are handed out again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sqlite3
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from ..errors import ConfigurationError
+
+WAITING = 0
+LEASED = 1
+POISONED = 2
+DELAYED = 3
+STATE_NAMES = {WAITING: "waiting", LEASED: "leased", POISONED: "poisoned", DELAYED: "delayed"}
+
+#: In-memory journal (``JOURNAL=False``): the same store, nothing on disk.
+MEMORY = ":memory:"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    seq INTEGER PRIMARY KEY,        -- acceptance order
+    msgid TEXT NOT NULL UNIQUE,     -- the client's id: a resent REQUEST is the same job
+    queue TEXT NOT NULL,
+    nprio INTEGER NOT NULL,         -- minus the priority header: ascending = first out
+    state INTEGER NOT NULL,
+    due REAL NOT NULL DEFAULT 0,    -- unix time a DELAYED job becomes WAITING
+    guarantee INTEGER NOT NULL,
+    headers BLOB NOT NULL,
+    body BLOB NOT NULL,
+    client BLOB NOT NULL,           -- routing identity of the client, for its reply
+    accepted REAL NOT NULL,         -- unix time accepted
+    deaths INTEGER NOT NULL DEFAULT 0,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    reason TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (queue, nprio, seq) WHERE state = 0;
+CREATE INDEX IF NOT EXISTS jobs_delayed ON jobs (due) WHERE state = 3;
+CREATE INDEX IF NOT EXISTS jobs_poisoned ON jobs (seq) WHERE state = 2;
+"""
+
+
+@dataclass(slots=True)
+class Row:
+    """A job as stored (what is needed to hand it out again)."""
+
+    seq: int
+    msgid: str
+    queue: str
+    nprio: int
+    guarantee: bool
+    headers: bytes
+    body: bytes
+    client: bytes
+    accepted: float
+    deaths: int
+    attempts: int
+
+
+def _row(values: tuple[Any, ...]) -> Row:
+    return Row(
+        values[0],
+        values[1],
+        values[2],
+        values[3],
+        bool(values[4]),
+        values[5],
+        values[6],
+        values[7],
+        values[8],
+        values[9],
+        values[10],
+    )
+
+
+def resolve_path(template: str, frontend_address: str) -> str:
+    """The journal file for a router bound to ``frontend_address``."""
+    if "{frontend}" not in template:
+        return template
+    tag = frontend_address.split("://", 1)[-1]
+    tag = "".join(c if c.isalnum() or c in "._-" else "-" for c in tag).strip("-")
+    return template.replace("{frontend}", tag or "router")
+
+
+class Journal:
+    """The job store. Every method runs in the router's thread."""
+
+    def __init__(self, path: str, *, sync: str = "full") -> None:
+        self.path = path
+        self.syncs = 0
+        #: Row changes not yet committed.
+        self.pending = 0
+        self._lock: IO[bytes] | None = None
+        if path != MEMORY:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._lock = _exclusive_lock(path)
+        try:
+            self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            if path == MEMORY:
+                self.db.execute("PRAGMA journal_mode=OFF")
+                self.db.execute("PRAGMA synchronous=OFF")
+            else:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=" + ("FULL" if sync == "full" else "NORMAL"))
+            self.db.execute("PRAGMA temp_store=MEMORY")
+            self.db.executescript(_SCHEMA)
+        except BaseException:
+            self._unlock()
+            raise
+        self._in_tx = False
+        self._closed = False
+        self._execute = self.db.execute
+
+    # -- transactions ------------------------------------------------------
+    def _write(self, sql: str, params: tuple[Any, ...]) -> int:
+        if not self._in_tx:
+            self._execute("BEGIN")
+            self._in_tx = True
+        self.pending += 1
+        return self._execute(sql, params).rowcount
+
+    def commit(self) -> bool:
+        """Make every change so far durable (one sync); False if there was none."""
+        if not self._in_tx:
+            return False
+        self._execute("COMMIT")
+        self._in_tx = False
+        self.pending = 0
+        self.syncs += 1
+        return True
+
+    def close(self) -> None:
+        """Commit and close (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(sqlite3.Error):
+            self.commit()
+            self.db.close()
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    # -- writes ---------------------------------------------------------------
+    def add(
+        self,
+        *,
+        seq: int,
+        msgid: str,
+        queue: str,
+        priority: int,
+        state: int,
+        guarantee: bool,
+        headers: bytes,
+        body: bytes,
+        client: bytes,
+        accepted: float,
+        due: float = 0.0,
+    ) -> bool:
+        """Store a new job; False (nothing stored) when its msgid is already held."""
+        return (
+            self._write(
+                "INSERT OR IGNORE INTO jobs (seq, msgid, queue, nprio, state, due, guarantee,"
+                " headers, body, client, accepted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    seq,
+                    msgid,
+                    queue,
+                    -priority,
+                    state,
+                    due,
+                    guarantee,
+                    headers,
+                    body,
+                    client,
+                    accepted,
+                ),
+            )
+            == 1
+        )
+
+    def set_state(self, seq: int, state: int) -> None:
+        self._write("UPDATE jobs SET state = ? WHERE seq = ?", (state, seq))
+
+    def requeue(self, seq: int, deaths: int) -> None:
+        self._write("UPDATE jobs SET state = 0, deaths = ? WHERE seq = ?", (deaths, seq))
+
+    def delay(self, seq: int, due: float, attempts: int) -> None:
+        self._write(
+            "UPDATE jobs SET state = 3, due = ?, attempts = ? WHERE seq = ?", (due, attempts, seq)
+        )
+
+    def poison(self, seq: int, deaths: int, reason: str) -> None:
+        self._write(
+            "UPDATE jobs SET state = 2, deaths = ?, reason = ? WHERE seq = ?",
+            (deaths, reason, seq),
+        )
+
+    def delete(self, seq: int) -> bool:
+        return self._write("DELETE FROM jobs WHERE seq = ?", (seq,)) == 1
+
+    # -- reads -----------------------------------------------------------------
+    def waiting(self, queue: str, after: tuple[int, int] | None, limit: int) -> list[Row]:
+        """Up to ``limit`` WAITING jobs of ``queue`` in hand-out order, after the key ``after``."""
+        if after is None:
+            cursor = self._execute(
+                "SELECT seq, msgid, queue, nprio, guarantee, headers, body, client,"
+                " accepted, deaths, attempts"
+                " FROM jobs WHERE queue = ? AND state = 0"
+                " ORDER BY nprio, seq LIMIT ?",
+                (queue, limit),
+            )
+        else:
+            cursor = self._execute(
+                "SELECT seq, msgid, queue, nprio, guarantee, headers, body, client,"
+                " accepted, deaths, attempts"
+                " FROM jobs WHERE queue = ? AND state = 0"
+                " AND (nprio, seq) > (?, ?) ORDER BY nprio, seq LIMIT ?",
+                (queue, after[0], after[1], limit),
+            )
+        return [_row(values) for values in cursor]
+
+    def take_due(self, now: float, limit: int = 1000) -> list[Row]:
+        """DELAYED jobs due at unix time ``now``, made WAITING."""
+        rows = [
+            _row(values)
+            for values in self._execute(
+                "SELECT seq, msgid, queue, nprio, guarantee, headers, body, client,"
+                " accepted, deaths, attempts"
+                " FROM jobs WHERE state = 3 AND due <= ? ORDER BY due LIMIT ?",
+                (now, limit),
+            )
+        ]
+        for row in rows:
+            self.set_state(row.seq, WAITING)
+        return rows
+
+    def next_due(self) -> float | None:
+        """When the next DELAYED job is due (unix time), if any."""
+        value = self._execute("SELECT MIN(due) FROM jobs WHERE state = 3").fetchone()[0]
+        return None if value is None else float(value)
+
+    def find(self, msgid: str) -> tuple[int, Row] | None:
+        """``(state, row)`` of the job ``msgid``, if held."""
+        values = self._execute(
+            "SELECT state, seq, msgid, queue, nprio, guarantee, headers, body, client,"
+            " accepted, deaths, attempts FROM jobs WHERE msgid = ?",
+            (msgid,),
+        ).fetchone()
+        return None if values is None else (values[0], _row(values[1:]))
+
+    def poisoned(self, limit: int = 100) -> list[tuple[Row, str]]:
+        cursor = self._execute(
+            "SELECT seq, msgid, queue, nprio, guarantee, headers, body, client,"
+            " accepted, deaths, attempts, reason FROM jobs"
+            " WHERE state = 2 ORDER BY seq LIMIT ?",
+            (limit,),
+        )
+        return [(_row(values[:-1]), values[-1]) for values in cursor]
+
+    def counts(self) -> dict[int, Counter[str]]:
+        """state -> queue -> number of jobs."""
+        result: dict[int, Counter[str]] = {state: Counter() for state in STATE_NAMES}
+        for state, queue, n in self._execute(
+            "SELECT state, queue, COUNT(*) FROM jobs GROUP BY state, queue"
+        ):
+            result.setdefault(state, Counter())[queue] = n
+        return result
+
+    def max_seq(self) -> int:
+        return int(self._execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0])
+
+    def recover(self) -> int:
+        """On start: jobs handed out but never reported finished wait again. Returns how many."""
+        changed = self._write("UPDATE jobs SET state = 0 WHERE state = 1", ())
+        self.commit()
+        return changed
+
+    def size_bytes(self) -> int:
+        """Bytes on disk (database + write-ahead log)."""
+        if self.path == MEMORY:
+            pages = self._execute("PRAGMA page_count").fetchone()[0]
+            return int(pages) * int(self._execute("PRAGMA page_size").fetchone()[0])
+        total = 0
+        for suffix in ("", "-wal"):
+            with contextlib.suppress(OSError):
+                total += os.stat(self.path + suffix).st_size
+        return total
+
+    def is_empty(self) -> bool:
+        return self._execute("SELECT 1 FROM jobs LIMIT 1").fetchone() is None
+
+
+def _exclusive_lock(path: str) -> IO[bytes]:
+    """Hold ``path.lock`` for this process: two routers must never share a journal."""
+    handle = open(path + ".lock", "ab")  # noqa: SIM115 - held until close()
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise ConfigurationError(
+            f"JOURNAL_PATH: {path} is in use by another router; give each router its own "
+            "journal file"
+        ) from None
+    return handle

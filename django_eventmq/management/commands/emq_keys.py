@@ -1,0 +1,31 @@
+"""``manage.py emq_keys``: generate CURVE key pairs for the router and its peers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...core import security
+from ...errors import EventMQError
+
+
+class Command(BaseCommand):
+    help = (
+        "Generate CURVE key pairs (ZeroMQ CurveZMQ). With --dir, writes NAME.key (public) "
+        "and NAME.key_secret (secret, mode 600) per name; without, prints Z85 keys for "
+        "EMQ_* environment variables. Keep secret keys out of the repository."
+    )
+    requires_system_checks: list[str] = []
+    requires_migrations_checks = False
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        security.add_keys_arguments(parser)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            lines = security.make_keys(options["names"], options["dir"], force=options["force"])
+        except EventMQError as exc:
+            raise CommandError(str(exc)) from None
+        for line in lines:
+            self.stdout.write(line)

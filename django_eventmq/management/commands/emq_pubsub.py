@@ -1,0 +1,42 @@
+"""``manage.py emq_pubsub``: run the EventMQ publisher with the project's settings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ... import conf
+from ...core import cli
+from ...core.pubsub_cli import add_pubsub_arguments, pubsub_settings
+from ...errors import EventMQError
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the EventMQ publisher: binds the incoming address (publish() and other PUBLISH "
+        "senders) and the outgoing address (subscribers) and relays each event to the "
+        "subscribers whose prefix matches its topic, until SIGTERM/SIGINT. A subscriber that "
+        "falls behind loses new events instead of slowing the others. Settings come from "
+        "settings.EVENTMQ and EMQ_* environment variables; the options below override them."
+    )
+    # The publisher does not use the database.
+    requires_migrations_checks = False
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        add_pubsub_arguments(parser)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from ...core.publisher import Publisher
+
+        try:
+            settings = pubsub_settings(conf.settings_with_options(options), options)
+        except EventMQError as exc:
+            raise CommandError(str(exc)) from None
+        cli.configure_logging(options["log_level"])
+        publisher = Publisher(settings, hwm=options["hwm"])
+        cli.install_signal_handlers(publisher.stop)
+        try:
+            publisher.run()
+        except EventMQError as exc:
+            raise CommandError(str(exc)) from None

@@ -1,0 +1,73 @@
+"""``manage.py emq_purge_results``: delete old job results, in chunks."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from ...core.config import get_settings
+from ...results_models import JobResult
+
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([dhms]?)\s*$")
+_UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1, "": 86400}
+
+
+def parse_age(text: str) -> timedelta:
+    """``7d``, ``12h``, ``30m``, ``45s`` (a bare number is days) as a timedelta."""
+    match = _AGE.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not an age such as 7d, 12h or 30m")
+    return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete job results last written longer ago than --older-than (default: the "
+        "RESULTS_RETENTION_DAYS setting), a chunk at a time so the table stays usable."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--older-than",
+            metavar="AGE",
+            help="e.g. 7d, 12h, 30m (default: RESULTS_RETENTION_DAYS days)",
+        )
+        parser.add_argument(
+            "--chunk-size",
+            type=int,
+            default=5000,
+            help="rows deleted per statement (default: 5000)",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            age = (
+                parse_age(options["older_than"])
+                if options["older_than"]
+                else timedelta(days=get_settings().results_retention_days)
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        chunk = options["chunk_size"]
+        if chunk < 1:
+            raise CommandError("--chunk-size must be at least 1")
+        cutoff = timezone.now() - age
+        old = JobResult.objects.filter(updated__lt=cutoff)
+        total = 0
+        while True:
+            # Delete by primary key in bounded chunks: one huge DELETE would
+            # hold locks (and grow the WAL) for as long as it runs.
+            ids = list(old.order_by("pk").values_list("pk", flat=True)[:chunk])
+            if not ids:
+                break
+            deleted, _ = JobResult.objects.filter(pk__in=ids).delete()
+            total += deleted
+            if options["verbosity"] >= 1:
+                self.stdout.write(f"deleted {total} job results so far")
+        self.stdout.write(
+            f"deleted {total} job results last updated before {cutoff:%Y-%m-%d %H:%M:%S %Z}"
+        )

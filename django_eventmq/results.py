@@ -1,0 +1,317 @@
+"""Writing and reading the job results table.
+
+Job-manager workers hand :func:`record_results` a batch of outcome records;
+the batch becomes ONE ``INSERT ... ON CONFLICT (msgid) DO UPDATE`` statement
+(SQLite and PostgreSQL share the syntax), so recording results costs one
+round trip per batch, not per job.
+
+Records can arrive late or twice (batches from different worker processes,
+a retry on another job manager), so the upsert only lets a record replace
+the row when it is *newer*: a higher attempt, or the same attempt further
+along (queued < running < retrying < finished). A row written by a job
+manager is never overwritten by one written by a client (the Tasks backend's
+``queued`` row, a cancellation of a queued job).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import connections, router
+from django.utils import timezone
+
+from .errors import JobError
+from .results_models import FINISHED_STATUSES, JobResult, JobStatus
+
+logger = logging.getLogger("django_eventmq.results")
+
+#: The dispatcher job of the Tasks backend; its records describe the task it ran.
+TASK_RUNNER = "django_eventmq.tasks_runner.run_task"
+
+#: Status words a record may use, including the DONE statuses of the wire.
+_STATUS_ALIASES = {
+    **{status.value: status.value for status in JobStatus},
+    "ok": JobStatus.SUCCEEDED.value,
+    "timeout": JobStatus.TIMED_OUT.value,
+    "retry": JobStatus.RETRYING.value,
+    "died": JobStatus.FAILED.value,
+    "refused": JobStatus.FAILED.value,
+}
+_RANK = {
+    JobStatus.QUEUED.value: 0,
+    JobStatus.RUNNING.value: 1,
+    JobStatus.RETRYING.value: 2,
+}
+_FINISHED_RANK = 3
+
+COLUMNS = (
+    "msgid",
+    "queue",
+    "job",
+    "args",
+    "kwargs",
+    "status",
+    "value",
+    "exc_type",
+    "exc_message",
+    "traceback",
+    "attempts",
+    "jobmanager",
+    "pid",
+    "enqueued",
+    "started",
+    "finished",
+    "duration",
+    "created",
+    "updated",
+)
+
+
+def _rank(status: str) -> int:
+    return _RANK.get(status, _FINISHED_RANK)
+
+
+def _when(stamp: object) -> datetime | None:
+    if stamp is None or stamp == "":
+        return None
+    if isinstance(stamp, datetime):
+        return stamp
+    return datetime.fromtimestamp(float(stamp), tz=UTC)  # type: ignore[arg-type]
+
+
+def normalise(record: Mapping[str, Any], now: datetime) -> dict[str, Any] | None:
+    """A row's column values from one outcome record; ``None`` (logged) if unusable."""
+    msgid = record.get("msgid")
+    status = _STATUS_ALIASES.get(str(record.get("status", "")))
+    if not isinstance(msgid, str) or not msgid or status is None:
+        logger.warning(
+            "ignored a job result record without a msgid or with an unknown status: "
+            "msgid=%r status=%r job=%r",
+            msgid,
+            record.get("status"),
+            record.get("job"),
+        )
+        return None
+    job = str(record.get("job") or "")
+    args: Any = record.get("args") or []
+    kwargs: Any = record.get("kwargs") or {}
+    if job == TASK_RUNNER and isinstance(args, list | tuple) and len(args) >= 3:
+        # Show the task, not the dispatcher that ran it: run_task(path, args, kwargs, ...).
+        job, args, kwargs = str(args[0]), args[1], args[2]
+    error = record.get("error") or {}
+    if not isinstance(error, Mapping):
+        error = {"type": "Error", "message": str(error)}
+    started, finished = _when(record.get("started")), _when(record.get("finished"))
+    duration = (finished - started).total_seconds() if started and finished else None
+    return {
+        "msgid": msgid,
+        "queue": str(record.get("queue") or ""),
+        "job": job,
+        "args": list(args) if isinstance(args, list | tuple) else [args],
+        "kwargs": dict(kwargs) if isinstance(kwargs, Mapping) else {},
+        "status": status,
+        "value": record.get("value") if status == JobStatus.SUCCEEDED else None,
+        "exc_type": str(error.get("type") or ""),
+        "exc_message": str(error.get("message") or ""),
+        "traceback": str(error.get("traceback") or ""),
+        "attempts": int(record.get("attempt") or 0),
+        "jobmanager": str(record.get("jobmanager") or ""),
+        "pid": record.get("pid"),
+        "enqueued": _when(record.get("enqueued")),
+        "started": started,
+        "finished": finished,
+        "duration": duration,
+        "created": now,
+        "updated": now,
+    }
+
+
+def _newest_per_msgid(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per msgid (an upsert may not touch a row twice), the newest winning."""
+    best: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        seen = best.get(row["msgid"])
+        if seen is None:
+            best[row["msgid"]] = row
+            continue
+        newer = (row["attempts"], _rank(row["status"])) > (
+            seen["attempts"],
+            _rank(seen["status"]),
+        )
+        if newer:
+            if row["started"] is None and row["attempts"] == seen["attempts"]:
+                row["started"] = seen["started"]
+                if row["started"] and row["finished"]:
+                    row["duration"] = (row["finished"] - row["started"]).total_seconds()
+            best[row["msgid"]] = row
+    return list(best.values())
+
+
+def record_results(records: Iterable[Mapping[str, Any]], *, from_worker: bool = True) -> int:
+    """Write a batch of outcome records (one statement per batch); returns rows sent.
+
+    ``from_worker`` records (job managers) win over client-written rows; a
+    record without a ``jobmanager`` is given ``"?"`` so that still holds.
+    """
+    now = timezone.now()
+    rows = []
+    for record in records:
+        row = normalise(record, now)
+        if row is not None:
+            if from_worker and not row["jobmanager"]:
+                row["jobmanager"] = "?"
+            elif not from_worker:
+                row["jobmanager"] = ""
+            rows.append(row)
+    rows = _newest_per_msgid(rows)
+    if rows:
+        _upsert(rows)
+    return len(rows)
+
+
+def _upsert(rows: Sequence[dict[str, Any]]) -> None:
+    alias = router.db_for_write(JobResult)
+    connection = connections[alias]
+    fields = [JobResult._meta.get_field(name) for name in COLUMNS]
+    limit = connection.features.max_query_params
+    per_query = max(1, limit // len(COLUMNS)) if limit else len(rows)
+    sql_head, sql_tail = _upsert_sql(connection)
+    row_sql = "(" + ", ".join(["%s"] * len(COLUMNS)) + ")"
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), per_query):
+            chunk = rows[start : start + per_query]
+            params: list[Any] = []
+            for row in chunk:
+                params.extend(
+                    field.get_db_prep_save(row[field.name], connection) for field in fields
+                )
+            cursor.execute(sql_head + ", ".join([row_sql] * len(chunk)) + sql_tail, params)
+
+
+def _upsert_sql(connection: Any) -> tuple[str, str]:
+    q = connection.ops.quote_name
+    table = q(JobResult._meta.db_table)
+
+    def t(column: str) -> str:
+        return f"{table}.{q(column)}"
+
+    def x(column: str) -> str:
+        return f"excluded.{q(column)}"
+
+    def rank(status: str) -> str:
+        cases = " ".join(f"WHEN '{name}' THEN {value}" for name, value in _RANK.items())
+        return f"(CASE {status} {cases} ELSE {_FINISHED_RANK} END)"
+
+    # A client row (no job manager) never replaces a job manager's row; a
+    # client row is otherwise only kept for the fields it knows.
+    client = f"{x('jobmanager')} = ''"
+    keep_if_client = {
+        name: f"CASE WHEN {client} THEN {t(name)} ELSE {x(name)} END"
+        for name in ("queue", "job", "args", "kwargs", "jobmanager")
+    }
+    assignments = {
+        **keep_if_client,
+        "status": x("status"),
+        "value": x("value"),
+        "exc_type": x("exc_type"),
+        "exc_message": x("exc_message"),
+        "traceback": x("traceback"),
+        "attempts": x("attempts"),
+        "pid": f"COALESCE({x('pid')}, {t('pid')})",
+        "enqueued": f"COALESCE({t('enqueued')}, {x('enqueued')})",
+        "started": f"COALESCE({x('started')}, {t('started')})",
+        "finished": x("finished"),
+        "duration": x("duration"),
+        "updated": x("updated"),
+    }
+    newer = (
+        f"({t('jobmanager')} = '' OR {x('jobmanager')} <> '') AND ("
+        f"({t('jobmanager')} = '' AND {x('jobmanager')} <> '')"
+        f" OR {x('attempts')} > {t('attempts')}"
+        f" OR ({x('attempts')} = {t('attempts')}"
+        f" AND {rank(x('status'))} > {rank(t('status'))}))"
+    )
+    head = f"INSERT INTO {table} ({', '.join(q(c) for c in COLUMNS)}) VALUES "  # noqa: S608 - names are our constants, quoted
+    tail = (
+        f" ON CONFLICT ({q('msgid')}) DO UPDATE SET "
+        + ", ".join(f"{q(name)} = {expr}" for name, expr in assignments.items())
+        + f" WHERE {newer}"
+    )
+    return head, tail
+
+
+def record_queued(
+    msgid: str,
+    *,
+    queue: str,
+    job: str,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+) -> None:
+    """Write the ``queued`` row of a job just enqueued (a client-side row)."""
+    now = timezone.now()
+    record_results(
+        [
+            {
+                "msgid": msgid,
+                "queue": queue,
+                "job": job,
+                "args": list(args),
+                "kwargs": dict(kwargs or {}),
+                "status": JobStatus.QUEUED.value,
+                "enqueued": now,
+            }
+        ],
+        from_worker=False,
+    )
+
+
+def record_cancel(msgid: str) -> None:
+    """Mark a job cancelled by its client: only a queued (or unrecorded) one.
+
+    A running job's row is the job manager's to finish (it stops the process
+    and records ``cancelled``, or the job's real outcome if it was too late).
+    """
+    now = timezone.now()
+    changed = JobResult.objects.filter(msgid=msgid, status=JobStatus.QUEUED).update(
+        status=JobStatus.CANCELLED, finished=now, updated=now
+    )
+    if not changed:
+        record_results(
+            [{"msgid": msgid, "status": JobStatus.CANCELLED.value, "finished": now}],
+            from_worker=False,
+        )
+
+
+# -- reading -------------------------------------------------------------------
+def get_row(msgid: str) -> JobResult | None:
+    return JobResult.objects.filter(msgid=msgid).first()
+
+
+def error_of(row: JobResult) -> JobError:
+    """The :class:`JobError` a finished-but-unsuccessful row stands for."""
+    exc_type = row.exc_type or ("Cancelled" if row.status == JobStatus.CANCELLED else "Error")
+    message = row.exc_message or row.get_status_display()
+    return JobError(exc_type, message, row.traceback)
+
+
+class TableReader:
+    """``handle.status`` / ``handle.result`` from the results table."""
+
+    def status(self, msgid: str) -> str | None:
+        return JobResult.objects.filter(msgid=msgid).values_list("status", flat=True).first()
+
+    def result(self, msgid: str) -> Any:
+        from .core.handles import ResultNotReady
+
+        row = get_row(msgid)
+        if row is None:
+            raise ResultNotReady(f"no result recorded for job {msgid}")
+        if row.status == JobStatus.SUCCEEDED:
+            return row.value
+        if row.status in FINISHED_STATUSES:
+            raise error_of(row)
+        raise ResultNotReady(f"job {msgid} has not finished (status {row.status})")

@@ -1,0 +1,70 @@
+"""The job results table (imported by :mod:`django_eventmq.models`).
+
+One :class:`JobResult` row per job msgid, written in batches by job-manager
+workers (:func:`django_eventmq.results.record_results`) for ``reply_requested``
+jobs, or for every job with ``RECORD_ALL_RESULTS``. The Tasks backend also
+writes the ``queued`` row when it enqueues.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class JobStatus(models.TextChoices):
+    """Where a job is in its life."""
+
+    QUEUED = "queued", "queued"
+    RUNNING = "running", "running"
+    SUCCEEDED = "succeeded", "succeeded"
+    FAILED = "failed", "failed"
+    TIMED_OUT = "timed_out", "timed out"
+    RETRYING = "retrying", "retrying"
+    CANCELLED = "cancelled", "cancelled"
+
+
+#: Statuses after which nothing more happens to the job.
+FINISHED_STATUSES = frozenset(
+    {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.CANCELLED}
+)
+
+
+class JobResult(models.Model):
+    """What became of one job: status, return value or error, attempts, timing."""
+
+    msgid = models.CharField(max_length=100, unique=True)
+    queue = models.CharField(max_length=100, blank=True, db_index=True)
+    job = models.CharField(
+        max_length=255, blank=True, db_index=True, help_text="Dotted name, e.g. 'shop.jobs.send'."
+    )
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    status = models.CharField(
+        max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED, db_index=True
+    )
+    value = models.JSONField(null=True, blank=True, help_text="The return value (JSON).")
+    exc_type = models.CharField("exception class", max_length=255, blank=True)
+    exc_message = models.TextField("exception message", blank=True)
+    traceback = models.TextField(blank=True)
+    attempts = models.IntegerField(default=0, help_text="Runs so far (retries included).")
+    jobmanager = models.CharField("job manager", max_length=255, blank=True)
+    pid = models.IntegerField(null=True, blank=True)
+    enqueued = models.DateTimeField(null=True, blank=True)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+    duration = models.FloatField("duration (s)", null=True, blank=True)
+    #: When the row was first written (the admin's date filter).
+    created = models.DateTimeField(db_index=True)
+    #: When the row was last written (the retention purge reads it).
+    updated = models.DateTimeField(db_index=True)
+
+    class Meta:
+        verbose_name = "job result"
+        ordering = ("-created",)
+
+    def __str__(self) -> str:
+        return f"{self.job or '?'} {self.msgid} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_STATUSES

@@ -1,0 +1,1 @@
+"""Digest e-mails started by the Spark pipeline (example_project/pipeline)."""

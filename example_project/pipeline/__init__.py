@@ -1,0 +1,1 @@
+"""Spark jobs of the example project; they import django_eventmq.contrib.spark, never Django."""

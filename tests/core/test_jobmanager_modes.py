@@ -1,0 +1,91 @@
+"""FEATURES handshake: DONE mode with a router of ours, READY + REPLY with a reference router."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from django_eventmq.protocol import Disconnect, Done, Features, Ready, Reply, new_msgid
+from tests.jobs_fixtures.fake_router import FakeRouter, body
+from tests.jobs_fixtures.running import payload, running, settings_for
+
+
+@pytest.fixture
+def router() -> Iterator[FakeRouter]:
+    fake = FakeRouter()
+    yield fake
+    fake.close()
+
+
+def test_features_switch_to_done_mode(router: FakeRouter) -> None:
+    with running(settings_for(router)) as jm:
+        identity, _ = router.handshake(features=True)
+        _, ours = router.expect(Features)
+        assert ours.features["done"] == 1 and ours.features["cancel"] == 1
+        router.wait_count(Ready, 2)
+        replied = router.request(identity, body("add", 2, 3), reply=True)
+        silent = router.request(identity, body("add", 1, 1))
+        _, done = router.expect(Done, job_msgid=replied)
+        assert (done.status, payload(done)) == ("ok", {"value": 5})
+        _, done = router.expect(Done, job_msgid=silent)
+        assert (done.status, payload(done)) == ("ok", {"value": 2})
+        failing = router.request(identity, body("fail", "bad"), reply=True)
+        _, done = router.expect(Done, job_msgid=failing)
+        assert done.status == "failed"
+        assert payload(done)["error"]["type"] == "ValueError"
+        refused = router.request(identity, body("not_a_job", "/nonexistent"))
+        _, done = router.expect(Done, job_msgid=refused)
+        assert done.status == "refused"
+        router.pump(0.1)
+        # DONE frees the slot: no READY after the first two, and no REPLY at all.
+        assert router.count(Ready) == 2
+        assert router.count(Reply) == 0
+        assert jm.mode == "done"
+
+
+def test_without_features_it_is_ready_and_reply_as_the_reference(router: FakeRouter) -> None:
+    with running(settings_for(router)) as jm:
+        identity, _ = router.handshake()
+        router.wait_count(Ready, 2)
+        msgid = router.request(identity, body("add", 2, 3), reply=True)
+        _, reply = router.expect(Reply, reply_to=msgid)
+        assert payload(reply) == {"value": 5}
+        router.wait_count(Ready, 3)  # the freed slot
+        router.pump(0.1)
+        assert router.count(Done) == 0 and router.count(Features) == 0
+        assert jm.mode == "reference"
+
+
+def test_mode_is_per_connection_and_falls_back_on_reconnect(router: FakeRouter) -> None:
+    with running(settings_for(router)) as jm:
+        first, _ = router.handshake(features=True)
+        msgid = router.request(first, body("add", 1, 2), reply=True)
+        router.expect(Done, job_msgid=msgid)
+        router.send(first, Disconnect(msgid=new_msgid()))
+        second, _ = router.handshake()  # a reference router this time
+        assert second != first
+        msgid = router.request(second, body("add", 2, 2), reply=True)
+        identity, reply = router.expect(Reply, reply_to=msgid)
+        assert identity == second and payload(reply) == {"value": 4}
+        assert jm.mode == "reference"
+        router.send(second, Disconnect(msgid=new_msgid()))
+        third, _ = router.handshake(features=True)
+        msgid = router.request(third, body("add", 3, 3), reply=True)
+        identity, done = router.expect(Done, job_msgid=msgid)
+        assert identity == third and payload(done) == {"value": 6}
+
+
+def test_outcome_while_disconnected_goes_out_as_done_on_the_new_socket(
+    router: FakeRouter,
+) -> None:
+    with running(settings_for(router, concurrency=1)):
+        first, _ = router.handshake(features=True)
+        msgid = router.request(first, body("slow", 0.5), reply=True)
+        router.send(first, Disconnect(msgid=new_msgid()))
+        second, _ = router.handshake(features=True)
+        identity, done = router.expect(Done, job_msgid=msgid)
+        assert identity == second and payload(done) == {"value": "slept 0.5"}
+        # The slot of the finished job is freed by the DONE, not offered twice.
+        router.pump(0.2)
+        assert router.count(Ready, second) == 0

@@ -1,0 +1,173 @@
+"""The router's journal (SQLite on disk) without sockets: states, order, recovery, locking."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from django_eventmq.core.journal import (
+    DELAYED,
+    LEASED,
+    MEMORY,
+    POISONED,
+    WAITING,
+    Journal,
+    resolve_path,
+)
+from django_eventmq.errors import ConfigurationError
+
+
+def add(journal: Journal, seq: int, **overrides: Any) -> bool:
+    values: dict[str, Any] = {
+        "seq": seq,
+        "msgid": f"m{seq}",
+        "queue": "default",
+        "priority": 0,
+        "state": WAITING,
+        "guarantee": True,
+        "headers": b"guarantee",
+        "body": b'["run", {}]',
+        "client": b"client-1",
+        "accepted": 1000.0 + seq,
+    }
+    values.update(overrides)
+    return journal.add(**values)
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> str:
+    return str(tmp_path / "journal.sqlite3")
+
+
+def test_a_job_is_stored_once_per_msgid_and_read_back_whole(path: str) -> None:
+    journal = Journal(path)
+    try:
+        assert add(journal, 1) is True
+        assert add(journal, 2, msgid="m1") is False  # the same msgid is the same job
+        journal.commit()
+        rows = journal.waiting("default", None, 10)
+        assert [(r.seq, r.msgid, r.headers, r.body, r.client) for r in rows] == [
+            (1, "m1", b"guarantee", b'["run", {}]', b"client-1")
+        ]
+        assert journal.syncs == 1
+        assert journal.commit() is False  # nothing to commit: no sync
+    finally:
+        journal.close()
+
+
+def test_waiting_order_is_priority_then_age_and_pages_by_key(path: str) -> None:
+    journal = Journal(path)
+    try:
+        for seq, prio in [(1, 0), (2, 5), (3, 0), (4, -1), (5, 5)]:
+            add(journal, seq, priority=prio)
+        add(journal, 6, state=LEASED)
+        add(journal, 7, queue="other")
+        first = journal.waiting("default", None, 2)
+        assert [r.msgid for r in first] == ["m2", "m5"]
+        last = first[-1]
+        rest = journal.waiting("default", (last.nprio, last.seq), 10)
+        assert [r.msgid for r in rest] == ["m1", "m3", "m4"]
+    finally:
+        journal.close()
+
+
+def test_committed_jobs_survive_reopening_and_leased_ones_wait_again(path: str) -> None:
+    journal = Journal(path)
+    add(journal, 1)
+    add(journal, 2, state=LEASED)
+    add(journal, 3, state=LEASED)
+    journal.commit()
+    journal.delete(3)  # finished, but never committed: as if the router died here
+    journal.db.close()  # no commit
+    journal._unlock()
+
+    again = Journal(path)
+    try:
+        assert again.recover() == 2
+        assert [r.msgid for r in again.waiting("default", None, 10)] == ["m1", "m2", "m3"]
+        assert again.max_seq() == 3
+        assert again.counts()[WAITING] == {"default": 3}
+    finally:
+        again.close()
+
+
+def test_delayed_jobs_come_due_in_time_order(path: str) -> None:
+    journal = Journal(path)
+    try:
+        add(journal, 1, state=DELAYED, due=200.0)
+        add(journal, 2, state=DELAYED, due=100.0)
+        assert journal.next_due() == 100.0
+        assert journal.take_due(50.0) == []
+        assert [r.msgid for r in journal.take_due(150.0)] == ["m2"]
+        assert journal.next_due() == 200.0
+        assert [r.msgid for r in journal.waiting("default", None, 10)] == ["m2"]
+        journal.delay(2, 300.0, attempts=1)
+        assert [r.msgid for r in journal.take_due(1000.0)] == ["m1", "m2"]
+        assert journal.next_due() is None
+    finally:
+        journal.close()
+
+
+def test_poisoned_jobs_are_listed_with_their_reason(path: str) -> None:
+    journal = Journal(path)
+    try:
+        add(journal, 1, state=LEASED)
+        journal.poison(1, deaths=3, reason="poisoned: its worker died, 3 time(s)")
+        (row, reason), *more = journal.poisoned()
+        assert (row.msgid, row.deaths, more) == ("m1", 3, [])
+        assert "3 time(s)" in reason
+        assert journal.counts()[POISONED] == {"default": 1}
+        found = journal.find("m1")
+        assert found is not None and found[0] == POISONED
+        assert journal.find("nope") is None
+        assert journal.recover() == 0  # poisoned jobs are not handed out again
+    finally:
+        journal.close()
+
+
+def test_a_second_router_cannot_open_the_same_journal(path: str) -> None:
+    journal = Journal(path)
+    try:
+        with pytest.raises(ConfigurationError, match="in use by another router"):
+            Journal(path)
+    finally:
+        journal.close()
+    Journal(path).close()  # free again once closed
+
+
+def test_size_and_emptiness(path: str) -> None:
+    journal = Journal(path)
+    try:
+        assert journal.is_empty()
+        add(journal, 1, body=b"[" + b"x" * 10_000 + b"]")
+        journal.commit()
+        assert journal.size_bytes() > 10_000
+        assert not journal.is_empty()
+    finally:
+        journal.close()
+
+
+def test_memory_journal_behaves_the_same_without_a_file(tmp_path: Path) -> None:
+    journal = Journal(MEMORY)
+    try:
+        assert add(journal, 1) and not add(journal, 2, msgid="m1")
+        journal.commit()
+        assert [r.msgid for r in journal.waiting("default", None, 5)] == ["m1"]
+        assert journal.size_bytes() > 0
+    finally:
+        journal.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("template", "address", "expected"),
+    [
+        ("var/j-{frontend}.db", "tcp://127.0.0.1:47291", "var/j-127.0.0.1-47291.db"),
+        ("var/j-{frontend}.db", "ipc:///run/emq.sock", "var/j-run-emq.sock.db"),
+        ("/data/journal.db", "tcp://127.0.0.1:1", "/data/journal.db"),
+    ],
+)
+def test_journal_path_names_the_frontend(template: str, address: str, expected: str) -> None:
+    assert resolve_path(template, address) == expected

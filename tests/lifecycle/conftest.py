@@ -1,0 +1,97 @@
+"""Fixtures of the lifecycle tests: a raw ROUTER playing the router, in this thread or another."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from django_eventmq.core import client, transport
+from django_eventmq.protocol import Message, Request
+
+
+@pytest.fixture(autouse=True)
+def _no_emq_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith("EMQ_"):
+            monkeypatch.delenv(key)
+
+
+@pytest.fixture
+def broker(eventmq_settings: Any) -> Iterator[transport.Channel]:
+    """A raw ROUTER on a random loopback port, configured as BROKER_ADDR (used in this thread)."""
+    channel = transport.Channel(transport.ROUTER, bind="tcp://127.0.0.1:*")
+    try:
+        eventmq_settings(BROKER_ADDR=channel.address, ACK_TIMEOUT=0.3, ACK_RETRIES=2)
+        yield channel
+    finally:
+        client.close_clients()
+        channel.close()
+
+
+def receive_request(channel: transport.Channel, timeout_ms: int = 10_000) -> tuple[bytes, Request]:
+    """The next message at the broker, which must be a REQUEST."""
+    assert channel.poll(timeout_ms), "the broker received nothing"
+    identity, _frames, message = channel.recv()
+    assert isinstance(message, Request), message
+    return identity, message
+
+
+class ThreadRouter:
+    """A raw ROUTER in its own thread that answers each REQUEST as ``answer`` says.
+
+    ``answer(request, count)`` returns the messages to send back to the client
+    (``count`` is how many copies of that msgid arrived so far).
+    """
+
+    def __init__(self, answer: Callable[[Request, int], list[Message]]) -> None:
+        self.answer = answer
+        self.received: list[Request] = []
+        self.address = ""
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        assert self._ready.wait(10), "router thread did not start"
+
+    def _run(self) -> None:
+        channel = transport.Channel(transport.ROUTER, bind="tcp://127.0.0.1:*")
+        try:
+            self.address = channel.address
+            self._ready.set()
+            while not self._stop.is_set():
+                if not channel.poll(20):
+                    continue
+                identity, _frames, message = channel.recv()
+                if not isinstance(message, Request):
+                    continue
+                self.received.append(message)
+                count = sum(1 for r in self.received if r.msgid == message.msgid)
+                for reply in self.answer(message, count):
+                    channel.send_to(identity, reply)
+        finally:
+            channel.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+@pytest.fixture
+def thread_router(eventmq_settings: Any) -> Iterator[Callable[..., ThreadRouter]]:
+    """Start a :class:`ThreadRouter` and point BROKER_ADDR at it."""
+    started: list[ThreadRouter] = []
+
+    def start(answer: Callable[[Request, int], list[Message]], **settings: Any) -> ThreadRouter:
+        router = ThreadRouter(answer)
+        started.append(router)
+        eventmq_settings(BROKER_ADDR=router.address, **settings)
+        return router
+
+    yield start
+    client.close_clients()
+    for router in started:
+        router.stop()

@@ -1,0 +1,22 @@
+"""Django settings of the lifecycle end-to-end processes: one SQLite file shared by all."""
+
+from __future__ import annotations
+
+import os
+
+from tests.settings import *  # noqa: F403
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ["EMQ_LIFECYCLE_DB"],
+        "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"},
+    }
+}
+TASKS = {
+    "default": {
+        "BACKEND": "django_eventmq.tasks_backend.EventMQBackend",
+        "QUEUES": ["default"],
+    }
+}
+EVENTMQ = {"JOB_MODULES": ["tests.lifecycle.jobs", "tests.lifecycle.tasks"]}

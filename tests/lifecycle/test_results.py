@@ -1,0 +1,182 @@
+"""The results table: batched upserts (one query per batch), ordering rules, and the readers."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from django_eventmq import worker_hooks
+from django_eventmq.core.handles import JobHandle, ResultNotReady
+from django_eventmq.errors import JobError
+from django_eventmq.results import record_cancel, record_queued, record_results
+from django_eventmq.results_models import JobResult
+
+pytestmark = pytest.mark.django_db
+
+
+def rec(msgid: str, status: str, attempt: int = 1, **extra):
+    base = {
+        "msgid": msgid,
+        "queue": "default",
+        "job": "tests.lifecycle.jobs.add",
+        "args": [1, 2],
+        "kwargs": {"k": "v"},
+        "status": status,
+        "value": None,
+        "error": None,
+        "attempt": attempt,
+        "jobmanager": "jm-1",
+        "pid": 4242,
+        "started": None,
+        "finished": None,
+    }
+    base.update(extra)
+    return base
+
+
+def row(msgid: str) -> JobResult:
+    return JobResult.objects.get(msgid=msgid)
+
+
+def test_a_batch_is_one_query(django_assert_num_queries):
+    now = time.time()
+    batch = [
+        rec(f"m{n}", "succeeded", value={"n": n}, started=now - 2, finished=now) for n in range(200)
+    ]
+    with django_assert_num_queries(1):
+        assert record_results(batch) == 200
+    stored = row("m7")
+    assert stored.status == "succeeded"
+    assert stored.value == {"n": 7}
+    assert stored.args == [1, 2] and stored.kwargs == {"k": "v"}
+    assert stored.jobmanager == "jm-1" and stored.pid == 4242
+    assert stored.duration == pytest.approx(2.0)
+    assert stored.started is not None and stored.finished is not None
+
+
+def test_worker_hook_writes_through_results(django_assert_num_queries):
+    with django_assert_num_queries(1):
+        worker_hooks.record_results([rec("h1", "running"), rec("h2", "running")])
+    assert JobResult.objects.filter(status="running").count() == 2
+
+
+def test_running_then_finished_in_one_batch_keeps_started():
+    started = time.time() - 1
+    record_results(
+        [
+            rec("a", "running", started=started),
+            rec("a", "failed", finished=started + 1, error=_error()),
+        ]
+    )
+    stored = row("a")
+    assert stored.status == "failed"
+    assert stored.exc_type == "KeyError" and stored.exc_message == "'x'"
+    assert stored.traceback.startswith("Traceback")
+    assert stored.started is not None and stored.duration == pytest.approx(1.0)
+
+
+def test_a_late_running_record_does_not_undo_the_outcome():
+    record_results([rec("b", "succeeded", value=3)])
+    record_results([rec("b", "running")])
+    assert row("b").status == "succeeded" and row("b").value == 3
+
+
+def test_a_later_attempt_replaces_an_earlier_one():
+    record_results([rec("c", "retrying", attempt=1, error=_error())])
+    record_results([rec("c", "running", attempt=2)])
+    assert (row("c").status, row("c").attempts) == ("running", 2)
+    record_results([rec("c", "failed", attempt=1)])  # stale, from another process
+    assert (row("c").status, row("c").attempts) == ("running", 2)
+    record_results([rec("c", "succeeded", attempt=2, value="ok")])
+    assert (row("c").status, row("c").value, row("c").exc_type) == ("succeeded", "ok", "")
+
+
+def test_wire_status_words_are_understood():
+    record_results([rec("d1", "ok", value=1), rec("d2", "timeout"), rec("d3", "retry")])
+    assert [row(m).status for m in ("d1", "d2", "d3")] == ["succeeded", "timed_out", "retrying"]
+
+
+def test_a_bad_record_is_logged_and_the_rest_written(caplog):
+    with caplog.at_level(logging.WARNING, "django_eventmq.results"):
+        count = record_results([rec("e1", "exploded"), {"status": "running"}, rec("e2", "running")])
+    assert count == 1
+    assert list(JobResult.objects.values_list("msgid", flat=True)) == ["e2"]
+    assert caplog.text.count("ignored a job result record") == 2
+
+
+def test_queued_row_then_worker_records():
+    record_queued("f", queue="email", job="tests.lifecycle.jobs.add", args=[1], kwargs={})
+    queued = row("f")
+    assert (queued.status, queued.attempts, queued.jobmanager) == ("queued", 0, "")
+    assert queued.enqueued is not None
+    record_results([rec("f", "running", attempt=1)])
+    running = row("f")
+    assert running.status == "running"
+    assert running.enqueued == queued.enqueued  # the worker does not know it; kept
+    assert running.created == queued.created
+
+
+def test_client_rows_never_replace_job_manager_rows():
+    record_results([rec("g", "running")])
+    record_cancel("g")  # cancel of a running job: the job manager records the outcome
+    assert row("g").status == "running"
+    record_queued("g", queue="default", job="x.y")
+    assert row("g").status == "running" and row("g").job == "tests.lifecycle.jobs.add"
+
+
+def test_cancel_of_a_queued_job():
+    record_queued("h", queue="default", job="tests.lifecycle.jobs.add")
+    record_cancel("h")
+    cancelled = row("h")
+    assert cancelled.status == "cancelled" and cancelled.finished is not None
+    assert cancelled.job == "tests.lifecycle.jobs.add"
+    with pytest.raises(JobError) as caught:
+        _ = JobHandle("h").result
+    assert caught.value.exc_type == "Cancelled"
+
+
+def test_cancel_of_an_unrecorded_job_then_the_job_manager_knows_better():
+    record_cancel("i")
+    assert row("i").status == "cancelled"
+    record_results([rec("i", "succeeded", value=1)])  # it had finished already
+    assert row("i").status == "succeeded"
+
+
+def test_task_runner_records_show_the_task():
+    record_results(
+        [
+            rec(
+                "t",
+                "succeeded",
+                job="django_eventmq.tasks_runner.run_task",
+                args=["tests.lifecycle.tasks.multiply", ["/p", 2, 3], {}, "default", "t", 1.0],
+                kwargs={},
+            )
+        ]
+    )
+    stored = row("t")
+    assert stored.job == "tests.lifecycle.tasks.multiply"
+    assert stored.args == ["/p", 2, 3] and stored.kwargs == {}
+
+
+def test_handle_status_and_result_read_the_table():
+    handle = JobHandle("r1")
+    assert handle.status is None
+    with pytest.raises(ResultNotReady, match="no result"):
+        _ = handle.result
+    record_results([rec("r1", "running")])
+    assert handle.status == "running"
+    with pytest.raises(ResultNotReady, match="not finished"):
+        _ = handle.result
+    record_results([rec("r1", "succeeded", value={"answer": 42})])
+    assert handle.result == {"answer": 42}
+    record_results([rec("r2", "failed", error=_error())])
+    with pytest.raises(JobError) as caught:
+        _ = JobHandle("r2").result
+    assert (caught.value.exc_type, caught.value.message) == ("KeyError", "'x'")
+
+
+def _error():
+    return {"type": "KeyError", "message": "'x'", "traceback": "Traceback (most recent call last)"}

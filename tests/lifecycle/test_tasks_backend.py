@@ -1,0 +1,220 @@
+"""The Django Tasks backend, in-process: what enqueue sends, get_result, validation, the runner.
+
+The router is a raw ROUTER; the dispatcher job is called directly here (the
+end-to-end tests run it in real job-manager workers).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from django.tasks import TaskResultStatus, task_backends
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued, task_finished, task_started
+
+from django_eventmq import tasks_runner
+from django_eventmq.errors import JobNotAllowed
+from django_eventmq.protocol import parse_job
+from django_eventmq.results import record_results
+from django_eventmq.tasks_backend import EventMQBackend
+from tests.lifecycle import tasks
+from tests.lifecycle.conftest import receive_request
+
+pytestmark = pytest.mark.django_db
+
+BACKEND = "django_eventmq.tasks_backend.EventMQBackend"
+
+
+@pytest.fixture
+def emq_tasks(settings, broker):
+    settings.TASKS = {"default": {"BACKEND": BACKEND, "QUEUES": ["default", "email"]}}
+    return broker
+
+
+def test_backend_declares_what_it_supports(emq_tasks):
+    backend = task_backends["default"]
+    assert isinstance(backend, EventMQBackend)
+    assert backend.supports_get_result and backend.supports_defer and backend.supports_priority
+
+
+def test_enqueue_sends_the_dispatcher_with_priority_and_delay(emq_tasks, tmp_path):
+    run_after = datetime.now(UTC) + timedelta(hours=1)
+    result = tasks.multiply.using(priority=7, run_after=run_after, queue_name="email").enqueue(
+        str(tmp_path / "log"), 6, b=7
+    )
+    _identity, request = receive_request(emq_tasks)
+    assert request.msgid == result.id
+    assert request.queue == "email"
+    assert request.headers.reply_requested
+    assert request.headers.priority == 7
+    assert request.headers.delay_until == pytest.approx(run_after.timestamp())
+    body = parse_job(request.body_text)
+    assert body.name == "django_eventmq.tasks_runner.run_task"
+    assert list(body.args[:5]) == [
+        "tests.lifecycle.tasks.multiply",
+        [str(tmp_path / "log"), 6],
+        {"b": 7},
+        "default",
+        result.id,
+    ]
+    assert result.status == TaskResultStatus.READY
+
+
+def test_enqueue_writes_a_ready_result_and_sends_the_signal(emq_tasks, tmp_path):
+    seen = []
+
+    def receiver(sender, task_result, **kwargs):
+        seen.append((sender, task_result.id))
+
+    task_enqueued.connect(receiver)
+    try:
+        result = tasks.multiply.enqueue(str(tmp_path / "log"), 2, 3)
+    finally:
+        task_enqueued.disconnect(receiver)
+    assert seen == [(EventMQBackend, result.id)]
+    fetched = tasks.multiply.get_result(result.id)
+    assert fetched.status == TaskResultStatus.READY
+    assert fetched.args == [str(tmp_path / "log"), 2, 3]
+    assert fetched.enqueued_at is not None
+
+
+def test_get_result_after_the_worker_recorded_it(emq_tasks, tmp_path):
+    result = tasks.multiply.enqueue(str(tmp_path / "log"), 2, 3)
+    record_results([_runner_record(result.id, "running", attempt=1)])
+    result.refresh()
+    assert result.status == TaskResultStatus.RUNNING
+    record_results([_runner_record(result.id, "succeeded", attempt=1, value=6)])
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 6
+    assert result.attempts == 1 and result.worker_ids == ["jm:99"]
+    assert result.finished_at is not None
+
+
+def test_get_result_of_a_failed_task(emq_tasks, tmp_path):
+    result = tasks.broken.enqueue(str(tmp_path / "log"))
+    record_results(
+        [
+            _runner_record(
+                result.id,
+                "failed",
+                attempt=1,
+                error={"type": "ValueError", "message": "task went wrong", "traceback": "TB"},
+            )
+        ]
+    )
+    fetched = task_backends["default"].get_result(result.id)
+    assert fetched.status == TaskResultStatus.FAILED
+    assert [(e.exception_class_path, e.traceback) for e in fetched.errors] == [("ValueError", "TB")]
+    with pytest.raises(ValueError, match="failed"):
+        _ = fetched.return_value
+
+
+def test_get_result_of_an_unknown_id(emq_tasks):
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends["default"].get_result("no-such-id")
+
+
+def test_validation(emq_tasks):
+    with pytest.raises(InvalidTask, match="not valid for backend"):
+        tasks.multiply.using(queue_name="reports")
+    with pytest.raises(InvalidTask, match="aware"):
+        tasks.multiply.using(run_after=datetime(2030, 1, 1))
+    with pytest.raises(InvalidTask, match="priority"):
+        tasks.multiply.using(priority=101)
+
+
+def test_queue_names_must_be_ours(settings, broker):
+    settings.TASKS = {"default": {"BACKEND": BACKEND, "QUEUES": []}}
+    with pytest.raises(InvalidTask, match="letters, digits"):
+        tasks.multiply.using(queue_name="no spaces")
+
+
+def test_runner_runs_the_task_and_sends_started_and_finished(tmp_path):
+    log = str(tmp_path / "log")
+    events = []
+
+    def started(sender, task_result, **kwargs):
+        events.append(("started", task_result.status, task_result.id))
+
+    def finished(sender, task_result, **kwargs):
+        events.append(("finished", task_result.status, task_result.return_value))
+
+    task_started.connect(started)
+    task_finished.connect(finished)
+    try:
+        value = tasks_runner.run_task(
+            "tests.lifecycle.tasks.multiply", [log, 4, 5], {}, "default", "tid", 1.0
+        )
+    finally:
+        task_started.disconnect(started)
+        task_finished.disconnect(finished)
+    assert value == 20
+    assert events == [
+        ("started", TaskResultStatus.RUNNING, "tid"),
+        ("finished", TaskResultStatus.SUCCESSFUL, 20),
+    ]
+    # The test module's own receivers noted the signals too.
+    assert (
+        Path(log).read_text().splitlines()[-1]
+        == f"signal finished tid {TaskResultStatus.SUCCESSFUL}"
+    )
+
+
+def test_runner_sends_finished_and_reraises_when_the_task_fails(tmp_path):
+    log = str(tmp_path / "log")
+    with pytest.raises(ValueError, match="task went wrong"):
+        tasks_runner.run_task("tests.lifecycle.tasks.broken", [log], {}, "default", "tid2")
+    assert (
+        Path(log).read_text().splitlines()[-1] == f"signal finished tid2 {TaskResultStatus.FAILED}"
+    )
+
+
+def test_runner_passes_the_context(tmp_path):
+    log = str(tmp_path / "log")
+    assert tasks_runner.run_task("tests.lifecycle.tasks.with_context", [log], {}) == 1
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "os.system",  # a function, not a task
+        "tests.lifecycle.jobs.add",  # a @job, not a task
+        "not_imported_anywhere.module.thing",  # never imported because a message says so
+        "tests.lifecycle.tasks",  # a module
+    ],
+)
+def test_runner_refuses_what_is_not_a_registered_task(path):
+    with pytest.raises(JobNotAllowed, match="not a Django task"):
+        tasks_runner.run_task(path, [], {})
+
+
+def test_the_runner_is_a_registered_job():
+    from django_eventmq.core import registry
+    from django_eventmq.protocol import JobBody
+
+    body = JobBody(path=tasks_runner.RUNNER_PATH, callable=tasks_runner.RUNNER_CALLABLE)
+    assert registry.resolve(body) is tasks_runner.run_task.func
+
+
+def _runner_record(msgid, status, *, attempt, value=None, error=None):
+    return {
+        "msgid": msgid,
+        "queue": "default",
+        "job": "django_eventmq.tasks_runner.run_task",
+        "args": json.loads(
+            json.dumps(["tests.lifecycle.tasks.multiply", ["/p", 2, 3], {}, "default", msgid])
+        ),
+        "kwargs": {},
+        "status": status,
+        "value": value,
+        "error": error,
+        "attempt": attempt,
+        "jobmanager": "jm",
+        "pid": 99,
+        "started": 1.0,
+        "finished": 2.0 if status != "running" else None,
+    }

@@ -1,0 +1,168 @@
+"""enqueue_dataframe with a real local Spark session, router and job manager.
+
+Rows become ``send_digest`` jobs that the job manager runs; each job records
+its msgid once and counts further deliveries, so a doubled job shows as
+``deliveries > 1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.spark.conftest import PYSPARK_MISSING
+from tests.support import tcp_addr
+
+pytestmark = pytest.mark.spark
+pytest.importorskip("pyspark", reason=PYSPARK_MISSING, exc_type=ImportError)
+
+from pyspark import TaskContext  # noqa: E402
+from pyspark.sql import DataFrame  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+
+from django_eventmq.contrib.spark import Progress, enqueue_dataframe  # noqa: E402
+
+SEND_DIGEST = "example_project.digests.jobs.send_digest"
+
+
+def digests(spark: Any, rows: int, partitions: int = 2) -> DataFrame:
+    """``rows`` digest rows with the columns send_digest takes."""
+    return spark.range(0, rows, 1, partitions).select(
+        F.col("id").alias("user_id"),
+        F.concat(F.lit("user"), F.col("id"), F.lit("@example.com")).alias("email"),
+        F.lit("2024-05-01").cast("date").alias("day"),
+        (F.col("id") % 17).cast("int").alias("events"),
+        (F.col("id") % 3).cast("int").alias("purchases"),
+        (F.col("id") / 7).cast("decimal(12,2)").alias("revenue"),
+    )
+
+
+def send(df: DataFrame, stack: Any, run_id: str, **options: Any) -> Any:
+    options.setdefault("progress", False)
+    return enqueue_dataframe(
+        df,
+        SEND_DIGEST,
+        queue="email",
+        broker=stack.frontend,
+        run_id=run_id,
+        key=["user_id", "day"],
+        extra={"run_id": run_id},
+        msgid_kwarg="job_id",
+        **options,
+    )
+
+
+def test_every_row_becomes_one_job_that_runs_once(spark, stack):
+    seen: list[Progress] = []
+    result = send(digests(spark, 200), stack, "once", progress=seen.append, progress_interval=0.2)
+
+    assert (result.sent, result.acked, result.rejected) == (200, 200, 0)
+    assert set(result.queues) == {"email"}
+    assert result.partitions == 2
+    assert result.retried_partitions == 0
+    # Progress was reported while it ran, then the final counts.
+    running = [p for p in seen if not p.finished]
+    assert any(p.tasks_total == 2 for p in running), seen
+    assert seen[-1].finished and seen[-1].queues == {"email": [200, 200, 0]}
+    stack.wait_done("once", 200)
+    assert stack.digests("once") == 200
+    assert stack.most_deliveries("once") == 1
+    # The job got the row's values, Decimal and date columns included.
+    assert (
+        stack.count(
+            "SELECT count(*) FROM digests_digestsent WHERE run_id = 'once' AND user_id = 70 "
+            "AND day = '2024-05-01' AND revenue = '10' AND msgid = 'once:70,\"2024-05-01\"'"
+        )
+        == 1
+    )
+
+
+def fail_first_attempt(batches: Iterator[Any]) -> Iterator[Any]:
+    """Partition 0's first attempt fails after its first two batches (100 rows) went out."""
+    context = TaskContext.get()
+    assert context is not None
+    for index, batch in enumerate(batches):
+        if index == 2 and context.partitionId() == 0 and context.attemptNumber() == 0:
+            raise RuntimeError("forced failure of the first attempt, after sending 100 rows")
+        yield batch
+
+
+def test_a_task_retried_after_sending_does_not_run_any_job_twice(spark, stack):
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
+    try:
+        # window=8: when the failure hits, the router has acknowledged (so
+        # holds) all but the last 8 of the rows already sent.
+        result = send(
+            digests(spark, 300), stack, "retried", window=8, map_batches=fail_first_attempt
+        )
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+
+    assert result.retried_partitions == 1  # Spark ran partition 0 again
+    assert (result.sent, result.acked, result.rejected) == (300, 300, 0)
+    stack.wait_done("retried", 300)
+    assert stack.digests("retried") == 300
+    # The first attempt's ~100 msgids were sent twice; each job ran once.
+    assert stack.most_deliveries("retried") == 1, stack.logs()
+
+
+def test_the_same_export_sent_again_runs_nothing_again(spark, stack):
+    df = digests(spark, 150)
+    first = send(df, stack, "again")
+    stack.wait_done("again", 150)
+    second = send(df, stack, "again")
+
+    assert first.acked == second.acked == 150
+    stack.wait_done("again", 150)
+    assert stack.digests("again") == 150
+    assert stack.most_deliveries("again") == 1, stack.logs()
+
+
+def test_counts_are_per_queue_when_rows_name_their_queue(spark, stack, capsys):
+    df = digests(spark, 120).withColumn(
+        "queue", F.when(F.col("user_id") % 4 == 0, "reports").otherwise("email")
+    )
+    result = send(df, stack, "per-queue", queue_column="queue", progress=True)
+
+    assert {q: (c.sent, c.acked, c.rejected) for q, c in result.queues.items()} == {
+        "email": (90, 90, 0),
+        "reports": (30, 30, 0),
+    }
+    assert "reports: 30 sent, 30 acked" in str(result)
+    # progress=True: lines on stderr (not a terminal here), the last one final.
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("django-eventmq spark: done; email 90 sent/90 acked/0 rejected")
+    stack.wait_done("per-queue", 120, queue="reports")
+    stack.wait_done("per-queue", 120, queue="email")
+
+
+def test_a_missing_column_fails_before_spark_runs_anything(spark, stack):
+    with pytest.raises(ValueError, match=r"no column\(s\) \['nope'\]"):
+        send(digests(spark, 10), stack, "bad", kwargs=["user_id", "nope"])
+
+
+def test_no_router_fails_the_spark_job_with_broker_unavailable(spark):
+    from pyspark.errors import PySparkException
+
+    with pytest.raises((PySparkException, Exception)) as info:
+        enqueue_dataframe(
+            digests(spark, 20, partitions=1),
+            SEND_DIGEST,
+            broker=tcp_addr(),  # nothing listens there
+            run_id="nobody",
+            key="user_id",
+            give_up=0.5,
+            ack_timeout=0.2,
+            progress=False,
+        )
+    assert "BrokerUnavailable" in str(info.value)
+    assert "answered nothing for 0.5s" in str(info.value)
+
+
+def test_an_empty_dataframe_sends_nothing(spark, stack):
+    result = send(digests(spark, 10, partitions=2).where("user_id < 0"), stack, "empty")
+    assert result.queues == {}
+    assert (result.sent, result.acked, result.rejected) == (0, 0, 0)
+    assert "no rows" in str(result)

@@ -1,0 +1,191 @@
+"""PipelinedSender: the executor side, without Spark (pyzmq and real sockets only).
+
+Against our router process for ACKs and REJECTs; against a scripted ROUTER
+socket in this test for what a healthy router never does (answer late, say
+nothing, send garbage).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import zmq
+
+from django_eventmq.contrib.spark.sender import PipelinedSender
+from django_eventmq.errors import BrokerUnavailable
+from tests.support import Proc, python_module, tcp_addr
+
+pytestmark = pytest.mark.spark
+
+BODY = b'["run",{"callable":"noop","path":"benchmarks.noop_jobs","args":[],"kwargs":{}}]'
+
+
+def requests(n: int, prefix: str = "t") -> tuple[list[bytes], list[bytes], list[bytes]]:
+    return [f"{prefix}:{i}".encode() for i in range(n)], [b"email"] * n, [BODY] * n
+
+
+@pytest.fixture
+def router(tmp_path: Path) -> Iterator[Callable[..., str]]:
+    """Start our router process with extra EMQ_* settings; returns its frontend."""
+    procs: list[Proc] = []
+
+    def start(**env: str) -> str:
+        any_port = "tcp://127.0.0.1:*"
+        proc = Proc(
+            python_module(
+                "router", "--frontend", any_port, "--backend", any_port, "--admin", any_port
+            ),
+            env={"EMQ_JOURNAL_PATH": str(tmp_path / "journal.sqlite3"), **env},
+        )
+        procs.append(proc)
+        return proc.wait_output(r"router ready: frontend=(\S+)").group(1)
+
+    yield start
+    for proc in procs:
+        proc.stop()
+
+
+class ScriptedRouter:
+    """A ROUTER socket in a thread that answers REQUESTs as ``answer`` says."""
+
+    def __init__(self, answer: Callable[[list[bytes], int], list[list[bytes]]]) -> None:
+        self.addr = tcp_addr()
+        self.answer = answer
+        self.received: list[list[bytes]] = []
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ScriptedRouter:
+        self._thread.start()
+        self._ready.wait(5)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        sock = zmq.Context.instance().socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        try:
+            sock.bind(self.addr)
+            self._ready.set()
+            while not self._stop.is_set():
+                if not sock.poll(20):
+                    continue
+                frames = sock.recv_multipart()
+                self.received.append(frames[1:])
+                for reply in self.answer(frames[1:], len(self.received)):
+                    sock.send_multipart([frames[0], *reply])
+        finally:
+            sock.close(linger=0)
+
+
+def ack(frames: list[bytes]) -> list[bytes]:
+    return [b"", b"eMQP/1.0", b"ACK", b"router-id", frames[3]]
+
+
+def test_every_request_is_acknowledged_by_our_router(router):
+    frontend = router()
+    msgids, queues, bodies = requests(3_000)
+    with PipelinedSender(frontend, window=100) as sender:
+        sender.send_many(msgids, queues, b"guarantee", bodies)
+        sender.flush()
+        assert sender.in_flight == 0
+    counts = sender.counts["email"]
+    assert (counts.sent, counts.acked, counts.rejected, counts.resent) == (3_000, 3_000, 0, 0)
+
+
+def test_over_the_high_water_mark_our_router_rejects_and_we_count_it(router):
+    # No job manager: jobs wait in the router, and past 20 it refuses them.
+    frontend = router(EMQ_HWM_POLICY="reject", EMQ_HIGH_WATER_MARK="20")
+    msgids, queues, bodies = requests(50)
+    with PipelinedSender(frontend, window=10) as sender:
+        sender.send_many(msgids, queues, b"guarantee", bodies)
+        sender.flush()
+    counts = sender.counts["email"]
+    assert counts.sent == 50
+    assert counts.acked + counts.rejected == 50
+    assert counts.rejected >= 30
+    assert counts.reasons  # the router's words, kept for the report
+
+
+def test_an_unanswered_request_is_sent_again_with_the_same_msgid():
+    seen: Counter[bytes] = Counter()
+
+    def second_copy_only(frames: list[bytes], _n: int) -> list[list[bytes]]:
+        seen[frames[3]] += 1
+        return [ack(frames)] if seen[frames[3]] == 2 else []
+
+    with (
+        ScriptedRouter(second_copy_only) as peer,
+        PipelinedSender(peer.addr, window=50, ack_timeout=0.2, give_up=10) as sender,
+    ):
+        msgids, queues, bodies = requests(20)
+        sender.send_many(msgids, queues, b"guarantee", bodies)
+        sender.flush()
+    counts = sender.counts["email"]
+    assert (counts.sent, counts.acked, counts.resent) == (20, 20, 20)
+    assert set(seen.values()) == {2}
+    # A resend is the same REQUEST: same msgid, queue, headers and body.
+    copies = [f for f in peer.received if f[3] == b"t:7"]
+    assert len(copies) == 2 and copies[0] == copies[1]
+
+
+def test_a_late_second_ack_counts_once():
+    def ack_twice(frames: list[bytes], _n: int) -> list[list[bytes]]:
+        return [ack(frames), ack(frames)]
+
+    with ScriptedRouter(ack_twice) as peer, PipelinedSender(peer.addr) as sender:
+        msgids, queues, bodies = requests(30)
+        sender.send_many(msgids, queues, b"guarantee", bodies)
+        sender.flush()
+    assert sender.counts["email"].acked == 30
+
+
+def test_a_silent_router_makes_flush_raise_broker_unavailable():
+    with (
+        ScriptedRouter(lambda frames, n: []) as peer,
+        PipelinedSender(peer.addr, ack_timeout=0.1, give_up=0.5) as sender,
+    ):
+        sender.send(b"t:1", b"email", b"guarantee", BODY)
+        with pytest.raises(BrokerUnavailable, match=r"answered nothing for 0.5s; 1 REQUEST"):
+            sender.flush()
+    assert sender.counts["email"].resent >= 1
+
+
+def test_a_msgid_already_in_flight_is_not_sent_twice():
+    with (
+        ScriptedRouter(lambda frames, n: [ack(frames)]) as peer,
+        PipelinedSender(peer.addr) as sender,
+    ):
+        sender.send_many([b"same", b"same", b"other"], [b"email"] * 3, b"", [BODY] * 3)
+        sender.flush()
+    counts = sender.counts["email"]
+    assert (counts.sent, counts.duplicates, counts.acked) == (2, 1, 2)
+
+
+def test_garbage_from_the_router_is_logged_once_and_ignored(caplog):
+    def garbage_then_ack(frames: list[bytes], _n: int) -> list[list[bytes]]:
+        return [[b"", b"nonsense"], [b"", b"eMQP/1.0", b"BOGUS", b"x"], ack(frames)]
+
+    caplog.set_level(logging.WARNING, "django_eventmq.spark")
+    with ScriptedRouter(garbage_then_ack) as peer, PipelinedSender(peer.addr) as sender:
+        msgids, queues, bodies = requests(10)
+        sender.send_many(msgids, queues, b"guarantee", bodies)
+        sender.flush()
+    assert sender.counts["email"].acked == 10
+    warnings = [r for r in caplog.records if r.name == "django_eventmq.spark"]
+    assert len(warnings) == 1
+    assert "malformed message from the router" in warnings[0].getMessage()
+
+
+def test_bad_window_is_refused():
+    with pytest.raises(ValueError, match="window must be at least 1"):
+        PipelinedSender("tcp://127.0.0.1:1", window=0)
