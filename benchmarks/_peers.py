@@ -60,6 +60,8 @@ class Proc:
         full_env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(ROOT), full_env.get("PYTHONPATH", "")) if p
         )
+        # Journals of benchmark routers go to a temporary directory, not ./var.
+        full_env.setdefault("EMQ_JOURNAL_PATH", str(Path(self.log.name).with_suffix(".journal")))
         full_env.update(env or {})
         self.popen = subprocess.Popen(
             self.args, stdout=self.log, stderr=subprocess.STDOUT, env=full_env, cwd=ROOT
@@ -187,6 +189,20 @@ def start_ours(concurrency: int = 2, prefetch: int | None = None) -> Stack:
         stack.stop()
         raise
     return stack
+
+
+def start_router_only() -> tuple[Proc, str, str]:
+    """Our router alone; returns (process, frontend, admin)."""
+    frontend, backend, admin = tcp_addr(), tcp_addr(), tcp_addr()
+    router = Proc(
+        our_command("router", "--frontend", frontend, "--backend", backend, "--admin", admin)
+    )
+    try:
+        wait_until(lambda: "router ready" in router.output() or _died(router), 30, "our router")
+    except BaseException:
+        router.stop()
+        raise
+    return router, frontend, admin
 
 
 def start_reference(workdir: Path, concurrency: int = 2) -> Stack:

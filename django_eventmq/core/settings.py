@@ -46,10 +46,13 @@ class Settings:
     queues: QueueList = ((C.DEFAULT_QUEUE_WEIGHT, C.DEFAULT_QUEUE_NAME),)
     #: Worker processes per job manager.
     concurrency: int = 4
-    #: Jobs handed to a job manager beyond its free processes (READY slots).
-    #: The default matches the default CONCURRENCY: each worker process has its
-    #: next job at hand instead of idling for a round trip to the router.
-    prefetch: int = 4
+    #: Jobs handed to a job manager beyond its free processes (READY slots), so
+    #: each worker process has its next jobs at hand instead of idling for a
+    #: round trip to the router (16 reached 5,000 no-op jobs/s end to end on 2
+    #: cores; see benchmarks/README.md). Use 0 for long jobs spread over several
+    #: job managers, or for strict priority order: prefetched jobs are already
+    #: that job manager's (they are handed back with NACK when it stops).
+    prefetch: int = 16
     #: A worker process is replaced after running this many jobs (0: never).
     max_jobs_per_child: int = 0
     #: Seconds between heartbeats, and of silence after which a peer is dead.
