@@ -27,3 +27,6 @@ class DjangoEventMQConfig(AppConfig):
         # Like admin.py discovery: importing every app's jobs.py registers its
         # @job functions, in web processes and job-manager workers alike.
         autodiscover_modules("jobs")
+        # Subscribers too, so an inline publish() (EAGER) reaches app handlers
+        # without emq_subscribe running.
+        autodiscover_modules("subscribers")

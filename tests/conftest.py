@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.core import client, config
+from django_eventmq.core import client, config, pubsub
 from django_eventmq.core.settings import Settings
 
 
@@ -22,6 +22,7 @@ def _reset_eventmq_config() -> Iterator[None]:
     config.reset()
     yield
     client.close_clients()
+    pubsub.close_publish_clients()
     config.reset()
 
 

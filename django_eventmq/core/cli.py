@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from ..errors import ConfigurationError
 from ..protocol import constants as C
+from . import router_cli
 from .settings import Settings, check_address, parse_queues
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -141,6 +142,7 @@ def add_router_arguments(parser: argparse.ArgumentParser) -> None:
         + _setting_default("ADMIN_ADDR", _DEFAULTS.admin_addr)
         + ")",
     )
+    router_cli.add_durability_arguments(parser)
     _add_log_level(parser)
 
 
@@ -261,6 +263,7 @@ def settings_from_options(
         except ConfigurationError as exc:
             raise OptionError(f"{option}: {_strip_key(str(exc))}") from None
         changes[field] = value
+    changes.update(router_cli.durability_changes(values))
     try:
         return base.replace(**changes)
     except ConfigurationError as exc:

@@ -164,8 +164,9 @@ class Settings:
     max_retry_count: int = 100
     #: Router: highest ``timeout`` header accepted, in seconds (7 days).
     max_timeout: int = 604800
-    #: Job manager: per queue, the jobs that may run on it (``{"email": ["app.jobs.send",
-    #: "app.mail.*"]}``; ``"*"`` for queues not named). Jobs must be registered as well.
+    #: Job manager: per queue, the jobs that may run on it, e.g.
+    #: ``{"email": ["app.jobs.send", "app.mail.*"]}`` (``"*"`` for queues not
+    #: named). Jobs must be registered as well.
     queue_allowed_jobs: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: Job manager: record the outcome of every job through the hooks module's
     #: ``record_results`` (False: only jobs that asked for a reply).
