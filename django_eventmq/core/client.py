@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import BrokerUnavailable, ProtocolError
@@ -34,7 +35,7 @@ from ..protocol import (
     new_msgid,
 )
 from ..protocol.constants import ACK, PROTOCOL_VERSION_B, REQUEST
-from . import transport
+from . import config, security, transport
 
 logger = logging.getLogger("django_eventmq.client")
 
@@ -57,7 +58,15 @@ Outcome = Reply | Reject
 class Client:
     """A connection to a router's frontend."""
 
-    def __init__(self, addr: str, *, send_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        addr: str,
+        *,
+        send_timeout: float = 5.0,
+        options: Mapping[int, Any] | None = None,
+    ) -> None:
+        """Connect to ``addr``; ``options`` are extra socket options (CURVE keys,
+        from :func:`~.security.secure_channel_options`)."""
         self.addr = addr
         self.pid = os.getpid()
         self._sends = 0
@@ -70,7 +79,7 @@ class Client:
             transport.DEALER,
             connect=addr,
             hwm=CLIENT_SNDHWM,
-            options={transport.SNDTIMEO: int(send_timeout * 1000)},
+            options={transport.SNDTIMEO: int(send_timeout * 1000), **(options or {})},
         )
 
     def send(self, message: Message) -> str:
@@ -277,7 +286,11 @@ _local = threading.local()
 
 
 def get_client(addr: str, *, send_timeout: float = 5.0) -> Client:
-    """This thread's client for ``addr`` (a new one after fork)."""
+    """This thread's client for ``addr`` (a new one after fork).
+
+    Its socket speaks CURVE as the current settings say (the router's
+    frontend role), so every client of this process uses the same key pair.
+    """
     clients: dict[str, Client] | None = getattr(_local, "clients", None)
     pid = os.getpid()
     if clients is None or getattr(_local, "pid", None) != pid:
@@ -287,7 +300,10 @@ def get_client(addr: str, *, send_timeout: float = 5.0) -> Client:
         _local.pid = pid
     client = clients.get(addr)
     if client is None:
-        client = clients[addr] = Client(addr, send_timeout=send_timeout)
+        options = security.secure_channel_options(
+            config.get_settings(), security.FRONTEND, security.CLIENT
+        )
+        client = clients[addr] = Client(addr, send_timeout=send_timeout, options=options)
     return client
 
 

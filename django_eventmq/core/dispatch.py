@@ -2,7 +2,8 @@
 
 :class:`Book` joins the routing state (:mod:`.queues`) and the journal
 (:mod:`.journal`). It sends nothing itself: it calls ``deliver(worker, job)``
-to hand a job to a worker (at once; False means it could not) and
+to hand a job to a worker (the router sends it by the end of its loop
+iteration, or calls :meth:`Book.undo`; False means it could not) and
 ``to_client(identity, message)`` for messages that the router sends once the
 journal is committed (ACKs, replies, REJECTs).
 
@@ -18,6 +19,13 @@ Promises (README "Nothing lost"):
   the client gets REJECT, and admin STATUS / MONITOR list it.
 - A REQUEST whose msgid is held, or finished recently (``dedup_memory``
   msgids), is acknowledged again and not run twice.
+
+Attempts: a job retried after DONE status ``retry`` is handed out with an
+``attempt:K`` header (K = 2 for the first retry; any ``attempt:N`` it had is
+replaced) so the job manager records and counts the right attempt. A job
+handed out again after a loss (worker died or silent, lease ran out, NACK,
+router restart) keeps the attempt it had: that run's outcome is unknown, not
+a failure, and deaths are counted apart (``poison_after``).
 """
 
 from __future__ import annotations
@@ -27,7 +35,6 @@ import math
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
-from typing import Any
 
 from ..protocol import Message, Reply, new_msgid
 from ..protocol import constants as C
@@ -47,6 +54,11 @@ log = logging.getLogger("django_eventmq.router")
 
 _VERSION = C.PROTOCOL_VERSION_B
 _REQUEST = C.REQUEST.encode()
+#: The header a retried REQUEST carries (read by ``lifecycle.attempt_of``).
+ATTEMPT = b"attempt"
+
+#: The NACK reason of a job manager that is shutting down (core/lifecycle.py sends it).
+NACK_STOPPING = "stopping"
 
 #: The reply a client that asked for one gets for a job cancelled before it ran.
 CANCELLED_PAYLOAD = (
@@ -58,8 +70,21 @@ Deliver = Callable[[Worker, Job], bool]
 ToClient = Callable[[bytes, Message], None]
 
 
+def with_attempt(headers: bytes, attempt: int) -> bytes:
+    """The header frame with ``attempt:K`` in place of any ``attempt:N`` (none for K <= 1).
+
+    Edited as text so every other header reaches the job manager as the client wrote it.
+    """
+    items = [
+        item for item in headers.split(b",") if item and item.split(b":", 1)[0].strip() != ATTEMPT
+    ]
+    if attempt > 1:
+        items.append(b"%s:%d" % (ATTEMPT, attempt))
+    return b",".join(items)
+
+
 def job_from_row(row: Row, now: float) -> Job:
-    """A stored job, ready to be handed out again."""
+    """A stored job, ready to be handed out again (a retry says which attempt it is)."""
     headers = _headers(row.headers)
     frames = [
         b"",
@@ -67,7 +92,7 @@ def job_from_row(row: Row, now: float) -> Job:
         _REQUEST,
         row.msgid.encode(),
         row.queue.encode(),
-        row.headers,
+        with_attempt(row.headers, row.attempts + 1) if row.attempts else row.headers,
         row.body,
     ]
     return Job(
@@ -296,8 +321,15 @@ class Book:
             self.pump(now, [job.queue])
 
     def nack(self, identity: bytes, msgid: str, reason: str, now: float) -> None:
-        """NACK: the job was not run; it waits again at once (no death counted)."""
+        """NACK: the job was not run; it waits again at once (no death counted).
+
+        Reason ``stopping``: the job manager is shutting down, so it gets no
+        more jobs (its free slots vanish); its running jobs stay in flight.
+        """
         worker = self.routing.workers.get(identity)
+        if worker is not None and reason == NACK_STOPPING and not worker.stopping:
+            log.info("worker %s is stopping: no more jobs for it", show(identity))
+            self.routing.stop_dispatching(identity)
         if worker is None:
             job = self.routing.release_msgid(msgid)
         else:
@@ -448,53 +480,3 @@ class Book:
         self._finish(job, CANCELLED_PAYLOAD)
         log.debug("msgid %s cancelled before it ran", msgid)
         return None
-
-    # -- views -------------------------------------------------------------------------
-    def monitor(self) -> dict[str, Any]:
-        """MONITOR: the journal's state, like PZQ's monitor."""
-        routing = self.routing
-        queues: dict[str, dict[str, int]] = {}
-
-        def entry(queue: str) -> dict[str, int]:
-            return queues.setdefault(
-                queue, {"queued": 0, "in_flight": 0, "delayed": 0, "poisoned": 0}
-            )
-
-        for queue, wait_queue in routing.waiting.items():
-            entry(queue)["queued"] = wait_queue.count
-        for job in routing.inflight.values():
-            entry(job.queue)["in_flight"] += 1
-        for queue, n in self.delayed.items():
-            if n:
-                entry(queue)["delayed"] = n
-        for queue, n in self.poisoned.items():
-            if n:
-                entry(queue)["poisoned"] = n
-        return {
-            "queued": routing.waiting.total(),
-            "in_memory": routing.waiting.memory(),
-            "in_flight": len(routing.inflight),
-            "delayed": sum(self.delayed.values()),
-            "poisoned": sum(self.poisoned.values()),
-            "store_bytes": self.journal.size_bytes(),
-            "syncs": self.journal.syncs,
-            "expired": self.expired,
-            "requeued": routing.requeued,
-            "recovered": self.recovered,
-            "duplicates": self.duplicates,
-            "rejected": self.rejected,
-            "journal": self.journal.path,
-            "per_queue": queues,
-        }
-
-    def poisoned_list(self, limit: int = 100) -> list[dict[str, Any]]:
-        return [
-            {
-                "msgid": row.msgid,
-                "queue": row.queue,
-                "job": row.body.decode(errors="replace"),
-                "deaths": row.deaths,
-                "reason": reason,
-            }
-            for row, reason in self.journal.poisoned(limit)
-        ]

@@ -22,8 +22,13 @@ wait in an outbox, and their slots are not offered.
 
 Choices worth knowing:
 
-* READY is sent after the router ACKs our INFORM: the reference router drops a
-  READY from a worker it does not know.
+* READY is sent after the router ACKs our INFORM (the reference router drops a
+  READY from a worker it does not know), and only once the mode is settled:
+  our answer to FEATURES goes before the first READY, so our router knows at
+  once that we report with DONE. With a reference router the first READY
+  waits for its first message after the ACK, or ``FEATURES_WAIT`` at most.
+* ``QUEUE_ALLOWED_JOBS`` is checked here, before a job reaches a child: a job
+  not allowed on its queue is answered ``refused`` and never runs.
 * A REQUEST for a queue we did not announce is run anyway (the registry still
   decides whether it may run); the router chose us, and dropping it would lose
   the job.
@@ -43,6 +48,7 @@ from dataclasses import dataclass
 
 import zmq
 
+from ..errors import InvalidJob
 from ..protocol import (
     Ack,
     Cancel,
@@ -57,8 +63,9 @@ from ..protocol import (
     Reply,
     Request,
     new_msgid,
+    parse_job,
 )
-from . import transport
+from . import registry, transport
 from .lifecycle import Job, Lifecycle, attempt_of
 from .outcomes import Recorder
 from .pool import Pool
@@ -292,7 +299,31 @@ class JobManager:
                 request.queue,
                 request.msgid,
             )
+        if self.settings.queue_allowed_jobs and not self._allowed_on_queue(job):
+            return
         self.lifecycle.accept(job)
+
+    def _allowed_on_queue(self, job: Job) -> bool:
+        """Check ``QUEUE_ALLOWED_JOBS``; a refused job is answered ``refused`` here.
+
+        Checked before a child sees the job, so a refused one never runs. A body
+        that does not parse passes: the child refuses it with the parse error.
+        """
+        s = self.settings
+        try:
+            body = parse_job(job.body_text, max_depth=s.max_json_depth, max_bytes=s.max_body_bytes)
+        except InvalidJob:
+            return True
+        if registry.allowed_on_queue(body.name, job.queue, s.queue_allowed_jobs):
+            return True
+        self.lifecycle.refuse(
+            job,
+            body.name,
+            f"job {body.name!r} is not allowed on queue {job.queue!r} (QUEUE_ALLOWED_JOBS); "
+            "refusing to run it",
+            time.monotonic(),
+        )
+        return False
 
     def _report(self, job: Job, status: str, payload: str) -> None:
         """Tell the router a job is over, as this connection's mode says."""
@@ -359,8 +390,12 @@ class JobManager:
         self.link.send(message)
 
     def _top_up(self) -> None:
-        """Send READY until the router holds one per free slot (not while stopping)."""
-        if self._stopping or not self.link.connected:
+        """Send READY until the router holds one per free slot.
+
+        Not while stopping, and not before the mode is settled: our FEATURES
+        answer must reach our router before any READY.
+        """
+        if self._stopping or not self.link.connected or not self.mode:
             return
         free = self.slots - len(self.jobs) - len(self._outbox)
         while self._credit < free:

@@ -165,6 +165,11 @@ class Lifecycle:
             else:
                 self._failed(job, status, payload, now)
 
+    def refuse(self, job: Job, name: str, reason: str, now: float) -> None:
+        """Answer a job that is not held (nor run) with ``refused``, as a child would."""
+        detail = {"job": name, "type": "JobNotAllowed", "message": reason, "traceback": ""}
+        self._failed(job, worker.REFUSED, json.dumps(detail), now)
+
     def _failed(self, job: Job, status: str, payload: str, now: float) -> None:
         name, error = outcomes.parse_failure(payload)
         if status == worker.REFUSED:

@@ -21,6 +21,10 @@ What is dropped, and when (the publisher never waits for a subscriber):
   us yet) gets nothing published meanwhile: there is no store or replay.
 - A malformed message is logged once per (peer, reason) and dropped; the
   headers of the 3-frame client form are not forwarded.
+
+With ``CURVE_SERVER_SECRET_KEY`` set both sockets speak CURVE and accept only
+``CURVE_PUBLISHER_CLIENTS`` (or, if empty, ``CURVE_FRONTEND_CLIENTS``): a
+:class:`~.security.Guard` runs the ZAP check while they are bound.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import logging
 
 from ..errors import ProtocolError
 from ..protocol import Publish
-from . import transport
+from . import security, transport
 from .router_io import WarnOnce
 from .settings import Settings
 from .transport import Channel
@@ -59,6 +63,7 @@ class Publisher:
         self._warn = WarnOnce(log)
         self._incoming: Channel | None = None
         self._outgoing: Channel | None = None
+        self._guard = security.Guard(settings, (security.PUBLISHER,))
 
     # -- lifecycle -------------------------------------------------------------
     def start(self) -> None:
@@ -66,11 +71,23 @@ class Publisher:
         if self._incoming is not None:
             return
         try:
+            # The ZAP handler must serve before a CURVE socket binds, or
+            # ZeroMQ would let any key in.
+            self._guard.start()
+            options = security.secure_channel_options(
+                self.settings, security.PUBLISHER, security.SERVER
+            )
             self._incoming = Channel(
-                transport.ROUTER, bind=self.settings.publisher_incoming_addr, hwm=INCOMING_RCVHWM
+                transport.ROUTER,
+                bind=self.settings.publisher_incoming_addr,
+                hwm=INCOMING_RCVHWM,
+                options=options,
             )
             self._outgoing = Channel(
-                transport.PUB, bind=self.settings.publisher_outgoing_addr, hwm=self.hwm
+                transport.PUB,
+                bind=self.settings.publisher_outgoing_addr,
+                hwm=self.hwm,
+                options=options,
             )
         except BaseException:
             self.close()
@@ -100,11 +117,14 @@ class Publisher:
         self._stopping = True
 
     def close(self) -> None:
-        """Close the sockets (idempotent)."""
-        for channel in (self._incoming, self._outgoing):
-            if channel is not None:
-                channel.close()
-        self._incoming = self._outgoing = None
+        """Close the sockets, then stop the ZAP check (idempotent)."""
+        try:
+            for channel in (self._incoming, self._outgoing):
+                if channel is not None:
+                    channel.close()
+        finally:
+            self._incoming = self._outgoing = None
+            self._guard.stop()
 
     # -- relaying --------------------------------------------------------------
     def loop_once(self, timeout_ms: int = 100) -> int:

@@ -10,6 +10,9 @@ A :class:`Consumer` (``emq_subscribe``) subscribes to the prefix of every
 registered handler; ZeroMQ filters by prefix on the publisher's side, and
 the consumer calls each handler whose prefix starts the topic. Never imports
 Django: Spark executors and job-manager workers publish with pyzmq alone.
+
+Both sockets speak CURVE to a publisher that requires it when the settings
+give this process a key pair and the publisher's public key.
 """
 
 from __future__ import annotations
@@ -19,13 +22,13 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import BrokerUnavailable, ConfigurationError, InvalidJob
 from ..protocol import Publish, decode_json, encode_json, new_msgid
-from . import transport
+from . import security, transport
 from .config import get_settings
 from .router_io import WarnOnce
 from .settings import Settings
@@ -144,7 +147,14 @@ class PublishClient:
     one is shared with sockets that must stay open).
     """
 
-    def __init__(self, addr: str, *, send_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        addr: str,
+        *,
+        send_timeout: float = 5.0,
+        options: Mapping[int, Any] | None = None,
+    ) -> None:
+        """Connect to ``addr``; ``options`` are extra socket options (CURVE keys)."""
         self.addr = addr
         self._ctx = transport.Context()
         try:
@@ -152,7 +162,7 @@ class PublishClient:
                 transport.DEALER,
                 connect=addr,
                 hwm=PUBLISH_SNDHWM,
-                options={transport.SNDTIMEO: int(send_timeout * 1000)},
+                options={transport.SNDTIMEO: int(send_timeout * 1000), **(options or {})},
                 ctx=self._ctx,
             )
         except BaseException:
@@ -191,7 +201,10 @@ def get_publish_client(addr: str, *, send_timeout: float = 5.0) -> PublishClient
         _local.pid = pid
     client = clients.get(addr)
     if client is None:
-        client = clients[addr] = PublishClient(addr, send_timeout=send_timeout)
+        options = security.secure_channel_options(
+            get_settings(), security.PUBLISHER, security.CLIENT
+        )
+        client = clients[addr] = PublishClient(addr, send_timeout=send_timeout, options=options)
     return client
 
 
@@ -262,7 +275,14 @@ class Consumer:
         """Connect and subscribe (in the calling thread); logs the ready line."""
         if self._channel is not None:
             return
-        channel = Channel(transport.SUB, connect=self.settings.subscribe_addr, hwm=self.hwm)
+        channel = Channel(
+            transport.SUB,
+            connect=self.settings.subscribe_addr,
+            hwm=self.hwm,
+            options=security.secure_channel_options(
+                self.settings, security.PUBLISHER, security.CLIENT
+            ),
+        )
         try:
             for prefix in self.prefixes:
                 channel.socket.setsockopt(transport.SUBSCRIBE, prefix.encode())

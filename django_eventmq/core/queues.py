@@ -59,6 +59,8 @@ class Worker:
     features: bool = False
     #: When its first READY came (None: not yet).
     first_ready: float | None = None
+    #: It is shutting down (NACK "stopping"): no more jobs for it; it keeps its in-flight ones.
+    stopping: bool = False
 
 
 def _dedupe(queues: QueueSpec) -> QueueSpec:
@@ -152,6 +154,18 @@ class Routing:
         self.release(job)
         self.lost += 1
 
+    def stop_dispatching(self, identity: bytes) -> None:
+        """The worker is stopping: its free slots vanish and no slot it frees is used.
+
+        Its in-flight jobs stay with it until it reports them or is lost.
+        """
+        worker = self.workers.get(identity)
+        if worker is None or worker.stopping:
+            return
+        worker.stopping = True
+        worker.slots = 0
+        worker.stamp = next(self._seq)  # invalidates its heap entries
+
     def heard(self, identity: bytes, now: float) -> None:
         worker = self.workers.get(identity)
         if worker is not None:
@@ -183,6 +197,8 @@ class Routing:
         """
         worker = self.workers[identity]
         finished: list[Job] = []
+        if worker.stopping:
+            return finished, None
         worker.slots += 1
         if worker.first_ready is None:
             worker.first_ready = now
@@ -217,6 +233,8 @@ class Routing:
         worker = self.workers[identity]
         worker.features = True
         job = self.release_msgid(msgid)
+        if worker.stopping:
+            return job, None
         worker.slots += 1
         if worker.slots > worker.capacity:
             worker.capacity = worker.slots
@@ -269,7 +287,7 @@ class Routing:
         identity = job.worker
         worker = self.workers.get(identity) if identity is not None else None
         self.release(job)
-        if worker is not None:
+        if worker is not None and not worker.stopping:
             worker.slots += 1
             if worker.slots == 1:
                 self._push(worker)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from .dispatch import Book
 from .queues import Routing, Schedulers
 from .router_io import show
 
@@ -59,6 +60,7 @@ def show_workers(routing: Routing) -> dict[str, Any]:
                 "available_slots": w.slots,
                 "queues": [[weight, name] for weight, name in w.queues],
                 "inflight": len(w.inflight),
+                "stopping": w.stopping,
             }
             for w in routing.workers.values()
         },
@@ -77,3 +79,53 @@ def show_schedulers(schedulers: Schedulers) -> dict[str, Any]:
         },
         "buffered_schedule_messages": len(schedulers.buffered),
     }
+
+
+def monitor(book: Book) -> dict[str, Any]:
+    """MONITOR: the journal's state and the book's counters, like PZQ's monitor."""
+    routing = book.routing
+    queues: dict[str, dict[str, int]] = {}
+
+    def entry(queue: str) -> dict[str, int]:
+        return queues.setdefault(queue, {"queued": 0, "in_flight": 0, "delayed": 0, "poisoned": 0})
+
+    for queue, wait_queue in routing.waiting.items():
+        entry(queue)["queued"] = wait_queue.count
+    for job in routing.inflight.values():
+        entry(job.queue)["in_flight"] += 1
+    for queue, n in book.delayed.items():
+        if n:
+            entry(queue)["delayed"] = n
+    for queue, n in book.poisoned.items():
+        if n:
+            entry(queue)["poisoned"] = n
+    return {
+        "queued": routing.waiting.total(),
+        "in_memory": routing.waiting.memory(),
+        "in_flight": len(routing.inflight),
+        "delayed": sum(book.delayed.values()),
+        "poisoned": sum(book.poisoned.values()),
+        "store_bytes": book.journal.size_bytes(),
+        "syncs": book.journal.syncs,
+        "expired": book.expired,
+        "requeued": routing.requeued,
+        "recovered": book.recovered,
+        "duplicates": book.duplicates,
+        "rejected": book.rejected,
+        "journal": book.journal.path,
+        "per_queue": queues,
+    }
+
+
+def poisoned(book: Book, limit: int = 100) -> list[dict[str, Any]]:
+    """STATUS ``poisoned_messages``: jobs set aside, oldest first."""
+    return [
+        {
+            "msgid": row.msgid,
+            "queue": row.queue,
+            "job": row.body.decode(errors="replace"),
+            "deaths": row.deaths,
+            "reason": reason,
+        }
+        for row, reason in book.journal.poisoned(limit)
+    ]

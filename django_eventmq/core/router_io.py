@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..protocol import Message
 from . import transport
@@ -19,6 +19,9 @@ log = logging.getLogger("django_eventmq.router")
 
 #: How many "already warned" keys are remembered.
 MEMORY = 4096
+
+#: A message handler: ``(identity, frames without identity, decoded message, now)``.
+Handler = Callable[[bytes, list[bytes], Message, float], None]
 
 
 def show(identity: bytes) -> str:

@@ -16,7 +16,7 @@ import zmq
 from ..errors import ProtocolError
 from ..protocol import Ack, Heartbeat, Inform, Kbai, Liveness, Message, new_msgid
 from ..protocol import constants as C
-from . import transport
+from . import security, transport
 from .settings import Settings
 
 logger = logging.getLogger("django_eventmq.jobmanager")
@@ -40,11 +40,18 @@ class RouterLink:
         self._liveness: Liveness | None = None
         self._backoff = RECONNECT_MIN_DELAY
         self._reconnect_at: float | None = None
+        # Built once: a bad key setting fails at start-up, naming the setting.
+        self._options = security.secure_channel_options(settings, security.BACKEND, security.CLIENT)
 
     def connect(self, now: float) -> None:
         """A new socket (new identity) and an INFORM on it."""
         channel = transport.Channel(
-            transport.DEALER, connect=self.addr, identity=transport.new_identity("jm-")
+            transport.DEALER,
+            connect=self.addr,
+            identity=transport.new_identity("jm-"),
+            # CURVE keys when the router asks for them (its backend role), and
+            # MAXMSGSIZE always: a router cannot flood us with one huge frame.
+            options=self._options,
         )
         self.channel = channel
         self._poller.register(channel.socket, zmq.POLLIN)

@@ -42,7 +42,7 @@ from ..protocol import (
 from ..protocol import constants as C
 from ..protocol.codec import describe
 from ..protocol.heartbeat import Liveness
-from . import transport
+from . import security, transport
 from .schedule_api import ScheduleSpec
 from .schedules import CATCHUP_POLICIES, DuePlan, Timing, plan_due
 from .settings import Settings
@@ -160,6 +160,11 @@ class Scheduler:
             else _setting(settings, "scheduler_run_retention", 7 * 86400.0)  # type: ignore[arg-type]
         )
         self.name = transport.new_identity("scheduler-").decode()
+        # A client of the router's frontend: CURVE keys when the settings have
+        # them. Built now so a bad key setting fails at start-up.
+        self._options = security.secure_channel_options(
+            settings, security.FRONTEND, security.CLIENT
+        )
         self.schedules: dict[int, ScheduleState] = {}
         self.channel: transport.Channel | None = None
         self.acked = False
@@ -243,7 +248,10 @@ class Scheduler:
     def _connect(self, mono: float) -> None:
         self.close()
         self.channel = transport.Channel(
-            transport.DEALER, connect=self.settings.broker_addr, identity=self.name.encode()
+            transport.DEALER,
+            connect=self.settings.broker_addr,
+            identity=self.name.encode(),
+            options=self._options,
         )
         self._inform_id = new_msgid()
         self.channel.send(Inform(msgid=self._inform_id, peer_type=C.PEER_SCHEDULER))

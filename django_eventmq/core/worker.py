@@ -40,6 +40,7 @@ from typing import Any
 
 from ..errors import InvalidJob, JobNotAllowed, SerializationError
 from ..protocol import encode_json, parse_job
+from ..protocol.payload import MAX_JSON_BYTES, MAX_JSON_DEPTH
 from . import registry
 from .pipe import FrameReader, frame, write_all
 from .settings import Settings
@@ -116,15 +117,26 @@ def encode_records(records: list[dict[str, Any]]) -> bytes:
 class JobRunner:
     """Runs job bodies: parse, check the registry, call, encode the outcome."""
 
-    def __init__(self, allowed_modules: tuple[str, ...] = (), hooks: Hooks | None = None) -> None:
+    def __init__(
+        self,
+        allowed_modules: tuple[str, ...] = (),
+        hooks: Hooks | None = None,
+        *,
+        max_json_depth: int = MAX_JSON_DEPTH,
+        max_body_bytes: int = MAX_JSON_BYTES,
+    ) -> None:
         self.allowed_modules = allowed_modules
         self.hooks = hooks or Hooks()
+        #: Bounds on the body (``MAX_JSON_DEPTH`` / ``MAX_BODY_BYTES``): a body past
+        #: them is refused before it is parsed further.
+        self.max_json_depth = max_json_depth
+        self.max_body_bytes = max_body_bytes
 
     def run(self, body: bytes | str) -> tuple[str, str]:
         """Run one job; returns ``(status, payload JSON)``. Never raises."""
         name = "?"
         try:
-            job = parse_job(body)
+            job = parse_job(body, max_depth=self.max_json_depth, max_bytes=self.max_body_bytes)
             name = job.name
             func = registry.resolve(job, self.allowed_modules)
         except (InvalidJob, JobNotAllowed) as exc:
@@ -179,7 +191,12 @@ def child_main(conn: Connection, settings: Settings, hooks: str | None, log_leve
         write_all(fd, frame(FAIL + f"{type(exc).__name__}: {exc}".encode()))
         conn.close()
         sys.exit(1)
-    runner = JobRunner(settings.allowed_job_modules, loaded)
+    runner = JobRunner(
+        settings.allowed_job_modules,
+        loaded,
+        max_json_depth=settings.max_json_depth,
+        max_body_bytes=settings.max_body_bytes,
+    )
     write_all(fd, frame(UP + (CAN_RECORD if loaded.record_results is not None else b"")))
     try:
         serve(fd, runner)

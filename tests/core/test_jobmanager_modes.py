@@ -89,3 +89,37 @@ def test_outcome_while_disconnected_goes_out_as_done_on_the_new_socket(
         # The slot of the finished job is freed by the DONE, not offered twice.
         router.pump(0.2)
         assert router.count(Ready, second) == 0
+
+
+def test_our_features_answer_goes_before_the_first_ready(router: FakeRouter) -> None:
+    # Our router must know at once that this job manager reports with DONE:
+    # a READY before our FEATURES would make it guess reference mode.
+    with running(settings_for(router, concurrency=3)):
+        identity, _ = router.handshake(features=True)
+        router.wait_count(Ready, 3, identity)
+        sent = [c for c in router.commands(identity) if c in ("FEATURES", "READY")]
+        assert sent == ["FEATURES", "READY", "READY", "READY"]
+
+
+def test_features_before_ready_after_a_reconnect_too(router: FakeRouter) -> None:
+    with running(settings_for(router)):
+        first, _ = router.handshake(features=True)
+        router.wait_count(Ready, 2, first)
+        router.send(first, Disconnect(msgid=new_msgid()))
+        second, _ = router.handshake(features=True)
+        router.wait_count(Ready, 2, second)
+        sent = [c for c in router.commands(second) if c in ("FEATURES", "READY")]
+        assert sent == ["FEATURES", "READY", "READY"]
+
+
+def test_a_quiet_reference_router_still_gets_ready_without_features(router: FakeRouter) -> None:
+    # No FEATURES and nothing else after the ACK: READY waits for the mode to
+    # settle (FEATURES_WAIT), then comes as the reference expects.
+    with running(settings_for(router)) as jm:
+        identity, _ = router.handshake(heartbeat=False)
+        router.wait_count(Ready, 2, identity)
+        assert "FEATURES" not in router.commands(identity)
+        assert jm.mode == "reference"
+        msgid = router.request(identity, body("add", 1, 2), reply=True)
+        _, reply = router.expect(Reply, reply_to=msgid)
+        assert payload(reply) == {"value": 3}

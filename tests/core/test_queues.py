@@ -303,3 +303,28 @@ def test_a_window_of_waiting_jobs_in_memory_the_rest_loaded_in_order() -> None:
         routing.reply(picked.msgid)
     assert taken == [j.msgid for j in sorted(jobs, key=lambda j: j.key)]
     assert "default" not in routing.waiting
+
+
+def test_a_stopping_worker_gets_nothing_more_and_keeps_its_jobs() -> None:
+    routing = Routing()
+    routing.add_worker(b"A", DEFAULT, 0.0)
+    routing.add_worker(b"B", DEFAULT, 0.0)
+    for _ in range(3):
+        routing.ready(b"A", 1.0)
+    assert routing.submit(job("m1"), 2.0) is routing.workers[b"A"]
+    assert routing.submit(job("m2"), 2.0) is routing.workers[b"A"]
+    routing.stop_dispatching(b"A")
+    a = routing.workers[b"A"]
+    assert (a.slots, a.stopping, [j.msgid for j in a.inflight]) == (0, True, ["m1", "m2"])
+    assert routing.submit(job("m3"), 3.0) is None  # its third slot is gone: m3 waits
+    # A slot it frees (DONE, READY, a failed send) is not used either.
+    finished, nxt = routing.done(b"A", "m1", 4.0)
+    assert finished is not None and finished.msgid == "m1" and nxt is None
+    assert routing.ready(b"A", 4.0) == ([], None)
+    m2 = routing.inflight["m2"]
+    routing.undo(m2)
+    assert a.slots == 0 and sorted(j.msgid for j in routing.waiting["default"]) == ["m2", "m3"]
+    # Another worker takes what waits; an INFORM again makes A a fresh worker.
+    assert routing.ready(b"B", 5.0)[1] is not None
+    routing.add_worker(b"A", DEFAULT, 6.0)
+    assert routing.ready(b"A", 6.0)[1] is not None

@@ -174,6 +174,36 @@ def test_nack_hands_the_job_to_another_worker_at_once(h: Harness) -> None:
     assert (info["requeued"], info["in_flight"], info["poisoned"]) == (1, 1, 0)
 
 
+def test_nack_stopping_ends_dispatch_to_that_worker_but_keeps_its_running_jobs(
+    h: Harness,
+) -> None:
+    leaving = modern_worker(h, "leaving", ready=3)
+    client = h.peer("frontend", "client")
+    running = h.request(client, headers="reply-requested")
+    prefetched = h.request(client)
+    assert leaving.expect("REQUEST")[1] == running
+    assert leaving.expect("REQUEST")[1] == prefetched
+    leaving.send("NACK", prefetched, "stopping")  # handed back unrun: it is shutting down
+
+    def shown() -> dict[str, Any]:
+        workers = h.ask("ROUTER_SHOW_WORKERS")["connected_workers"]
+        return workers[leaving.identity.decode()]  # type: ignore[no-any-return]
+
+    wait_for(lambda: shown()["stopping"], what="the worker to be seen stopping")
+    assert (shown()["available_slots"], shown()["inflight"]) == (0, 1)  # its 3rd slot is gone
+    later = h.request(client)
+    leaving.send("DONE", running, "ok", '{"value": 1}')
+    assert client.expect("REPLY")[2:] == ['{"value": 1}', running]  # its running job finished
+    info = monitor(h)
+    assert (info["queued"], info["in_flight"]) == (2, 0)  # nothing went to it meanwhile
+    received = []
+    while leaving.pending():
+        received.append(leaving.recv_raw()[2])
+    assert b"REQUEST" not in received, received
+    staying = modern_worker(h, "staying", ready=2)
+    assert {staying.expect("REQUEST")[1], staying.expect("REQUEST")[1]} == {prefetched, later}
+
+
 def test_cancel_a_waiting_job_drops_it_and_tells_the_client(h: Harness) -> None:
     client = h.peer("frontend", "client")
     doomed = h.request(client, headers="reply-requested")
@@ -240,14 +270,43 @@ def test_retry_status_runs_the_job_again_until_its_retry_count_is_used(
     h = start(retry_backoff_base=0.01, retry_backoff_cap=0.05)
     worker = modern_worker(h, "w")
     client = h.peer("frontend", "client")
-    msgid = h.request(client, headers="reply-requested,retry-count:2")
+    # A client's own attempt:N is replaced on a retry, other headers are kept as they were.
+    msgid = h.request(client, headers="reply-requested,retry-count:2,attempt:7,x-tag")
+    handed_out = []
     for _ in range(2):
-        assert worker.expect("REQUEST")[1] == msgid
+        request = worker.expect("REQUEST")
+        assert request[1] == msgid
+        handed_out.append(request[3])
         worker.send("DONE", msgid, "retry", '{"value": null, "error": {"type": "Flaky"}}')
-    assert worker.expect("REQUEST")[1] == msgid
+    request = worker.expect("REQUEST")
+    assert request[1] == msgid
+    handed_out.append(request[3])
+    assert handed_out == [
+        "reply-requested,retry-count:2,attempt:7,x-tag",  # first run: forwarded unchanged
+        "reply-requested,retry-count:2,x-tag,attempt:2",
+        "reply-requested,retry-count:2,x-tag,attempt:3",
+    ]
     worker.send("DONE", msgid, "retry", '{"value": null, "error": {"type": "Flaky"}}')
     assert client.expect("REPLY")[2:] == ['{"value": null, "error": {"type": "Flaky"}}', msgid]
     assert monitor(h)["delayed"] == 0
+
+
+def test_a_retry_handed_out_again_after_a_loss_keeps_its_attempt(
+    start: Callable[..., Harness],
+) -> None:
+    h = start(retry_backoff_base=0.01, retry_backoff_cap=0.05)
+    first = modern_worker(h, "first")
+    client = h.peer("frontend", "client")
+    msgid = h.request(client, headers="retry-count:3")
+    assert first.expect("REQUEST")[1] == msgid
+    first.send("DONE", msgid, "retry", '{"value": null, "error": {"type": "Flaky"}}')
+    assert first.expect("REQUEST")[3] == "retry-count:3,attempt:2"
+    first.send("DONE", msgid, "died", "worker process exited with signal 9")
+    assert first.expect("REQUEST")[3] == "retry-count:3,attempt:2"  # a loss is no new attempt
+    stop(h)
+    h = start()
+    second = modern_worker(h, "second")
+    assert second.expect("REQUEST")[3] == "retry-count:3,attempt:2"  # nor is a restart
 
 
 def test_a_job_whose_lease_runs_out_is_handed_out_again(start: Callable[..., Harness]) -> None:

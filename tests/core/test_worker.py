@@ -194,3 +194,17 @@ def test_frame_reader_joins_split_frames_and_splits_joined_ones() -> None:
             reader.read()
     finally:
         theirs.close()
+
+
+def test_bodies_past_the_configured_depth_or_size_are_refused_unrun(tmp_path: Path) -> None:
+    ran = tmp_path / "ran.txt"
+    runner = JobRunner((), max_json_depth=4, max_body_bytes=200)
+    deep = body("record", str(ran), [[[["deep"]]]])
+    status, payload = runner.run(deep)
+    assert status == REFUSED and json.loads(payload)["type"] == "InvalidJob"
+    big = body("record", str(ran), "x" * 300)
+    status, payload = runner.run(big)
+    assert status == REFUSED and json.loads(payload)["type"] == "InvalidJob"
+    assert not ran.exists()
+    # The same bodies run under the defaults.
+    assert JobRunner().run(deep)[0] == OK and JobRunner().run(big)[0] == OK

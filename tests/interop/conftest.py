@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -113,6 +115,8 @@ class Router:
     backend: str
     admin_addr: str
     admins: list[Admin] = field(default_factory=list)
+    #: A directory removed when the router stops (our router's journal).
+    scratch: Path | None = None
 
     def admin(self) -> Admin:
         admin = Admin(self.admin_addr)
@@ -125,7 +129,10 @@ class Router:
     def stop(self) -> int:
         for admin in self.admins:
             admin.close()
-        return self.proc.stop()
+        code = self.proc.stop()
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+        return code
 
 
 # -- process starters ----------------------------------------------------------
@@ -133,15 +140,19 @@ class Router:
 
 def start_our_router() -> Router:
     frontend, backend, admin = tcp_addr(), tcp_addr(), tcp_addr()
+    # Its journal in a temporary directory, removed at stop: nothing piles up in ./var.
+    scratch = Path(tempfile.mkdtemp(prefix="emq-interop-router-"))
     proc = Proc(
-        python_module("router", "--frontend", frontend, "--backend", backend, "--admin", admin)
+        python_module("router", "--frontend", frontend, "--backend", backend, "--admin", admin),
+        env={"EMQ_JOURNAL_PATH": str(scratch / "journal.sqlite3")},
     )
     try:
         proc.wait_output(r"router ready")
     except BaseException:
         proc.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
         raise
-    return Router(proc, frontend, backend, admin)
+    return Router(proc, frontend, backend, admin, scratch=scratch)
 
 
 def start_reference_router(workdir: Path) -> Router:

@@ -99,17 +99,26 @@ class FakeRouter:
         self.pump(0)
         self._cursor = len(self.received)
 
-    def handshake(self, timeout: float = 20.0, *, features: bool = False) -> tuple[bytes, Inform]:
+    def handshake(
+        self, timeout: float = 20.0, *, features: bool = False, heartbeat: bool = True
+    ) -> tuple[bytes, Inform]:
         """Wait for INFORM, ACK it and send a HEARTBEAT; returns (identity, inform).
 
         ``features=True`` speaks like a router of ours: FEATURES right after the ACK.
+        ``heartbeat=False`` sends nothing after the ACK (a quiet reference router).
         """
         identity, inform = self.expect(Inform, timeout)
         self.send(identity, Ack(msgid=new_msgid(), ack_msgid=inform.msgid))
         if features:
             self.send(identity, Features(msgid=new_msgid(), features=ROUTER_FEATURES))
-        self.send(identity, Heartbeat(msgid=new_msgid(), timestamp=time.time()))
+        if heartbeat:
+            self.send(identity, Heartbeat(msgid=new_msgid(), timestamp=time.time()))
         return identity, inform
+
+    def commands(self, identity: bytes) -> list[str]:
+        """The commands received from ``identity`` so far, in arrival order."""
+        self.pump(0)
+        return [m.command for ident, m in self.received if ident == identity]
 
     def cancel(self, identity: bytes, job_msgid: str) -> None:
         self.send(identity, Cancel(msgid=new_msgid(), job_msgid=job_msgid))

@@ -206,12 +206,6 @@ def test_retry_count_gives_up_after_n_retries(shared, use, tmp_path):
     assert jobs.lines(log) == ["run", "run"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="awaits the router: a re-delivered REQUEST must carry an 'attempt:K' header "
-    "(core/lifecycle.py attempt_of reads it); without it every run is recorded as attempt 1 "
-    "and the last failed run as 'retrying' instead of 'failed'",
-)
 def test_retries_are_recorded_with_their_attempt_number(shared, use, tmp_path):
     use(shared)
     flaky = jobs.flaky.delay(str(tmp_path / "flaky"), 2)

@@ -2,10 +2,6 @@
 
 (a) a keyed client's job runs; (b) a client with a wrong key or none cannot
 enqueue (its job never runs); (c) a job manager with a wrong key receives nothing.
-
-Marked xfail until router.py / jobmanager.py pass
-``security.secure_channel_options(...)`` to their Channels and the router starts
-a ``security.Guard`` (see docs/security.md, "Wiring"). Remove the mark then.
 """
 
 from __future__ import annotations
@@ -22,8 +18,6 @@ from django_eventmq.core.transport import Channel
 from django_eventmq.protocol import JobBody, Request
 from tests.security.conftest import Keys
 from tests.support import Proc, python_module, tcp_addr, wait_for
-
-pytestmark = pytest.mark.xfail(reason="awaits wiring", strict=False)
 
 #: How long a job that must not run is given to run anyway.
 NEVER_DEADLINE = 3.0

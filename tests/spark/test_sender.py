@@ -17,6 +17,8 @@ import pytest
 import zmq
 
 from django_eventmq.contrib.spark.sender import PipelinedSender
+from django_eventmq.core import security
+from django_eventmq.core.settings import from_mapping
 from django_eventmq.errors import BrokerUnavailable
 from tests.support import Proc, python_module, tcp_addr
 
@@ -189,3 +191,40 @@ def test_garbage_from_the_router_is_logged_once_and_ignored(caplog):
 def test_bad_window_is_refused():
     with pytest.raises(ValueError, match="window must be at least 1"):
         PipelinedSender("tcp://127.0.0.1:1", window=0)
+
+
+def test_with_curve_only_a_sender_with_the_client_key_is_acknowledged(router, monkeypatch):
+    server, client, worker, stranger = (security.generate_keypair() for _ in range(4))
+    frontend = router(
+        EMQ_CURVE_SERVER_SECRET_KEY=server[1],
+        EMQ_CURVE_FRONTEND_CLIENTS=client[0],
+        EMQ_CURVE_BACKEND_WORKERS=worker[0],
+        EMQ_CURVE_ADMIN_CLIENTS=worker[0],
+    )
+
+    def keyed(pair):
+        mapping = {"CURVE_SERVER_PUBLIC_KEY": server[0], "CURVE_CLIENT_SECRET_KEY": pair[1]}
+        return from_mapping(mapping, environ={})
+
+    msgids, queues, bodies = requests(20)
+    with PipelinedSender(frontend, settings=keyed(client)) as sender:
+        sender.send_many(msgids, queues, b"guarantee", bodies)
+        sender.flush()
+    assert sender.counts["email"].acked == 20
+    # An executor takes its keys from EMQ_* when it is given no settings.
+    monkeypatch.setenv("EMQ_CURVE_SERVER_PUBLIC_KEY", server[0])
+    monkeypatch.setenv("EMQ_CURVE_CLIENT_SECRET_KEY", client[1])
+    with PipelinedSender(frontend) as sender:
+        sender.send(b"env:1", b"email", b"guarantee", BODY)
+        sender.flush()
+    assert sender.counts["email"].acked == 1
+    monkeypatch.delenv("EMQ_CURVE_SERVER_PUBLIC_KEY")
+    monkeypatch.delenv("EMQ_CURVE_CLIENT_SECRET_KEY")
+    for settings in (None, keyed(stranger)):
+        with (
+            PipelinedSender(frontend, settings=settings, ack_timeout=0.2, give_up=1.0) as sender,
+            pytest.raises(BrokerUnavailable),
+        ):
+            sender.send(b"refused:1", b"email", b"guarantee", BODY)
+            sender.flush()
+        assert sender.counts["email"].acked == 0

@@ -7,6 +7,9 @@ pyzmq (through :mod:`django_eventmq.core.transport`). A Spark task makes one
 (ACK) or refused (REJECT) every msgid. A REQUEST that is not answered within
 ``ack_timeout`` is sent again *with the same msgid*: the router runs a msgid
 once, so a resend (or a whole Spark task attempt sent again) cannot double a job.
+
+With CURVE keys in the settings (by default the executor's ``EMQ_*``
+environment) the socket speaks CURVE to the router's frontend, as a client.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from ...core import transport
+from ...core import security, transport
+from ...core.settings import Settings, from_mapping
 from ...errors import BrokerUnavailable, ProtocolError
 from ...protocol import decode
 from ...protocol.constants import ACK, PROTOCOL_VERSION_B, REQUEST
@@ -87,7 +91,9 @@ class PipelinedSender:
         identity_prefix: str = "spark-",
         clock: Callable[[], float] = time.monotonic,
         on_wait: Callable[[], object] | None = None,
+        settings: Settings | None = None,
     ) -> None:
+        """Connect to ``addr``; ``settings`` (default: from ``EMQ_*``) give the CURVE keys."""
         if window < 1:
             raise ValueError(f"window must be at least 1, got {window}")
         if ack_timeout <= 0 or give_up <= 0:
@@ -115,6 +121,11 @@ class PipelinedSender:
             # stopped reading, and then we notice (see _send).
             hwm=window + READ_EVERY,
             identity=transport.new_identity(identity_prefix),
+            options=security.secure_channel_options(
+                settings if settings is not None else from_mapping(),
+                security.FRONTEND,
+                security.CLIENT,
+            ),
         )
 
     # -- sending -----------------------------------------------------------------

@@ -1,0 +1,247 @@
+"""The router's frontend: clients (REQUEST, CANCEL) and schedulers (INFORM, SCHEDULE, ...).
+
+A mixin of :class:`.router.Router`: the state it uses (sockets, the book, the
+ACKs waiting for the journal) belongs to the router.
+
+Limits (``MAX_BODY_BYTES``, header bounds; see :mod:`..protocol.limits`): a
+REQUEST, SCHEDULE or UNSCHEDULE outside them is logged once per peer and
+reason and answered with ``REJECT`` naming it, so a client of ours that waits
+for its ACK fails at once with the reason. REJECT is sent to every client,
+like the router's other refusals (bad body, high-water mark): the reference
+client only ever sends on its socket (its ``Sender`` never reads), so a REJECT
+waits unread in its pipe and costs it nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from ..errors import ProtocolError
+from ..protocol import (
+    Ack,
+    Cancel,
+    Disconnect,
+    Heartbeat,
+    Inform,
+    Kbai,
+    Message,
+    Request,
+    Schedule,
+    Unschedule,
+    new_msgid,
+    parse_headers,
+)
+from ..protocol import constants as C
+from ..protocol.headers import Headers
+from ..protocol.limits import Limits, OverLimit
+from . import transport
+from .dispatch import Book
+from .queues import Scheduler, Schedulers
+from .router_io import Handler, WarnOnce, forward, send, show
+from .settings import Settings
+from .transport import Channel
+
+log = logging.getLogger("django_eventmq.router")
+
+#: Messages taken from one socket per loop iteration, so no socket starves the others.
+DRAIN_CAP = 256
+
+_VERSION = C.PROTOCOL_VERSION_B
+_REQUEST = C.REQUEST.encode()
+
+
+class FrontendHandlers:
+    """Handlers for the frontend socket (mixed into the router)."""
+
+    settings: Settings
+    book: Book
+    frontend: Channel
+    schedulers: Schedulers
+    _warn: WarnOnce
+    _limits: Limits
+    #: (client identity, REQUEST msgid) to ACK once the journal is committed.
+    _acks: list[tuple[bytes, bytes]]
+
+    if TYPE_CHECKING:
+
+        def _handle(self, channel: Channel, raw: list[bytes], now: float) -> None: ...
+
+        def _send_to_worker(self, identity: bytes, message: Message, now: float) -> None: ...
+
+    def _frontend_handlers(self) -> dict[type, Handler]:
+        return {
+            Request: self._on_request,
+            Cancel: self._on_cancel,
+            Schedule: self._on_schedule,
+            Unschedule: self._on_schedule,
+            Inform: self._on_frontend_inform,
+            Heartbeat: self._on_frontend_heartbeat,
+            Kbai: self._on_frontend_kbai,
+            Disconnect: self._ignore,
+            Ack: self._ignore,
+        }
+
+    def _over_high_water(self) -> bool:
+        return self.book.backlog() >= self.settings.high_water_mark
+
+    def _drain_frontend(self, now: float) -> None:
+        """Take what clients sent, REQUESTs straight from their frames."""
+        recv = self.frontend.recv_frames
+        block = self.settings.hwm_policy == "block"
+        for _ in range(DRAIN_CAP):
+            if block and self._over_high_water():
+                return
+            try:
+                raw = recv(flags=transport.NOBLOCK)
+            except transport.Again:
+                return
+            if (
+                len(raw) == 8
+                and raw[3] == _REQUEST
+                and raw[1] == b""
+                and raw[2] == _VERSION
+                and self._fast_request(raw, now)
+            ):
+                continue
+            self._handle(self.frontend, raw, now)
+
+    def _fast_request(self, raw: list[bytes], now: float) -> bool:
+        """A well-formed REQUEST without building a message object; False: decode it."""
+        try:
+            msgid = raw[4].decode()
+            queue = raw[5].decode()
+            headers = parse_headers(raw[6].decode())
+            raw[7].decode()  # the body must be text; it is forwarded as bytes
+        except (UnicodeDecodeError, ProtocolError):
+            return False
+        if not msgid or not queue:
+            return False
+        try:
+            self._limits.check_request_frames(raw[4], raw[6], raw[7])
+        except OverLimit as exc:
+            self._over_limit(raw[0], exc)
+            return True
+        try:
+            self._accept(raw[0], raw[1:], msgid, queue, headers, now)
+        except transport.ContextTerminated:
+            raise
+        except Exception:
+            log.exception("frontend: error handling REQUEST %s from %s", msgid, show(raw[0]))
+        return True
+
+    def _over_limit(self, identity: bytes, exc: OverLimit) -> None:
+        """A client's message outside the limits: warn once, REJECT it (see module doc)."""
+        if not exc.msgid:
+            self._warn("frontend", identity, exc.reason, "dropped")
+            return
+        self._warn("frontend", identity, exc.reason, f"REJECT sent for msgid {exc.msgid}")
+        self.book.reject(identity, exc.msgid, exc.reason)
+
+    def _on_request(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
+        assert isinstance(msg, Request)
+        self._accept(identity, frames, msg.msgid, msg.queue, msg.headers, now)
+
+    def _accept(
+        self,
+        identity: bytes,
+        frames: list[bytes],
+        msgid: str,
+        queue: str,
+        headers: Headers,
+        now: float,
+    ) -> None:
+        book = self.book
+        if frames[6].lstrip()[:1] != b"[":
+            book.reject(identity, msgid, 'bad body: a job is a JSON list such as ["run", {...}]')
+            return
+        if (
+            self.settings.hwm_policy == "reject"
+            and not book.is_held(msgid)
+            and self._over_high_water()
+        ):
+            book.reject(
+                identity,
+                msgid,
+                f"router is over its high-water mark ({self.settings.high_water_mark} jobs "
+                "waiting); send it again later",
+            )
+            return
+        book.accept(identity, frames, msgid, queue, headers, now)
+        # New or a duplicate: either way the job is held; the ACK waits for the commit.
+        self._acks.append((identity, frames[3]))
+
+    def _on_cancel(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
+        assert isinstance(msg, Cancel)
+        running = self.book.cancel(msg.job_msgid)
+        if running is None:
+            return
+        worker = self.book.routing.workers.get(running.worker) if running.worker else None
+        if worker is not None and worker.features:
+            self._send_to_worker(
+                worker.identity, Cancel(msgid=new_msgid(), job_msgid=msg.job_msgid), now
+            )
+        else:
+            log.info(
+                "CANCEL for msgid %s: it runs on a job manager that cannot cancel; it runs on",
+                msg.job_msgid,
+            )
+
+    # -- schedulers ----------------------------------------------------------------
+    def _on_schedule(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
+        self._to_schedulers(isinstance(msg, Unschedule), frames, now)
+        send(self.frontend, identity, Ack(msgid=new_msgid(), ack_msgid=msg.msgid))
+
+    def _to_schedulers(self, broadcast: bool, frames: list[bytes], now: float) -> None:
+        """SCHEDULE to one scheduler (round robin), UNSCHEDULE to all; buffer if none."""
+        peers = self.schedulers
+        if broadcast:
+            sent = [self._forward_to_scheduler(s, frames, now) for s in list(peers.peers.values())]
+            delivered = any(sent)
+        else:
+            delivered = False
+            for _ in range(len(peers.peers)):
+                scheduler = peers.next()
+                if scheduler is not None and self._forward_to_scheduler(scheduler, frames, now):
+                    delivered = True
+                    break
+        if not delivered:
+            peers.buffered.append((broadcast, frames))
+            log.debug("no scheduler connected: %s buffered", frames[2:4])
+
+    def _forward_to_scheduler(self, scheduler: Scheduler, frames: list[bytes], now: float) -> bool:
+        if forward(self.frontend, scheduler.identity, frames):
+            scheduler.last_sent = now
+            return True
+        return False
+
+    def _on_frontend_inform(
+        self, identity: bytes, frames: list[bytes], msg: Message, now: float
+    ) -> None:
+        assert isinstance(msg, Inform)
+        if msg.peer_type != C.PEER_SCHEDULER:
+            self._warn("frontend", identity, "worker INFORM on the frontend (use the backend)")
+            return
+        if self.schedulers.add(identity, now):
+            log.info("scheduler %s connected", show(identity))
+        send(self.frontend, identity, Ack(msgid=new_msgid(), ack_msgid=msg.msgid))
+        buffered = self.schedulers.buffered
+        for _ in range(len(buffered)):
+            broadcast, pending = buffered.popleft()
+            self._to_schedulers(broadcast, pending, now)
+
+    def _on_frontend_heartbeat(
+        self, identity: bytes, frames: list[bytes], msg: Message, now: float
+    ) -> None:
+        scheduler = self.schedulers.peers.get(identity)
+        if scheduler is not None:
+            scheduler.last_heard = now
+
+    def _on_frontend_kbai(
+        self, identity: bytes, frames: list[bytes], msg: Message, now: float
+    ) -> None:
+        if self.schedulers.remove(identity):
+            log.info("scheduler %s said goodbye", show(identity))
+
+    def _ignore(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
+        log.debug("%s from %s ignored", msg.command, show(identity))
