@@ -36,6 +36,10 @@ KEYS_HELP = (
     "generate CURVE key pairs: NAME.key and NAME.key_secret files with --dir, else "
     "Z85 keys for EMQ_* variables"
 )
+STATUS_HELP = (
+    "show a running router's queues, job managers and schedulers (its admin address); "
+    "--watch refreshes until Ctrl-C"
+)
 EPILOG = (
     "Settings come from EMQ_* environment variables (EMQ_QUEUES, EMQ_CONCURRENCY, ...); "
     "options override them. In a Django project use 'manage.py emq_router' and "
@@ -82,6 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_keys_arguments(keys)
     keys.set_defaults(subparser=keys)
+    status = commands.add_parser("status", help=STATUS_HELP, description=STATUS_HELP + ".")
+    from .core.status import add_status_arguments
+
+    add_status_arguments(status)
+    status.set_defaults(subparser=status)
     return parser
 
 
@@ -138,6 +147,19 @@ def run_keys(options: argparse.Namespace, subparser: argparse.ArgumentParser) ->
     return 0
 
 
+def run_status(options: argparse.Namespace, subparser: argparse.ArgumentParser) -> int:
+    """Print the router's status (``--admin``, else EMQ_ADMIN_ADDR, else the default)."""
+    from .core.status import run_options
+
+    admin = options.admin
+    if not admin:
+        try:
+            admin = from_mapping().admin_addr
+        except ConfigurationError as exc:
+            subparser.error(_name_env_var(str(exc)))
+    return run_options(vars(options), admin, sys.stdout)
+
+
 def _name_env_var(message: str) -> str:
     """Say which ``EMQ_*`` variable a settings error came from."""
     key, sep, rest = message.partition(": ")
@@ -153,6 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     subparser: argparse.ArgumentParser = options.subparser
     if options.command == "keys":
         return run_keys(options, subparser)
+    if options.command == "status":
+        return run_status(options, subparser)
     try:
         base = from_mapping()
     except ConfigurationError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from . import admin_dashboard as admin_dashboard
 from .admin_results import JobResultAdmin as JobResultAdmin
 from .admin_schedules import ScheduleAdmin
 

@@ -11,6 +11,15 @@ if command -v pg_isready >/dev/null && ! pg_isready -q -h 127.0.0.1 -p 5432; the
     pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
 fi
 
+# The admin dashboard test drives Debian's Chromium with Playwright (never a
+# downloaded browser). Install it when we can (root with apt-get).
+if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    echo "==> installing Debian's chromium for the browser tests"
+    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } \
+        >/tmp/emq-apt-chromium.log 2>&1 \
+        || echo "WARNING: chromium did not install (see /tmp/emq-apt-chromium.log); the browser test will be skipped"
+fi
+
 echo "==> ruff"
 .venv/bin/ruff check django_eventmq tests benchmarks example_project
 .venv/bin/ruff format --check django_eventmq tests benchmarks example_project

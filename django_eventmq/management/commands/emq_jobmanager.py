@@ -26,6 +26,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         cli.add_jobmanager_arguments(parser, hooks_default=DJANGO_HOOKS)
+        parser.add_argument(
+            "--metrics",
+            metavar="ADDR",
+            help="serve Prometheus metrics at http://ADDR/metrics (HOST:PORT or :PORT)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -39,8 +44,21 @@ class Command(BaseCommand):
         from ...core.jobmanager import JobManager
 
         manager = JobManager(settings, hooks=options["hooks"])
+        server = None
+        if options.get("metrics"):
+            from ...core import metrics
+
+            try:
+                server = metrics.start_metrics_server(
+                    options["metrics"], metrics.jobmanager_registry(manager)
+                )
+            except EventMQError as exc:
+                raise CommandError(str(exc)) from None
         cli.install_signal_handlers(manager.stop)
         try:
             manager.run()
         except EventMQError as exc:
             raise CommandError(str(exc)) from None
+        finally:
+            if server is not None:
+                server.close()

@@ -24,6 +24,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         cli.add_router_arguments(parser)
+        parser.add_argument(
+            "--metrics",
+            metavar="ADDR",
+            help="serve Prometheus metrics at http://ADDR/metrics (HOST:PORT or :PORT), read "
+            "from the admin socket on each scrape",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -35,8 +41,24 @@ class Command(BaseCommand):
         from ...core.router import Router
 
         router = Router(settings)
+        server = self._start_metrics(options.get("metrics"), router, settings.admin_addr)
         cli.install_signal_handlers(router.stop)
         try:
             router.run()
+        except EventMQError as exc:
+            raise CommandError(str(exc)) from None
+        finally:
+            if server is not None:
+                server.close()
+
+    def _start_metrics(self, addr: str | None, router: Any, admin_addr: str) -> Any:
+        if not addr:
+            return None
+        from ...core import metrics
+
+        # The router binds its admin address in run(); ask for it on each scrape.
+        registry = metrics.router_registry(lambda: getattr(router, "admin_address", admin_addr))
+        try:
+            return metrics.start_metrics_server(addr, registry)
         except EventMQError as exc:
             raise CommandError(str(exc)) from None

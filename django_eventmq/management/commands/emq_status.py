@@ -1,0 +1,36 @@
+"""``manage.py emq_status``: a running router's queues, job managers and schedulers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...core import status
+from ...core.config import get_settings
+from ...errors import EventMQError
+
+
+class Command(BaseCommand):
+    help = (
+        "Show a running router's queues (waiting, in flight, waiting since, throughput), "
+        "job managers (queues, weights, free slots, last heartbeat) and schedulers, read "
+        "from its admin address. --watch redraws every --interval seconds until Ctrl-C."
+    )
+    requires_migrations_checks = False
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        status.add_status_arguments(parser)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            admin = options.get("admin") or get_settings().admin_addr
+        except EventMQError as exc:
+            raise CommandError(str(exc)) from None
+        # The raw stream, not Django's wrapper: frames are written whole and
+        # --watch asks it isatty().
+        out = self.stdout._out
+        code = status.run_options(options, admin, out)
+        if code:
+            raise CommandError("the router did not answer", returncode=code)
