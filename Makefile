@@ -1,5 +1,5 @@
 # The two commands of the README: `make demo` and `make test`.
-.PHONY: demo test venv bench lint
+.PHONY: demo test venv bench lint pipeline
 
 demo:
 	scripts/demo.sh
@@ -16,3 +16,7 @@ lint: venv
 
 bench: venv
 	.venv/bin/python benchmarks/throughput.py
+
+# The example Spark pipeline end to end (events, PySpark digests, send_digest jobs).
+pipeline: venv
+	.venv/bin/python -m example_project.pipeline.demo
