@@ -48,6 +48,13 @@ if os.environ.get("EMQ_TEST_DB") == "postgres":
             "USER": os.environ.get("EMQ_TEST_PG_USER", "postgres"),
             "HOST": os.environ.get("EMQ_TEST_PG_HOST", "127.0.0.1"),
             "PORT": os.environ.get("EMQ_TEST_PG_PORT", "5432"),
+            # "none": persistent connections (tests of stale-connection handling).
+            "CONN_MAX_AGE": (
+                None
+                if os.environ.get("EMQ_TEST_PG_CONN_MAX_AGE") == "none"
+                else int(os.environ.get("EMQ_TEST_PG_CONN_MAX_AGE", "0"))
+            ),
+            "CONN_HEALTH_CHECKS": True,
         }
     }
 else:
