@@ -5,17 +5,20 @@ router's journal on versus off, in one run.
     /tmp/venv/bin/python benchmarks/durability.py --quick     # 10,000 / 3,000 jobs
     /tmp/venv/bin/python benchmarks/durability.py --json out.json
 
-**durable enqueue jobs/s**: one client (a raw DEALER in this process, like a
-``guarantee`` client: each REQUEST counts once its ACK came, which the router
-sends only after the job is in the journal) against a router with no job
-manager; jobs sent with up to ``--window`` unacknowledged; N / time until the
-last ACK. Measured with ``JOURNAL_SYNC=full`` (fsync per group commit),
-``normal``, and the journal off.
+**durable enqueue jobs/s**: one client in this process - our own
+``Client.send_many`` with ``guarantee``, the pipelined guaranteed send users
+get: each REQUEST counts once its ACK came, which the router sends only after
+the job is in the journal, and one not acknowledged in time is resent with
+its msgid - against a router with no job manager; up to ``--window``
+unacknowledged; N / time until the last ACK. Measured with
+``JOURNAL_SYNC=full`` (fsync per group commit), ``normal``, and the journal
+off.
 
 **end-to-end jobs/s**: router + one job manager (``--concurrency 2``, job
-``benchmarks.noop_jobs.noop``); the same client sends N jobs (ACK window as
-above); from the first send until the router's STATUS
-``processed_messages_by_queue`` has grown by N. Journal on (``full``) and off.
+``benchmarks.noop_jobs.noop``); the same client sends N jobs (the same
+guaranteed send, headers without ``guarantee``); from the first send until
+the router's STATUS ``processed_messages_by_queue`` has grown by N. Journal
+on (``full``) and off, in the same run.
 
 Everything runs on 127.0.0.1 with random ports; each process is stopped at
 the end. The machine is shared: compare figures of the same run.
@@ -31,13 +34,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-
-import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._peers import Admin, Proc, our_command, tcp_addr, wait_until
+from django_eventmq.core.client import Client
 
 V = b"eMQP/1.0"
 BODY = json.dumps(
@@ -45,48 +46,31 @@ BODY = json.dumps(
 ).encode()
 
 
-class Client:
-    """A DEALER that sends REQUESTs and counts their ACKs."""
+class Producer:
+    """Our client (``django_eventmq.core.client.Client``) sending with ``guarantee``:
+    its pipelined bulk send, ``Client.send_many``, which is what a user's code gets."""
 
     def __init__(self, frontend: str) -> None:
-        self.ctx: zmq.Context[Any] = zmq.Context()
-        self.sock: zmq.Socket[Any] = self.ctx.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.IDENTITY, b"durability-bench")
-        self.sock.setsockopt(zmq.SNDHWM, 0)
-        self.sock.setsockopt(zmq.RCVHWM, 0)
-        self.sock.connect(frontend)
+        self.client = Client(frontend)
         self.sent = 0
 
     def enqueue(self, n: int, window: int, headers: bytes = b"guarantee") -> float:
         """Send n REQUESTs, at most ``window`` unacknowledged; seconds until the last ACK."""
-        send = self.sock.send_multipart
-        recv = self.sock.recv_multipart
-        acked = 0
-        outstanding = 0
+        first = self.sent
+        self.sent += n
         start = time.perf_counter()
-        sent = 0
-        while acked < n:
-            while sent < n and outstanding < window:
-                self.sent += 1
-                send([b"", V, b"REQUEST", b"b-%d" % self.sent, b"default", headers, BODY])
-                sent += 1
-                outstanding += 1
-            if self.sock.poll(5000) == 0:
-                raise TimeoutError(f"no ACK for 5 s ({acked} of {n} acknowledged)")
-            while True:
-                try:
-                    frames = recv(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                if frames[2] == b"ACK":
-                    acked += 1
-                    outstanding -= 1
-        return time.perf_counter() - start
+        result = self.client.send_many(
+            ((b"b-%d" % i, b"default", headers, BODY) for i in range(first, first + n)),
+            window=window,
+            ack_timeout=30.0,
+        )
+        elapsed = time.perf_counter() - start
+        if result.acked != n:
+            raise RuntimeError(f"{n - result.acked} of {n} jobs not acknowledged")
+        return elapsed
 
     def close(self) -> None:
-        self.sock.close(linger=0)
-        self.ctx.term()
+        self.client.close()
 
 
 @contextmanager
@@ -110,7 +94,7 @@ def router(journal: str | None, sync: str = "full") -> Iterator[tuple[str, str, 
 
 def durable_enqueue(n: int, window: int, journal: str | None, sync: str) -> float:
     with router(journal, sync) as (frontend, _backend, _admin):
-        client = Client(frontend)
+        client = Producer(frontend)
         try:
             client.enqueue(min(2000, n), window)  # warm-up
             return n / client.enqueue(n, window)
@@ -132,7 +116,7 @@ def end_to_end(n: int, window: int, journal: str | None, concurrency: int = 2) -
             )
         )
         admin = Admin(admin_addr)
-        client = Client(frontend)
+        client = Producer(frontend)
         try:
             wait_until(lambda: admin.free_slots() >= concurrency, 60, "READY from the workers")
             warmup = min(500, n)

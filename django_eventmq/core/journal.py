@@ -19,6 +19,11 @@ Rows move through states; a job is deleted when it finished::
 
 On start :meth:`recover` turns every LEASED row back into WAITING (handed
 out, never reported finished): those jobs are handed out again.
+
+Two small tables beside the jobs: the msgids of recently finished jobs
+(``finished``, pruned by age and count inside a commit) so a REQUEST resent
+after a restart is still recognised, and the SCHEDULE / UNSCHEDULE messages
+acknowledged while no scheduler could take them (``schedules``).
 """
 
 from __future__ import annotations
@@ -27,7 +32,10 @@ import contextlib
 import fcntl
 import os
 import sqlite3
+import struct
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -63,7 +71,24 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (queue, nprio, seq) WHERE state = 0;
 CREATE INDEX IF NOT EXISTS jobs_delayed ON jobs (due) WHERE state = 3;
 CREATE INDEX IF NOT EXISTS jobs_poisoned ON jobs (seq) WHERE state = 2;
+-- msgids of finished jobs, for a while: a resent REQUEST is not run twice after a restart
+CREATE TABLE IF NOT EXISTS finished (
+    seq INTEGER PRIMARY KEY,        -- finishing order (pruned oldest first)
+    msgid TEXT NOT NULL,
+    at REAL NOT NULL                -- unix time finished
+);
+-- SCHEDULE / UNSCHEDULE accepted while no scheduler could take them, in arrival order
+CREATE TABLE IF NOT EXISTS schedules (
+    seq INTEGER PRIMARY KEY,
+    unschedule INTEGER NOT NULL,    -- 1: UNSCHEDULE (goes to every scheduler)
+    job_key TEXT NOT NULL,          -- the job's schedule identity ('' if unreadable)
+    timing_key TEXT NOT NULL,       -- its timing's identity ('' for "every timing")
+    frames BLOB NOT NULL            -- the message as received, length-prefixed frames
+);
 """
+
+#: Seconds between two prunings of the finished msgids (done inside a commit).
+PRUNE_INTERVAL = 1.0
 
 
 @dataclass(slots=True)
@@ -136,6 +161,16 @@ class Journal:
         self._in_tx = False
         self._closed = False
         self._execute = self.db.execute
+        #: Finished msgids kept: at most this many, for at least this many seconds
+        #: (set by :meth:`keep_finished`; 0 keeps none).
+        self.finished_keep = 0
+        self.finished_window = 0.0
+        self._finished_seq = int(
+            self._execute("SELECT COALESCE(MAX(seq), 0) FROM finished").fetchone()[0]
+        )
+        self._prune_after = 0.0
+        self._finished_added = False
+        self._finished_clock: Callable[[], float] = time.time
 
     # -- transactions ------------------------------------------------------
     def _write(self, sql: str, params: tuple[Any, ...]) -> int:
@@ -149,6 +184,8 @@ class Journal:
         """Make every change so far durable (one sync); False if there was none."""
         if not self._in_tx:
             return False
+        if self._finished_added:
+            self._prune_finished(self._finished_clock())
         self._execute("COMMIT")
         self._in_tx = False
         self.pending = 0
@@ -227,6 +264,101 @@ class Journal:
 
     def delete(self, seq: int) -> bool:
         return self._write("DELETE FROM jobs WHERE seq = ?", (seq,)) == 1
+
+    # -- finished msgids ------------------------------------------------------
+    def keep_finished(
+        self, keep: int, window: float, clock: Callable[[], float] = time.time
+    ) -> None:
+        """Keep up to ``keep`` finished msgids for ``window`` seconds (0: none) of ``clock``."""
+        self.finished_keep = keep
+        self.finished_window = window
+        self._finished_clock = clock
+
+    def add_finished(self, msgid: str, at: float) -> None:
+        """Remember that ``msgid`` finished at unix time ``at`` (committed with the rest)."""
+        if not self.finished_keep or not self.finished_window:
+            return
+        self._finished_seq += 1
+        self._write(
+            "INSERT INTO finished (seq, msgid, at) VALUES (?, ?, ?)",
+            (self._finished_seq, msgid, at),
+        )
+        self._finished_added = True
+
+    def finished_since(self, since: float) -> list[tuple[str, float]]:
+        """The newest ``finished_keep`` msgids finished at or after ``since``, oldest first."""
+        rows = self._execute(
+            "SELECT msgid, at FROM finished WHERE at >= ? ORDER BY seq DESC LIMIT ?",
+            (since, self.finished_keep),
+        ).fetchall()
+        rows.reverse()
+        return [(str(msgid), float(at)) for msgid, at in rows]
+
+    def prune_finished(self) -> None:
+        """Drop finished msgids past the window or the count now (at start-up)."""
+        self._prune_finished(self._finished_clock(), force=True)
+
+    def _prune_finished(self, now: float, *, force: bool = False) -> None:
+        """Drop finished msgids past the window or the count (inside the open transaction).
+
+        Both deletes walk the primary key from the oldest end, so they cost
+        the rows they remove; they run at most once per ``PRUNE_INTERVAL``.
+        """
+        if now < self._prune_after and not force:
+            return
+        self._prune_after = now + PRUNE_INTERVAL
+        self._finished_added = False
+        self._execute(
+            "DELETE FROM finished WHERE seq <= ?", (self._finished_seq - self.finished_keep,)
+        )
+        oldest = self._execute("SELECT seq, at FROM finished ORDER BY seq LIMIT 1").fetchone()
+        if oldest is not None and oldest[1] < now - self.finished_window:
+            # Finishing order is time order: find the first row young enough.
+            young = self._execute(
+                "SELECT MIN(seq) FROM finished WHERE seq >= ? AND at >= ?",
+                (oldest[0], now - self.finished_window),
+            ).fetchone()[0]
+            limit = self._finished_seq + 1 if young is None else young
+            self._execute("DELETE FROM finished WHERE seq < ?", (limit,))
+
+    def finished_count(self) -> int:
+        return int(self._execute("SELECT COUNT(*) FROM finished").fetchone()[0])
+
+    # -- SCHEDULE / UNSCHEDULE waiting for a scheduler ---------------------------
+    def add_schedule(
+        self, frames: list[bytes], *, unschedule: bool, job_key: str, timing_key: str
+    ) -> None:
+        """Keep a SCHEDULE or UNSCHEDULE (its frames as received) for a scheduler."""
+        packed = b"".join(struct.pack(">I", len(frame)) + frame for frame in frames)
+        self._write(
+            "INSERT INTO schedules (unschedule, job_key, timing_key, frames) VALUES (?, ?, ?, ?)",
+            (unschedule, job_key, timing_key, packed),
+        )
+
+    def drop_schedules(self, job_key: str, timing_key: str) -> int:
+        """An UNSCHEDULE's effect on kept SCHEDULEs: drop the job's (all timings if
+        ``timing_key`` is empty). Returns how many were dropped."""
+        if timing_key:
+            return self._write(
+                "DELETE FROM schedules WHERE unschedule = 0 AND job_key = ? AND timing_key = ?",
+                (job_key, timing_key),
+            )
+        return self._write("DELETE FROM schedules WHERE unschedule = 0 AND job_key = ?", (job_key,))
+
+    def schedules(self, limit: int = 1000) -> list[tuple[int, bool, list[bytes]]]:
+        """The oldest ``limit`` kept messages, oldest first: ``(seq, is UNSCHEDULE, frames)``."""
+        return [
+            (seq, bool(unschedule), _unpack(packed))
+            for seq, unschedule, packed in self._execute(
+                "SELECT seq, unschedule, frames FROM schedules ORDER BY seq LIMIT ?", (limit,)
+            )
+        ]
+
+    def delete_schedule(self, seq: int) -> None:
+        self._write("DELETE FROM schedules WHERE seq = ?", (seq,))
+
+    def schedule_count(self) -> int:
+        return int(self._execute("SELECT COUNT(*) FROM schedules").fetchone()[0])
 
     # -- reads -----------------------------------------------------------------
     def waiting(self, queue: str, after: tuple[int, int] | None, limit: int) -> list[Row]:
@@ -317,7 +449,22 @@ class Journal:
         return total
 
     def is_empty(self) -> bool:
-        return self._execute("SELECT 1 FROM jobs LIMIT 1").fetchone() is None
+        """Nothing kept: no job, no SCHEDULE waiting, no finished msgid to refuse again."""
+        return all(
+            self._execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is None  # noqa: S608
+            for table in ("jobs", "schedules", "finished")
+        )
+
+
+def _unpack(packed: bytes) -> list[bytes]:
+    frames = []
+    at = 0
+    while at < len(packed):
+        (size,) = struct.unpack_from(">I", packed, at)
+        at += 4
+        frames.append(packed[at : at + size])
+        at += size
+    return frames
 
 
 def _exclusive_lock(path: str) -> IO[bytes]:

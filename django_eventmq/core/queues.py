@@ -61,6 +61,9 @@ class Worker:
     first_ready: float | None = None
     #: It is shutting down (NACK "stopping"): no more jobs for it; it keeps its in-flight ones.
     stopping: bool = False
+    #: Slots it took back with UNREADY while none was free: the next ones it
+    #: frees (DONE, NACK, READY) pay this off instead of becoming free.
+    debt: int = 0
 
 
 def _dedupe(queues: QueueSpec) -> QueueSpec:
@@ -199,6 +202,9 @@ class Routing:
         finished: list[Job] = []
         if worker.stopping:
             return finished, None
+        if worker.debt:
+            worker.debt -= 1  # a job manager that sent UNREADY reports each job itself
+            return finished, None
         worker.slots += 1
         if worker.first_ready is None:
             worker.first_ready = now
@@ -235,10 +241,30 @@ class Routing:
         job = self.release_msgid(msgid)
         if worker.stopping:
             return job, None
+        if worker.debt:
+            worker.debt -= 1
+            return job, None
         worker.slots += 1
         if worker.slots > worker.capacity:
             worker.capacity = worker.slots
         return job, self._after_free_slot(worker, now)
+
+    def unready(self, identity: bytes, count: int) -> None:
+        """UNREADY: the worker takes back ``count`` slots (it wants fewer jobs).
+
+        Free slots go first; the rest is owed, paid by the next slots it frees,
+        so jobs already on their way to it (which used slots it counted as
+        free) still add up on both sides.
+        """
+        worker = self.workers.get(identity)
+        if worker is None or worker.stopping or count <= 0:
+            return
+        worker.features = True
+        taken = min(count, worker.slots)
+        worker.slots -= taken
+        worker.debt += count - taken
+        if taken and not worker.slots:
+            worker.stamp = next(self._seq)  # out of the LRU heaps
 
     def _after_free_slot(self, worker: Worker, now: float) -> Job | None:
         job = self._take_waiting(worker)
@@ -287,7 +313,9 @@ class Routing:
         identity = job.worker
         worker = self.workers.get(identity) if identity is not None else None
         self.release(job)
-        if worker is not None and not worker.stopping:
+        if worker is not None and not worker.stopping and worker.debt:
+            worker.debt -= 1
+        elif worker is not None and not worker.stopping:
             worker.slots += 1
             if worker.slots == 1:
                 self._push(worker)
@@ -379,13 +407,13 @@ class Scheduler:
 
 
 class Schedulers:
-    """Connected schedulers, round robin for SCHEDULE, and what waits for one."""
+    """Connected schedulers, round robin for SCHEDULE, and how many messages wait for one."""
 
     def __init__(self) -> None:
         self.peers: dict[bytes, Scheduler] = {}
         self._turn: deque[bytes] = deque()
-        #: ``(broadcast, frames)`` received while no scheduler was connected.
-        self.buffered: deque[tuple[bool, list[bytes]]] = deque()
+        #: SCHEDULE / UNSCHEDULE messages kept in the journal until a scheduler takes them.
+        self.stored = 0
 
     def add(self, identity: bytes, now: float) -> bool:
         """Register (or refresh) a scheduler; True when it is new."""

@@ -77,7 +77,8 @@ def show_schedulers(schedulers: Schedulers) -> dict[str, Any]:
         "connected_schedulers": {
             show(s.identity): {"hb": s.last_heard} for s in schedulers.peers.values()
         },
-        "buffered_schedule_messages": len(schedulers.buffered),
+        # Kept in the journal until a scheduler takes them (the reference's name).
+        "buffered_schedule_messages": schedulers.stored,
     }
 
 
@@ -87,7 +88,9 @@ def monitor(book: Book) -> dict[str, Any]:
     queues: dict[str, dict[str, int]] = {}
 
     def entry(queue: str) -> dict[str, int]:
-        return queues.setdefault(queue, {"queued": 0, "in_flight": 0, "delayed": 0, "poisoned": 0})
+        return queues.setdefault(
+            queue, {"queued": 0, "in_flight": 0, "delayed": 0, "poisoned": 0, "expired": 0}
+        )
 
     for queue, wait_queue in routing.waiting.items():
         entry(queue)["queued"] = wait_queue.count
@@ -99,6 +102,8 @@ def monitor(book: Book) -> dict[str, Any]:
     for queue, n in book.poisoned.items():
         if n:
             entry(queue)["poisoned"] = n
+    for queue, n in book.expired_by_queue.items():
+        entry(queue)["expired"] = n
     return {
         "queued": routing.waiting.total(),
         "in_memory": routing.waiting.memory(),
@@ -112,6 +117,8 @@ def monitor(book: Book) -> dict[str, Any]:
         "recovered": book.recovered,
         "duplicates": book.duplicates,
         "rejected": book.rejected,
+        "finished_remembered": len(book.finished),
+        "schedules_kept": book.journal.schedule_count(),
         "journal": book.journal.path,
         "per_queue": queues,
     }

@@ -39,6 +39,7 @@ from . import transport
 from .dispatch import Book
 from .queues import Scheduler, Schedulers
 from .router_io import Handler, WarnOnce, forward, send, show
+from .schedule_api import ScheduleSpec
 from .settings import Settings
 from .transport import Channel
 
@@ -46,6 +47,8 @@ log = logging.getLogger("django_eventmq.router")
 
 #: Messages taken from one socket per loop iteration, so no socket starves the others.
 DRAIN_CAP = 256
+#: Kept SCHEDULE/UNSCHEDULE messages read from the journal at a time.
+SCHEDULES_PER_READ = 500
 
 _VERSION = C.PROTOCOL_VERSION_B
 _REQUEST = C.REQUEST.encode()
@@ -60,7 +63,7 @@ class FrontendHandlers:
     schedulers: Schedulers
     _warn: WarnOnce
     _limits: Limits
-    #: (client identity, REQUEST msgid) to ACK once the journal is committed.
+    #: (client identity, REQUEST or SCHEDULE msgid) to ACK once the journal is committed.
     _acks: list[tuple[bytes, bytes]]
 
     if TYPE_CHECKING:
@@ -188,26 +191,71 @@ class FrontendHandlers:
             )
 
     # -- schedulers ----------------------------------------------------------------
+    # A SCHEDULE counts as delivered once it is forwarded to a connected
+    # scheduler, which keeps it in its database (it sends no receipt). Until
+    # then it waits in the journal, stored before the client's ACK, so a
+    # router crash or restart does not lose it. An UNSCHEDULE drops the kept
+    # SCHEDULEs it names, and is kept itself for the schedulers' databases.
     def _on_schedule(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
-        self._to_schedulers(isinstance(msg, Unschedule), frames, now)
-        send(self.frontend, identity, Ack(msgid=new_msgid(), ack_msgid=msg.msgid))
+        assert isinstance(msg, Schedule | Unschedule)
+        unschedule = isinstance(msg, Unschedule)
+        job_key, timing_key = _schedule_keys(msg)
+        journal = self.book.journal
+        peers = self.schedulers
+        if unschedule and peers.stored and job_key:
+            dropped = journal.drop_schedules(job_key, timing_key)
+            peers.stored -= dropped
+            if dropped:
+                log.info("UNSCHEDULE %s dropped %d kept SCHEDULE(s)", msg.msgid, dropped)
+        # Kept ones go first, so a scheduler sees the messages in the order sent.
+        self._flush_schedules(now)
+        if peers.stored or not self._to_schedulers(unschedule, frames, now):
+            journal.add_schedule(
+                frames, unschedule=unschedule, job_key=job_key, timing_key=timing_key
+            )
+            peers.stored += 1
+            log.debug("no scheduler took %s %s: kept in the journal", msg.command, msg.msgid)
+        # The ACK goes once the journal is committed.
+        self._acks.append((identity, frames[3]))
 
-    def _to_schedulers(self, broadcast: bool, frames: list[bytes], now: float) -> None:
-        """SCHEDULE to one scheduler (round robin), UNSCHEDULE to all; buffer if none."""
+    def _recover_schedules(self) -> None:
+        """On start: count the SCHEDULE / UNSCHEDULE messages the journal keeps."""
+        self.schedulers.stored = self.book.journal.schedule_count()
+        if self.schedulers.stored:
+            log.warning(
+                "journal: %d SCHEDULE/UNSCHEDULE message(s) wait for a scheduler",
+                self.schedulers.stored,
+            )
+
+    def _flush_schedules(self, now: float) -> None:
+        """Hand kept messages to the connected schedulers, oldest first."""
+        peers = self.schedulers
+        if not peers.stored or not peers.peers:
+            return
+        journal = self.book.journal
+        while peers.stored:
+            kept = journal.schedules(SCHEDULES_PER_READ)
+            for seq, unschedule, frames in kept:
+                if not self._to_schedulers(unschedule, frames, now):
+                    return
+                journal.delete_schedule(seq)
+                peers.stored -= 1
+                log.debug("kept %r %r handed to a scheduler", frames[2], frames[3])
+            if len(kept) < SCHEDULES_PER_READ:
+                peers.stored = 0  # the journal has no more (the count was off)
+                return
+
+    def _to_schedulers(self, broadcast: bool, frames: list[bytes], now: float) -> bool:
+        """SCHEDULE to one scheduler (round robin), UNSCHEDULE to all; False if none took it."""
         peers = self.schedulers
         if broadcast:
             sent = [self._forward_to_scheduler(s, frames, now) for s in list(peers.peers.values())]
-            delivered = any(sent)
-        else:
-            delivered = False
-            for _ in range(len(peers.peers)):
-                scheduler = peers.next()
-                if scheduler is not None and self._forward_to_scheduler(scheduler, frames, now):
-                    delivered = True
-                    break
-        if not delivered:
-            peers.buffered.append((broadcast, frames))
-            log.debug("no scheduler connected: %s buffered", frames[2:4])
+            return any(sent)
+        for _ in range(len(peers.peers)):
+            scheduler = peers.next()
+            if scheduler is not None and self._forward_to_scheduler(scheduler, frames, now):
+                return True
+        return False
 
     def _forward_to_scheduler(self, scheduler: Scheduler, frames: list[bytes], now: float) -> bool:
         if forward(self.frontend, scheduler.identity, frames):
@@ -225,10 +273,7 @@ class FrontendHandlers:
         if self.schedulers.add(identity, now):
             log.info("scheduler %s connected", show(identity))
         send(self.frontend, identity, Ack(msgid=new_msgid(), ack_msgid=msg.msgid))
-        buffered = self.schedulers.buffered
-        for _ in range(len(buffered)):
-            broadcast, pending = buffered.popleft()
-            self._to_schedulers(broadcast, pending, now)
+        self._flush_schedules(now)
 
     def _on_frontend_heartbeat(
         self, identity: bytes, frames: list[bytes], msg: Message, now: float
@@ -236,6 +281,7 @@ class FrontendHandlers:
         scheduler = self.schedulers.peers.get(identity)
         if scheduler is not None:
             scheduler.last_heard = now
+            self._flush_schedules(now)  # a retry, should a send have failed
 
     def _on_frontend_kbai(
         self, identity: bytes, frames: list[bytes], msg: Message, now: float
@@ -245,3 +291,13 @@ class FrontendHandlers:
 
     def _ignore(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
         log.debug("%s from %s ignored", msg.command, show(identity))
+
+
+def _schedule_keys(msg: Schedule | Unschedule) -> tuple[str, str]:
+    """The job's and the timing's identity, as a scheduler matches them ('' if unreadable)."""
+    try:
+        spec = ScheduleSpec.from_message(msg)
+    except Exception:  # the keys only let an UNSCHEDULE drop kept SCHEDULEs early
+        log.debug("%s %s: body or timing unreadable, kept as it is", msg.command, msg.msgid)
+        return "", ""
+    return spec.job_key, (spec.key if spec.timing is not None else "")

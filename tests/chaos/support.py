@@ -1,8 +1,7 @@
-"""Processes and a guarantee-style producer for the chaos and flood tests.
+"""Processes, jobs and admin calls for the chaos and flood tests.
 
-The producer is a raw DEALER that does what a client sending with
-``guarantee`` does: it keeps each REQUEST until its ACK comes and sends it
-again, with the same msgid, when none came in time.
+Their producer is our own client's guaranteed bulk send
+(``Client.send_many``), so the tests measure what users get.
 """
 
 from __future__ import annotations
@@ -12,8 +11,6 @@ import json
 import os
 import signal
 import time
-from collections import deque
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,67 +26,6 @@ def body(token: str, work: float = 0.0) -> bytes:
     return json.dumps(
         ["run", {"path": JOB_PATH, "callable": "record", "args": [token, work], "kwargs": {}}]
     ).encode()
-
-
-class Producer:
-    """Sends REQUESTs with ``guarantee`` and resends those not acknowledged in time."""
-
-    def __init__(self, frontend: str, identity: bytes = b"chaos-producer", window: int = 500):
-        self.ctx: zmq.Context[Any] = zmq.Context()
-        self.sock: zmq.Socket[Any] = self.ctx.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.IDENTITY, identity)
-        self.sock.setsockopt(zmq.SNDHWM, 0)
-        self.sock.setsockopt(zmq.RCVHWM, 0)
-        self.sock.connect(frontend)
-        self.window = window
-        self.resent = 0
-        self.rejected = 0
-
-    def send(self, msgid: str, payload: bytes, headers: bytes = b"guarantee") -> None:
-        self.sock.send_multipart([b"", V, b"REQUEST", msgid.encode(), b"default", headers, payload])
-
-    def run(
-        self,
-        jobs: Iterable[tuple[str, bytes]],
-        ack_timeout: float = 3.0,
-        deadline: float = 300.0,
-    ) -> None:
-        """Send every job and return once each has been acknowledged."""
-        todo = deque(jobs)
-        pending: dict[str, tuple[float, bytes]] = {}
-        stop_at = time.monotonic() + deadline
-        while todo or pending:
-            now = time.monotonic()
-            assert now < stop_at, f"{len(pending) + len(todo)} job(s) never acknowledged"
-            while todo and len(pending) < self.window:
-                msgid, payload = todo.popleft()
-                self.send(msgid, payload)
-                pending[msgid] = (now, payload)
-            if self.sock.poll(50):
-                while True:
-                    try:
-                        frames = self.sock.recv_multipart(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    command = frames[2]
-                    if command == b"ACK":
-                        pending.pop(frames[4].decode(), None)
-                    elif command == b"REJECT":  # over the high-water mark: send it later
-                        self.rejected += 1
-                        msgid = frames[4].decode()
-                        if msgid in pending:
-                            pending[msgid] = (0.0, pending[msgid][1])
-            now = time.monotonic()
-            for msgid, (sent, payload) in list(pending.items()):
-                if now - sent > ack_timeout:
-                    self.send(msgid, payload)
-                    pending[msgid] = (now, payload)
-                    self.resent += 1
-
-    def close(self) -> None:
-        self.sock.close(linger=0)
-        self.ctx.term()
 
 
 def admin_call(addr: str, command: str, timeout: float = 10.0) -> dict[str, Any]:

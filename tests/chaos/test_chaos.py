@@ -1,8 +1,14 @@
 """Chaos: thousands of ``guarantee`` jobs while the router, the job managers and their
 worker processes are killed with SIGKILL at random moments and restarted.
 
-Every job appends its msgid to a file when it runs. The test asserts that every
-job ran at least once and prints how many ran more than once.
+The producer is our client's guaranteed bulk send (``Client.send_many``: a
+window of REQUESTs each resent with its msgid until the router ACKs it, which
+it does once the job is in its journal), paced by the workers so that sends,
+resends and kills overlap. Each kill waits until a random share of the jobs
+has run and records how many had not: the test asserts the kills landed
+while jobs were pending. Every job appends its msgid to a file when it runs;
+the test asserts that every job ran at least once and prints how many ran
+more than once.
 
 Bounded form (CI): 2,000 jobs, 8 kills. Longer form by hand:
 ``EMQ_CHAOS_JOBS=20000 EMQ_CHAOS_KILLS=40 pytest tests/chaos/test_chaos.py -s``.
@@ -21,23 +27,26 @@ from pathlib import Path
 
 import pytest
 
+from django_eventmq.core.client import Client
 from tests.chaos.jobs import RECORD_ENV
 from tests.chaos.support import (
-    Producer,
     admin_call,
     body,
     children,
     descendants,
     kill_if_same,
+    recorded,
     start_jobmanager,
     start_router,
     wait_recorded,
 )
-from tests.support import Proc, tcp_addr
+from tests.support import Proc, tcp_addr, wait_for
 
 JOBS = int(os.environ.get("EMQ_CHAOS_JOBS", "2000"))
 KILLS = int(os.environ.get("EMQ_CHAOS_KILLS", "8"))
 SEED = int(os.environ.get("EMQ_CHAOS_SEED", str(random.randrange(1_000_000))))
+#: REQUESTs per guaranteed bulk send; the producer keeps about two batches ahead.
+BATCH = 200
 
 #: Fast failure detection, so a killed router is noticed in seconds; a job's
 #: worker dying is not its fault here, so nothing is set aside as poisoned.
@@ -69,8 +78,8 @@ class Cluster:
     def _jobmanager(self) -> Proc:
         return start_jobmanager(self.backend, concurrency=2, **self.env)
 
-    def kill(self, rng: random.Random) -> str:
-        """SIGKILL one random part and restart it; returns what was killed."""
+    def kill(self, rng: random.Random) -> str | None:
+        """SIGKILL one random part and restart it; returns what was killed (None: nothing)."""
         victim = rng.choice(["router", "jobmanager", "child", "child"])
         if victim == "router":
             os.kill(self.router.pid, signal.SIGKILL)
@@ -90,7 +99,7 @@ class Cluster:
         else:
             kids = [pid for jm in self.jobmanagers for pid in children(jm.pid)]
             if not kids:
-                return "nothing (no worker process yet)"
+                return None  # no worker process yet
             with contextlib.suppress(ProcessLookupError):
                 os.kill(rng.choice(kids), signal.SIGKILL)
         self.kills[victim] += 1
@@ -127,37 +136,67 @@ def test_every_guaranteed_job_runs_at_least_once_through_sigkills(
 ) -> None:
     rng = random.Random(SEED)
     msgids = [f"chaos-{SEED}-{i}" for i in range(JOBS)]
+    ran_file = tmp_path / "ran.txt"
     done = threading.Event()
-    log: list[str] = []
+    #: (what was killed, jobs not yet run at that moment)
+    kills: list[tuple[str, int]] = []
+
+    def unfinished() -> int:
+        return JOBS - len(set(recorded(ran_file)))
 
     def chaos() -> None:
-        for _ in range(KILLS):
-            # Pacing between kills (not waiting for anything): random moments.
-            if done.wait(rng.uniform(0.3, 1.5)):
-                return
-            log.append(cluster.kill(rng))
+        # Random moments along the run: each kill waits until a random share
+        # of the jobs has run, so it lands while others are still to run.
+        for share in sorted(rng.uniform(0.02, 0.9) for _ in range(KILLS)):
+            while JOBS - unfinished() < share * JOBS:
+                if done.wait(0.05):
+                    return
+            backlog = unfinished()
+            victim = cluster.kill(rng)
+            if victim is not None:
+                kills.append((victim, backlog))
 
     killer = threading.Thread(target=chaos, name="chaos")
     killer.start()
-    producer = Producer(cluster.frontend)
+    client = Client(cluster.frontend)
+    resent = 0
     try:
-        producer.run(((m, body(m, work=0.002)) for m in msgids), ack_timeout=3.0)
+        # Our client's guaranteed bulk send, in batches paced by the workers,
+        # so REQUESTs are still being sent (and resent) while parts are killed.
+        for start in range(0, JOBS, BATCH):
+            wait_for(
+                lambda start=start: unfinished() - (JOBS - start) < 2 * BATCH,
+                120,
+                "the job managers to catch up with the producer",
+                poll=0.05,
+            )
+            batch = msgids[start : start + BATCH]
+            result = client.send_many(
+                ((m.encode(), b"default", b"guarantee", body(m, work=0.002)) for m in batch),
+                window=BATCH,
+                ack_timeout=3.0,
+            )
+            assert result.acked == len(batch), result.rejected
+            resent += result.resent
+        lines = wait_recorded(ran_file, set(msgids), timeout=60)
         killer.join()
-        lines = wait_recorded(tmp_path / "ran.txt", set(msgids), timeout=60)
     except BaseException:
-        print(f"chaos seed {SEED}, kills so far: {log}\n{cluster.outputs()}")
+        print(f"chaos seed {SEED}, kills so far: {kills}\n{cluster.outputs()}")
         raise
     finally:
-        producer.close()
+        client.close()
         done.set()
         killer.join()
 
     counts = Counter(lines)
     twice = sum(1 for m in msgids if counts[m] > 1)
     print(
-        f"\nchaos seed {SEED}: {JOBS} jobs, kills {dict(cluster.kills)} ({log}); "
-        f"{producer.resent} REQUEST(s) resent; {twice} job(s) ran more than once "
-        f"({len(lines) - JOBS} extra runs)"
+        f"\nchaos seed {SEED}: {JOBS} jobs, kills {dict(cluster.kills)}; jobs not yet run at "
+        f"each kill {[backlog for _, backlog in kills]}; {resent} REQUEST(s) resent; "
+        f"{twice} job(s) ran more than once ({len(lines) - JOBS} extra runs)"
     )
     assert set(msgids) <= set(counts)
     assert admin_call(cluster.admin, "MONITOR")["poisoned"] == 0
+    # The kills landed while jobs were waiting or running, not after the work was done.
+    assert len(kills) >= KILLS * 3 // 4, kills
+    assert sum(1 for _, backlog in kills if backlog > 0) >= len(kills) * 3 // 4, kills

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from django_eventmq.core.dedup import FinishedWindow
 from django_eventmq.core.journal import (
     DELAYED,
     LEASED,
@@ -171,3 +173,97 @@ def test_memory_journal_behaves_the_same_without_a_file(tmp_path: Path) -> None:
 )
 def test_journal_path_names_the_frontend(template: str, address: str, expected: str) -> None:
     assert resolve_path(template, address) == expected
+
+
+# -- finished msgids and kept SCHEDULEs -----------------------------------------------
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_finished_msgids_are_kept_across_reopening_within_window_and_count(path: str) -> None:
+    clock = Clock(10_000.0)
+    journal = Journal(path)
+    try:
+        window = FinishedWindow(journal, keep=3, window=60.0, clock=clock)
+        for n in range(5):
+            clock.now += 1
+            window.add(f"m{n}")
+        journal.commit()
+        # At most ``keep`` in memory and, once pruned in a commit, on disk.
+        assert [m for m in ("m0", "m1", "m2", "m3", "m4") if m in window] == ["m2", "m3", "m4"]
+        assert journal.finished_count() == 3
+    finally:
+        journal.close()
+
+    journal = Journal(path)
+    try:
+        clock.now += 30
+        reopened = FinishedWindow(journal, keep=3, window=60.0, clock=clock)
+        assert reopened.load() == 3 and "m4" in reopened and "m1" not in reopened
+        # Past the window: m2..m4 finished at 10,003..10,005; now 10,064.5.
+        clock.now = 10_064.5
+        assert FinishedWindow(journal, keep=3, window=60.0, clock=clock).load() == 1
+    finally:
+        journal.close()
+
+
+def test_old_finished_msgids_are_pruned_from_disk_in_a_commit(path: str) -> None:
+    journal = Journal(path)
+    try:
+        journal.keep_finished(1000, 60.0)
+        real_now = time.time()
+        for n in range(10):
+            journal.add_finished(f"old{n}", real_now - 120)  # finished two minutes ago
+        journal.add_finished("young", real_now)
+        journal.commit()
+        assert journal.finished_count() == 1
+        assert journal.finished_since(0) == [("young", real_now)]
+        assert not journal.is_empty()  # a finished msgid is worth keeping the file for
+    finally:
+        journal.close()
+
+
+def test_nothing_is_remembered_when_the_window_is_off(path: str) -> None:
+    journal = Journal(path)
+    try:
+        window = FinishedWindow(journal, keep=100, window=0.0)
+        window.add("m1")
+        journal.commit()
+        assert "m1" not in window and journal.finished_count() == 0
+    finally:
+        journal.close()
+
+
+def test_kept_schedules_come_back_whole_in_order_and_unschedule_drops_its_job(
+    path: str,
+) -> None:
+    frames_a = [b"", b"eMQP/1.0", b"SCHEDULE", b"id-a", b"q", b"", b"60", b"[1]", b""]
+    frames_b = [b"", b"eMQP/1.0", b"SCHEDULE", b"id-b", b"q", b"", b"", b"[2]", b"* * * * *"]
+    frames_u = [b"", b"eMQP/1.0", b"UNSCHEDULE", b"id-u", b"q", b"", b"[2]"]
+    journal = Journal(path)
+    try:
+        journal.add_schedule(frames_a, unschedule=False, job_key="A", timing_key="60")
+        journal.add_schedule(frames_b, unschedule=False, job_key="B", timing_key="cron")
+        journal.add_schedule(frames_b, unschedule=False, job_key="B", timing_key="other")
+        assert journal.drop_schedules("B", "cron") == 1  # one timing of job B
+        assert journal.drop_schedules("B", "") == 1  # every timing of job B
+        journal.add_schedule(frames_u, unschedule=True, job_key="B", timing_key="")
+        journal.commit()
+    finally:
+        journal.close()
+    journal = Journal(path)
+    try:
+        kept = journal.schedules()
+        assert [(u, f) for _, u, f in kept] == [(False, frames_a), (True, frames_u)]
+        assert journal.drop_schedules("B", "") == 0  # an UNSCHEDULE is never dropped
+        journal.delete_schedule(kept[0][0])
+        journal.commit()
+        assert journal.schedule_count() == 1 and not journal.is_empty()
+    finally:
+        journal.close()

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import zmq
 
+from django_eventmq.core import router_frontend
 from django_eventmq.core.dispatch import CANCELLED_PAYLOAD
 from tests.core.test_router import JOB, Harness, Peer, make_settings
 from tests.support import wait_for
@@ -89,7 +90,7 @@ def test_acked_jobs_survive_a_restart_in_order(start: Callable[..., Harness]) ->
     info = monitor(h)
     assert info["queued"] == 3 and info["syncs"] >= 1 and info["store_bytes"] > 0
     assert info["per_queue"] == {
-        "default": {"queued": 3, "in_flight": 0, "delayed": 0, "poisoned": 0}
+        "default": {"queued": 3, "in_flight": 0, "delayed": 0, "poisoned": 0, "expired": 0}
     }
     stop(h)
 
@@ -445,6 +446,66 @@ def test_a_reference_workers_reply_finishes_the_job_in_the_journal(
     stop(h)
     h = start()
     assert monitor(h)["queued"] == 0
+
+
+# -- SCHEDULE / UNSCHEDULE kept for a scheduler ----------------------------------------
+
+
+def test_kept_schedules_reach_a_scheduler_in_order_read_in_pages(
+    start: Callable[..., Harness], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(router_frontend, "SCHEDULES_PER_READ", 2)
+    h = start()
+    client = h.peer("frontend", "client")
+    sent = []
+    for n in range(5):
+        job = JOB.replace("[1]", f"[{n}]")
+        sent.append(client.send("SCHEDULE", "default", "", "60", job, ""))
+        assert client.expect("ACK")[2] == sent[-1]
+    assert h.ask("ROUTER_SHOW_SCHEDULERS")["buffered_schedule_messages"] == 5
+    scheduler = h.peer("frontend", "sched")
+    scheduler.send("INFORM", "", "scheduler")
+    scheduler.expect("ACK")
+    assert [scheduler.expect("SCHEDULE")[1] for _ in range(5)] == sent
+    wait_for(lambda: monitor(h)["schedules_kept"] == 0, what="the journal to let them go")
+    assert h.ask("ROUTER_SHOW_SCHEDULERS")["buffered_schedule_messages"] == 0
+
+
+def test_a_schedule_the_router_cannot_read_is_kept_and_passed_on_as_it_is(
+    h: Harness,
+) -> None:
+    # The scheduler, not the router, judges a SCHEDULE; the router keeps it whole.
+    client = h.peer("frontend", "client")
+    odd = client.send("SCHEDULE", "default", "", "60", "not json", "")
+    assert client.expect("ACK")[2] == odd
+    gone = client.send("UNSCHEDULE", "default", "", "-1", "not json either", "")
+    assert client.expect("ACK")[2] == gone
+    assert monitor(h)["schedules_kept"] == 2  # neither could be matched: both kept
+    scheduler = h.peer("frontend", "sched")
+    scheduler.send("INFORM", "", "scheduler")
+    scheduler.expect("ACK")
+    assert scheduler.expect("SCHEDULE")[1:] == [odd, "default", "", "60", "not json", ""]
+    assert scheduler.expect("UNSCHEDULE")[1] == gone
+
+
+def test_an_unschedule_drops_the_kept_schedule_of_its_timing_only(
+    start: Callable[..., Harness],
+) -> None:
+    h = start()
+    client = h.peer("frontend", "client")
+    keep = client.send("SCHEDULE", "default", "", "60", JOB, "")
+    other_timing = client.send("SCHEDULE", "default", "", "", JOB, "*/5 * * * *")
+    drop = client.send("UNSCHEDULE", "default", "", "", JOB, "*/5 * * * *")  # that timing only
+    assert {client.expect("ACK")[2] for _ in range(3)} == {keep, other_timing, drop}
+    stop(h)
+    h = start()
+    scheduler = h.peer("frontend", "sched")
+    scheduler.send("INFORM", "", "scheduler")
+    scheduler.expect("ACK")
+    # In the order received; the SCHEDULE of the unscheduled timing is not among them.
+    assert scheduler.expect("SCHEDULE")[1] == keep
+    assert scheduler.expect("UNSCHEDULE")[1] == drop
+    wait_for(lambda: monitor(h)["schedules_kept"] == 0, what="the journal to let them go")
 
 
 @pytest.fixture
