@@ -21,6 +21,9 @@ What is dropped, and when (the publisher never waits for a subscriber):
   us yet) gets nothing published meanwhile: there is no store or replay.
 - A malformed message is logged once per (peer, reason) and dropped; the
   headers of the 3-frame client form are not forwarded.
+- So is a PUBLISH whose body is over ``MAX_BODY_BYTES``, is not JSON (eMQP's
+  ``JSON_MSG``; subscribers could not read it) or nests deeper than
+  ``MAX_JSON_DEPTH``, and one whose headers are out of bounds.
 
 With ``CURVE_SERVER_SECRET_KEY`` set both sockets speak CURVE and accept only
 ``CURVE_PUBLISHER_CLIENTS`` (or, if empty, ``CURVE_FRONTEND_CLIENTS``): a
@@ -32,7 +35,8 @@ from __future__ import annotations
 import logging
 
 from ..errors import ProtocolError
-from ..protocol import Publish
+from ..protocol import Publish, decode_json
+from ..protocol.limits import OverLimit
 from . import security, transport
 from .router_io import WarnOnce
 from .settings import Settings
@@ -64,6 +68,7 @@ class Publisher:
         self._incoming: Channel | None = None
         self._outgoing: Channel | None = None
         self._guard = security.Guard(settings, (security.PUBLISHER,))
+        self._limits = security.limits_from_settings(settings)
 
     # -- lifecycle -------------------------------------------------------------
     def start(self) -> None:
@@ -82,6 +87,7 @@ class Publisher:
                 bind=self.settings.publisher_incoming_addr,
                 hwm=INCOMING_RCVHWM,
                 options=options,
+                limits=self._limits,
             )
             self._outgoing = Channel(
                 transport.PUB,
@@ -143,11 +149,24 @@ class Publisher:
                 break
             except ProtocolError as exc:
                 self.rejected += 1
-                self._warn("incoming", exc.identity, exc.reason, "dropped malformed message")
+                action = "dropped" if isinstance(exc, OverLimit) else "dropped malformed message"
+                self._warn("incoming", exc.identity, exc.reason, action)
                 continue
             if not isinstance(message, Publish):
                 self.rejected += 1
                 self._warn("incoming", identity, f"unexpected command {message.command}")
+                continue
+            try:
+                # Parsed only to be checked: what is relayed is the sender's text.
+                decode_json(
+                    message.body_text,
+                    "PUBLISH body",
+                    max_depth=self._limits.max_json_depth,
+                    max_bytes=self._limits.max_body_bytes,
+                )
+            except ProtocolError as exc:
+                self.rejected += 1
+                self._warn("incoming", identity, exc.reason, "dropped")
                 continue
             # A PUB socket never blocks: for a subscriber whose queue is full
             # ZeroMQ drops the message (NOBLOCK only guards against surprises).

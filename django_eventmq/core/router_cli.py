@@ -1,5 +1,9 @@
 """Router command-line pieces: the journal / back-pressure options, and asking a
-running router's admin socket (``emq_status --monitor``).
+running router's admin socket (``emq_status``, the admin dashboard, metrics).
+
+Admin tools connect with the CURVE key the settings give them (see
+:func:`.security.client_secret_setting`); a router that refuses the handshake
+is reported at once, with the setting to change, instead of after the timeout.
 
 Wiring (core/cli.py): call :func:`add_durability_arguments` from
 ``add_router_arguments`` and merge :func:`durability_changes` into the
@@ -10,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from ..errors import BrokerUnavailable
 from ..protocol import AdminRequest, Reply, new_msgid
 from ..protocol import constants as C
-from . import transport
+from . import config, security, transport
 from .settings import Settings
 
 _DEFAULTS = Settings()
@@ -96,13 +101,53 @@ def durability_changes(options: argparse.Namespace | Mapping[str, Any]) -> dict[
     return changes
 
 
-def ask(admin_addr: str, command: str, timeout: float = 5.0) -> dict[str, Any]:
-    """Send one admin command (STATUS, MONITOR, ...) to a router; its JSON answer."""
-    channel = transport.Channel(transport.DEALER, connect=admin_addr)
+#: Milliseconds between looks at the handshake while waiting for an answer.
+_HANDSHAKE_CHECK_MS = 50
+#: Failed handshakes that say nothing clear before they count as a verdict (ZeroMQ
+#: retries every 100 ms; a mechanism mismatch is sometimes unclear the first time).
+_UNCLEAR_TRIES = 3
+
+
+def _verdict(failures: list[str], *, final: bool) -> str | None:
+    """The refusal the failed handshakes so far add up to, or None: keep waiting."""
+    for clear in (transport.HANDSHAKE_AUTH, transport.HANDSHAKE_MECHANISM):
+        if clear in failures:
+            return clear
+    if failures and (final or len(failures) >= _UNCLEAR_TRIES):
+        return failures[-1]
+    return None
+
+
+def ask(
+    admin_addr: str, command: str, timeout: float = 5.0, *, settings: Settings | None = None
+) -> dict[str, Any]:
+    """Send one admin command (STATUS, MONITOR, ...) to a router; its JSON answer.
+
+    Speaks CURVE when ``settings`` (default: this process's) give the router's
+    public key. Raises :class:`BrokerUnavailable` when no answer comes within
+    ``timeout`` or, sooner, when the router refuses the connection.
+    """
+    s = config.get_settings() if settings is None else settings
+    options = security.secure_channel_options(s, security.ADMIN, security.CLIENT)
+    channel = transport.Channel(
+        transport.DEALER, connect=admin_addr, options=options, watch_handshake=True
+    )
     try:
         channel.send(AdminRequest(msgid=new_msgid(), action=command))
-        if not channel.poll(int(timeout * 1000)):
-            raise BrokerUnavailable(f"no answer to {command} from {admin_addr} within {timeout}s")
+        deadline = time.monotonic() + timeout
+        failures: list[str] = []
+        while True:
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if channel.poll(max(0, min(left_ms, _HANDSHAKE_CHECK_MS))):
+                break
+            failures += channel.handshake_failures()
+            verdict = _verdict(failures, final=left_ms <= 0)
+            if verdict is not None:
+                raise BrokerUnavailable(refusal(verdict, admin_addr, s))
+            if left_ms <= 0:
+                raise BrokerUnavailable(
+                    f"no answer to {command} from {admin_addr} within {timeout}s"
+                )
         _identity, _frames, message = channel.recv()
         if not isinstance(message, Reply):
             raise BrokerUnavailable(f"unexpected {message.command} from {admin_addr}")
@@ -112,6 +157,52 @@ def ask(admin_addr: str, command: str, timeout: float = 5.0) -> dict[str, Any]:
         return answer
     finally:
         channel.close()
+
+
+def refusal(failure: str, admin_addr: str, settings: Settings) -> str:
+    """What a failed admin handshake (``transport.HANDSHAKE_*``) means, and how to fix it."""
+    keyed = security.client_curve(settings)
+    if failure == transport.HANDSHAKE_AUTH:
+        if keyed:
+            name = security.client_secret_setting(settings, security.ADMIN).upper()
+            public, _secret = security.load_secret_key(getattr(settings, name.lower()), name)
+            return (
+                f"the router at {admin_addr} refused this tool's CURVE key "
+                f"{public.decode('ascii')} (from {name}): add that public key to the "
+                "router's CURVE_ADMIN_CLIENTS, or set CURVE_ADMIN_SECRET_KEY to a key listed "
+                "there; with ADMIN_LOCAL_ONLY on (the default) the router also refuses "
+                "other hosts"
+            )
+        return (
+            f"the router at {admin_addr} refused this connection: ADMIN_LOCAL_ONLY limits its "
+            "admin socket to its own host; run the tool there, or set ADMIN_LOCAL_ONLY=false "
+            "on the router (and give admin tools CURVE keys)"
+        )
+    clear = failure == transport.HANDSHAKE_MECHANISM
+    if keyed:
+        if clear:
+            return (
+                f"the admin socket at {admin_addr} does not speak CURVE but this tool does "
+                "(CURVE_SERVER_PUBLIC_KEY is set): is it the right router? Give the router "
+                "CURVE_SERVER_SECRET_KEY, or unset CURVE_SERVER_PUBLIC_KEY here"
+            )
+        return (
+            f"the CURVE handshake with {admin_addr} failed: CURVE_SERVER_PUBLIC_KEY is "
+            "probably not this router's public key (or the router does not speak CURVE)"
+        )
+    # A plain tool whose handshake fails: the router speaks CURVE. ZeroMQ reports the
+    # mismatch itself only when the server's greeting arrived before it hung up.
+    fix = (
+        "set EMQ_CURVE_SERVER_PUBLIC_KEY to the router's public key and "
+        "EMQ_CURVE_ADMIN_SECRET_KEY to an admin secret key whose public key is in the "
+        "router's CURVE_ADMIN_CLIENTS (make one with 'emq_keys admin')"
+    )
+    if clear:
+        return f"the router at {admin_addr} requires CURVE and this tool has no key: {fix}"
+    return (
+        f"the handshake with {admin_addr} failed; most likely the router requires CURVE "
+        f"and this tool has no key: {fix}"
+    )
 
 
 def format_monitor(info: Mapping[str, Any]) -> str:

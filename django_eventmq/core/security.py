@@ -35,6 +35,9 @@ from zmq.utils import z85
 from ..errors import ConfigurationError
 from ..protocol.limits import Limits
 from . import transport
+from .keyfiles import add_keys_arguments as add_keys_arguments
+from .keyfiles import generate_keypair as generate_keypair
+from .keyfiles import make_keys as make_keys
 from .settings import Settings
 
 log = logging.getLogger("django_eventmq.security")
@@ -59,12 +62,6 @@ _ZAP_VERSION = b"1.0"
 
 
 # -- keys ---------------------------------------------------------------------
-
-
-def generate_keypair() -> tuple[str, str]:
-    """A new CURVE key pair as Z85 text: ``(public, secret)``."""
-    public, secret = zmq.curve_keypair()
-    return public.decode("ascii"), secret.decode("ascii")
 
 
 def _z85_key(text: str) -> bytes | None:
@@ -143,6 +140,20 @@ def client_curve(settings: Settings) -> bool:
     return bool(settings.curve_server_public_key or settings.curve_server_secret_key)
 
 
+def client_secret_setting(settings: Settings, role: str) -> str:
+    """The setting holding the secret key this process connects to ``role`` with ("": none).
+
+    Admin tools use ``curve_admin_secret_key``, else the process's client key, else (on
+    the router's host) the router's own key, which its admin socket always accepts.
+    """
+    names: tuple[str, ...]
+    if role == ADMIN:
+        names = ("curve_admin_secret_key", "curve_client_secret_key", "curve_server_secret_key")
+    else:
+        names = ("curve_client_secret_key",)
+    return next((name for name in names if getattr(settings, name)), "")
+
+
 def allowed_keys(settings: Settings, role: str) -> frozenset[bytes]:
     """The public keys the server socket of ``role`` accepts (CURVE on)."""
     name = ALLOWED_SETTING[role]
@@ -150,6 +161,12 @@ def allowed_keys(settings: Settings, role: str) -> frozenset[bytes]:
     if role == PUBLISHER and not entries:
         name, entries = "curve_frontend_clients", settings.curve_frontend_clients
     keys = load_allowed_keys(entries, name.upper())
+    if role == ADMIN:
+        # The router's own key pair opens its admin socket: whoever holds the router's
+        # secret key is the router anyway, and so its metrics endpoint and emq_status
+        # on its host need no extra key.
+        own, _secret = load_secret_key(settings.curve_server_secret_key, "CURVE_SERVER_SECRET_KEY")
+        keys |= {own}
     if not keys:
         raise ConfigurationError(
             f"{name.upper()} is empty but CURVE_SERVER_SECRET_KEY is set: no peer could "
@@ -232,13 +249,15 @@ def secure_channel_options(
         server_public, _ = load_secret_key(
             settings.curve_server_secret_key, "CURVE_SERVER_SECRET_KEY"
         )
-    if not settings.curve_client_secret_key:
+    name = client_secret_setting(settings, role)
+    if not name:
+        wanted = "CURVE_ADMIN_SECRET_KEY" if role == ADMIN else "CURVE_CLIENT_SECRET_KEY"
         raise ConfigurationError(
-            "CURVE_SERVER_PUBLIC_KEY is set but CURVE_CLIENT_SECRET_KEY is not: this process "
+            f"CURVE_SERVER_PUBLIC_KEY is set but {wanted} is not: this process "
             "needs its own key pair (make one with 'manage.py emq_keys')"
         )
-    public, secret = load_secret_key(settings.curve_client_secret_key, "CURVE_CLIENT_SECRET_KEY")
-    if settings.curve_client_public_key:
+    public, secret = load_secret_key(getattr(settings, name), name.upper())
+    if name == "curve_client_secret_key" and settings.curve_client_public_key:
         given = load_public_key(settings.curve_client_public_key, "CURVE_CLIENT_PUBLIC_KEY")
         if given != public:
             raise ConfigurationError(
@@ -464,71 +483,3 @@ class Guard:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-# -- key files (emq_keys) -----------------------------------------------------------
-
-
-def _inside_git_checkout(directory: Path) -> bool:
-    return any((parent / ".git").exists() for parent in (directory, *directory.parents))
-
-
-def make_keys(names: Sequence[str], directory: str | None, *, force: bool = False) -> list[str]:
-    """Generate a key pair per name; returns the lines to print.
-
-    With ``directory``, writes ``NAME.key`` (public) and ``NAME.key_secret``
-    (secret, mode 0600) there; without, prints both keys as ``EMQ_*`` lines.
-    """
-    lines: list[str] = []
-    if directory is None:
-        for name in names:
-            public, secret = generate_keypair()
-            lines.append(f"# {name}")
-            lines.append(f"{name}_public='{public}'")
-            lines.append(f"{name}_secret='{secret}'")
-        lines.append(
-            "# Give a server EMQ_CURVE_SERVER_SECRET_KEY=<its secret>, each peer "
-            "EMQ_CURVE_CLIENT_SECRET_KEY=<its secret> and EMQ_CURVE_SERVER_PUBLIC_KEY=<server's "
-            "public>, and list the peers' public keys in EMQ_CURVE_FRONTEND_CLIENTS / "
-            "EMQ_CURVE_BACKEND_WORKERS / EMQ_CURVE_ADMIN_CLIENTS."
-        )
-        return lines
-    target = Path(directory)
-    target.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        if not name or "/" in name or name.startswith("."):
-            raise ConfigurationError(f"key name {name!r}: use a plain file name such as 'router'")
-        public_path = target / f"{name}.key"
-        secret_path = target / f"{name}.key_secret"
-        if not force and (public_path.exists() or secret_path.exists()):
-            raise ConfigurationError(
-                f"{public_path} or {secret_path} exists; pass --force to replace the key pair"
-            )
-        public_file, secret_file = zmq.auth.create_certificates(target, name)
-        os.chmod(secret_file, 0o600)
-        public_key, _none = zmq.auth.load_certificate(public_file)
-        lines.append(f"{name}: public key {public_key.decode('ascii')}")
-        lines.append(f"  wrote {public_file} (public) and {secret_file} (secret, mode 600)")
-    if _inside_git_checkout(target.resolve()):
-        lines.append(
-            f"WARNING: {target} is inside a git checkout: keep secret keys out of the "
-            "repository (add them to .gitignore, or keep them elsewhere)"
-        )
-    return lines
-
-
-def add_keys_arguments(parser: Any) -> None:
-    """The options of ``emq_keys`` and ``python -m django_eventmq keys``."""
-    parser.add_argument(
-        "names",
-        nargs="*",
-        default=["router"],
-        metavar="NAME",
-        help="one key pair per name, e.g. router client jobmanager admin (default: router)",
-    )
-    parser.add_argument(
-        "--dir",
-        default=None,
-        help="write key files into this directory (default: print Z85 keys instead)",
-    )
-    parser.add_argument("--force", action="store_true", help="replace existing key files")

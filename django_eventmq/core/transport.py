@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from ..errors import ProtocolError
 from ..protocol import Message, decode, encode, split_identity
@@ -27,6 +28,19 @@ _NOBLOCK = int(zmq.NOBLOCK)
 _context_pid: int | None = None
 _context: zmq.Context[Any] | None = None
 _context_lock = threading.Lock()
+
+#: Why a handshake failed (:meth:`Channel.handshake_failures`).
+HANDSHAKE_AUTH = "auth"  # the server's ZAP handler refused this peer (key or address)
+HANDSHAKE_MECHANISM = "mechanism"  # one side speaks CURVE and the other does not
+HANDSHAKE_PROTOCOL = "protocol"  # another ZMTP protocol error
+#: The connection dropped mid-handshake: CURVE with the wrong server key, and also,
+#: now and then, the first attempt of a mechanism mismatch.
+HANDSHAKE_UNCLEAR = "unclear"
+_HANDSHAKE_EVENTS = int(
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
 
 
 def context() -> zmq.Context[Any]:
@@ -70,8 +84,10 @@ class Channel:
         options: dict[int, Any] | None = None,
         ctx: zmq.Context[Any] | None = None,
         limits: Limits | Literal["default"] | None = "default",
+        watch_handshake: bool = False,
     ) -> None:
         self.kind = kind
+        self._monitor: zmq.Socket[Any] | None = None
         self.is_router = kind == zmq.ROUTER
         if limits == "default":
             limits = DEFAULT_LIMITS if self.is_router else None
@@ -97,6 +113,9 @@ class Channel:
             for option, value in (options or {}).items():
                 self.socket.setsockopt(option, value)
             self.address = ""
+            if watch_handshake:
+                # Before connecting, so no failed handshake goes unseen.
+                self._monitor = self.socket.get_monitor_socket(_HANDSHAKE_EVENTS)
             if bind is not None:
                 self.socket.bind(bind)
                 self.address = self.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
@@ -104,7 +123,7 @@ class Channel:
                 self.socket.connect(connect)
                 self.address = connect
         except Exception:
-            self.socket.close(linger=0)
+            self.close()
             raise
 
     # -- sending ---------------------------------------------------------
@@ -185,7 +204,28 @@ class Channel:
         """True when a message is waiting (within ``timeout_ms``)."""
         return bool(self.socket.poll(timeout_ms, zmq.POLLIN))
 
+    def handshake_failures(self) -> list[str]:
+        """The handshakes of a ``watch_handshake`` channel that failed since the last
+        call, as ``HANDSHAKE_*`` (ZeroMQ itself only retries). Never waits."""
+        monitor = self._monitor
+        failures: list[str] = []
+        while monitor is not None and monitor.poll(0):
+            event = recv_monitor_message(monitor)
+            if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                failures.append(HANDSHAKE_AUTH)
+            elif event["event"] == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+                failures.append(HANDSHAKE_UNCLEAR)
+            elif event["value"] == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+                failures.append(HANDSHAKE_MECHANISM)
+            else:
+                failures.append(HANDSHAKE_PROTOCOL)
+        return failures
+
     def close(self) -> None:
+        if self._monitor is not None:
+            self.socket.disable_monitor()
+            self._monitor.close(linger=0)
+            self._monitor = None
         self.socket.close(linger=0)
 
     def __enter__(self) -> Channel:

@@ -8,6 +8,7 @@ nothing from the wire is ever unpickled or evaluated.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,6 +90,12 @@ def encode_json(value: Any) -> str:
         raise SerializationError(f"not JSON-serialisable: {exc}") from exc
 
 
+@functools.cache
+def _decoder() -> json.JSONDecoder:
+    """One decoder for every call: ``json.loads`` with an argument builds a new one each time."""
+    return json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def decode_json(
     text: str | bytes,
     what: str = "message",
@@ -100,12 +107,21 @@ def decode_json(
     if len(text) > max_bytes:
         raise InvalidJob(f"{what} is larger than {max_bytes} bytes")
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        # The wire is UTF-8 (eMQP); UnicodeDecodeError is a ValueError.
+        value = _decoder().decode(text.decode() if isinstance(text, bytes) else text)
     except (ValueError, RecursionError) as exc:
         raise InvalidJob(f"{what} is not valid JSON: {exc}") from exc
-    if _depth_exceeds(value, max_depth):
+    if _may_nest_deeper(text, max_depth) and _depth_exceeds(value, max_depth):
         raise InvalidJob(f"{what} is nested deeper than {max_depth} levels")
     return value
+
+
+def _may_nest_deeper(text: str | bytes, limit: int) -> bool:
+    """A cheap bound first: ``n`` opening brackets nest values at most ``n + 1`` deep,
+    so most bodies need no walk over the parsed value."""
+    if isinstance(text, bytes):
+        return text.count(b"[") + text.count(b"{") >= limit
+    return text.count("[") + text.count("{") >= limit
 
 
 def _reject_constant(name: str) -> Any:

@@ -9,6 +9,7 @@ to the same message.
 from __future__ import annotations
 
 import contextlib
+import json
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -30,6 +31,7 @@ from django_eventmq.protocol import (
     encode,
     parse_job,
 )
+from django_eventmq.protocol.payload import _depth_exceeds, decode_json
 
 JOB = JobBody(path="app.jobs", callable="send", args=(1, "x"), kwargs={"a": [1, {"b": None}]})
 
@@ -115,3 +117,29 @@ def test_job_bodies_parse_or_raise_invalid_job(text: str) -> None:
         except ProtocolError:
             continue
         assert parse_job(body.encode()) == body
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet='[]{}"a', max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=400)
+@given(JSON_VALUES, st.integers(1, 12), st.booleans())
+def test_the_depth_limit_agrees_with_a_walk_over_the_value(
+    value: object, limit: int, as_bytes: bool
+) -> None:
+    """decode_json skips the walk when the text has too few brackets to be deep:
+    its verdict must still be the walk's (strings full of brackets included)."""
+    text = json.dumps(value)
+    try:
+        decode_json(text.encode() if as_bytes else text, max_depth=limit)
+        refused = False
+    except ProtocolError as exc:
+        assert "nested deeper" in str(exc)
+        refused = True
+    assert refused == _depth_exceeds(value, limit)

@@ -76,8 +76,9 @@ def test_policy_per_role(keys: Keys) -> None:
     assert security.policy(s, "frontend") == security.Policy(
         "frontend", frozenset({keys.client[0].encode()}), False
     )
+    # The admin socket also accepts the router's own key (its metrics, emq_status on its host).
     assert security.policy(s, "admin") == security.Policy(
-        "admin", frozenset({keys.admin[0].encode()}), True
+        "admin", frozenset({keys.admin[0].encode(), keys.server[0].encode()}), True
     )
     # The publisher falls back to the frontend's clients.
     assert security.policy(s, "publisher").keys == frozenset({keys.client[0].encode()})  # type: ignore[union-attr]
@@ -90,6 +91,52 @@ def test_empty_key_list_with_curve_on_is_an_error(keys: Keys) -> None:
     s = from_mapping({"CURVE_SERVER_SECRET_KEY": keys.server[1]}, environ={})
     with pytest.raises(ConfigurationError, match="CURVE_FRONTEND_CLIENTS is empty"):
         security.Guard(s, ["frontend"]).start()
+    # Not for the admin socket: the router's own key opens it.
+    assert security.policy(s, "admin").keys == frozenset({keys.server[0].encode()})  # type: ignore[union-attr]
+
+
+def test_admin_tools_choose_their_own_key_then_the_client_key_then_the_routers(
+    keys: Keys,
+) -> None:
+    def admin_public(**values: str) -> bytes:
+        s = from_mapping(values, environ={})
+        options = security.secure_channel_options(s, "admin", "client")
+        assert options[zmq.CURVE_SERVERKEY] == keys.server[0].encode()
+        return bytes(options[zmq.CURVE_PUBLICKEY])
+
+    server_public = keys.server[0]
+    assert (
+        admin_public(
+            CURVE_SERVER_PUBLIC_KEY=server_public,
+            CURVE_ADMIN_SECRET_KEY=keys.admin[1],
+            CURVE_CLIENT_SECRET_KEY=keys.client[1],
+        )
+        == keys.admin[0].encode()
+    )
+    assert (
+        admin_public(CURVE_SERVER_PUBLIC_KEY=server_public, CURVE_CLIENT_SECRET_KEY=keys.client[1])
+        == keys.client[0].encode()
+    )
+    # On the router's host: its own key pair.
+    assert admin_public(CURVE_SERVER_SECRET_KEY=keys.server[1]) == keys.server[0].encode()
+    # The admin key is for the admin socket only; other sockets use the client key.
+    s = from_mapping(
+        {"CURVE_SERVER_PUBLIC_KEY": server_public, "CURVE_ADMIN_SECRET_KEY": keys.admin[1]},
+        environ={},
+    )
+    with pytest.raises(ConfigurationError, match="CURVE_CLIENT_SECRET_KEY is not"):
+        security.secure_channel_options(s, "frontend", "client")
+    with pytest.raises(ConfigurationError, match="CURVE_ADMIN_SECRET_KEY is not"):
+        security.secure_channel_options(
+            from_mapping({"CURVE_SERVER_PUBLIC_KEY": server_public}, environ={}),
+            "admin",
+            "client",
+        )
+
+
+def test_an_admin_key_without_the_routers_public_key_is_a_settings_error(keys: Keys) -> None:
+    with pytest.raises(ConfigurationError, match="CURVE_ADMIN_SECRET_KEY is set but"):
+        from_mapping({"CURVE_ADMIN_SECRET_KEY": keys.admin[1]}, environ={})
 
 
 # -- the ZAP handler on a real plain admin socket -------------------------------------
