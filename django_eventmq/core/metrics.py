@@ -1,15 +1,21 @@
-"""Prometheus metrics: one registry per process, an HTTP endpoint, and collectors.
+"""Prometheus metrics: families built on each scrape, and the HTTP endpoint.
 
-Two ways to fill a registry:
+Nothing is counted here: the router (:class:`.dispatch.Book`) and the job
+manager (:class:`.lifecycle.Lifecycle`) keep plain counters
+(:class:`.stats.Stats`) on their hot paths, and a scrape turns them into
+metric families:
 
-* :class:`Metrics` holds counters, gauges and a histogram that a process
-  updates as things happen (``get_metrics().job_finished(queue, status, s)``);
-  :meth:`Metrics.refresh` sets the depth and in-flight gauges from a
-  STATUS-like dict.
-* :class:`RouterAdminCollector` asks a router's admin socket STATUS (and
-  ROUTER_SHOW_WORKERS, MONITOR) on each scrape, so a router's numbers are
+* :class:`RouterAdminCollector` asks a router's admin socket STATUS (whose
+  extras carry the router's counters), ROUTER_SHOW_WORKERS,
+  ROUTER_SHOW_SCHEDULERS and MONITOR on each scrape, so a router's numbers are
   served from a sidecar thread without touching its loop;
-  :class:`JobManagerCollector` reads what a job manager object holds.
+* :class:`JobManagerCollector` reads what a job manager object holds.
+
+Both endpoints export the same job families (:func:`stats_families`):
+``emq_jobs_received_total``, ``emq_jobs_dispatched_total``,
+``emq_jobs_finished_total{status}``, ``emq_jobs_failed_total``,
+``emq_jobs_retried_total``, ``emq_job_duration_seconds`` (a histogram),
+``emq_heartbeats_missed_total``, ``emq_queue_depth`` and ``emq_jobs_in_flight``.
 
 :func:`start_metrics_server` serves a registry at ``http://ADDR/metrics``.
 Never imports Django.
@@ -18,15 +24,14 @@ Never imports Django.
 from __future__ import annotations
 
 import logging
-import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
@@ -35,98 +40,65 @@ from . import router_cli, status
 
 log = logging.getLogger("django_eventmq.metrics")
 
-#: Job run times (seconds): from quick jobs to the five-minute kind.
-DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
-#: Statuses that count as failures too (``emq_jobs_failed_total``).
-FAILED_STATUSES = frozenset({"failed", "timed_out", "error", "exception"})
+
+def _ints(mapping: Any) -> dict[str, float]:
+    if not isinstance(mapping, Mapping):
+        return {}
+    return {str(k): v for k, v in mapping.items() if isinstance(v, int | float)}
 
 
-class Metrics:
-    """The event metrics of one process, in their own registry."""
+def stats_families(data: Mapping[str, Any], queues: Iterable[str] = ()) -> list[Metric]:
+    """The job families of a :meth:`.stats.Stats.as_dict`-shaped mapping.
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
-        r = self.registry
-        self.received = Counter(
-            "emq_jobs_received", "Jobs accepted from clients.", ["queue"], registry=r
-        )
-        self.dispatched = Counter(
-            "emq_jobs_dispatched", "Jobs sent to a job manager.", ["queue"], registry=r
-        )
-        self.finished = Counter(
-            "emq_jobs_finished", "Jobs that finished, by status.", ["queue", "status"], registry=r
-        )
-        self.failed = Counter(
-            "emq_jobs_failed", "Jobs that failed or timed out.", ["queue"], registry=r
-        )
-        self.retried = Counter(
-            "emq_jobs_retried", "Job runs retried or requeued.", ["queue"], registry=r
-        )
-        self.queue_depth = Gauge(
-            "emq_queue_depth", "Jobs waiting in a queue.", ["queue"], registry=r
-        )
-        self.in_flight = Gauge(
-            "emq_jobs_in_flight", "Jobs sent to a job manager, not finished.", ["queue"], registry=r
-        )
-        self.duration = Histogram(
-            "emq_job_duration_seconds",
-            "How long jobs ran.",
-            ["queue"],
-            buckets=DURATION_BUCKETS,
-            registry=r,
-        )
-        self.heartbeats_missed = Counter(
-            "emq_heartbeats_missed", "Peers dropped for missing heartbeats.", registry=r
-        )
-        self._gauge_queues: set[str] = set()
-
-    # -- events: one call each, at the place it happens ----------------------------
-    def job_received(self, queue: str) -> None:
-        self.received.labels(queue).inc()
-
-    def job_dispatched(self, queue: str) -> None:
-        self.dispatched.labels(queue).inc()
-
-    def job_finished(self, queue: str, status: str, seconds: float | None = None) -> None:
-        """A job is over: counted by status, as a failure if it is one, and timed."""
-        self.finished.labels(queue, status).inc()
-        if status in FAILED_STATUSES:
-            self.failed.labels(queue).inc()
-        if seconds is not None and seconds >= 0:
-            self.duration.labels(queue).observe(seconds)
-
-    def job_retried(self, queue: str) -> None:
-        self.retried.labels(queue).inc()
-
-    def heartbeat_missed(self) -> None:
-        self.heartbeats_missed.inc()
-
-    # -- gauges from a STATUS answer -----------------------------------------------
-    def refresh(self, answer: Mapping[str, Any]) -> None:
-        """Set queue depth and in flight from a STATUS-like dict; forget queues it lacks."""
-        waiting = answer.get("waiting_messages_by_queue") or {}
-        inflight = answer.get("inflight_messages_by_queue") or {}
-        queues = set(waiting) | set(inflight)
-        for queue in queues:
-            self.queue_depth.labels(queue).set(waiting.get(queue, 0))
-            self.in_flight.labels(queue).set(inflight.get(queue, 0))
-        for gone in self._gauge_queues - queues:
-            self.queue_depth.remove(gone)
-            self.in_flight.remove(gone)
-        self._gauge_queues = queues
-
-
-_process: tuple[int, Metrics] | None = None
-_lock = threading.Lock()
-
-
-def get_metrics() -> Metrics:
-    """This process's :class:`Metrics` (a forked child gets its own, empty)."""
-    global _process
-    with _lock:
-        if _process is None or _process[0] != os.getpid():
-            _process = (os.getpid(), Metrics())
-        return _process[1]
+    ``queues``: queues to show with 0s even before they counted anything.
+    """
+    names = set(queues)
+    families: list[Metric] = []
+    for key, name, doc in (
+        ("received", "emq_jobs_received", "Jobs accepted."),
+        ("dispatched", "emq_jobs_dispatched", "Jobs handed out (to a job manager, to a child)."),
+        ("failed", "emq_jobs_failed", "Jobs that failed, timed out, were refused or died."),
+        ("retried", "emq_jobs_retried", "Failed runs that will be retried."),
+    ):
+        counts = _ints(data.get(f"{key}_messages_by_queue"))
+        family = CounterMetricFamily(name, doc, labels=["queue"])
+        for queue in sorted(names | set(counts)):
+            family.add_metric([queue], counts.get(queue, 0))
+        families.append(family)
+    finished = CounterMetricFamily(
+        "emq_jobs_finished",
+        "Jobs over, by outcome (ok, failed, timeout, ...).",
+        labels=["queue", "status"],
+    )
+    by_queue = data.get("finished_messages_by_queue") or {}
+    for queue in sorted(by_queue):
+        for outcome, n in sorted(_ints(by_queue[queue]).items()):
+            finished.add_metric([queue, outcome], n)
+    families.append(finished)
+    bounds = [float(b) for b in data.get("duration_buckets") or ()]
+    duration = HistogramMetricFamily(
+        "emq_job_duration_seconds",
+        "How long jobs ran (job manager) or were out (router: hand-out to report).",
+        labels=["queue"],
+    )
+    for queue, row in sorted((data.get("duration_seconds_by_queue") or {}).items()):
+        per_bucket = [int(n) for n in row.get("counts", ())]
+        if len(per_bucket) != len(bounds) + 1:
+            continue  # not a shape we know
+        buckets: list[tuple[str, float]] = []
+        below = 0
+        for bound, n in zip(bounds, per_bucket, strict=False):
+            below += n
+            buckets.append((repr(bound), below))  # Prometheus spells bounds as Python does
+        buckets.append(("+Inf", below + per_bucket[-1]))
+        duration.add_metric([queue], buckets, float(row.get("sum", 0.0)))
+    families.append(duration)
+    missed = CounterMetricFamily(
+        "emq_heartbeats_missed", "Peers given up on after missing their heartbeats."
+    )
+    missed.add_metric([], data.get("heartbeats_missed", 0))
+    families.append(missed)
+    return families
 
 
 # -- collectors ------------------------------------------------------------------
@@ -150,7 +122,8 @@ def router_families(snap: status.Snapshot) -> list[Metric]:
         "emq_jobs_processed", "Jobs the router saw finish.", labels=["queue"]
     )
     # Every queue the router knows (waiting, in flight, processed or served), 0s included.
-    for row in status.summarize(snap)["queues"]:
+    rows = status.summarize(snap)["queues"]
+    for row in rows:
         queue = row["queue"]
         depth.add_metric([queue], row["waiting"])
         inflight.add_metric([queue], row["in_flight"])
@@ -183,6 +156,7 @@ def router_families(snap: status.Snapshot) -> list[Metric]:
         managers,
         slots,
         schedulers,
+        *stats_families(s, [row["queue"] for row in rows]),
     ]
     m = snap.monitor
     if m:
@@ -226,10 +200,12 @@ class RouterAdminCollector(Collector):
 
 
 class JobManagerCollector(Collector):
-    """What a running job manager holds: jobs by queue, slots, children, connected.
+    """A running job manager: its job counters (:func:`stats_families`), jobs waiting for
+    a child (``emq_queue_depth``) and given to one (``emq_jobs_in_flight``), slots,
+    children, connected.
 
-    Reads the object's attributes from the scraping thread: plain reads and a
-    copy of one dict, never a call into its loop.
+    Reads the object's attributes from the scraping thread: plain reads and
+    copies of dicts, never a call into its loop.
     """
 
     def __init__(self, manager: Any) -> None:
@@ -246,15 +222,28 @@ class JobManagerCollector(Collector):
             counts[job.queue] = counts.get(job.queue, 0) + 1
         for _weight, queue in m.settings.queues:
             counts.setdefault(queue, 0)
+        depth = _gauge("emq_queue_depth", "Jobs held, waiting for a worker process.", ["queue"])
+        running = _gauge(
+            "emq_jobs_in_flight", "Jobs given to a worker process, not finished.", ["queue"]
+        )
+        given: dict[str, int] = {}
+        for job in jobs:
+            if job.child is not None:
+                given[job.queue] = given.get(job.queue, 0) + 1
         for queue, n in sorted(counts.items()):
             inflight.add_metric([queue], n)
+            depth.add_metric([queue], n - given.get(queue, 0))
+            running.add_metric([queue], given.get(queue, 0))
+        data = m.lifecycle.stats.as_dict()
+        data["heartbeats_missed"] = m.link.heartbeats_missed  # the router went silent
         slots = _gauge("emq_jobmanager_slots", "Jobs this job manager takes at once.")
         slots.add_metric([], m.slots)
         children = _gauge("emq_jobmanager_children", "Worker processes alive.")
         children.add_metric([], len(_copy_values(m.pool.children)))
         connected = _gauge("emq_jobmanager_connected", "1 while connected to the router.")
         connected.add_metric([], 1 if m.link.connected else 0)
-        yield from (inflight, slots, children, connected)
+        yield from (inflight, depth, running, slots, children, connected)
+        yield from stats_families(data, counts)
 
 
 def _copy_values(mapping: Mapping[Any, Any]) -> list[Any]:
@@ -308,13 +297,11 @@ def parse_listen(addr: str) -> tuple[str, int]:
     return host, port
 
 
-def start_metrics_server(addr: str, registry: CollectorRegistry | None = None) -> MetricsServer:
-    """Serve ``registry`` (default: this process's :class:`Metrics`) at ``http://ADDR/metrics``."""
+def start_metrics_server(addr: str, registry: CollectorRegistry) -> MetricsServer:
+    """Serve ``registry`` at ``http://ADDR/metrics`` from a daemon thread."""
     host, port = parse_listen(addr)
     try:
-        server, thread = start_http_server(
-            port, addr=host, registry=registry or get_metrics().registry
-        )
+        server, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
         raise ConfigurationError(f"cannot serve metrics on {addr!r}: {exc}") from None
     running = MetricsServer(server, thread, host, int(server.server_port))
@@ -332,7 +319,7 @@ def router_registry(
 
 
 def jobmanager_registry(manager: Any) -> CollectorRegistry:
-    """This process's :class:`Metrics` plus what ``manager`` holds, in one registry."""
-    registry = get_metrics().registry
+    """A registry that reads ``manager`` (a :class:`.jobmanager.JobManager`) on each scrape."""
+    registry = CollectorRegistry()
     registry.register(JobManagerCollector(manager))
     return registry

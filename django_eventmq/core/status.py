@@ -125,6 +125,11 @@ def summarize(
     since = _ints(status.get("waiting_since_by_queue"))
     latency = _ints(status.get("latency_messages_by_queue"))
     max_latency = _ints(status.get("max_latency_messages_by_queue"))
+    # The router's job counters (STATUS extras of ours; a reference router has none).
+    counters = {
+        key: _ints(status.get(f"{key}_messages_by_queue"))
+        for key in ("received", "dispatched", "failed", "retried")
+    }
     per_queue_monitor = (snap.monitor or {}).get("per_queue") or {}
     rates: dict[str, float] = {}
     elapsed = snap.taken_at - previous.taken_at if previous and not previous.error else 0.0
@@ -142,6 +147,7 @@ def summarize(
             "jobs_per_s": rates.get(name, 0.0) if rates or elapsed > 0 else None,
             "age_mean_ms": latency.get(name),
             "age_max_ms": max_latency.get(name),
+            **{key: counts.get(name, 0) for key, counts in counters.items()},
         }
         if name in per_queue_monitor:
             row["monitor"] = dict(per_queue_monitor[name])
@@ -171,6 +177,9 @@ def summarize(
         "jobs_per_s": sum(rates.values()) if rates or elapsed > 0 else None,
         "lost": status.get("lost_messages", 0),
         "requeued": status.get("requeued_messages", 0),
+        "failed": sum(counters["failed"].values()),
+        "retried": sum(counters["retried"].values()),
+        "heartbeats_missed": status.get("heartbeats_missed", 0),
         "poisoned": len(poisoned) if isinstance(poisoned, list) else 0,
         "buffered_schedule_messages": snap.schedulers.get("buffered_schedule_messages", 0),
     }
@@ -305,8 +314,8 @@ def render(summary: Mapping[str, Any], *, title: str = "") -> str:
     out += [
         "",
         f"total: {t['waiting']} waiting, {t['in_flight']} in flight, {t['processed']} processed "
-        f"({_rate(t['jobs_per_s'])} jobs/s), {t['lost']} lost, {t['requeued']} requeued, "
-        f"{t['poisoned']} poisoned",
+        f"({_rate(t['jobs_per_s'])} jobs/s), {t['failed']} failed, {t['retried']} retried, "
+        f"{t['lost']} lost, {t['requeued']} requeued, {t['poisoned']} poisoned",
     ]
     if "monitor" in summary:
         out += ["", "monitor:", router_cli.format_monitor(summary["monitor"])]

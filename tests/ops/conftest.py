@@ -26,13 +26,13 @@ class Site:
     #: Kept open: closing a socket right after a send (linger 0) can drop the message.
     client: Client
 
-    def send(self, queue: str, callable_: str, *args: object) -> str:
+    def send(self, queue: str, callable_: str, *args: object, headers: str = "") -> str:
         """Queue ``tests.ops.jobs.<callable_>(*args)`` on ``queue``; its msgid."""
         body = json.dumps(
             ["run", {"path": JOBS, "callable": callable_, "args": list(args), "kwargs": {}}]
         )
         return self.client.send(
-            Request(msgid=new_msgid(), queue=queue, headers=parse_headers(""), body_text=body)
+            Request(msgid=new_msgid(), queue=queue, headers=parse_headers(headers), body_text=body)
         )
 
 

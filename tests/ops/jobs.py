@@ -25,3 +25,13 @@ def hold(flag: str, limit: float = 30.0) -> None:
 def boom(what: str = "boom") -> None:
     """Always fails, so a result row with an error is written."""
     raise ValueError(f"{what}: the dashboard test's failing job")
+
+
+@job
+def flaky(marker: str) -> str:
+    """Fails the first time (leaving ``marker``), succeeds the next: one retry."""
+    if not os.path.exists(marker):
+        with open(marker, "w"):
+            pass
+        raise RuntimeError("flaky: the first attempt fails")
+    return "second attempt"

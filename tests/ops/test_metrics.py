@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import urllib.request
 
 import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
 
-from django_eventmq.core import metrics, status
+from django_eventmq.core import metrics, stats, status
 from django_eventmq.errors import BrokerUnavailable, ConfigurationError
 from tests.ops.test_status_render import SCHEDULERS, STATUS, WORKERS
 
@@ -24,41 +26,69 @@ def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     }
 
 
-def test_events_count_by_queue_and_status_and_time_the_run():
-    m = metrics.Metrics()
-    m.job_received("email")
-    m.job_dispatched("email")
-    m.job_finished("email", "succeeded", 0.2)
-    m.job_finished("email", "failed", 3.0)
-    m.job_finished("email", "timed_out")
-    m.job_retried("email")
-    m.heartbeat_missed()
-    get = m.registry.get_sample_value
-    assert get("emq_jobs_received_total", {"queue": "email"}) == 1
-    assert get("emq_jobs_dispatched_total", {"queue": "email"}) == 1
-    assert get("emq_jobs_finished_total", {"queue": "email", "status": "succeeded"}) == 1
-    assert get("emq_jobs_finished_total", {"queue": "email", "status": "failed"}) == 1
-    assert get("emq_jobs_failed_total", {"queue": "email"}) == 2  # failed + timed out
+def test_stats_count_by_queue_and_status_and_time_the_run():
+    st = stats.Stats()
+    st.received["email"] += 1
+    st.dispatched["email"] += 1
+    st.finish("email", "ok", 0.2)
+    st.finish("email", "failed", 3.0)
+    st.finish("email", "timeout", 0.25)  # on a bound: counted in that bound's bucket
+    st.finish("email", "cancelled")  # not timed
+    st.retried["email"] += 1
+    st.heartbeats_missed += 1
+    data = st.as_dict()
+    assert json.loads(json.dumps(data)) == data  # the router sends it as JSON
+    assert data["finished_messages_by_queue"] == {
+        "email": {"ok": 1, "failed": 1, "timeout": 1, "cancelled": 1}
+    }
+    assert data["failed_messages_by_queue"] == {"email": 2}  # failed + timed out
+    row = data["duration_seconds_by_queue"]["email"]
+    assert sum(row["counts"]) == 3
+    assert row["sum"] == pytest.approx(3.45)
+    bounds = data["duration_buckets"]
+    assert row["counts"][bounds.index(0.25)] == 2  # 0.2 and 0.25
+    assert row["counts"][bounds.index(5)] == 1  # 3.0
+
+
+def _families_registry(data: dict[str, object], queues: tuple[str, ...] = ()) -> CollectorRegistry:
+    registry = CollectorRegistry()
+
+    class Fixed(Collector):
+        def collect(self):  # type: ignore[no-untyped-def]
+            yield from metrics.stats_families(data, queues)
+
+    registry.register(Fixed())
+    return registry
+
+
+def test_stats_families_are_prometheus_counters_and_a_histogram():
+    st = stats.Stats()
+    st.received["email"] += 2
+    st.finish("email", "ok", 0.2)
+    st.finish("email", "failed", 3.0)
+    st.retried["email"] += 1
+    st.heartbeats_missed = 2
+    get = _families_registry(st.as_dict(), ("email", "default")).get_sample_value
+    assert get("emq_jobs_received_total", {"queue": "email"}) == 2
+    assert get("emq_jobs_received_total", {"queue": "default"}) == 0  # known queues show 0s
+    assert get("emq_jobs_dispatched_total", {"queue": "email"}) == 0
+    assert get("emq_jobs_finished_total", {"queue": "email", "status": "ok"}) == 1
+    assert get("emq_jobs_failed_total", {"queue": "email"}) == 1
     assert get("emq_jobs_retried_total", {"queue": "email"}) == 1
-    assert get("emq_heartbeats_missed_total") == 1
+    assert get("emq_heartbeats_missed_total") == 2
     assert get("emq_job_duration_seconds_count", {"queue": "email"}) == 2
+    assert get("emq_job_duration_seconds_sum", {"queue": "email"}) == pytest.approx(3.2)
+    assert get("emq_job_duration_seconds_bucket", {"queue": "email", "le": "0.1"}) == 0
     assert get("emq_job_duration_seconds_bucket", {"queue": "email", "le": "0.25"}) == 1
+    assert get("emq_job_duration_seconds_bucket", {"queue": "email", "le": "5.0"}) == 2
+    assert get("emq_job_duration_seconds_bucket", {"queue": "email", "le": "+Inf"}) == 2
 
 
-def test_refresh_sets_gauges_from_status_and_forgets_gone_queues():
-    m = metrics.Metrics()
-    m.refresh(STATUS)
-    get = m.registry.get_sample_value
-    assert get("emq_queue_depth", {"queue": "email"}) == 3
-    assert get("emq_jobs_in_flight", {"queue": "email"}) == 2
-    assert get("emq_jobs_in_flight", {"queue": "default"}) == 0
-    m.refresh({"waiting_messages_by_queue": {"default": 1}})
-    assert get("emq_queue_depth", {"queue": "email"}) is None
-    assert get("emq_queue_depth", {"queue": "default"}) == 1
-
-
-def test_get_metrics_is_one_per_process():
-    assert metrics.get_metrics() is metrics.get_metrics()
+def test_stats_families_skip_a_histogram_of_an_unknown_shape():
+    data = {"duration_buckets": [1.0], "duration_seconds_by_queue": {"q": {"counts": [1]}}}
+    get = _families_registry(data).get_sample_value
+    assert get("emq_job_duration_seconds_count", {"queue": "q"}) is None
+    assert get("emq_heartbeats_missed_total") == 0
 
 
 def _registry_of(snapshot: status.Snapshot) -> CollectorRegistry:
@@ -96,6 +126,16 @@ def test_router_families_from_admin_answers():
     assert get("emq_journal_bytes") == 4096
     assert get("emq_journal_syncs_total") == 7
     assert get("emq_journal_duplicates_total") == 2
+    # The router's own counters, from its STATUS extras.
+    assert get("emq_jobs_received_total", {"queue": "email"}) == 46
+    assert get("emq_jobs_received_total", {"queue": "reports"}) == 0
+    assert get("emq_jobs_dispatched_total", {"queue": "email"}) == 44
+    assert get("emq_jobs_finished_total", {"queue": "email", "status": "failed"}) == 2
+    assert get("emq_jobs_failed_total", {"queue": "email"}) == 2
+    assert get("emq_jobs_retried_total", {"queue": "email"}) == 1
+    assert get("emq_heartbeats_missed_total") == 1
+    assert get("emq_job_duration_seconds_bucket", {"queue": "email", "le": "1.0"}) == 39
+    assert get("emq_job_duration_seconds_count", {"queue": "email"}) == 40
 
 
 def test_an_unreachable_router_is_up_0_and_nothing_else():
@@ -129,13 +169,13 @@ def test_bad_listen_addresses_say_what_would_work(addr):
 
 
 def test_the_endpoint_serves_a_registry_over_http():
-    m = metrics.Metrics()
-    m.job_finished("email", "succeeded", 0.01)
-    server = metrics.start_metrics_server("127.0.0.1:0", m.registry)
+    st = stats.Stats()
+    st.finish("email", "ok", 0.01)
+    server = metrics.start_metrics_server("127.0.0.1:0", _families_registry(st.as_dict()))
     try:
         assert server.port > 0
         samples = scrape(server.url)
-        key = ("emq_jobs_finished_total", (("queue", "email"), ("status", "succeeded")))
+        key = ("emq_jobs_finished_total", (("queue", "email"), ("status", "ok")))
         assert samples[key] == 1
     finally:
         server.close()

@@ -21,6 +21,15 @@ STATUS = {
     "lost_messages": 1,
     "requeued_messages": 2,
     "poisoned_messages": [{"msgid": "m1", "queue": "email"}],
+    # The router's counters (extras of ours, from core/stats.py).
+    "received_messages_by_queue": {"email": 46, "default": 5},
+    "dispatched_messages_by_queue": {"email": 44, "default": 5},
+    "finished_messages_by_queue": {"email": {"ok": 38, "failed": 2}, "default": {"ok": 5}},
+    "failed_messages_by_queue": {"email": 2},
+    "retried_messages_by_queue": {"email": 1},
+    "heartbeats_missed": 1,
+    "duration_buckets": [0.1, 1.0],
+    "duration_seconds_by_queue": {"email": {"counts": [30, 9, 1], "sum": 12.5}},
 }
 WORKERS = {
     "connected_workers": {
@@ -93,8 +102,13 @@ def test_summary_has_a_row_per_queue_known_anywhere():
         "jobs_per_s": None,  # no previous snapshot: no rate yet
         "age_mean_ms": 1500,
         "age_max_ms": 2500,
+        "received": 46,
+        "dispatched": 44,
+        "failed": 2,
+        "retried": 1,
     }
     assert rows["reports"]["waiting"] == 0
+    assert rows["reports"]["received"] == 0
     assert summary["totals"] == {
         "waiting": 3,
         "in_flight": 2,
@@ -102,6 +116,9 @@ def test_summary_has_a_row_per_queue_known_anywhere():
         "jobs_per_s": None,
         "lost": 1,
         "requeued": 2,
+        "failed": 2,
+        "retried": 1,
+        "heartbeats_missed": 1,
         "poisoned": 1,
         "buffered_schedule_messages": 0,
     }
@@ -141,7 +158,8 @@ def test_render_shows_queues_job_managers_schedulers_and_totals():
     assert manager.split() == ["jm-1", "email:30,default:10", "4", "2", "2.5s", "ago"]
     assert any(line.split() == ["sched-1", "12.0s", "ago"] for line in lines)
     assert lines[-1] == (
-        "total: 3 waiting, 2 in flight, 45 processed (0.0 jobs/s), 1 lost, 2 requeued, 1 poisoned"
+        "total: 3 waiting, 2 in flight, 45 processed (0.0 jobs/s), 2 failed, 1 retried, 1 lost, "
+        "2 requeued, 1 poisoned"
     )
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
 from ...core import transport
+from ...core.progressbar import bar, redraw
 from .sender import QueueCounts
 
 if TYPE_CHECKING:
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("django_eventmq.spark")
 
-BAR_WIDTH = 30
 #: Seconds between two pushes of one task.
 PUSH_EVERY = 1.0
 
@@ -223,12 +223,10 @@ class ProgressReporter:
             self.callback(progress)
             return
         if self.tty:
-            if progress.tasks_total:
-                filled = BAR_WIDTH * progress.tasks_done // progress.tasks_total
-            else:
-                filled = BAR_WIDTH if progress.finished else 0
-            bar = "#" * filled + "." * (BAR_WIDTH - filled)
-            self.stream.write(f"\r[{bar}] {progress.line()}\033[K")
+            done, total = progress.tasks_done, progress.tasks_total
+            if not total and progress.finished:
+                done = total = 1  # the final counts: a full bar
+            redraw(self.stream, f"{bar(done, total)} {progress.line()}")
         else:
             self.stream.write(f"django-eventmq spark: {progress.line()}\n")
-        self.stream.flush()
+            self.stream.flush()

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from ...core.config import get_settings
 from ...results_models import JobResult
+from ..progress import command_progress
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([dhms]?)\s*$")
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1, "": 86400}
@@ -27,7 +28,8 @@ def parse_age(text: str) -> timedelta:
 class Command(BaseCommand):
     help = (
         "Delete job results last written longer ago than --older-than (default: the "
-        "RESULTS_RETENTION_DAYS setting), a chunk at a time so the table stays usable."
+        "RESULTS_RETENTION_DAYS setting), a chunk at a time so the table stays usable. "
+        "On a terminal a progress bar shows how far it is; elsewhere a line per chunk."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -57,17 +59,23 @@ class Command(BaseCommand):
             raise CommandError("--chunk-size must be at least 1")
         cutoff = timezone.now() - age
         old = JobResult.objects.filter(updated__lt=cutoff)
+        verbosity = options["verbosity"]
         total = 0
-        while True:
-            # Delete by primary key in bounded chunks: one huge DELETE would
-            # hold locks (and grow the WAL) for as long as it runs.
-            ids = list(old.order_by("pk").values_list("pk", flat=True)[:chunk])
-            if not ids:
-                break
-            deleted, _ = JobResult.objects.filter(pk__in=ids).delete()
-            total += deleted
-            if options["verbosity"] >= 1:
-                self.stdout.write(f"deleted {total} job results so far")
+        # The count is a snapshot: rows aging past the cutoff meanwhile are deleted too.
+        expected = old.count()
+        with command_progress(self, expected, "job results deleted", verbosity=verbosity) as bar:
+            while True:
+                # Delete by primary key in bounded chunks: one huge DELETE would
+                # hold locks (and grow the WAL) for as long as it runs.
+                ids = list(old.order_by("pk").values_list("pk", flat=True)[:chunk])
+                if not ids:
+                    break
+                deleted, _ = JobResult.objects.filter(pk__in=ids).delete()
+                total += deleted
+                bar.total = max(expected, total)
+                bar.update(total)
+                if verbosity >= 1 and not bar.tty:
+                    self.stdout.write(f"deleted {total} job results so far")
         self.stdout.write(
             f"deleted {total} job results last updated before {cutoff:%Y-%m-%d %H:%M:%S %Z}"
         )
