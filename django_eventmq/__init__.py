@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from .core.jobs import Job, job
+    from .core.progress import progress
     from .core.pubsub import publish, subscriber
     from .core.schedule_api import schedule, unschedule
     from .core.schedules import crontab, every
@@ -28,6 +29,7 @@ _LAZY = {
     "crontab": ("django_eventmq.core.schedules", "crontab"),
     "publish": ("django_eventmq.core.pubsub", "publish"),
     "subscriber": ("django_eventmq.core.pubsub", "subscriber"),
+    "progress": ("django_eventmq.core.progress", "progress"),
 }
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "crontab",
     "every",
     "job",
+    "progress",
     "publish",
     "schedule",
     "subscriber",

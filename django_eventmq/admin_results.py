@@ -19,6 +19,9 @@ from .protocol import EMPTY_HEADERS, JobBody, new_msgid
 from .protocol.headers import Headers
 from .results_models import JobResult
 
+#: Characters of the last progress shown in the list.
+PROGRESS_CHARS = 60
+
 
 @admin.register(JobResult)
 class JobResultAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -29,6 +32,7 @@ class JobResultAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "job",
         "queue",
         "status",
+        "last_progress",
         "attempts",
         "created",
         "duration",
@@ -39,8 +43,8 @@ class JobResultAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     date_hierarchy = "created"
     ordering = ("-created",)
     actions = ("retry",)
-    readonly_fields = ("pretty_value", "pretty_traceback")
-    exclude = ("value", "traceback")
+    readonly_fields = ("pretty_value", "pretty_progress", "pretty_traceback")
+    exclude = ("value", "progress", "traceback")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -51,6 +55,18 @@ class JobResultAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description="return value")
     def pretty_value(self, obj: JobResult) -> str:
         return format_html("<pre>{}</pre>", json.dumps(obj.value, indent=2, default=str))
+
+    @admin.display(description="progress")
+    def last_progress(self, obj: JobResult) -> str:
+        """The last progress the job reported, shortened for the list ("-" if none)."""
+        if obj.progress is None:
+            return "-"
+        text = json.dumps(obj.progress, default=str)
+        return text if len(text) <= PROGRESS_CHARS else text[: PROGRESS_CHARS - 1] + "\u2026"
+
+    @admin.display(description="last progress")
+    def pretty_progress(self, obj: JobResult) -> str:
+        return format_html("<pre>{}</pre>", json.dumps(obj.progress, indent=2, default=str))
 
     @admin.display(description="traceback")
     def pretty_traceback(self, obj: JobResult) -> str:

@@ -11,11 +11,17 @@ the row when it is *newer*: a higher attempt, or the same attempt further
 along (queued < running < retrying < finished). A row written by a job
 manager is never overwritten by one written by a client (the Tasks backend's
 ``queued`` row, a cancellation of a queued job).
+
+``progress`` (a running job's last partial, :mod:`.core.progress`) arrives
+in ``running`` records of the same batches: such a record refreshes a
+``running`` row of the same attempt, and a record without progress keeps the
+row's, so a finished row shows the last progress reported.
 """
 
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -55,6 +61,7 @@ COLUMNS = (
     "kwargs",
     "status",
     "value",
+    "progress",
     "exc_type",
     "exc_message",
     "traceback",
@@ -114,6 +121,7 @@ def normalise(record: Mapping[str, Any], now: datetime) -> dict[str, Any] | None
         "kwargs": dict(kwargs) if isinstance(kwargs, Mapping) else {},
         "status": status,
         "value": record.get("value") if status == JobStatus.SUCCEEDED else None,
+        "progress": record.get("progress"),
         "exc_type": str(error.get("type") or ""),
         "exc_message": str(error.get("message") or ""),
         "traceback": str(error.get("traceback") or ""),
@@ -130,18 +138,24 @@ def normalise(record: Mapping[str, Any], now: datetime) -> dict[str, Any] | None
 
 
 def _newest_per_msgid(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per msgid (an upsert may not touch a row twice), the newest winning."""
+    """One row per msgid (an upsert may not touch a row twice), the newest winning.
+
+    Records come in the order they were made, so of two equally new ones the
+    later wins (a progress update); a winner without progress keeps the loser's.
+    """
     best: dict[str, dict[str, Any]] = {}
     for row in rows:
         seen = best.get(row["msgid"])
         if seen is None:
             best[row["msgid"]] = row
             continue
-        newer = (row["attempts"], _rank(row["status"])) > (
+        newer = (row["attempts"], _rank(row["status"])) >= (
             seen["attempts"],
             _rank(seen["status"]),
         )
         if newer:
+            if row["progress"] is None:
+                row["progress"] = seen["progress"]
             if row["started"] is None and row["attempts"] == seen["attempts"]:
                 row["started"] = seen["started"]
                 if row["started"] and row["finished"]:
@@ -172,11 +186,24 @@ def record_results(records: Iterable[Mapping[str, Any]], *, from_worker: bool = 
     return len(rows)
 
 
+def _max_params(connection: Any) -> int | None:
+    """How many parameters one statement may carry on ``connection``.
+
+    Django 5.2 says 999 for any SQLite; the library's real limit (32766 since
+    SQLite 3.32, what Django 6 reads) keeps a batch one statement there too.
+    """
+    if connection.vendor == "sqlite":
+        connection.ensure_connection()
+        return int(connection.connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
+    limit: int | None = connection.features.max_query_params
+    return limit
+
+
 def _upsert(rows: Sequence[dict[str, Any]]) -> None:
     alias = router.db_for_write(JobResult)
     connection = connections[alias]
     fields = [JobResult._meta.get_field(name) for name in COLUMNS]
-    limit = connection.features.max_query_params
+    limit = _max_params(connection)
     per_query = max(1, limit // len(COLUMNS)) if limit else len(rows)
     sql_head, sql_tail = _upsert_sql(connection)
     row_sql = "(" + ", ".join(["%s"] * len(COLUMNS)) + ")"
@@ -216,6 +243,7 @@ def _upsert_sql(connection: Any) -> tuple[str, str]:
         **keep_if_client,
         "status": x("status"),
         "value": x("value"),
+        "progress": f"COALESCE({x('progress')}, {t('progress')})",
         "exc_type": x("exc_type"),
         "exc_message": x("exc_message"),
         "traceback": x("traceback"),
@@ -232,7 +260,10 @@ def _upsert_sql(connection: Any) -> tuple[str, str]:
         f"({t('jobmanager')} = '' AND {x('jobmanager')} <> '')"
         f" OR {x('attempts')} > {t('attempts')}"
         f" OR ({x('attempts')} = {t('attempts')}"
-        f" AND {rank(x('status'))} > {rank(t('status'))}))"
+        f" AND {rank(x('status'))} > {rank(t('status'))})"
+        # A progress update of a running job.
+        f" OR ({x('attempts')} = {t('attempts')} AND {x('progress')} IS NOT NULL"
+        f" AND {x('status')} = 'running' AND {t('status')} = 'running'))"
     )
     head = f"INSERT INTO {table} ({', '.join(q(c) for c in COLUMNS)}) VALUES "  # noqa: S608 - names are our constants, quoted
     tail = (

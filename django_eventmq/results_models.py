@@ -43,6 +43,11 @@ class JobResult(models.Model):
         max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED, db_index=True
     )
     value = models.JSONField(null=True, blank=True, help_text="The return value (JSON).")
+    progress = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The last progress the job reported (progress() or a yielded partial).",
+    )
     exc_type = models.CharField("exception class", max_length=255, blank=True)
     exc_message = models.TextField("exception message", blank=True)
     traceback = models.TextField(blank=True)

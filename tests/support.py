@@ -108,3 +108,23 @@ class Proc:
 def python_module(*args: str) -> list[str]:
     """Command line for ``python -m django_eventmq ARGS``."""
     return [sys.executable, "-m", "django_eventmq", *args]
+
+
+def clean_environ() -> dict[str, str]:
+    """This process's environment without ``EMQ_*`` (a test sets the ones it means)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
+
+
+def migrated_env(env: dict[str, str]) -> dict[str, str]:
+    """Run ``django migrate`` with ``env`` (settings and database) and return ``env``."""
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "migrate", "--noinput"],
+        cwd=ROOT,
+        env={**clean_environ(), "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return env

@@ -5,9 +5,11 @@ fork (pre-fork web servers import the app, then fork workers). Sending never
 waits for the job to run; it waits at most ``SEND_TIMEOUT`` for the socket
 to take the message, and for a ``guarantee`` job until the router ACKs it.
 
-What the router sends back (ACKs, job outcomes, rejections) arrives on the
-same socket in any order; the client sorts it by msgid so that each
-:class:`~django_eventmq.core.handles.JobHandle` finds its own outcome.
+What the router sends back (ACKs, partial replies, job outcomes,
+rejections) arrives on the same socket, interleaved between jobs; the client
+files it by job msgid so that each
+:class:`~django_eventmq.core.handles.JobHandle` finds its own partials, in
+order, and then its outcome.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import BrokerUnavailable, ProtocolError
@@ -26,6 +29,7 @@ from ..protocol import (
     Cancel,
     Headers,
     Message,
+    Partial,
     Reject,
     Reply,
     Request,
@@ -35,7 +39,7 @@ from ..protocol import (
     new_msgid,
 )
 from ..protocol.constants import ACK, PROTOCOL_VERSION_B, REQUEST
-from . import config, security, transport
+from . import config, pipeline, security, transport
 
 logger = logging.getLogger("django_eventmq.client")
 
@@ -46,6 +50,13 @@ DRAIN_EVERY = 256
 #: Outcomes (REPLY/REJECT) kept for handles that have not waited yet; the
 #: oldest are dropped beyond this, so un-awaited replies cannot grow memory.
 MAX_KEPT_OUTCOMES = 10_000
+#: Unread partials kept per job (the oldest are dropped beyond this), and jobs
+#: with unread partials (the job with the oldest is dropped beyond this).
+MAX_KEPT_PARTIALS = 1_000
+MAX_PARTIAL_JOBS = 10_000
+#: Outcomes already read, kept so that the same handle's next ``.wait()`` or
+#: ``.stream()`` has it at once (the most recent ones).
+MAX_SETTLED_OUTCOMES = 1_000
 
 _VERSION = PROTOCOL_VERSION_B
 _REQUEST = REQUEST.encode()
@@ -72,6 +83,10 @@ class Client:
         self._sends = 0
         #: Outcomes by job msgid, oldest first (dicts keep insertion order).
         self._outcomes: dict[str, Outcome] = {}
+        #: Unread partial values by job msgid, oldest job first.
+        self._partials: dict[str, deque[Any]] = {}
+        #: Outcomes already read by a handle, most recent last.
+        self._settled: dict[str, Outcome] = {}
         #: msgids of guarantee jobs sent and not yet acknowledged.
         self._awaiting_ack: set[str] = set()
         self._acked: set[str] = set()
@@ -148,6 +163,46 @@ class Client:
             "sends (is emq_router running?)"
         )
 
+    def send_many(
+        self,
+        requests: Iterable[Request | tuple[bytes, bytes, bytes, bytes]],
+        *,
+        guarantee: bool = True,
+        window: int = pipeline.CLIENT_WINDOW,
+        ack_timeout: float = 2.0,
+        give_up: float = pipeline.DEFAULT_GIVE_UP,
+    ) -> pipeline.SendResult:
+        """Send many REQUESTs (messages, or encoded ``(msgid, queue, headers, body)``).
+
+        With ``guarantee`` it returns once the router answered each one, with
+        up to ``window`` unacknowledged at a time; one not acknowledged within
+        ``ack_timeout`` seconds is sent again with the same msgid. REQUESTs
+        the router refused are in the result's ``rejected`` (msgid: reason).
+        Raises :class:`BrokerUnavailable` when the router answered nothing for
+        ``give_up`` seconds. Without ``guarantee`` it sends as ``.delay()``
+        does and waits for nothing.
+        """
+        encoded = pipeline.encode_requests(requests)
+        result = pipeline.SendResult()
+        if not guarantee:
+            for msgid, queue, headers, body in encoded:
+                self.send_request_frames(msgid, queue, headers, body)
+                result.counts.setdefault(queue.decode(), pipeline.QueueCounts()).sent += 1
+            return result
+        sender = pipeline.Pipeline(
+            self.channel,
+            addr=self.addr,
+            window=window,
+            ack_timeout=ack_timeout,
+            give_up=give_up,
+            on_other=self._file,  # outcomes for handles are kept as usual
+            on_reject=result.reject,
+        )
+        result.counts = sender.counts
+        sender.send_requests(encoded)
+        sender.flush()
+        return result
+
     def cancel(self, job_msgid: str) -> str:
         """Ask the router to cancel ``job_msgid``; returns the CANCEL's msgid."""
         return self.send(Cancel(msgid=new_msgid(), job_msgid=job_msgid))
@@ -159,29 +214,64 @@ class Client:
         ``None`` when it did not arrive in time. Outcomes for other jobs that
         arrive meanwhile are kept for their own handles.
         """
-        found = self._outcomes.pop(job_msgid, None)
+        found = self._settled.get(job_msgid) or self._outcomes.pop(job_msgid, None)
         if found is not None:
-            return found
+            return self._settle(job_msgid, found)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            if deadline is None:
-                wait_ms = 1000
-            else:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return None
-                wait_ms = max(1, int(left * 1000))
+            wait_ms = _poll_ms(deadline)
+            if wait_ms is None:
+                return None
             if not self.channel.poll(wait_ms):
                 continue
             while self.channel.poll(0):
                 self._receive_one()
             found = self._outcomes.pop(job_msgid, None)
             if found is not None:
-                return found
+                return self._settle(job_msgid, found)
+
+    def _settle(self, job_msgid: str, outcome: Outcome) -> Outcome:
+        """``outcome`` was read: keep it for the handle's next look, drop unread partials."""
+        self._partials.pop(job_msgid, None)
+        settled = self._settled
+        settled[job_msgid] = outcome
+        if len(settled) > MAX_SETTLED_OUTCOMES:
+            del settled[next(iter(settled))]
+        return outcome
+
+    def next_part(self, job_msgid: str, timeout: float | None) -> tuple[bool, Any] | None:
+        """The next thing a stream of ``job_msgid`` reads, waiting up to ``timeout`` seconds.
+
+        ``(True, value)`` for the next partial value (in the order the job
+        reported them), ``(False, outcome)`` once they are read and the
+        outcome is there (kept for ``.wait()``), ``None`` when nothing came
+        in time. Messages for other jobs that arrive meanwhile are filed for
+        their own handles.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            queued = self._partials.get(job_msgid)
+            if queued:
+                value = queued.popleft()
+                if not queued:
+                    del self._partials[job_msgid]
+                return True, value
+            outcome = self._settled.get(job_msgid) or self._outcomes.pop(job_msgid, None)
+            if outcome is not None:
+                return False, self._settle(job_msgid, outcome)
+            wait_ms = _poll_ms(deadline)
+            if wait_ms is None:
+                return None
+            if self.channel.poll(wait_ms):
+                while self.channel.poll(0):
+                    self._receive_one()
 
     def _receive_one(self) -> None:
         """Read one message from the router and file it by msgid."""
-        frames = self.channel.recv_frames()
+        self._file(self.channel.recv_frames())
+
+    def _file(self, frames: list[bytes]) -> None:
+        """File one message from the router by msgid."""
         # The common case, an ACK of a job nobody waits on, is skipped undecoded.
         if len(frames) > 2 and frames[2] == _ACK and not self._awaiting_ack:
             return
@@ -201,6 +291,8 @@ class Client:
                     self._acked.add(message.payload)
             else:
                 self._keep(message.reply_to, message)
+        elif isinstance(message, Partial):
+            self._keep_partial(message)
         elif isinstance(message, Reject):
             logger.info("router rejected msgid=%s: %s", message.job_msgid, message.reason)
             self._keep(message.job_msgid, message)
@@ -217,6 +309,17 @@ class Client:
                 oldest,
                 MAX_KEPT_OUTCOMES,
             )
+
+    def _keep_partial(self, message: Partial) -> None:
+        partials = self._partials
+        queued = partials.get(message.job_msgid)
+        if queued is None:
+            queued = partials[message.job_msgid] = deque(maxlen=MAX_KEPT_PARTIALS)
+            if len(partials) > MAX_PARTIAL_JOBS:
+                oldest = next(iter(partials))
+                del partials[oldest]
+                logger.debug("dropped the unread partials of msgid=%s", oldest)
+        queued.append(message.value)
 
     def request(
         self, queue: str, body_text: str, headers: Headers = EMPTY_HEADERS, msgid: str | None = None
@@ -283,6 +386,14 @@ class Client:
 
 
 _local = threading.local()
+
+
+def _poll_ms(deadline: float | None) -> int | None:
+    """Milliseconds to poll before ``deadline`` (monotonic; None: 1 s slices), None once past."""
+    if deadline is None:
+        return 1000
+    left = deadline - time.monotonic()
+    return None if left <= 0 else max(1, int(left * 1000))
 
 
 def get_client(addr: str, *, send_timeout: float = 5.0) -> Client:

@@ -3,12 +3,16 @@
 A :class:`JobHandle` *is* the msgid (a ``str`` subclass), so code that stored
 the msgid keeps working. ``.wait()`` reads the job's outcome from this
 thread's client socket, where the router sends it for ``reply_requested``
-jobs (no database polling). ``.status`` and ``.result`` read the results
-table through a reader the Django app installs (:mod:`.integration`).
+jobs (no database polling); ``.stream()`` reads the job's partial replies
+(:mod:`.progress`) from the same socket, then ends at its outcome.
+``.status`` and ``.result`` read the results table through a reader the
+Django app installs (:mod:`.integration`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from types import GeneratorType
 from typing import Any, ClassVar
 
 from ..errors import EventMQError, JobError, JobRejected, ProtocolError, ResultTimeout
@@ -65,17 +69,51 @@ class JobHandle(str):
         thread that queued the job: the outcome comes back on that thread's
         socket.
         """
-        if not self.expects_reply:
-            raise EventMQError(
-                f"job {self} was sent without reply_requested, so no outcome will arrive; "
-                "use @job(reply_requested=True) or read .status"
-            )
+        self._check_reply()
         settings = get_settings()
         client = get_client(settings.broker_addr, send_timeout=settings.send_timeout)
         outcome = client.outcome(str(self), timeout)
         if outcome is None:
             raise ResultTimeout(f"no outcome for job {self} within {timeout}s")
         return outcome_value(outcome)
+
+    def stream(self, timeout: float | None = None) -> Iterator[Any]:
+        """Yield the job's partial replies as they arrive, in order; end at its outcome.
+
+        Partials are what the job reported with ``progress(value)`` or
+        yielded as a generator (at most ``PARTIAL_RATE`` a second; faster
+        reports are coalesced, the latest kept). The iteration ends when the
+        outcome arrives: ``.wait()`` then returns the final value at once.
+        A failed, refused or cancelled job raises here as ``.wait()`` would
+        (:class:`JobError`, :class:`JobRejected`). ``timeout`` bounds the wait
+        for each next partial or the outcome (:class:`ResultTimeout`), not the
+        whole stream. Partials are best effort: one lost on the way (the
+        router restarted, the client's pipe was full) is not sent again.
+        Call it in the thread that queued the job.
+        """
+        self._check_reply()  # now, not at the first next()
+        return self._parts(timeout)
+
+    def _parts(self, timeout: float | None) -> Iterator[Any]:
+        settings = get_settings()
+        client = get_client(settings.broker_addr, send_timeout=settings.send_timeout)
+        msgid = str(self)
+        while True:
+            got = client.next_part(msgid, timeout)
+            if got is None:
+                raise ResultTimeout(f"nothing from job {self} within {timeout}s")
+            partial, item = got
+            if not partial:
+                outcome_value(item)  # raises for a failure or a rejection
+                return
+            yield item
+
+    def _check_reply(self) -> None:
+        if not self.expects_reply:
+            raise EventMQError(
+                f"job {self} was sent without reply_requested, so no outcome will arrive; "
+                "use @job(reply_requested=True) or read .status"
+            )
 
     @property
     def status(self) -> str | None:
@@ -110,15 +148,29 @@ class EagerHandle(JobHandle):
     """Handle of a job that already ran inline (``EAGER`` or no broker)."""
 
     _value: Any
+    _partials: list[Any]
 
     @classmethod
     def ran(cls, msgid: str, value: Any) -> EagerHandle:
+        """The handle of a job that returned ``value`` (a generator job is run to its end)."""
         handle = cls(msgid)
+        handle._partials = []
+        if isinstance(value, GeneratorType):
+            while True:
+                try:
+                    handle._partials.append(next(value))
+                except StopIteration as stop:
+                    value = stop.value
+                    break
         handle._value = value
         return handle
 
     def wait(self, timeout: float | None = None) -> Any:
         return self._value
+
+    def stream(self, timeout: float | None = None) -> Iterator[Any]:
+        """The values a generator job yielded (``progress()`` reports are not kept inline)."""
+        return iter(self._partials)
 
 
 def cancel(job_msgid: str) -> None:

@@ -13,7 +13,9 @@ record is a dict with exactly these keys:
 ``value`` (the JSON-able return value when succeeded, else None), ``error``
 (``{"type", "message", "traceback"}`` or None), ``attempt`` (int, from 1),
 ``jobmanager`` (name of the job manager), ``pid`` (worker pid or None),
-``started`` / ``finished`` (unix times or None).
+``started`` / ``finished`` (unix times or None); and ``progress`` (the JSON-able
+value of the job's last partial) only in the ``running`` records a partial
+adds (:mod:`.progress`; coalesced, so at most ``PARTIAL_RATE`` a second per job).
 """
 
 from __future__ import annotations
@@ -121,6 +123,7 @@ class Recorder:
         value: Any = None,
         error: dict[str, str] | None = None,
         now: float,
+        progress: Any = None,
     ) -> None:
         try:
             body = parse_job(body_text)
@@ -146,6 +149,8 @@ class Recorder:
                 "finished": finished,
             }
         )
+        if progress is not None:
+            self.records[-1]["progress"] = progress
         if len(self.records) > RECORD_BACKLOG:
             del self.records[: len(self.records) - RECORD_BACKLOG]
 

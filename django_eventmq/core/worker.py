@@ -15,7 +15,9 @@ Frames, parent -> child (first byte says what):
 
 Child -> parent: ``U`` once ready (``Ur`` if the hooks module records
 results), ``F<why>`` when start-up failed (then it exits), ``A`` after a
-records batch, and per job ``D<seq>\\n<status>\\n<payload JSON>`` where status
+records batch, ``P<seq>\\n<{"value": ...} JSON>`` for a partial a running
+job reports (:mod:`.progress`; at most ``PARTIAL_RATE`` a second per job), and
+per job ``D<seq>\\n<status>\\n<payload JSON>`` where status
 is ``ok`` (payload is the reply ``{"value": ...}``), ``failed`` or ``refused``
 (payload describes the error: ``{"job", "type", "message", "traceback"}``) or
 ``cancelled`` (skipped, empty payload). A result is written as soon as its job
@@ -30,18 +32,19 @@ import logging
 import select
 import signal
 import sys
+import threading
 import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from types import ModuleType
+from types import GeneratorType, ModuleType
 from typing import Any
 
 from ..errors import InvalidJob, JobNotAllowed, SerializationError
 from ..protocol import encode_json, parse_job
 from ..protocol.payload import MAX_JSON_BYTES, MAX_JSON_DEPTH
-from . import registry
+from . import progress, registry
 from .pipe import FrameReader, frame, write_all
 from .settings import Settings
 
@@ -55,6 +58,7 @@ EXIT = b"X"
 UP = b"U"
 FAIL = b"F"
 RESULT = b"D"
+PARTIAL = b"P"
 RECORDED = b"A"
 #: After UP: the hooks module has ``record_results``.
 CAN_RECORD = b"r"
@@ -103,6 +107,16 @@ def encode_result(seq: bytes, status: str, payload: str) -> bytes:
     return b"D%s\n%s\n%s" % (seq, status.encode(), payload.encode())
 
 
+def encode_partial(seq: bytes, payload: str) -> bytes:
+    return b"P%s\n%s" % (seq, payload.encode())
+
+
+def decode_partial(data: bytes) -> tuple[int, str]:
+    """``(seq, payload)`` from a child's ``P`` frame."""
+    seq, payload = data[1:].split(b"\n", 1)
+    return int(seq), payload.decode()
+
+
 def decode_result(data: bytes) -> tuple[int, str, str]:
     """``(seq, status, payload)`` from a child's ``D`` frame."""
     seq, status, payload = data[1:].split(b"\n", 2)
@@ -132,8 +146,14 @@ class JobRunner:
         self.max_json_depth = max_json_depth
         self.max_body_bytes = max_body_bytes
 
-    def run(self, body: bytes | str) -> tuple[str, str]:
-        """Run one job; returns ``(status, payload JSON)``. Never raises."""
+    def run(
+        self, body: bytes | str, report: Callable[[str], object] | None = None
+    ) -> tuple[str, str]:
+        """Run one job; returns ``(status, payload JSON)``. Never raises.
+
+        ``report`` takes each partial the job reports (:func:`.progress.progress`,
+        or each value of a generator job, whose ``return`` value is the result).
+        """
         name = "?"
         try:
             job = parse_job(body, max_depth=self.max_json_depth, max_bytes=self.max_body_bytes)
@@ -146,9 +166,13 @@ class JobRunner:
             return FAILED, _error_payload(name, exc)
         try:
             self.hooks.before_job()
+            progress.set_reporter(report)
             try:
                 value = func(*job.args, **job.kwargs)
+                if isinstance(value, GeneratorType):
+                    value = _run_generator(value)
             finally:
+                progress.set_reporter(None)
                 self.hooks.after_job()
         except BaseException as exc:  # a job's SystemExit must not end the child
             if isinstance(exc, KeyboardInterrupt | GeneratorExit):
@@ -162,6 +186,16 @@ class JobRunner:
                 SerializationError(f"return value of {name} is not JSON-serialisable: {exc}"),
                 with_traceback=False,
             )
+
+
+def _run_generator(gen: GeneratorType[Any, None, Any]) -> Any:
+    """Report each value a generator job yields; its ``return`` value is the result."""
+    while True:
+        try:
+            part = next(gen)
+        except StopIteration as stop:
+            return stop.value
+        progress.progress(part)
 
 
 def _error_payload(name: str, exc: BaseException, *, with_traceback: bool = True) -> str:
@@ -214,13 +248,19 @@ def serve(fd: int, runner: JobRunner) -> None:
     waiting = select.poll()
     waiting.register(fd, select.POLLIN)
     jobs: deque[tuple[bytes, bytes] | None] = deque()  # (seq, body); None: exit here
+    # A thread a job started may still report while we write a result: one
+    # writer at a time keeps the frames whole.
+    writing = threading.Lock()
 
     def send(data: bytes) -> bool:
         try:
-            write_all(fd, frame(data))
+            with writing:
+                write_all(fd, frame(data))
         except OSError:
             return False
         return True
+
+    gate = progress.PartialGate(lambda seq, payload: send(encode_partial(seq, payload)))
 
     while True:
         if not jobs or waiting.poll(0):
@@ -236,7 +276,9 @@ def serve(fd: int, runner: JobRunner) -> None:
         if item is None:
             return
         seq, body = item
-        status, payload = runner.run(body)
+        gate.start(seq)
+        status, payload = runner.run(body, gate.report)
+        gate.finish()
         if not send(encode_result(seq, status, payload)):
             return
 

@@ -6,7 +6,7 @@ No sockets, no Django, no clock: callers pass frames in and get frames out.
 from __future__ import annotations
 
 from .codec import decode, describe, encode, encode_to, split_identity
-from .extensions import Cancel, Done, Features, Nack, Reject
+from .extensions import Cancel, Done, Features, Nack, Partial, Reject, Unready
 from .headers import EMPTY_HEADERS, Headers, parse_headers
 from .heartbeat import Liveness
 from .ids import new_msgid
@@ -49,6 +49,7 @@ __all__ = [
     "Message",
     "Nack",
     "OverLimit",
+    "Partial",
     "Publish",
     "QueueSpec",
     "Ready",
@@ -56,6 +57,7 @@ __all__ = [
     "Reply",
     "Request",
     "Schedule",
+    "Unready",
     "Unschedule",
     "decode",
     "decode_json",

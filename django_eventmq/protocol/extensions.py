@@ -20,6 +20,17 @@ Commands (frames after the msgid):
 - ``CANCEL  JOB_MSGID``: client -> router, and router -> job manager.
 - ``REJECT  JOB_MSGID, REASON``: the router (or a job manager through it)
   refuses a job; sent to the client that asked.
+- ``PARTIAL  JOB_MSGID, JSON``: a running job reported progress or yielded a
+  partial result; job manager -> router (only to a router whose FEATURES
+  said ``"partial"``), and router -> the client that asked (reply-requested
+  jobs only). ``JSON`` is an object ``{"value": ...}``. Zero or more PARTIALs
+  precede the job's one outcome (REPLY or REJECT), as in the Majordomo-based
+  draft (seeds/002). Not journaled: a PARTIAL lost on the way is not sent again.
+- ``UNREADY  COUNT``: a job manager takes back up to ``COUNT`` of the free
+  slots it announced (with READY, or freed with DONE/NACK): it wants fewer
+  jobs (its prefetch shrank because jobs run long). The router drops at most
+  the free slots it still holds; jobs already on their way are the job
+  manager's. Sent only to a router whose FEATURES said ``"unready"``.
 """
 
 from __future__ import annotations
@@ -36,6 +47,11 @@ DONE = "DONE"
 NACK = "NACK"
 CANCEL = "CANCEL"
 REJECT = "REJECT"
+PARTIAL = "PARTIAL"
+UNREADY = "UNREADY"
+
+#: Longest PARTIAL payload (characters): progress is small; results go in the reply.
+MAX_PARTIAL_BYTES = 1024 * 1024
 
 #: Outcomes a DONE reports.
 STATUS_OK = "ok"
@@ -57,6 +73,20 @@ DONE_STATUSES = frozenset(
         STATUS_RETRY,
     }
 )
+
+
+#: Longest REJECT reason taken from a job manager's refusal.
+MAX_REASON_CHARS = 1000
+
+
+def refusal_reason(payload: str) -> str:
+    """The REJECT reason for a DONE ``refused`` payload (``{"error": {"message": ...}}``)."""
+    try:
+        error = json.loads(payload).get("error") or {}
+        reason = str(error.get("message") or "")
+    except (ValueError, AttributeError):
+        reason = payload
+    return reason[:MAX_REASON_CHARS] or "refused by the job manager"
 
 
 def _job_msgid(command: str, value: str) -> None:
@@ -177,5 +207,65 @@ class Reject(Message):
         return cls(msgid=msgid, job_msgid=body[0], reason=body[1])
 
 
-for _cls in (Features, Done, Nack, Cancel, Reject):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Partial(Message):
+    """A partial reply to ``job_msgid``: ``payload`` is ``{"value": ...}`` as JSON text."""
+
+    command: ClassVar[str] = PARTIAL
+    body_frames: ClassVar[tuple[int, int]] = (2, 2)
+    job_msgid: str
+    payload: str
+
+    def __post_init__(self) -> None:
+        Message.__post_init__(self)
+        _job_msgid(self.command, self.job_msgid)
+        if not isinstance(self.payload, str) or len(self.payload) > MAX_PARTIAL_BYTES:
+            raise ProtocolError(
+                f"PARTIAL: payload is not text of at most {MAX_PARTIAL_BYTES} bytes"
+            )
+        try:
+            value = json.loads(self.payload)
+        except ValueError:
+            raise ProtocolError("PARTIAL: payload is not JSON") from None
+        if not isinstance(value, dict) or "value" not in value:
+            raise ProtocolError('PARTIAL: payload must be a JSON object with a "value" key')
+
+    @property
+    def value(self) -> Any:
+        """The reported value (the payload's ``"value"``)."""
+        return json.loads(self.payload)["value"]
+
+    def body(self) -> list[str]:
+        return [self.job_msgid, self.payload]
+
+    @classmethod
+    def from_body(cls, msgid: str, body: list[str]) -> Partial:
+        return cls(msgid=msgid, job_msgid=body[0], payload=body[1])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Unready(Message):
+    """A job manager takes back up to ``count`` of its free slots."""
+
+    command: ClassVar[str] = UNREADY
+    body_frames: ClassVar[tuple[int, int]] = (1, 1)
+    count: int
+
+    def __post_init__(self) -> None:
+        Message.__post_init__(self)
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
+            raise ProtocolError(f"UNREADY: count must be a whole number >= 1, got {self.count!r}")
+
+    def body(self) -> list[str]:
+        return [str(self.count)]
+
+    @classmethod
+    def from_body(cls, msgid: str, body: list[str]) -> Unready:
+        text = body[0]
+        if not (text.isascii() and text.isdigit()) or len(text) > 9:
+            raise ProtocolError(f"UNREADY: count is not a whole number: {text[:20]!r}")
+        return cls(msgid=msgid, count=int(text))
+
+
+for _cls in (Features, Done, Nack, Cancel, Reject, Partial, Unready):
     MESSAGE_TYPES[_cls.command] = _cls

@@ -23,6 +23,7 @@ from django_eventmq.protocol import (
     JobBody,
     Kbai,
     Nack,
+    Partial,
     Publish,
     Ready,
     Reject,
@@ -37,6 +38,7 @@ from django_eventmq.protocol import (
     parse_queue_spec,
     split_identity,
 )
+from django_eventmq.protocol.extensions import refusal_reason
 
 MESSAGES = [
     Ack(msgid="m1", ack_msgid="m0"),
@@ -257,12 +259,44 @@ EXTENSIONS = [
     Nack(msgid="n1", job_msgid="m1", reason="stopping"),
     Cancel(msgid="c1", job_msgid="m1"),
     Reject(msgid="r1", job_msgid="m1", reason="job not registered"),
+    Partial(msgid="p1", job_msgid="m1", payload='{"value": 0.5}'),
+    Partial(msgid="p2", job_msgid="m1", payload='{"value": {"done": 3, "of": 10}}'),
+    Partial(msgid="p3", job_msgid="m1", payload='{"value": null}'),
 ]
 
 
-@pytest.mark.parametrize("message", EXTENSIONS, ids=lambda m: m.command)
+@pytest.mark.parametrize("message", EXTENSIONS, ids=lambda m: f"{m.command}-{m.msgid}")
 def test_extension_round_trip(message):
     assert decode(encode(message)) == message
+
+
+def test_partial_frames_and_value():
+    message = Partial(msgid="p1", job_msgid="m1", payload='{"value": [1, "two"]}')
+    assert encode(message) == [
+        b"",
+        b"eMQP/1.0",
+        b"PARTIAL",
+        b"p1",
+        b"m1",
+        b'{"value": [1, "two"]}',
+    ]
+    assert decode(encode(message)).value == [1, "two"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"job_msgid": "", "payload": '{"value": 1}'}, "job msgid is empty"),
+        ({"job_msgid": "m1", "payload": "nope"}, "not JSON"),
+        ({"job_msgid": "m1", "payload": "[1]"}, '"value" key'),
+        ({"job_msgid": "m1", "payload": '{"progress": 1}'}, '"value" key'),
+        ({"job_msgid": "m1", "payload": '{"value": "' + "x" * 1024 * 1024 + '"}'}, "at most"),
+    ],
+    ids=["empty-msgid", "not-json", "not-object", "no-value", "too-big"],
+)
+def test_bad_partial_fields(fields, reason):
+    with pytest.raises(ProtocolError, match=reason):
+        Partial(msgid="p1", **fields)
 
 
 @pytest.mark.parametrize(
@@ -273,6 +307,12 @@ def test_extension_round_trip(message):
         ([b"", b"eMQP/1.0", b"FEATURES", b"id", b"[1]"], "JSON object"),
         ([b"", b"eMQP/1.0", b"FEATURES", b"id", b"{"], "not JSON"),
         ([b"", b"eMQP/1.0", b"CANCEL", b"id"], "expected 1 frame"),
+        ([b"", b"eMQP/1.0", b"PARTIAL", b"id", b"m1"], "expected 2 frame"),
+        ([b"", b"eMQP/1.0", b"PARTIAL", b"id", b"m1", b"{}", b"x"], "expected 2 frame"),
+        ([b"", b"eMQP/1.0", b"PARTIAL", b"id", b"", b'{"value": 1}'], "job msgid is empty"),
+        ([b"", b"eMQP/1.0", b"PARTIAL", b"id", b"m1", b"{"], "not JSON"),
+        ([b"", b"eMQP/1.0", b"PARTIAL", b"id", b"m1", b'"text"'], '"value" key'),
+        ([b"", b"eMQP/1.0", b"PARTIAL", b"id", b"m1", b'{"value": "\xff"}'], "UTF-8"),
     ],
 )
 def test_bad_extension_frames(frames, reason):
@@ -287,3 +327,24 @@ def test_priority_and_delay_headers():
     for bad in ("priority:high", "delay-until:soon", "delay-until:inf"):
         with pytest.raises(ProtocolError):
             parse_headers(bad)
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        (
+            '{"value": "m", "error": {"type": "JobNotAllowed", "message": "not registered"}}',
+            "not registered",
+        ),
+        ('{"value": "m", "error": {"type": "X", "message": ""}}', "refused by the job manager"),
+        ('{"value": 1}', "refused by the job manager"),
+        ("not json", "not json"),
+        ("[1, 2]", "[1, 2]"),
+        ('{"error": "plain"}', '{"error": "plain"}'),
+        ("", "refused by the job manager"),
+        ('{"error": {"message": "' + "y" * 5000 + '"}}', "y" * 1000),
+    ],
+    ids=["message", "empty-message", "no-error", "not-json", "list", "error-text", "empty", "long"],
+)
+def test_refusal_reason_from_a_done_payload(payload, reason):
+    assert refusal_reason(payload) == reason
