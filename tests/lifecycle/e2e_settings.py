@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 from tests.settings import *  # noqa: F403
@@ -19,4 +20,8 @@ TASKS = {
         "QUEUES": ["default"],
     }
 }
-EVENTMQ = {"JOB_MODULES": ["tests.lifecycle.jobs", "tests.lifecycle.tasks"]}
+# tests.lifecycle.tasks holds Django @task functions: only where django.tasks exists (6.0+).
+_HAS_TASKS = importlib.util.find_spec("django.tasks") is not None
+EVENTMQ = {
+    "JOB_MODULES": ["tests.lifecycle.jobs", *(["tests.lifecycle.tasks"] if _HAS_TASKS else [])]
+}

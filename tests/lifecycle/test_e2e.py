@@ -8,8 +8,11 @@ cancel of a queued and of a running job, and the Django Tasks backend.
 
 from __future__ import annotations
 
+import html
+import importlib.util
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -22,7 +25,7 @@ import pytest
 from django_eventmq.errors import JobError
 from django_eventmq.protocol import Headers
 from tests.lifecycle import jobs
-from tests.support import ROOT, Proc, wait_for
+from tests.support import ROOT, Proc, clean_environ, migrated_env, wait_for
 
 SETTINGS = "tests.lifecycle.e2e_settings"
 ANY_PORT = "tcp://127.0.0.1:*"
@@ -32,31 +35,18 @@ def django_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "django", *args]
 
 
-def clean_environ() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
-
-
 @pytest.fixture(scope="module")
 def db_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A migrated SQLite file and the environment that selects it."""
     tmp = tmp_path_factory.mktemp("lifecycle")
-    env = {
-        "DJANGO_SETTINGS_MODULE": SETTINGS,
-        "EMQ_LIFECYCLE_DB": str(tmp / "db.sqlite3"),
-        "EMQ_JOURNAL_PATH": str(tmp / "journal.sqlite3"),
-        "PYTHONPATH": str(ROOT),
-    }
-    done = subprocess.run(
-        django_cmd("migrate", "--noinput"),
-        cwd=ROOT,
-        env={**clean_environ(), **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    return migrated_env(
+        {
+            "DJANGO_SETTINGS_MODULE": SETTINGS,
+            "EMQ_LIFECYCLE_DB": str(tmp / "db.sqlite3"),
+            "EMQ_JOURNAL_PATH": str(tmp / "journal.sqlite3"),
+            "PYTHONPATH": str(ROOT),
+        }
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return env
 
 
 class Stack:
@@ -187,6 +177,44 @@ def test_a_failure_reaches_wait_with_its_class_and_message(shared, use):
     assert (row["exc_type"], row["exc_message"]) == ("KeyError", "'nope'")
 
 
+def admin_field(page: str, field: str) -> str:
+    """The text the admin shows for ``field`` on a read-only change page."""
+    found = re.search(
+        rf'<div class="[^"]*field-{field}[^"]*">.*?<div class="readonly">(.*?)</div>', page, re.S
+    )
+    assert found is not None, f"no {field} on the page"
+    return html.unescape(re.sub(r"<[^>]+>", "", found.group(1))).strip()
+
+
+def test_a_failed_jobs_admin_page_shows_its_exception_and_traceback(shared, use):
+    use(shared)
+    handle = jobs.explode.delay("shown in the admin")
+    with pytest.raises(JobError):
+        handle.wait(timeout=30)
+    shared.row_when(handle, "failed")
+    # A staff user opens the row the job manager recorded (in the stack's database).
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.lifecycle.admin_page", str(handle)],
+        cwd=ROOT,
+        env={**clean_environ(), **shared.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    status, _, page = done.stdout.partition("\n")
+    assert status == "200"
+    assert admin_field(page, "status") == "failed"
+    assert admin_field(page, "exc_type") == "KeyError"
+    assert admin_field(page, "exc_message") == "'shown in the admin'"
+    traceback = admin_field(page, "pretty_traceback")
+    assert traceback.startswith("Traceback (most recent call last):")
+    assert 'tests/lifecycle/jobs.py", line' in traceback
+    assert "raise KeyError(message)" in traceback
+    assert traceback.endswith("KeyError: 'shown in the admin'")
+
+
 # -- retry-count -----------------------------------------------------------------------
 def test_retry_count_runs_a_failing_job_again_until_it_succeeds(shared, use, tmp_path):
     use(shared)
@@ -286,6 +314,12 @@ def test_higher_priority_is_handed_out_first(single, use, tmp_path):
 
 
 # -- the Django Tasks backend ----------------------------------------------------------
+needs_django_tasks = pytest.mark.skipif(
+    importlib.util.find_spec("django.tasks") is None,
+    reason="django.tasks is new in Django 6.0",
+)
+
+
 def run_tasks_client(stack: Stack, scenario: str, tmp_path: Path) -> dict[str, Any]:
     log, release = tmp_path / "log", tmp_path / "release"
     done = subprocess.run(
@@ -310,6 +344,7 @@ def run_tasks_client(stack: Stack, scenario: str, tmp_path: Path) -> dict[str, A
     return out
 
 
+@needs_django_tasks
 def test_tasks_run_on_job_managers_with_results_and_signals(shared, tmp_path):
     out = run_tasks_client(shared, "basic", tmp_path)
     assert out["first_status"] in ("READY", "RUNNING", "SUCCESSFUL")
@@ -326,6 +361,7 @@ def test_tasks_run_on_job_managers_with_results_and_signals(shared, tmp_path):
         ]
 
 
+@needs_django_tasks
 def test_tasks_run_after_is_honoured(shared, tmp_path):
     out = run_tasks_client(shared, "defer", tmp_path)
     deferred = out["deferred"]
@@ -333,6 +369,7 @@ def test_tasks_run_after_is_honoured(shared, tmp_path):
     assert deferred["started_at"] >= out["run_after"]
 
 
+@needs_django_tasks
 def test_tasks_priority_is_honoured(single, tmp_path):
     out = run_tasks_client(single, "priority", tmp_path)
     assert [r["status"] for r in out["results"]] == ["SUCCESSFUL"] * 3

@@ -11,6 +11,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("django.tasks", reason="django.tasks is new in Django 6.0")
+
 from django.tasks import TaskResultStatus, task_backends
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued, task_finished, task_started

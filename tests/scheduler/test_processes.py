@@ -2,7 +2,9 @@
 
 Each test starts ``manage.py emq_scheduler`` processes on a throwaway
 database; the fake router (a ROUTER socket in the test) or the real router
-and job manager stand on the other side.
+and job manager stand on the other side. End to end: schedules made with
+``schedule()``, in the admin and with ``@job(schedule=...)`` run jobs, and
+``unschedule()`` over the wire removes rows and stops the runs.
 """
 
 from __future__ import annotations
@@ -16,17 +18,23 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
-from django_eventmq.protocol import Request
+from django_eventmq.core.schedule_api import schedule, unschedule
+from django_eventmq.protocol import Inform, Request
 from tests.support import ROOT, Proc, free_port, wait_for
 
+from . import jobs
 from .conftest import PgDatabase
 from .fakes import FakeRouter
 
 pytestmark = pytest.mark.postgres
 MANAGE = [sys.executable, str(ROOT / "manage.py")]
+#: Where tests.scheduler.declared_jobs leaves its trace (not imported here: it declares schedules).
+TRACE_DIR_ENV = "EMQ_TEST_TRACE_DIR"
 
 
 def admin_script(db: PgDatabase, *args: str) -> str:
@@ -75,40 +83,49 @@ def serve(router: FakeRouter) -> None:
 def test_two_schedulers_on_postgres_never_fire_a_run_twice(
     clean_db: PgDatabase, router: FakeRouter
 ) -> None:
+    # Many schedules due at the same moments, so the two compete in every round.
+    count = 30
     rows = [
         {"path": "tests.scheduler.jobs", "callable": "touch", "args": [f"s{n}"], "interval": 1}
-        for n in range(8)
+        for n in range(count)
     ]
     admin_script(clean_db, "create", json.dumps(rows))
     procs = [start_scheduler(clean_db, router.addr) for _ in range(2)]
     try:
+        # Neither fires before the router ACKs its INFORM: both wait for this.
         wait_for(lambda: (serve(router), len(router.peers) == 2)[1], 10, "both schedulers")
 
         def enough() -> bool:
             serve(router)
             per_schedule = Counter(m.body_text for _, m in router.of(Request))
-            return len(per_schedule) == 8 and min(per_schedule.values()) >= 3
+            return len(per_schedule) == count and min(per_schedule.values()) >= 3
 
-        wait_for(enough, 20, "three runs of each schedule")
+        wait_for(enough, 60, "three runs of each schedule")
     finally:
         for proc in procs:
             proc.stop()
     router.pump(50)
-    requests = [m for _, m in router.of(Request)]
-    senders = {identity for identity, m in router.received if isinstance(m, Request)}
-    runs = clean_db.query("SELECT schedule_id, fire_time, msgid FROM django_eventmq_schedulerun")
-    # Every run sent was claimed once, and no run was sent twice.
-    assert sorted(m.msgid for m in requests) == sorted(r[2] for r in runs)
-    assert len({m.msgid for m in requests}) == len(requests)
+    requests = [(identity.decode(), m) for identity, m in router.of(Request)]
+    runs = clean_db.query(
+        "SELECT schedule_id, fire_time, msgid, claimed_by FROM django_eventmq_schedulerun"
+    )
+    claimed_by = {msgid: who for _, _, msgid, who in runs}
+    # Every run sent was claimed once, by the scheduler that sent it, and none was sent twice.
+    assert sorted(m.msgid for _, m in requests) == sorted(claimed_by)
+    assert len({m.msgid for _, m in requests}) == len(requests)
+    assert all(claimed_by[m.msgid] == sender for sender, m in requests)
     assert len({(r[0], r[1]) for r in runs}) == len(runs)
+    # Both schedulers were live and competing: each won some of the claims.
+    per_scheduler = Counter(claimed_by.values())
+    assert len(per_scheduler) == 2, per_scheduler
+    assert set(per_scheduler) == {identity.decode() for identity, _ in router.of(Inform)}
     # And the fire times of each schedule are one interval apart: no slot fired twice.
     by_schedule: dict[int, list] = {}
-    for schedule_id, fire_time, _ in runs:
+    for schedule_id, fire_time, _, _ in runs:
         by_schedule.setdefault(schedule_id, []).append(fire_time)
     for times in by_schedule.values():
         times.sort()
         assert all((b - a).total_seconds() >= 1 for a, b in itertools.pairwise(times))
-    assert len(senders) >= 1
 
 
 def test_admin_edit_reaches_a_running_scheduler_within_2s(
@@ -153,58 +170,180 @@ def test_admin_edit_reaches_a_running_scheduler_within_2s(
         proc.stop()
 
 
-def _have_router_and_jobmanager() -> bool:
-    base = ROOT / "django_eventmq"
-    return all(
-        (base / p).exists()
-        for p in (
-            "core/router.py",
-            "core/jobmanager.py",
-            "management/commands/emq_router.py",
-            "management/commands/emq_jobmanager.py",
+class Stack:
+    """A real router and job manager on the test's database; ``frontend`` is for clients."""
+
+    def __init__(self, db: PgDatabase, trace_dir: Path) -> None:
+        self.db = db
+        frontend, backend, admin = (f"tcp://127.0.0.1:{free_port()}" for _ in range(3))
+        self.frontend = frontend
+        self.env = {
+            **db.env,
+            "EMQ_HEARTBEAT_INTERVAL": "0.5",
+            "EMQ_HEARTBEAT_TIMEOUT": "3",
+            TRACE_DIR_ENV: str(trace_dir),
+        }
+        self.procs: list[Proc] = []
+        router = self._start(
+            "emq_router", "--frontend", frontend, "--backend", backend, "--admin", admin
         )
-    )
-
-
-@pytest.mark.skipif(not _have_router_and_jobmanager(), reason="router/job manager not there yet")
-def test_end_to_end_code_and_admin_schedules_run_jobs(
-    clean_db: PgDatabase, tmp_path: Path, eventmq_settings
-) -> None:
-    frontend, backend, admin = (f"tcp://127.0.0.1:{free_port()}" for _ in range(3))
-    env = {**clean_db.env, "EMQ_HEARTBEAT_INTERVAL": "0.5", "EMQ_HEARTBEAT_TIMEOUT": "3"}
-    router = Proc(
-        [*MANAGE, "emq_router", "--frontend", frontend, "--backend", backend, "--admin", admin],
-        env=env,
-    )
-    procs = [router]
-    try:
-        manager = Proc(
-            [
-                *MANAGE,
-                "emq_jobmanager",
-                "--broker",
-                backend,
-                "--concurrency",
-                "1",
-                "--job-module",
-                "tests.scheduler.jobs",
-            ],
-            env=env,
+        router.wait_output(r"router ready: ", timeout=60)
+        manager = self._start(
+            "emq_jobmanager",
+            "--broker",
+            backend,
+            "--concurrency",
+            "1",
+            "--job-module",
+            "tests.scheduler.jobs",
+            "--job-module",
+            "tests.scheduler.declared_jobs",
         )
-        procs.append(manager)
-        procs.append(start_scheduler(clean_db, frontend))
-        from django_eventmq.core.schedule_api import schedule
+        manager.wait_output(r"jobmanager ready: ", timeout=60)
 
-        from . import jobs
+    def _start(self, *args: str) -> Proc:
+        proc = Proc([*MANAGE, *args], env=self.env)
+        self.procs.append(proc)
+        return proc
 
-        eventmq_settings(BROKER_ADDR=frontend)
-        from_code = tmp_path / "from-code.txt"
-        from_admin = tmp_path / "from-admin.txt"
-        schedule(jobs.touch, interval_secs=3600, args=[str(from_code)])
-        admin_script(clean_db, "add", json.dumps({"interval": 3600, "args": [str(from_admin)]}))
-        wait_for(lambda: from_code.exists() and from_admin.exists(), 30, "both jobs to run")
-        sources = {r[0] for r in clean_db.query("SELECT source FROM django_eventmq_schedule")}
-        assert sources == {"api", "admin"}
-    finally:
-        for proc in reversed(procs):
+    def scheduler(self, env: dict[str, str] | None = None) -> Proc:
+        proc = start_scheduler(self.db, self.frontend, env={**self.env, **(env or {})})
+        self.procs.append(proc)
+        return proc
+
+    def schedules(self) -> list[tuple[Any, ...]]:
+        return self.db.query(
+            "SELECT id, source, path, callable, args, interval, cron, timezone, nohaste "
+            "FROM django_eventmq_schedule ORDER BY id"
+        )
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
             proc.stop()
+
+
+@pytest.fixture
+def stack(clean_db: PgDatabase, tmp_path: Path, eventmq_settings: Any) -> Iterator[Stack]:
+    """Router and job manager running; this process's client points at the router."""
+    from django_eventmq.core import client
+
+    running = Stack(clean_db, tmp_path)
+    try:
+        eventmq_settings(BROKER_ADDR=running.frontend)
+        yield running
+    finally:
+        client.close_clients()
+        running.stop()
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_end_to_end_code_and_admin_schedules_run_jobs(
+    stack: Stack, clean_db: PgDatabase, tmp_path: Path
+) -> None:
+    stack.scheduler()
+    from_code = tmp_path / "from-code.txt"
+    from_admin = tmp_path / "from-admin.txt"
+    schedule(jobs.touch, interval_secs=3600, args=[str(from_code)])
+    admin_script(clean_db, "add", json.dumps({"interval": 3600, "args": [str(from_admin)]}))
+    wait_for(lambda: from_code.exists() and from_admin.exists(), 30, "both jobs to run")
+    sources = {r[0] for r in clean_db.query("SELECT source FROM django_eventmq_schedule")}
+    assert sources == {"api", "admin"}
+
+
+def test_schedules_declared_on_job_are_synced_at_start_up_and_run(
+    stack: Stack, clean_db: PgDatabase, tmp_path: Path
+) -> None:
+    # A row from code that the code no longer declares: the sync removes it.
+    admin_script(
+        clean_db,
+        "create",
+        json.dumps(
+            [
+                {
+                    "path": "tests.scheduler.declared_jobs",
+                    "callable": "declared_touch",
+                    "args": ["gone-from-code"],
+                    "interval": 60,
+                    "source": "code",
+                }
+            ]
+        ),
+    )
+    assert len(stack.schedules()) == 1
+    # The scheduler imports the module (JOB_MODULES) and so sees @job(schedule=...).
+    declared = {"EMQ_JOB_MODULES": "tests.scheduler.declared_jobs"}
+    first = stack.scheduler(env=declared)
+    assert "schedules from code: 2 in the table, 1 removed" in first.output()
+    rows = stack.schedules()
+    found = {(r[1], r[2], r[3], tuple(r[4]), r[5], r[6], r[7], r[8]) for r in rows}
+    assert found == {
+        (
+            "code",
+            "tests.scheduler.declared_jobs",
+            "declared_touch",
+            ("every-second",),
+            1,
+            "",
+            "UTC",
+            False,
+        ),
+        (
+            "code",
+            "tests.scheduler.declared_jobs",
+            "declared_touch",
+            ("nightly",),
+            None,
+            "0 3 * * *",
+            "Europe/Berlin",
+            True,
+        ),
+    }
+    # The every-second one runs on the job manager, again and again; the nightly one waits.
+    wait_for(lambda: len(lines(tmp_path / "every-second")) >= 2, 30, "two declared runs")
+    assert not (tmp_path / "nightly").exists()
+    (next_nightly,) = clean_db.query(
+        "SELECT next_run FROM django_eventmq_schedule WHERE cron = '0 3 * * *'"
+    )[0]
+    berlin = next_nightly.astimezone(ZoneInfo("Europe/Berlin"))
+    assert (berlin.hour, berlin.minute) == (3, 0)
+    # A restart syncs again: the same rows, none added or removed.
+    first.stop()
+    second = stack.scheduler(env=declared)
+    assert "schedules from code: 2 in the table, 0 removed" in second.output()
+    assert [r[0] for r in stack.schedules()] == [r[0] for r in rows]
+
+
+def test_unschedule_over_the_wire_removes_the_row_and_the_job_stops(
+    stack: Stack, clean_db: PgDatabase, tmp_path: Path
+) -> None:
+    stack.scheduler()
+    keeper, victim = tmp_path / "keeper", tmp_path / "victim"
+    schedule(jobs.touch, interval_secs=1, args=[str(keeper)])
+    schedule(jobs.touch, interval_secs=1, args=[str(victim)])
+    schedule(jobs.touch, interval_secs=3600, nohaste=True, args=[str(victim)])
+
+    def victim_rows() -> list[int | None]:
+        return sorted(r[5] for r in stack.schedules() if r[4] == [str(victim)])
+
+    wait_for(lambda: victim_rows() == [1, 3600], 30, "both schedules of the victim stored")
+    wait_for(lambda: lines(victim) and lines(keeper), 30, "the first runs")
+    # With a timing, only that schedule goes; the other one of the job keeps firing.
+    unschedule(jobs.touch, args=[str(victim)], interval_secs=3600)
+    wait_for(lambda: victim_rows() == [1], 30, "the hourly schedule removed")
+    ran = len(lines(victim))
+    wait_for(lambda: len(lines(victim)) > ran, 30, "the per-second schedule still running")
+    # Without a timing, every schedule of the job with these arguments goes.
+    unschedule(jobs.touch, args=[str(victim)])
+    wait_for(lambda: victim_rows() == [], 30, "the victim's schedules removed")
+    assert [r[4] for r in stack.schedules()] == [[str(keeper)]]
+    # A run sent just before the UNSCHEDULE may still be on its way: let the keeper
+    # (same queue, one worker) run once more, then count; three more keeper runs
+    # (three seconds) later the victim has not run again.
+    ticks = len(lines(keeper))
+    wait_for(lambda: len(lines(keeper)) > ticks, 30, "the keeper to run again")
+    ran, ticks = len(lines(victim)), len(lines(keeper))
+    wait_for(lambda: len(lines(keeper)) >= ticks + 3, 30, "three more keeper runs")
+    assert len(lines(victim)) == ran
