@@ -25,6 +25,10 @@ from ..protocol.limits import DEFAULT_LIMITS, MAX_FRAMES, MAX_MESSAGE_BYTES, Lim
 _SNDMORE = int(zmq.SNDMORE)
 _RCVMORE = int(zmq.RCVMORE)
 _NOBLOCK = int(zmq.NOBLOCK)
+#: pyzmq's compiled send. ``zmq.Socket.send`` only adds routing-id and group
+#: handling (unused here) on top, and that layer was about 40% of a frame's
+#: send cost on the ``.delay()`` hot path (benchmarks/README.md).
+_raw_send = zmq.backend.Socket.send
 _context_pid: int | None = None
 _context: zmq.Context[Any] | None = None
 _context_lock = threading.Lock()
@@ -144,12 +148,13 @@ class Channel:
 
     def send_frames(self, frames: Sequence[bytes], *, flags: int = 0) -> None:
         """Send already-encoded frames (used to forward a message unchanged)."""
-        send = self.socket.send
+        send = _raw_send
+        sock = self.socket
         last = len(frames) - 1
         more = flags | _SNDMORE
         for index in range(last):
-            send(frames[index], more)
-        send(frames[last], flags)
+            send(sock, frames[index], more)
+        send(sock, frames[last], flags)
 
     # -- receiving -------------------------------------------------------
     def recv_frames(self, *, flags: int = 0) -> list[bytes]:

@@ -85,9 +85,15 @@ def _is_dotted(path: str) -> bool:
 def encode_json(value: Any) -> str:
     """Compact JSON, or :class:`SerializationError` (a ``TypeError``) naming what failed."""
     try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+        return _encoder().encode(value)
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"not JSON-serialisable: {exc}") from exc
+
+
+@functools.cache
+def _encoder() -> json.JSONEncoder:
+    """One compact encoder for every call (``json.dumps`` with options builds one each time)."""
+    return json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
 @functools.cache
