@@ -375,8 +375,7 @@ class Client:
         ACKs nobody waits on are dropped; outcomes are kept for their handles.
         """
         count = 0
-        socket = self.channel.socket
-        while socket.poll(0):
+        while self.channel.poll(0):
             self._receive_one()
             count += 1
         return count
