@@ -81,6 +81,16 @@ def _whole(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}") from None
+    return value
+
+
 def _module(text: str) -> str:
     if not text or not all(part.isidentifier() for part in text.split(".")):
         raise argparse.ArgumentTypeError(
@@ -183,9 +193,17 @@ def add_jobmanager_arguments(
         "--prefetch",
         type=_whole(0),
         metavar="N",
-        help="jobs to accept beyond the free worker processes ("
+        help="most jobs to accept beyond the free worker processes, 0 for none ("
         + _setting_default("PREFETCH", _DEFAULTS.prefetch)
         + ")",
+    )
+    group.add_argument(
+        "--prefetch-budget",
+        type=_seconds,
+        metavar="SECONDS",
+        help="queued work per worker process to keep beyond the running job: the prefetch "
+        "is this * concurrency / mean job run time, up to --prefetch; 0 for always "
+        "--prefetch (" + _setting_default("PREFETCH_BUDGET", _DEFAULTS.prefetch_budget) + ")",
     )
     group.add_argument(
         "--max-jobs-per-child",
@@ -233,6 +251,7 @@ _OPTION_FIELDS = (
     ("--queues", "queues", "queues"),
     ("--concurrency", "concurrency", "concurrency"),
     ("--prefetch", "prefetch", "prefetch"),
+    ("--prefetch-budget", "prefetch_budget", "prefetch_budget"),
     ("--max-jobs-per-child", "max_jobs_per_child", "max_jobs_per_child"),
     ("--job-module", "job_modules", "job_modules"),
     ("--allow-module", "allowed_modules", "allowed_job_modules"),

@@ -18,7 +18,8 @@ Promises (README "Nothing lost"):
 - A job whose worker died ``poison_after`` times is set aside (POISONED),
   the client gets REJECT, and admin STATUS / MONITOR list it.
 - A REQUEST whose msgid is held, or finished recently (``dedup_memory``
-  msgids), is acknowledged again and not run twice.
+  msgids, ``dedup_window`` seconds; kept in the journal, so across a
+  restart too), is acknowledged again and not run twice.
 
 Attempts: a job retried after DONE status ``retry`` is handed out with an
 ``attempt:K`` header (K = 2 for the first retry; any ``attempt:N`` it had is
@@ -33,21 +34,29 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable
 
 from ..protocol import Message, Reply, new_msgid
 from ..protocol import constants as C
 from ..protocol.extensions import (
+    STATUS_CANCELLED,
     STATUS_DIED,
+    STATUS_FAILED,
+    STATUS_REFUSED,
     STATUS_RETRY,
     Reject,
+    refusal_reason,
 )
 from ..protocol.headers import Headers, parse_headers
+from .dedup import FinishedWindow
 from .journal import DELAYED, LEASED, POISONED, WAITING, Journal, Row
+from .logs import job_debug, job_fields
+from .outcomes import backoff
 from .queues import Job, Routing, Worker
 from .router_io import show
 from .settings import Settings
+from .stats import Stats
 from .waiting import Key
 
 log = logging.getLogger("django_eventmq.router")
@@ -136,7 +145,12 @@ class Book:
         self.duplicates = 0
         self.rejected = 0
         self.recovered = 0
-        self._recent: OrderedDict[str, None] = OrderedDict()
+        #: Jobs received, handed out, finished, retried; read by admin STATUS and metrics.
+        self.stats = Stats()
+        #: msgids finished recently (kept in the journal too): a resend is not run again.
+        self.finished = FinishedWindow(journal, settings.dedup_memory, settings.dedup_window)
+        #: Leases that ran out, per queue.
+        self.expired_by_queue: Counter[str] = Counter()
         self._seq = 0
         self._next_due: float | None = None
 
@@ -154,6 +168,12 @@ class Book:
         self.poisoned = counts[POISONED]
         self._seq = journal.max_seq()
         self._next_due = journal.next_due()
+        if self.finished.load():
+            log.info(
+                "journal %s: %d recently finished msgid(s) will not run again if resent",
+                journal.path,
+                len(self.finished),
+            )
         held = sum(counts[WAITING].values()) + sum(self.delayed.values())
         if held or self.poisoned:
             log.warning(
@@ -178,7 +198,7 @@ class Book:
     def is_held(self, msgid: str) -> bool:
         """Known without a disk read: in memory, or finished recently."""
         return (
-            msgid in self._recent
+            msgid in self.finished
             or msgid in self.routing.inflight
             or msgid in self.routing.waiting.index
         )
@@ -231,6 +251,7 @@ class Book:
         if not stored:
             self.duplicates += 1
             return False
+        self.stats.received[queue] += 1
         if delayed:
             assert due is not None
             self.delayed[queue] += 1
@@ -259,7 +280,7 @@ class Book:
             job.lease_until = math.inf
         if not stored_as_leased:
             self.journal.set_state(job.seq, LEASED)
-        log.debug("msgid %s handed to %s", job.msgid, show(worker.identity))
+        job_debug(log, "handed to %s", job.msgid, job.queue, show(worker.identity))
         return self.deliver(worker, job)
 
     def pump(self, now: float, queues: list[str] | None = None) -> None:
@@ -279,7 +300,8 @@ class Book:
     def ready(self, identity: bytes, now: float) -> None:
         finished, job = self.routing.ready(identity, now)
         for done in finished:
-            log.debug("msgid %s taken as finished: READY from %s", done.msgid, show(identity))
+            job_debug(log, "finished: READY from %s", done.msgid, done.queue, show(identity))
+            self.stats.finish(done.queue, "unknown")  # a reference job manager does not say
             self._forget_finished(done)
         if job is not None:
             self._hand_out(self.routing.workers[identity], job, now)
@@ -291,7 +313,8 @@ class Book:
             job = self._requeued_copy(msgid)
             if job is None:
                 return None
-        log.debug("REPLY for msgid %s from %s: finished", msgid, show(identity))
+        job_debug(log, "finished: REPLY from %s", msgid, job.queue, show(identity))
+        self.stats.finish(job.queue, "unknown")
         self._forget_finished(job)
         return job.client if job.reply else None
 
@@ -309,14 +332,20 @@ class Book:
             if job is None:
                 log.debug("DONE %s for msgid %s: not held (already finished)", status, msgid)
                 return
-        log.debug("DONE %s for msgid %s from %s", status, msgid, show(identity))
+        job_debug(log, "DONE %s from %s", msgid, job.queue, status, show(identity))
         if status == STATUS_DIED:
             self._died(job, f"its worker process died ({payload[:200]})")
         elif status == STATUS_RETRY and job.attempts < job.retry_count:
             self._retry(job)
         else:
             self.routing.count_finished(job, identity)
-            self._finish(job, payload)
+            # A retry past its retry-count is a failure; time from hand-out to report.
+            outcome = STATUS_FAILED if status == STATUS_RETRY else status
+            self.stats.finish(job.queue, outcome, now - job.dispatched_at)
+            if status == STATUS_REFUSED:
+                self._refused(job, payload)
+            else:
+                self._finish(job, payload)
         if worker is not None and job.worker is None and self.routing.waiting.get(job.queue):
             self.pump(now, [job.queue])
 
@@ -338,7 +367,7 @@ class Book:
                 self._hand_out(worker, nxt, now)
         if job is None:
             return
-        log.debug("NACK for msgid %s (%s): waits again", msgid, reason)
+        job_debug(log, "NACK (%s), waits again", msgid, job.queue, reason)
         self.journal.requeue(job.seq, job.deaths)
         self.routing.requeued += 1
         self.routing.waiting.push(job)
@@ -378,19 +407,26 @@ class Book:
     def expire_leases(self, now: float) -> None:
         for job in [j for j in self.routing.inflight.values() if j.lease_until <= now]:
             self.expired += 1
+            self.expired_by_queue[job.queue] += 1
             self.routing.release(job)
             self._died(job, "its lease ran out")
 
     # -- outcomes ----------------------------------------------------------------------
     def _died(self, job: Job, why: str) -> None:
-        log.debug("msgid %s waits again: %s", job.msgid, why)
+        job_debug(log, "waits again (%s)", job.msgid, job.queue, why)
         job.deaths += 1
         self.routing.release(job)
         if job.deaths >= self.settings.poison_after:
             reason = f"poisoned: {why}, {job.deaths} time(s)"
             self.journal.poison(job.seq, job.deaths, reason)
             self.poisoned[job.queue] += 1
-            log.warning("msgid %s (queue %s) set aside: %s", job.msgid, job.queue, reason)
+            log.warning(
+                "job set aside msgid=%s queue=%s: %s",
+                job.msgid,
+                job.queue,
+                reason,
+                extra=job_fields(job.msgid, job.queue),
+            )
             if job.client:
                 self.to_client(
                     job.client, Reject(msgid=new_msgid(), job_msgid=job.msgid, reason=reason)
@@ -403,15 +439,15 @@ class Book:
     def _retry(self, job: Job) -> None:
         s = self.settings
         job.attempts += 1
-        pause = min(s.retry_backoff_cap, s.retry_backoff_base * 2 ** (job.attempts - 1))
+        self.stats.retried[job.queue] += 1
+        pause = backoff(job.attempts, s.retry_backoff_base, s.retry_backoff_cap)
         due = time.time() + pause
         self.journal.delay(job.seq, due, job.attempts)
         self.delayed[job.queue] += 1
         if self._next_due is None or due < self._next_due:
             self._next_due = due
-        log.debug(
-            "msgid %s: retry %d of %d in %.1fs", job.msgid, job.attempts, job.retry_count, pause
-        )
+        n, of = job.attempts, job.retry_count
+        job_debug(log, "retry %d of %d in %.1fs", job.msgid, job.queue, n, of, pause)
 
     def _finish(self, job: Job, payload: str | None) -> None:
         self._forget_finished(job)
@@ -420,13 +456,17 @@ class Book:
                 job.client, Reply(msgid=new_msgid(), payload=payload, reply_to=job.msgid)
             )
 
+    def _refused(self, job: Job, payload: str) -> None:
+        """A job manager refused the job (not registered, not allowed, bad body): the
+        client that asked gets REJECT with the reason, not a REPLY."""
+        self._forget_finished(job)
+        if job.reply and job.client:
+            reject = Reject(msgid=new_msgid(), job_msgid=job.msgid, reason=refusal_reason(payload))
+            self.to_client(job.client, reject)
+
     def _forget_finished(self, job: Job) -> None:
         self.journal.delete(job.seq)
-        recent = self._recent
-        if self.settings.dedup_memory:
-            recent[job.msgid] = None
-            if len(recent) > self.settings.dedup_memory:
-                recent.popitem(last=False)
+        self.finished.add(job.msgid)
 
     # -- delayed jobs ------------------------------------------------------------------
     def next_due(self) -> float | None:
@@ -477,6 +517,7 @@ class Book:
                 self.delayed[row.queue] -= 1
             elif state == POISONED:
                 self.poisoned[row.queue] -= 1
+        self.stats.finish(job.queue, STATUS_CANCELLED)
         self._finish(job, CANCELLED_PAYLOAD)
-        log.debug("msgid %s cancelled before it ran", msgid)
+        job_debug(log, "cancelled before it ran", msgid, job.queue)
         return None

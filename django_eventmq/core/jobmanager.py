@@ -2,9 +2,10 @@
 
 One DEALER socket to the router's backend and one pipe per worker child
 (:mod:`.pool`), all waited on by one ``zmq.Poller``. The job manager announces
-``concurrency + prefetch`` free slots with READY, hands each REQUEST to a
-child (:mod:`.lifecycle`), reports each outcome, and announces the freed
-slot. It heartbeats and reconnects with back-off when the router goes quiet
+``concurrency`` + its current prefetch free slots with READY (the prefetch
+follows how long jobs run, :mod:`.prefetch`), hands each REQUEST to a child
+(:mod:`.lifecycle`), reports each outcome, and announces the freed slot. It
+heartbeats and reconnects with back-off when the router goes quiet
 (:mod:`.routerlink`), and stops gracefully on SIGTERM.
 
 Two ways to report, chosen per connection:
@@ -15,7 +16,8 @@ Two ways to report, chosen per connection:
 * DONE mode (our router sent FEATURES right after its ACK): one ``DONE`` per
   job carries the status and reply and frees the slot; ``retry`` lets the
   router requeue it; unstarted jobs go back with ``NACK`` when we stop; the
-  router may ``CANCEL`` a job.
+  router may ``CANCEL`` a job; a running job's partials go as ``PARTIAL``
+  (coalesced, :mod:`.progress`) when its FEATURES said ``"partial"``.
 
 Until the mode is known (just after the ACK, or while disconnected) outcomes
 wait in an outbox, and their slots are not offered.
@@ -59,14 +61,17 @@ from ..protocol import (
     Kbai,
     Message,
     Nack,
+    Partial,
     Ready,
     Reply,
     Request,
+    Unready,
     new_msgid,
     parse_job,
 )
 from . import registry, transport
 from .lifecycle import Job, Lifecycle, attempt_of
+from .logs import job_debug
 from .outcomes import Recorder
 from .pool import Pool
 from .routerlink import RouterLink
@@ -83,7 +88,9 @@ SUPERVISE_EVERY = 0.2
 FEATURES_WAIT = 0.5
 
 #: What we tell a router of ours we speak, in answer to its FEATURES.
-OUR_FEATURES = {"done": 1, "nack": 1, "cancel": 1, "timeout": 1, "retry": 1}
+OUR_FEATURES = dict.fromkeys(
+    ("done", "nack", "cancel", "timeout", "retry", "partial", "unready"), 1
+)
 
 REFERENCE = "reference"
 DONE = "done"
@@ -111,10 +118,11 @@ class JobManager:
         self.hooks = hooks
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.addr = settings.worker_addr
-        self.slots = settings.concurrency + settings.prefetch
         self._stopping = False
         self._poller = zmq.Poller()
         self.pool = Pool(settings, hooks=hooks, watch=self._watch, unwatch=self._unwatch)
+        #: How many jobs we take beyond the free processes (the pool times the jobs).
+        self.prefetch = self.pool.prefetch
         self.recorder = Recorder(self.name)
         self.lifecycle = Lifecycle(
             settings,
@@ -123,6 +131,7 @@ class JobManager:
             report=self._report,
             nack=self._nack,
             router_retries=lambda: self.mode == DONE,
+            partial=self._partial,
         )
         self.lifecycle.wake_supervisor = self._wake_supervisor
         self.lifecycle.resend_records = self._resend_records
@@ -207,6 +216,8 @@ class JobManager:
             self._read_router(now)
         if lifecycle.pending:
             lifecycle.dispatch(now)
+        if lifecycle.partials:
+            lifecycle.partials.flush_due(now)
         if events:
             self._top_up()
         if now >= self._next_supervise:
@@ -218,6 +229,9 @@ class JobManager:
     def _wait_ms(self, timeout_ms: int) -> int:
         """The poll timeout: shorter when a retry falls due sooner."""
         due = self.lifecycle.next_retry()
+        partial_due = self.lifecycle.partials.next_due()
+        if partial_due is not None and (due is None or partial_due < due):
+            due = partial_due
         if due is None:
             return timeout_ms
         return max(0, min(timeout_ms, int((due - time.monotonic()) * 1000) + 1))
@@ -233,7 +247,9 @@ class JobManager:
             # a router that does not speak our extensions.
             self._set_mode(REFERENCE)
         if isinstance(message, Request):
-            self._credit = max(0, self._credit - 1)
+            # Below 0 only after UNREADY: slots the router owes us back.
+            if self._credit > 0 or self._can_unready():
+                self._credit -= 1
             self._accept(message)
         elif isinstance(message, Ack):
             if self.link.is_our_ack(message):
@@ -278,7 +294,7 @@ class JobManager:
 
     # -- jobs --------------------------------------------------------------------
     def _accept(self, request: Request) -> None:
-        headers = request.headers
+        headers, body = request.headers, request.body_text
         reply = headers.reply_requested
         job = Job(
             request.msgid,
@@ -290,6 +306,8 @@ class JobManager:
             attempt_of(headers) if headers.extra else 1,
             (reply or self.settings.record_all_results) and self.pool.can_record is not False,
         )
+        self.lifecycle.stats.received[job.queue] += 1
+        job_debug(logger, "received, attempt %d", job.msgid, job.queue, job.attempt, body=body)
         if self._stopping and self.mode == DONE:
             self._nack(job, "stopping")
             return
@@ -335,6 +353,14 @@ class JobManager:
                 self._send(Reply(msgid=new_msgid(), payload=payload, reply_to=job.msgid))
         else:
             self._outbox.append(_Pending(job, status, payload))
+
+    def _partial(self, job: Job, payload: str) -> None:
+        """A running job's partial: to a router that speaks PARTIAL, for a client that waits.
+
+        Not kept while disconnected or in reference mode: partials are best effort.
+        """
+        if job.reply_requested and self.mode == DONE and self.router_features.get("partial"):
+            self._send(Partial(msgid=new_msgid(), job_msgid=job.msgid, payload=payload))
 
     def _nack(self, job: Job, reason: str) -> None:
         """Give an unstarted job back to the router (or run it, if the router cannot take it)."""
@@ -389,11 +415,22 @@ class JobManager:
     def _send(self, message: Message) -> None:
         self.link.send(message)
 
+    @property
+    def slots(self) -> int:
+        """Jobs we take at once: one per worker process plus the current prefetch."""
+        return self.settings.concurrency + self.prefetch.value
+
+    def _can_unready(self) -> bool:
+        return self.mode == DONE and bool(self.router_features.get("unready"))
+
     def _top_up(self) -> None:
-        """Send READY until the router holds one per free slot.
+        """Send READY until the router holds one per free slot; UNREADY for too many.
 
         Not while stopping, and not before the mode is settled: our FEATURES
-        answer must reach our router before any READY.
+        answer must reach our router before any READY. When the prefetch shrank,
+        a router that speaks UNREADY is told to keep fewer slots for us (a
+        little excess is let be, so a wobbling prefetch does not cost a message
+        per job); others just get no READY until we hold fewer jobs.
         """
         if self._stopping or not self.link.connected or not self.mode:
             return
@@ -401,6 +438,12 @@ class JobManager:
         while self._credit < free:
             self.link.send(Ready(msgid=new_msgid()))
             self._credit += 1
+        excess = self._credit - free
+        if excess > self.prefetch.value // 4 and self._can_unready():
+            # Below 0 when we hold more jobs than we want: the router then
+            # keeps the slots the next DONEs free instead of sending more.
+            self.link.send(Unready(msgid=new_msgid(), count=excess))
+            self._credit = free
 
     def _connect(self, now: float) -> None:
         self.link.connect(now)

@@ -26,11 +26,17 @@ from dataclasses import dataclass
 from ..protocol import Headers
 from ..protocol import extensions as X
 from . import outcomes, worker
+from .logs import job_debug, job_fields
 from .outcomes import Recorder
 from .pool import Child, Pool, Status
+from .progress import Coalescer
 from .settings import Settings
+from .stats import Stats
 
 logger = logging.getLogger("django_eventmq.jobmanager")
+
+#: Outcomes of jobs that did not run (not timed).
+_UNTIMED = frozenset({X.STATUS_REFUSED, X.STATUS_CANCELLED})
 
 #: Why a job was asked to be skipped in its child.
 SKIP_CANCEL = "cancel"
@@ -55,6 +61,8 @@ class Job:
     pid: int | None = None
     #: Its child was asked to skip it: SKIP_CANCEL or SKIP_NACK.
     skip: str = ""
+    #: Monotonic time it became its child's running job, as far as we saw (0: not seen).
+    began: float = 0.0
 
 
 def attempt_of(headers: Headers) -> int:
@@ -68,6 +76,8 @@ def attempt_of(headers: Headers) -> int:
 
 Report = Callable[[Job, str, str], None]
 Nack = Callable[[Job, str], None]
+#: Sends one partial (``{"value": ...}`` JSON) of a running job on to the router.
+SendPartial = Callable[[Job, str], None]
 
 
 class Lifecycle:
@@ -82,11 +92,18 @@ class Lifecycle:
         report: Report,
         nack: Nack,
         router_retries: Callable[[], bool],
+        partial: SendPartial | None = None,
     ) -> None:
         self.settings = settings
         self.pool = pool
         self.recorder = recorder
-        self._report = report
+        self._report = self._after_partials(report)
+        #: Jobs received, dispatched, finished, retried and timed, for metrics.
+        self.stats = Stats()
+        self._report = self._counted(self._report)
+        self._send_partial = partial or (lambda job, payload: None)
+        #: At most PARTIAL_RATE partials per second per job go on; the rest coalesce.
+        self.partials: Coalescer[Job] = Coalescer(self._partial)
         self._nack = nack
         self._router_retries = router_retries
         self.jobs: dict[int, Job] = {}
@@ -120,8 +137,11 @@ class Lifecycle:
             job.child = child
             idle = not child.inflight
             pool.assign(child, seq, job.msgid, job.body_text, now)
+            self.stats.dispatched[job.queue] += 1
             if len(child.outgoing) == 1:
                 touched.append(child)
+            if idle:
+                job.began = now
             if idle and job.record:
                 self._started(job, child)
         for child in touched:
@@ -133,17 +153,68 @@ class Lifecycle:
     def receive(self, child: Child, now: float) -> bool:
         """Take in what ``child`` wrote and settle the jobs it finished (True if any)."""
         results = self.pool.receive(child, now)
+        if child.partials:
+            self._take_partials(child, now)
         if not results:
             return False
         self.finish(results, now)
         head = child.head
         if head is not None:
             job = self.jobs.get(head)
+            if job is not None and not job.began:
+                job.began = now
             if job is not None and job.record and job.started is None:
                 self._started(job, child)
         if child.status is Status.RETIRING:
             self.wake_supervisor()  # let it go and start its replacement now
         return True
+
+    # -- partials (see .progress) -----------------------------------------------------
+    def _take_partials(self, child: Child, now: float) -> None:
+        jobs, offer = self.jobs, self.partials.offer
+        for seq, payload in child.partials:
+            job = jobs.get(seq)
+            if job is not None and job.child is child:
+                offer(job, payload, now)
+        child.partials.clear()
+
+    def _partial(self, job: Job, payload: str) -> None:
+        """A partial let through: on to the router, and onto the job's record."""
+        if job.record:
+            if job.started is None and job.child is not None:
+                self._started(job, job.child)  # its RUNNING record goes first
+            try:
+                value = json.loads(payload)["value"]
+            except (ValueError, KeyError, TypeError):
+                value = None
+            self._add_record(job, outcomes.RUNNING, None, time.monotonic(), progress=value)
+        self._send_partial(job, payload)
+
+    def _counted(self, report: Report) -> Report:
+        """``report``, after counting the outcome and timing the run in :attr:`stats`."""
+        stats = self.stats
+
+        def report_counted(job: Job, status: str, payload: str) -> None:
+            if status != X.STATUS_RETRY:  # a retry is counted by _retry, the job goes on
+                ran: float | None = None  # refused or cancelled: not timed
+                if job.began:
+                    ran = time.monotonic() - job.began
+                elif job.child is not None and status not in _UNTIMED:
+                    ran = 0.0  # not seen running: it ran between two reads of its child
+                stats.finish(job.queue, status, ran)
+                job_debug(logger, "%s", job.msgid, job.queue, status, body=job.body_text)
+            report(job, status, payload)
+
+        return report_counted
+
+    def _after_partials(self, report: Report) -> Report:
+        """``report``, after the job's held partial (its outcome comes after its partials)."""
+
+        def report_last(job: Job, status: str, payload: str) -> None:
+            self.partials.flush(job)
+            report(job, status, payload)
+
+        return report_last
 
     # -- outcomes ---------------------------------------------------------------------
     def finish(self, results: list[tuple[int, str, str]], now: float) -> None:
@@ -179,6 +250,7 @@ class Lifecycle:
                 name,
                 job.queue,
                 error["message"],
+                extra=job_fields(job.msgid, job.queue, name),
             )
         else:
             logger.warning(
@@ -189,6 +261,7 @@ class Lifecycle:
                 job.attempt,
                 error["type"],
                 error["message"],
+                extra=job_fields(job.msgid, job.queue, name),
             )
             if error["traceback"]:
                 logger.debug("traceback of job msgid=%s:\n%s", job.msgid, error["traceback"])
@@ -202,6 +275,7 @@ class Lifecycle:
     def _retry(self, seq: int, job: Job, payload: str, now: float) -> None:
         """A failed job with retries left: the router retries it, or we do after a back-off."""
         name, error = outcomes.parse_failure(payload)
+        self.stats.retried[job.queue] += 1
         logger.warning(
             "job failed msgid=%s job=%s queue=%s attempt=%d of %d, will retry: %s: %s",
             job.msgid,
@@ -211,6 +285,7 @@ class Lifecycle:
             job.retry_count + 1,
             error["type"],
             error["message"],
+            extra=job_fields(job.msgid, job.queue, name),
         )
         if job.record:
             self._record(job, outcomes.RETRYING, now, error=error)
@@ -222,6 +297,7 @@ class Lifecycle:
         job.attempt += 1
         job.child = None
         job.started = job.pid = None
+        job.began = 0.0
         self.jobs[seq] = job  # keeps its slot while it waits
         heapq.heappush(self._retries, (now + delay, seq))
 
@@ -263,6 +339,7 @@ class Lifecycle:
         *,
         value: object = None,
         error: dict[str, str] | None = None,
+        progress: object = None,
     ) -> None:
         self.recorder.add(
             msgid=job.msgid,
@@ -276,6 +353,7 @@ class Lifecycle:
             value=value,
             error=error,
             now=now,
+            progress=progress,
         )
 
     # -- supervision: retries due, timeouts, children that died -----------------------------
@@ -303,13 +381,15 @@ class Lifecycle:
             seq = child.head
             if seq is None or self.jobs.get(seq) is not job:
                 continue
+            name = _job_name(job.body_text)
             logger.warning(
                 "job timed out msgid=%s job=%s queue=%s after %ds; stopping worker pid=%d",
                 job.msgid,
-                _job_name(job.body_text),
+                name,
                 job.queue,
                 job.timeout,
                 child.pid,
+                extra=job_fields(job.msgid, job.queue, name),
             )
             self.stop_child(child, now)
             del self.jobs[seq]
@@ -350,12 +430,14 @@ class Lifecycle:
             if job is None:
                 continue
             message = f"worker process pid={item.pid} exited with code {item.exitcode} running it"
+            name = _job_name(job.body_text)
             logger.warning(
                 "job lost msgid=%s job=%s queue=%s: %s",
                 job.msgid,
-                _job_name(job.body_text),
+                name,
                 job.queue,
                 message,
+                extra=job_fields(job.msgid, job.queue, name),
             )
             if job.record:
                 error = outcomes.error_info("WorkerDied", message)

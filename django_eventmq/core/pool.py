@@ -13,7 +13,9 @@ pipe's file descriptor next to its socket, so a result is read the moment it
 is written. Jobs for one child are queued with :meth:`Pool.assign` and written
 together by :meth:`Pool.flush`. A child runs its jobs in order, so the first
 job in :attr:`Child.inflight` is the running one; it started when the result
-before it arrived (or when it was handed to an idle child).
+before it arrived (or when it was handed to an idle child). The run times so
+measured adapt the job manager's prefetch (:mod:`.prefetch`), which sets how
+many jobs one child may hold (:attr:`Pool.depth`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
-import math
 import multiprocessing
 import os
 import select
@@ -35,6 +36,7 @@ from multiprocessing.process import BaseProcess
 
 from . import worker
 from .pipe import FrameReader, frame, write_all
+from .prefetch import Prefetch
 from .settings import Settings
 
 logger = logging.getLogger("django_eventmq.pool")
@@ -51,6 +53,9 @@ MAX_START_DELAY = 10.0
 
 #: Seconds between SIGTERM and SIGKILL when a child is stopped mid-job.
 KILL_GRACE = 1.0
+
+#: Results of jobs that did not run (skipped or refused): not timed.
+_NOT_RUN = frozenset({worker.CANCELLED, worker.REFUSED})
 
 
 class Status(enum.Enum):
@@ -87,6 +92,8 @@ class Child:
     records_bytes: int = 0
     #: The hooks module has record_results (said in the child's UP frame).
     can_record: bool = False
+    #: Partials read from the pipe and not yet taken: ``(seq, payload)``, in order.
+    partials: list[tuple[int, str]] = field(default_factory=list)
     #: Why start-up failed, as the child reported it.
     failure: str = ""
     #: It reached UP once; it was told to exit after its share of jobs.
@@ -155,14 +162,14 @@ class Pool:
         watch: Callable[[int], None] | None = None,
         unwatch: Callable[[int], None] | None = None,
         start_method: str = "spawn",
+        prefetch: Prefetch | None = None,
     ) -> None:
         self.settings = settings
         self.hooks = hooks
         self.size = settings.concurrency
         self.max_jobs = settings.max_jobs_per_child
-        # Queue depth per child: prefetch is spread over the children, so a
-        # child has its next job at hand when it finishes one.
-        self.depth = 1 + math.ceil(settings.prefetch / settings.concurrency)
+        #: The job manager's prefetch; the run times measured here adapt it.
+        self.prefetch = prefetch or Prefetch.from_settings(settings)
         self._watch = watch or (lambda fd: None)
         self._unwatch = unwatch or (lambda fd: None)
         self._ctx: SpawnContext = multiprocessing.get_context(start_method)  # type: ignore[assignment]
@@ -203,17 +210,24 @@ class Pool:
             started.append(self.spawn(now))
         return started
 
+    @property
+    def depth(self) -> int:
+        """Jobs one child may hold: the prefetch is spread over the children, so a
+        child has its next job at hand when it finishes one."""
+        return self.prefetch.depth
+
     # -- talking to children -----------------------------------------------
     def pick(self, size: int) -> Child | None:
         """The least busy child that can take a job of ``size`` bytes now, if any."""
         best: Child | None = None
+        depth = self.prefetch.depth
         for child in self.children.values():
             if child.status is not Status.UP:
                 continue
             n = len(child.inflight)
             if n == 0:
                 return child
-            fits = n < self.depth and child.queued_bytes + size <= PIPE_BUDGET
+            fits = n < depth and child.queued_bytes + size <= PIPE_BUDGET
             if fits and (best is None or n < len(best.inflight)):
                 best = child
         return best
@@ -284,7 +298,9 @@ class Pool:
     def receive(self, child: Child, now: float | None = None) -> list[tuple[int, str, str]]:
         """Results waiting in ``child``'s pipe: ``[(seq, status, payload), ...]``.
 
-        Marks the child DEAD when its pipe has closed, and UP when it says so.
+        Partials read on the way are added to :attr:`Child.partials` (a job's
+        partials are read before its result). Marks the child DEAD when its
+        pipe has closed, and UP when it says so.
         """
         results: list[tuple[int, str, str]] = []
         if child.status is Status.KILLING or not child.readable.poll(0):
@@ -295,20 +311,26 @@ class Pool:
             self._mark_dead(child)
             return results
         inflight = child.inflight
+        at = _now(now)
         for data in frames:
             kind = data[:1]
             if kind == worker.RESULT:
                 seq, status, payload = worker.decode_result(data)
                 entry = inflight.pop(seq, None)
+                if entry is not None and status not in _NOT_RUN:
+                    # A result read together with the one before it ran in between: 0 s.
+                    self.prefetch.observe(at - child.head_since)
                 if entry is not None and inflight:
                     # The next job is now running, no longer queued in the pipe.
                     first = next(iter(inflight))
                     msgid, size = inflight[first]
                     child.queued_bytes -= size
                     inflight[first] = (msgid, 0)
-                    child.head_since = _now(now)
+                    child.head_since = at
                 child.jobs_run += 1
                 results.append((seq, status, payload))
+            elif kind == worker.PARTIAL:
+                child.partials.append(worker.decode_partial(data))
             elif kind == worker.RECORDED:
                 if child.records:
                     child.records_bytes -= len(child.records.pop(0))
@@ -345,9 +367,12 @@ class Pool:
         and its unhandled records are handed back so nothing is lost.
         """
         taken = Taken(queued=list(child.inflight)[1:], records=list(child.records))
+        if child.inflight:  # a job that ran past its timeout (or was cancelled) ran this long
+            self.prefetch.observe(_now(now) - child.head_since)
         child.inflight.clear()
         child.records.clear()
         child.outgoing.clear()
+        child.partials.clear()
         child.queued_bytes = child.records_bytes = 0
         child.status = Status.KILLING
         child.kill_at = _now(now) + KILL_GRACE

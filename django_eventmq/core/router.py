@@ -135,6 +135,7 @@ class Router(FrontendHandlers, BackendHandlers):
             raise
         self.book = Book(s, journal, self._deliver, self._to_client)
         self.book.recover()
+        self._recover_schedules()
         self._handlers = {
             self.frontend: ("frontend", False, self._frontend_handlers()),
             self.backend: ("backend", False, self._backend_handlers()),
@@ -343,6 +344,7 @@ class Router(FrontendHandlers, BackendHandlers):
         if msg.action == C.STATUS:
             body = admin_json.status(self.routing, now)
             body["poisoned_messages"] = admin_json.poisoned(self.book)
+            body.update(self.book.stats.as_dict())
         elif msg.action == C.ROUTER_SHOW_WORKERS:
             body = admin_json.show_workers(self.routing)
         elif msg.action == C.MONITOR:
@@ -373,10 +375,12 @@ class Router(FrontendHandlers, BackendHandlers):
         s = self.settings
         book = self.book
         for identity in self.routing.expired(now, s.heartbeat_timeout):
+            book.stats.heartbeats_missed += 1
             book.worker_failed(identity, f"silent for more than {s.heartbeat_timeout}s")
         book.expire_leases(now)
         if not self._blocked:  # a blocked frontend is not read: schedulers are not silent
             for identity in self.schedulers.expired(now, s.heartbeat_timeout):
+                book.stats.heartbeats_missed += 1
                 self.schedulers.remove(identity)
                 log.warning(
                     "scheduler %s dropped: silent for more than %ss",

@@ -23,8 +23,10 @@ from ..protocol import (
     Kbai,
     Message,
     Nack,
+    Partial,
     Ready,
     Reply,
+    Unready,
     decode,
     new_msgid,
 )
@@ -42,7 +44,16 @@ from .transport import Channel
 log = logging.getLogger("django_eventmq.router")
 
 #: What our router tells a job manager it speaks, right after the ACK of its INFORM.
-FEATURES = {"cancel": 1, "delay": 1, "done": 1, "nack": 1, "priority": 1, "reject": 1}
+FEATURES = {
+    "cancel": 1,
+    "delay": 1,
+    "done": 1,
+    "nack": 1,
+    "partial": 1,
+    "priority": 1,
+    "reject": 1,
+    "unready": 1,
+}
 
 _VERSION = C.PROTOCOL_VERSION_B
 _READY = C.READY.encode()
@@ -81,6 +92,8 @@ class BackendHandlers:
             Done: self._on_worker_message,
             Nack: self._on_worker_message,
             Features: self._on_worker_message,
+            Partial: self._on_worker_message,
+            Unready: self._on_worker_message,
         }
 
     def _drain_backend(self, now: float) -> None:
@@ -167,6 +180,9 @@ class BackendHandlers:
         elif kind is Done:
             assert isinstance(msg, Done)
             self.book.done(identity, msg.job_msgid, msg.status, msg.payload, now)
+        elif kind is Partial:
+            assert isinstance(msg, Partial)
+            self._on_partial(identity, frames, msg)
         elif kind is Reply:
             self._on_reply(identity, frames, msg)
         elif kind is Nack:
@@ -175,6 +191,9 @@ class BackendHandlers:
             self.book.nack(identity, msg.job_msgid, msg.reason, now)
         elif kind is Features:
             worker.features = True
+        elif kind is Unready:
+            assert isinstance(msg, Unready)
+            self.book.routing.unready(identity, msg.count)
         elif kind is Kbai:
             self.book.worker_left(identity, now)
             self._remember_departed(identity)
@@ -193,6 +212,18 @@ class BackendHandlers:
             return
         if not forward(self.frontend, client, frames):
             log.info("REPLY for msgid %s dropped: client %s is gone", msg.reply_to, show(client))
+
+    def _on_partial(self, identity: bytes, frames: list[bytes], msg: Partial) -> None:
+        """A running job's partial: forwarded as it is to the client that asked for a reply.
+
+        Best effort and not journaled: a partial of a job this worker no longer
+        holds, or for a client that cannot take it now, is dropped.
+        """
+        job = self.book.routing.inflight.get(msg.job_msgid)
+        if job is None or job.worker != identity or not job.reply or not job.client:
+            log.debug("PARTIAL for msgid %s dropped: no client waits for it here", msg.job_msgid)
+            return
+        forward(self.frontend, job.client, frames)
 
     def _from_unknown_worker(
         self, identity: bytes, frames: list[bytes], msg: Message, now: float
@@ -242,6 +273,7 @@ class BackendHandlers:
         book = self.book
         workers = book.routing.workers
         send = self.backend.send_frames
+        dispatched = book.stats.dispatched
         for worker, job in outbox:
             identity = worker.identity
             if job.worker != identity:
@@ -267,6 +299,7 @@ class BackendHandlers:
                 self._retry = True
                 continue
             worker.last_sent = job.dispatched_at
+            dispatched[job.queue] += 1
 
     def _send_to_worker(self, identity: bytes, message: Message, now: float) -> None:
         self._flush_deliveries()  # a job handed out goes first (a CANCEL may follow it)

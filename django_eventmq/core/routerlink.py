@@ -36,6 +36,8 @@ class RouterLink:
         self.channel: transport.Channel | None = None
         self.connected = False  # our INFORM was ACKed on the current socket
         self.heard_any = False
+        #: Times a router we had heard on a socket went silent past the heartbeat timeout.
+        self.heartbeats_missed = 0
         self._inform_msgid = ""
         self._liveness: Liveness | None = None
         self._backoff = RECONNECT_MIN_DELAY
@@ -130,6 +132,7 @@ class RouterLink:
         liveness = self._liveness
         assert liveness is not None
         if liveness.expired(now):
+            self.heartbeats_missed += self.heard_any
             self.lose(now, f"silent for more than {self.settings.heartbeat_timeout}s")
         elif liveness.due(now):
             self.channel.send(Heartbeat(msgid=new_msgid(), timestamp=time.time()))

@@ -46,13 +46,17 @@ class Settings:
     queues: QueueList = ((C.DEFAULT_QUEUE_WEIGHT, C.DEFAULT_QUEUE_NAME),)
     #: Worker processes per job manager.
     concurrency: int = 4
-    #: Jobs handed to a job manager beyond its free processes (READY slots), so
-    #: each worker process has its next jobs at hand instead of idling for a
-    #: round trip to the router (16 reached 5,000 no-op jobs/s end to end on 2
-    #: cores; see benchmarks/README.md). Use 0 for long jobs spread over several
-    #: job managers, or for strict priority order: prefetched jobs are already
-    #: that job manager's (they are handed back with NACK when it stops).
-    prefetch: int = 16
+    #: Most jobs handed to a job manager beyond its free processes (READY
+    #: slots), so each worker process has its next jobs at hand instead of
+    #: idling for a round trip to the router. How many it takes below this cap
+    #: follows ``prefetch_budget``. 0: never any, for strict priority order
+    #: (prefetched jobs are already that job manager's; see docs/concepts.md).
+    prefetch: int = 128
+    #: Seconds of queued work per worker process a job manager keeps beyond the
+    #: job each runs: its prefetch is ``prefetch_budget * concurrency / mean job
+    #: run time`` (at most ``prefetch``), deep for short jobs, none for long ones.
+    #: 0: always ``prefetch`` (fixed).
+    prefetch_budget: float = 0.05
     #: A worker process is replaced after running this many jobs (0: never).
     max_jobs_per_child: int = 0
     #: Seconds between heartbeats, and of silence after which a peer is dead.
@@ -108,8 +112,12 @@ class Settings:
     #: again; it doubles per attempt up to ``retry_backoff_cap``.
     retry_backoff_base: float = 1.0
     retry_backoff_cap: float = 300.0
-    #: Router: msgids of finished jobs remembered so a resent REQUEST does not run twice.
+    #: Router: msgids of finished jobs remembered so a resent REQUEST does not run twice
+    #: (kept in the journal, so across restarts too; 0: none).
     dedup_memory: int = 100_000
+    #: Router: seconds a finished job's msgid is remembered (at most ``dedup_memory`` of
+    #: them; 0: none).
+    dedup_window: float = 3600.0
     #: Seconds a ``guarantee`` job's ``.delay()`` waits for the router's ACK
     #: before sending the job again (with the same msgid).
     ack_timeout: float = 2.0
@@ -140,6 +148,11 @@ class Settings:
     curve_client_secret_key: str = ""
     #: This process's own public key (Z85 or a key file); derived from the secret if empty.
     curve_client_public_key: str = ""
+    #: Admin tools (``emq_status``, the admin dashboard, the router's metrics): their own
+    #: CURVE secret key (Z85 or a key file) for the router's admin socket, whose public key
+    #: must be in the router's ``curve_admin_clients``. Empty: ``curve_client_secret_key``,
+    #: else (on the router's host) ``curve_server_secret_key``.
+    curve_admin_secret_key: str = ""
     #: Router frontend: public keys of the clients and schedulers it accepts (Z85 keys,
     #: key files or directories of ``*.key`` files; comma separated in ``EMQ_*``).
     curve_frontend_clients: tuple[str, ...] = ()
@@ -191,6 +204,7 @@ class Settings:
         _positive("reconnect_max_delay", self.reconnect_max_delay)
         _positive("send_timeout", self.send_timeout)
         _positive("prefetch", self.prefetch, whole=True, allow_zero=True)
+        _positive("prefetch_budget", self.prefetch_budget, allow_zero=True)
         _positive("max_jobs_per_child", self.max_jobs_per_child, whole=True, allow_zero=True)
         if self.scheduler_catchup not in ("once", "skip", "all"):
             raise ConfigurationError(
@@ -218,6 +232,7 @@ class Settings:
         _positive("retry_backoff_base", self.retry_backoff_base)
         _positive("retry_backoff_cap", self.retry_backoff_cap)
         _positive("dedup_memory", self.dedup_memory, whole=True, allow_zero=True)
+        _positive("dedup_window", self.dedup_window, allow_zero=True)
         if self.heartbeat_timeout <= self.heartbeat_interval:
             raise ConfigurationError(
                 "HEARTBEAT_TIMEOUT must be longer than HEARTBEAT_INTERVAL, or live peers "
@@ -368,6 +383,11 @@ def _check_security(s: Settings) -> None:
         raise ConfigurationError(
             "CURVE_CLIENT_PUBLIC_KEY is set but CURVE_CLIENT_SECRET_KEY is not: "
             "a client needs its secret key too"
+        )
+    if s.curve_admin_secret_key and not (s.curve_server_public_key or s.curve_server_secret_key):
+        raise ConfigurationError(
+            "CURVE_ADMIN_SECRET_KEY is set but CURVE_SERVER_PUBLIC_KEY is not: admin tools "
+            "need the router's public key too"
         )
     if not isinstance(s.queue_allowed_jobs, tuple):
         raise ConfigurationError(

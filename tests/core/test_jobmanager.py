@@ -36,7 +36,9 @@ def router() -> Iterator[FakeRouter]:
 def test_inform_names_queues_with_weights_and_ready_follows_ack(
     router: FakeRouter, caplog: pytest.LogCaptureFixture
 ) -> None:
-    settings = settings_for(router, queues=((30, "email"), (10, "default")), prefetch=1)
+    settings = settings_for(
+        router, queues=((30, "email"), (10, "default")), prefetch=1, prefetch_budget=0
+    )
     with caplog.at_level(logging.INFO, JM_LOGGER), running(settings):
         identity, inform = router.expect(Inform)
         assert inform.queues == ((30, "email"), (10, "default"))

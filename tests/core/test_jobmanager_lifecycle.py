@@ -32,8 +32,12 @@ def test_timeout_kills_and_replaces_the_worker_and_the_queued_job_still_runs(
     router: FakeRouter, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     started, after = tmp_path / "started.txt", tmp_path / "after.txt"
-    # One child, two slots: the second job waits in the same child's pipe.
-    with caplog.at_level(logging.WARNING), running(settings_for(router, concurrency=1, prefetch=1)):
+    # One child, two slots: the second job waits in the same child's pipe. Here and below,
+    # PREFETCH_BUDGET=0 fixes the prefetch (it would otherwise start at 0 and adapt).
+    with (
+        caplog.at_level(logging.WARNING),
+        running(settings_for(router, concurrency=1, prefetch=1, prefetch_budget=0)),
+    ):
         identity, _ = router.handshake(features=True)
         router.wait_count(Ready, 2)
         stuck = router.request(identity, body("slow", 30, str(started)), timeout=1)
@@ -68,7 +72,7 @@ def test_timeout_with_a_reference_router_replies_timeouterror_then_ready(
 def test_time_waiting_in_the_pipe_does_not_count_towards_the_timeout(
     router: FakeRouter,
 ) -> None:
-    with running(settings_for(router, concurrency=1, prefetch=1)):
+    with running(settings_for(router, concurrency=1, prefetch=1, prefetch_budget=0)):
         identity, _ = router.handshake(features=True)
         router.wait_count(Ready, 2)
         first = router.request(identity, body("slow", 1.2))
@@ -131,7 +135,7 @@ def test_done_mode_leaves_the_retry_to_the_router(router: FakeRouter, tmp_path: 
 
 def test_cancel_a_queued_job_drops_it(router: FakeRouter, tmp_path: Path) -> None:
     started, cancelled = tmp_path / "started.txt", tmp_path / "cancelled.txt"
-    with running(settings_for(router, concurrency=1, prefetch=2)):
+    with running(settings_for(router, concurrency=1, prefetch=2, prefetch_budget=0)):
         identity, _ = router.handshake(features=True)
         router.wait_count(Ready, 3)
         running_job = router.request(identity, body("slow", 0.8, str(started)))
@@ -151,7 +155,7 @@ def test_cancel_a_running_job_stops_its_worker_and_keeps_the_queued_one(
     router: FakeRouter, tmp_path: Path
 ) -> None:
     started, after = tmp_path / "started.txt", tmp_path / "after.txt"
-    with running(settings_for(router, concurrency=1, prefetch=1)):
+    with running(settings_for(router, concurrency=1, prefetch=1, prefetch_budget=0)):
         identity, _ = router.handshake(features=True)
         router.wait_count(Ready, 2)
         stuck = router.request(identity, body("slow", 30, str(started)))

@@ -93,7 +93,7 @@ def test_sigterm_with_our_router_nacks_jobs_that_have_not_started(
     router: FakeRouter, tmp_path: Path
 ) -> None:
     started, never = tmp_path / "started.txt", tmp_path / "never.txt"
-    proc = start_jobmanager(router, prefetch=2, shutdown_grace=10)
+    proc = start_jobmanager(router, prefetch=2, prefetch_budget=0, shutdown_grace=10)
     try:
         identity, _ = router.handshake(features=True)
         router.wait_count(Ready, 3)

@@ -138,7 +138,7 @@ def test_child_that_cannot_start_is_logged_once_and_retried_later(
 
 
 def test_pick_prefers_idle_children_and_respects_depth(pool_factory: Any) -> None:
-    pool = pool_factory(concurrency=2, prefetch=2)  # depth 2 per child
+    pool = pool_factory(concurrency=2, prefetch=2, prefetch_budget=0)  # depth 2 per child
     assert pool.depth == 2
     children = pool.respawn()
     for child in children:
