@@ -28,6 +28,8 @@ class DigestSent(models.Model):
     class Meta:
         ordering = ["-sent_at", "-id"]
         indexes = [models.Index(fields=["user_id", "day"])]
+        verbose_name = "digest sent"
+        verbose_name_plural = "digests sent"
 
     def __str__(self) -> str:
         return f"digest of {self.day} -> {self.email}"
