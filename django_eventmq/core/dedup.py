@@ -35,7 +35,16 @@ class FinishedWindow:
         journal.keep_finished(self.keep, window, clock)
 
     def __contains__(self, msgid: object) -> bool:
-        return msgid in self._recent
+        at = self._recent.get(msgid) if isinstance(msgid, str) else None
+        if at is None:
+            return False
+        # Pruning only happens as jobs finish: an entry may have outlived the
+        # window while none did. The clock is read only on a hit (rare).
+        now = self._clock()
+        if at >= now - self.window:
+            return True
+        self._prune(now)
+        return False
 
     def __len__(self) -> int:
         return len(self._recent)

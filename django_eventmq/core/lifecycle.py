@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from ..protocol import Headers
 from ..protocol import extensions as X
 from . import outcomes, worker
-from .logs import job_debug, job_fields
+from .logs import job_debug, job_fields, job_name
 from .outcomes import Recorder
 from .pool import Child, Pool, Status
 from .progress import Coalescer
@@ -97,10 +97,10 @@ class Lifecycle:
         self.settings = settings
         self.pool = pool
         self.recorder = recorder
-        self._report = self._after_partials(report)
         #: Jobs received, dispatched, finished, retried and timed, for metrics.
         self.stats = Stats()
-        self._report = self._counted(self._report)
+        #: Reports an outcome: held partials go first, then it is counted.
+        self._report = self._counted(self._after_partials(report))
         self._send_partial = partial or (lambda job, payload: None)
         #: At most PARTIAL_RATE partials per second per job go on; the rest coalesce.
         self.partials: Coalescer[Job] = Coalescer(self._partial)
@@ -381,7 +381,7 @@ class Lifecycle:
             seq = child.head
             if seq is None or self.jobs.get(seq) is not job:
                 continue
-            name = _job_name(job.body_text)
+            name = job_name(job.body_text)
             logger.warning(
                 "job timed out msgid=%s job=%s queue=%s after %ds; stopping worker pid=%d",
                 job.msgid,
@@ -430,7 +430,7 @@ class Lifecycle:
             if job is None:
                 continue
             message = f"worker process pid={item.pid} exited with code {item.exitcode} running it"
-            name = _job_name(job.body_text)
+            name = job_name(job.body_text)
             logger.warning(
                 "job lost msgid=%s job=%s queue=%s: %s",
                 job.msgid,
@@ -489,11 +489,3 @@ class Lifecycle:
                 self.pool.cancel(child, seq)
         self.pending.clear()
         self._retries.clear()
-
-
-def _job_name(body_text: str) -> str:
-    try:
-        spec = json.loads(body_text)[1]
-        return f"{spec['path']}.{spec['callable']}"
-    except Exception:
-        return "?"

@@ -330,7 +330,10 @@ class Pool:
                 child.jobs_run += 1
                 results.append((seq, status, payload))
             elif kind == worker.PARTIAL:
-                child.partials.append(worker.decode_partial(data))
+                try:
+                    child.partials.append(worker.decode_partial(data))
+                except ValueError:  # never from our child code; a bad report is not fatal
+                    logger.warning("child %s sent a malformed partial report; dropped", child.pid)
             elif kind == worker.RECORDED:
                 if child.records:
                     child.records_bytes -= len(child.records.pop(0))

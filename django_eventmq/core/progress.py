@@ -104,6 +104,8 @@ class PartialGate:
         """One report of the running job (a :func:`progress` payload)."""
         now = time.monotonic()
         with self._cond:
+            if not self._seq:
+                return  # no job runs: a thread a finished job left behind reports late
             if self._held is None and now - self._last >= self._interval:
                 self._last = now
                 self._send(self._seq, text)

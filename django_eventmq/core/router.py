@@ -376,7 +376,7 @@ class Router(FrontendHandlers, BackendHandlers):
         book = self.book
         for identity in self.routing.expired(now, s.heartbeat_timeout):
             book.stats.heartbeats_missed += 1
-            book.worker_failed(identity, f"silent for more than {s.heartbeat_timeout}s")
+            self._worker_failed(identity, f"silent for more than {s.heartbeat_timeout}s")
         book.expire_leases(now)
         if not self._blocked:  # a blocked frontend is not read: schedulers are not silent
             for identity in self.schedulers.expired(now, s.heartbeat_timeout):

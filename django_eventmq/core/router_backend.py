@@ -124,7 +124,7 @@ class BackendHandlers:
         self._departed.pop(identity, None)
         self._told.pop(identity, None)
         if identity in routing.workers:
-            self.book.worker_failed(identity, "informed again")
+            self._worker_failed(identity, "informed again")
         routing.add_worker(identity, queues, now)
         log.info("worker %s connected, queues %s", show(identity), list(queues))
         self._send_to_worker(identity, Ack(msgid=new_msgid(), ack_msgid=msg.msgid), now)
@@ -270,36 +270,53 @@ class BackendHandlers:
         if not self._outbox:
             return
         outbox, self._outbox = self._outbox, []
-        book = self.book
-        workers = book.routing.workers
-        send = self.backend.send_frames
-        dispatched = book.stats.dispatched
-        for worker, job in outbox:
-            identity = worker.identity
-            if job.worker != identity:
-                continue  # taken back meanwhile (its worker failed): it waits again already
-            if workers.get(identity) is not worker:
-                book.undo(job)  # its worker left before the job went out
-                self._retry = True
-                continue
+        for index in range(len(outbox)):
             try:
-                send([identity, *job.frames], flags=transport.NOBLOCK)
-            except transport.Again:
-                log.debug(
-                    "worker %s is not taking messages; msgid %s waits", show(identity), job.msgid
-                )
-                book.undo(job)
-                self._retry = True
-                continue
-            except transport.ZMQError as exc:
-                if exc.errno != transport.EHOSTUNREACH:
-                    raise
-                book.undo(job)
-                book.worker_failed(identity, "unreachable")
-                self._retry = True
-                continue
-            worker.last_sent = job.dispatched_at
-            dispatched[job.queue] += 1
+                self._send_delivery(outbox, index)
+            except BaseException:
+                # Unexpected (the caller logs it): the jobs after this one must not
+                # be stranded, leased but never sent. They go out next time.
+                self._outbox[:0] = outbox[index + 1 :]
+                raise
+
+    def _send_delivery(self, outbox: list[tuple[Worker, Job]], index: int) -> None:
+        worker, job = outbox[index]
+        book = self.book
+        identity = worker.identity
+        if job.worker != identity:
+            return  # taken back meanwhile (its worker failed): it waits again already
+        if book.routing.workers.get(identity) is not worker:
+            book.undo(job)  # its worker left before the job went out
+            self._retry = True
+            return
+        try:
+            self.backend.send_frames([identity, *job.frames], flags=transport.NOBLOCK)
+        except transport.Again:
+            log.debug("worker %s is not taking messages; msgid %s waits", show(identity), job.msgid)
+            book.undo(job)
+            self._retry = True
+            return
+        except transport.ZMQError as exc:
+            if exc.errno != transport.EHOSTUNREACH:
+                raise
+            book.undo(job)
+            self._undo_unsent(identity, outbox[index + 1 :])
+            book.worker_failed(identity, "unreachable")
+            self._retry = True
+            return
+        worker.last_sent = job.dispatched_at
+        book.stats.dispatched[job.queue] += 1
+
+    def _worker_failed(self, identity: bytes, why: str) -> None:
+        """Drop a worker; its jobs still in the outbox never left, so they wait again
+        without a death counted (deaths poison a job)."""
+        self._undo_unsent(identity, self._outbox)
+        self.book.worker_failed(identity, why)
+
+    def _undo_unsent(self, identity: bytes, entries: list[tuple[Worker, Job]]) -> None:
+        for _worker, job in entries:
+            if job.worker == identity:
+                self.book.undo(job)  # clears job.worker: the flush skips the entry
 
     def _send_to_worker(self, identity: bytes, message: Message, now: float) -> None:
         self._flush_deliveries()  # a job handed out goes first (a CANCEL may follow it)

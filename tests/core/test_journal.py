@@ -186,6 +186,24 @@ class Clock:
         return self.now
 
 
+def test_a_finished_msgid_is_forgotten_after_the_window_even_if_nothing_else_finishes(
+    path: str,
+) -> None:
+    """No later finish prunes it: the lookup itself must see the window is over."""
+    clock = Clock(10_000.0)
+    journal = Journal(path)
+    try:
+        window = FinishedWindow(journal, keep=100, window=60.0, clock=clock)
+        window.add("old")
+        clock.now += 59
+        assert "old" in window  # a resend now is a duplicate
+        clock.now += 2
+        assert "old" not in window  # a resend now is a new job
+        assert len(window) == 0
+    finally:
+        journal.close()
+
+
 def test_finished_msgids_are_kept_across_reopening_within_window_and_count(path: str) -> None:
     clock = Clock(10_000.0)
     journal = Journal(path)

@@ -224,3 +224,34 @@ def test_records_go_to_an_idle_child_and_are_acknowledged(
         assert pool.send_records(batch, urgent=True)
     finally:
         pool.close(timeout=0.1)
+
+
+def test_a_malformed_partial_report_is_dropped_and_the_results_still_read(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A report the child could not tie to a job (empty seq) must not stop the job manager."""
+    import multiprocessing
+    from types import SimpleNamespace
+
+    from django_eventmq.core.pipe import frame, write_all
+
+    ours, theirs = multiprocessing.Pipe()
+    child = Child(process=SimpleNamespace(pid=4242), conn=ours, started=0.0)  # type: ignore[arg-type]
+    child.status = Status.UP
+    child.inflight[7] = ("m-7", 0)
+    pool = make_pool()
+    try:
+        write_all(
+            theirs.fileno(),
+            frame(worker.PARTIAL + b"\n" + b'{"value":1}')  # no seq: the job had ended
+            + frame(worker.encode_partial(b"7", '{"value":2}'))
+            + frame(worker.encode_result(b"7", "ok", '{"value":3}')),
+        )
+        with caplog.at_level(logging.WARNING, logger="django_eventmq.pool"):
+            results = pool.receive(child, now=1.0)
+    finally:
+        ours.close()
+        theirs.close()
+    assert results == [(7, "ok", '{"value":3}')]
+    assert child.partials == [(7, '{"value":2}')]
+    assert "malformed partial report" in caplog.text

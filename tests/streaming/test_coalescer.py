@@ -122,3 +122,15 @@ def test_gate_keeps_jobs_apart():
     gate.start(b"2")
     gate.report("b0")  # a new job's first report goes at once
     assert sink.sent == [(b"1", "a0"), (b"1", "a1"), (b"2", "b0")]
+
+
+def test_a_report_after_the_job_ended_is_dropped():
+    """A thread the job left behind may report late: it belongs to no job, so nothing goes out."""
+    sink = Sink()
+    gate = PartialGate(sink, interval=0.0)
+    gate.start(b"3")
+    gate.report("during")
+    gate.finish()
+    gate.report("late")  # the job is over; the next one has not started
+    gate.start(b"4")
+    assert sink.sent == [(b"3", "during")]
