@@ -46,9 +46,11 @@ def wait_until(check: Callable[[], Any], what: str, timeout: float = 60.0) -> An
 class Service:
     """One process of the demo, its output in var/demo/NAME.log."""
 
-    def __init__(self, name: str, args: list[str], env: dict[str, str]) -> None:
+    def __init__(
+        self, name: str, args: list[str], env: dict[str, str], log_dir: Path = LOG_DIR
+    ) -> None:
         self.name = name
-        self.log_path = LOG_DIR / f"{name}.log"
+        self.log_path = log_dir / f"{name}.log"
         self.log = self.log_path.open("w")
         self.proc = subprocess.Popen(
             [sys.executable, "manage.py", *args],

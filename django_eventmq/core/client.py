@@ -90,11 +90,20 @@ class Client:
         #: msgids of guarantee jobs sent and not yet acknowledged.
         self._awaiting_ack: set[str] = set()
         self._acked: set[str] = set()
+        # Unlike other sockets, a client's lingers: a thread-per-request server
+        # ends the thread that called .delay() (closing its socket when the
+        # thread-local goes) maybe before the connection is even up, and the
+        # job must still go out. Bounded by SEND_TIMEOUT, in ZeroMQ's I/O thread.
+        self._linger_ms = int(send_timeout * 1000)
         self.channel = transport.Channel(
             transport.DEALER,
             connect=addr,
             hwm=CLIENT_SNDHWM,
-            options={transport.SNDTIMEO: int(send_timeout * 1000), **(options or {})},
+            options={
+                transport.SNDTIMEO: int(send_timeout * 1000),
+                transport.LINGER: self._linger_ms,
+                **(options or {}),
+            },
         )
 
     def send(self, message: Message) -> str:
@@ -381,7 +390,8 @@ class Client:
         return count
 
     def close(self) -> None:
-        self.channel.close()
+        """Close the socket; jobs still queued go out within ``SEND_TIMEOUT``."""
+        self.channel.close(self._linger_ms)
 
 
 _local = threading.local()

@@ -232,12 +232,13 @@ class Channel:
                 failures.append(HANDSHAKE_PROTOCOL)
         return failures
 
-    def close(self) -> None:
+    def close(self, linger_ms: int = 0) -> None:
+        """Close; ``linger_ms`` > 0 lets ZeroMQ deliver what is still queued (in the background)."""
         if self._monitor is not None:
             self.socket.disable_monitor()
             self._monitor.close(linger=0)
             self._monitor = None
-        self.socket.close(linger=0)
+        self.socket.close(linger=linger_ms)
 
     def __enter__(self) -> Channel:
         return self
@@ -276,6 +277,7 @@ SUB = zmq.SUB
 PULL = zmq.PULL
 PUSH = zmq.PUSH
 SNDTIMEO = zmq.SNDTIMEO
+LINGER = zmq.LINGER
 Again = zmq.Again
 ContextTerminated = zmq.ContextTerminated
 ZMQError = zmq.ZMQError

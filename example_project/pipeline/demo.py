@@ -21,7 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-from example_project.demo import LOG_DIR, ROOT, Service, say, wait_until
+from example_project.demo import ROOT, Service, say, wait_until
+
+LOG_DIR = ROOT / "var" / "pipeline"
 
 SEND_DIGEST = "example_project.digests.jobs.send_digest"
 
@@ -46,8 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
     spark_dir: Path = options.data
     LOG_DIR.mkdir(parents=True, exist_ok=True)
+    (ROOT / "var" / "demo").mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, DJANGO_SETTINGS_MODULE="example_project.settings", PYTHONUNBUFFERED="1")
-    env.setdefault("DATABASE_URL", f"sqlite:///{LOG_DIR / 'db.sqlite3'}")
+    # The demo site's database: `make demo` (or runserver on it) shows the results too.
+    env.setdefault("DATABASE_URL", f"sqlite:///{ROOT / 'var' / 'demo' / 'db.sqlite3'}")
     # Every outcome lands in JobResult, so the digests show as finished jobs in the admin.
     env.setdefault("EMQ_RECORD_ALL_RESULTS", "true")
     os.environ.update(env)
@@ -84,11 +88,11 @@ def main(argv: list[str] | None = None) -> int:
 
     services: list[Service] = []
     try:
-        say("starting emq_router and emq_jobmanager (logs in var/demo/)")
-        router = Service("router", ["emq_router"], env)
+        say(f"starting emq_router and emq_jobmanager (logs in {LOG_DIR})")
+        router = Service("router", ["emq_router"], env, LOG_DIR)
         services.append(router)
         router.wait_for(r"router ready: ")
-        jobmanager = Service("jobmanager", ["emq_jobmanager"], env)
+        jobmanager = Service("jobmanager", ["emq_jobmanager"], env, LOG_DIR)
         services.append(jobmanager)
         jobmanager.wait_for(r"jobmanager connected to ")
 
@@ -132,7 +136,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"    DigestSent: {digest.email} {digest.day} events={digest.events} "
                 f"purchases={digest.purchases} revenue={digest.revenue}"
             )
-        say("see them in the admin: DigestSent and JobResult (manage.py runserver, /admin/)")
+        say(
+            "see them in the admin (Digests sent, Job results): "
+            f"DATABASE_URL={env['DATABASE_URL']} python manage.py runserver, then /admin/"
+        )
         return 0
     finally:
         for service in reversed(services):
