@@ -3,7 +3,7 @@
 :class:`Book` joins the routing state (:mod:`.queues`) and the journal
 (:mod:`.journal`). It sends nothing itself: it calls ``deliver(worker, job)``
 to hand a job to a worker (the router sends it by the end of its loop
-iteration, or calls :meth:`Book.undo`; False means it could not) and
+iteration, or calls :meth:`Book.undo` if it cannot) and
 ``to_client(identity, message)`` for messages that the router sends once the
 journal is committed (ACKs, replies, REJECTs).
 
@@ -38,7 +38,6 @@ from collections import Counter
 from collections.abc import Callable
 
 from ..protocol import Message, Reply, new_msgid
-from ..protocol import constants as C
 from ..protocol.extensions import (
     STATUS_CANCELLED,
     STATUS_DIED,
@@ -48,23 +47,19 @@ from ..protocol.extensions import (
     Reject,
     refusal_reason,
 )
-from ..protocol.headers import Headers, parse_headers
+from ..protocol.headers import Headers
 from .dedup import FinishedWindow
-from .journal import DELAYED, LEASED, POISONED, WAITING, Journal, Row
+from .journal import DELAYED, LEASED, POISONED, WAITING, Journal
 from .logs import job_debug, job_fields
 from .outcomes import backoff
 from .queues import Job, Routing, Worker
 from .router_io import show
 from .settings import Settings
 from .stats import Stats
+from .stored import job_from_row
 from .waiting import Key
 
 log = logging.getLogger("django_eventmq.router")
-
-_VERSION = C.PROTOCOL_VERSION_B
-_REQUEST = C.REQUEST.encode()
-#: The header a retried REQUEST carries (read by ``lifecycle.attempt_of``).
-ATTEMPT = b"attempt"
 
 #: The NACK reason of a job manager that is shutting down (core/lifecycle.py sends it).
 NACK_STOPPING = "stopping"
@@ -77,55 +72,6 @@ CANCELLED_PAYLOAD = (
 
 Deliver = Callable[[Worker, Job], bool]
 ToClient = Callable[[bytes, Message], None]
-
-
-def with_attempt(headers: bytes, attempt: int) -> bytes:
-    """The header frame with ``attempt:K`` in place of any ``attempt:N`` (none for K <= 1).
-
-    Edited as text so every other header reaches the job manager as the client wrote it.
-    """
-    items = [
-        item for item in headers.split(b",") if item and item.split(b":", 1)[0].strip() != ATTEMPT
-    ]
-    if attempt > 1:
-        items.append(b"%s:%d" % (ATTEMPT, attempt))
-    return b",".join(items)
-
-
-def job_from_row(row: Row, now: float) -> Job:
-    """A stored job, ready to be handed out again (a retry says which attempt it is)."""
-    headers = _headers(row.headers)
-    frames = [
-        b"",
-        _VERSION,
-        _REQUEST,
-        row.msgid.encode(),
-        row.queue.encode(),
-        with_attempt(row.headers, row.attempts + 1) if row.attempts else row.headers,
-        row.body,
-    ]
-    return Job(
-        row.msgid,
-        row.queue,
-        frames,
-        row.guarantee,
-        now,
-        seq=row.seq,
-        priority=-row.nprio,
-        client=row.client,
-        reply=headers.reply_requested,
-        retry_count=headers.retry_count,
-        timeout=headers.timeout,
-        deaths=row.deaths,
-        attempts=row.attempts,
-    )
-
-
-def _headers(raw: bytes) -> Headers:
-    try:
-        return parse_headers(raw.decode())
-    except (ValueError, UnicodeDecodeError):
-        return parse_headers("")
 
 
 class Book:
