@@ -70,7 +70,7 @@ CANCELLED_PAYLOAD = (
     ' "traceback": ""}}'
 )
 
-Deliver = Callable[[Worker, Job], bool]
+Deliver = Callable[[Worker, Job], None]
 ToClient = Callable[[bytes, Message], None]
 
 
@@ -216,7 +216,7 @@ class Book:
     # -- handing out ---------------------------------------------------------------
     def _hand_out(
         self, worker: Worker, job: Job, now: float, *, stored_as_leased: bool = False
-    ) -> bool:
+    ) -> None:
         s = self.settings
         if job.timeout:
             job.lease_until = now + job.timeout + s.lease_grace
@@ -227,15 +227,14 @@ class Book:
         if not stored_as_leased:
             self.journal.set_state(job.seq, LEASED)
         job_debug(log, "handed to %s", job.msgid, job.queue, show(worker.identity))
-        return self.deliver(worker, job)
+        self.deliver(worker, job)
 
     def pump(self, now: float, queues: list[str] | None = None) -> None:
-        """Hand waiting jobs to free workers; stops at the first send that fails."""
+        """Hand waiting jobs to free workers (sent at the end of the loop iteration)."""
         routing = self.routing
         for queue in queues if queues is not None else list(routing.waiting):
             while (pair := routing.dispatch_waiting(queue, now)) is not None:
-                if not self._hand_out(*pair, now):
-                    return
+                self._hand_out(*pair, now)
 
     def undo(self, job: Job) -> None:
         """Sending ``job`` failed: it waits again (its worker keeps the slot)."""

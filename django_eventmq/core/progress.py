@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import json
 import threading
 import time
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
 from ..errors import SerializationError
+from ..protocol import encode_json
 from ..protocol.extensions import MAX_PARTIAL_BYTES
 
 #: Partials per second per job that leave a job manager; faster reports are coalesced.
@@ -33,16 +33,13 @@ PARTIAL_INTERVAL = 1.0 / PARTIAL_RATE
 #: Set by the worker child around each job: sends one encoded partial payload.
 _reporter: Callable[[str], object] | None = None
 
-#: One encoder for every report (json.dumps with options builds one per call).
-_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
-
 
 def encode_partial(value: Any) -> str:
     """The PARTIAL payload for ``value``; :class:`SerializationError` if it cannot be sent."""
     try:
-        text = _encode({"value": value})
-    except (TypeError, ValueError) as exc:
-        raise SerializationError(f"progress value is not JSON-serialisable: {exc}") from None
+        text = encode_json({"value": value})
+    except SerializationError as exc:
+        raise SerializationError(f"progress value is {exc}") from None
     if len(text) > MAX_PARTIAL_BYTES:
         raise SerializationError(
             f"progress value is {len(text)} bytes as JSON, more than {MAX_PARTIAL_BYTES}; "

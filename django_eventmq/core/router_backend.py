@@ -254,7 +254,7 @@ class BackendHandlers:
             self._departed.popitem(last=False)
 
     # -- sending to job managers ----------------------------------------------------
-    def _deliver(self, worker: Worker, job: Job) -> bool:
+    def _deliver(self, worker: Worker, job: Job) -> None:
         """Queue a handed-out job for its worker; :meth:`_flush_deliveries` sends it.
 
         The jobs one loop iteration hands out are sent together: a message
@@ -263,7 +263,6 @@ class BackendHandlers:
         largest per-job cost of the router.
         """
         self._outbox.append((worker, job))
-        return True
 
     def _flush_deliveries(self) -> None:
         """Send the queued jobs; a job its worker cannot take now waits again (at the front)."""
