@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -128,3 +129,62 @@ def migrated_env(env: dict[str, str]) -> dict[str, str]:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return env
+
+
+class ResultStack:
+    """Processes of a test stack that record ``JobResult`` rows into the SQLite file ``db``."""
+
+    db: Path
+    procs: list[Proc]
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.args[3]}\n{p.output()}" for p in self.procs)
+
+    def row(self, msgid: str) -> dict[str, Any] | None:
+        with sqlite3.connect(self.db, timeout=10) as conn:
+            conn.row_factory = sqlite3.Row
+            found = conn.execute(
+                "SELECT * FROM django_eventmq_jobresult WHERE msgid = ?", (msgid,)
+            ).fetchone()
+        return dict(found) if found else None
+
+    def wait_row(
+        self, msgid: str, check: Callable[[dict[str, Any]], bool], what: str
+    ) -> dict[str, Any]:
+        """The row of ``msgid`` once ``check(row)`` holds (rows are written in batches)."""
+
+        def ready() -> dict[str, Any] | None:
+            found = self.row(msgid)
+            return found if found and check(found) else None
+
+        try:
+            return wait_for(ready, 30, f"{what} recorded for {msgid}")  # type: ignore[no-any-return]
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; row now {self.row(msgid)}\n{self.logs()}") from None
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+
+
+def result_record(
+    msgid: str, status: str, *, job: str, args: list[Any], attempt: int = 1, **extra: Any
+) -> dict[str, Any]:
+    """A record as job managers hand them to ``record_results`` (``extra`` overrides)."""
+    record: dict[str, Any] = {
+        "msgid": msgid,
+        "queue": "default",
+        "job": job,
+        "args": args,
+        "kwargs": {},
+        "status": status,
+        "value": None,
+        "error": None,
+        "attempt": attempt,
+        "jobmanager": "jm-1",
+        "pid": 4242,
+        "started": None,
+        "finished": None,
+    }
+    record.update(extra)
+    return record

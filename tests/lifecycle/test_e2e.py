@@ -13,7 +13,6 @@ import importlib.util
 import json
 import os
 import re
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -25,7 +24,7 @@ import pytest
 from django_eventmq.errors import JobError
 from django_eventmq.protocol import Headers
 from tests.lifecycle import jobs
-from tests.support import ROOT, Proc, clean_environ, migrated_env, wait_for
+from tests.support import ROOT, Proc, ResultStack, clean_environ, migrated_env, wait_for
 
 SETTINGS = "tests.lifecycle.e2e_settings"
 ANY_PORT = "tcp://127.0.0.1:*"
@@ -49,7 +48,7 @@ def db_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     )
 
 
-class Stack:
+class Stack(ResultStack):
     """A router and a job manager; ``frontend`` is where clients connect."""
 
     def __init__(
@@ -79,32 +78,9 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def logs(self) -> str:
-        return "\n".join(f"--- {p.args[3]}\n{p.output()}" for p in self.procs)
-
-    def row(self, msgid: str) -> dict[str, Any] | None:
-        with sqlite3.connect(self.db, timeout=10) as conn:
-            conn.row_factory = sqlite3.Row
-            found = conn.execute(
-                "SELECT * FROM django_eventmq_jobresult WHERE msgid = ?", (msgid,)
-            ).fetchone()
-        return dict(found) if found else None
-
     def row_when(self, msgid: str, status: str) -> dict[str, Any]:
-        """The row of ``msgid`` once it has ``status`` (rows are written in batches)."""
-
-        def check() -> dict[str, Any] | None:
-            found = self.row(msgid)
-            return found if found and found["status"] == status else None
-
-        try:
-            return wait_for(check, 30, f"status {status} recorded for {msgid}")  # type: ignore[no-any-return]
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}; row now {self.row(msgid)}\n{self.logs()}") from None
-
-    def stop(self) -> None:
-        for proc in reversed(self.procs):
-            proc.stop()
+        """The row of ``msgid`` once it has ``status``."""
+        return self.wait_row(msgid, lambda row: row["status"] == status, f"status {status}")
 
 
 @pytest.fixture(scope="module")

@@ -12,28 +12,14 @@ from django_eventmq.core.handles import JobHandle, ResultNotReady
 from django_eventmq.errors import JobError
 from django_eventmq.results import record_cancel, record_queued, record_results
 from django_eventmq.results_models import JobResult
+from tests.support import result_record
 
 pytestmark = pytest.mark.django_db
 
 
 def rec(msgid: str, status: str, attempt: int = 1, **extra):
-    base = {
-        "msgid": msgid,
-        "queue": "default",
-        "job": "tests.lifecycle.jobs.add",
-        "args": [1, 2],
-        "kwargs": {"k": "v"},
-        "status": status,
-        "value": None,
-        "error": None,
-        "attempt": attempt,
-        "jobmanager": "jm-1",
-        "pid": 4242,
-        "started": None,
-        "finished": None,
-    }
-    base.update(extra)
-    return base
+    fields = {"job": "tests.lifecycle.jobs.add", "args": [1, 2], "kwargs": {"k": "v"}, **extra}
+    return result_record(msgid, status, attempt=attempt, **fields)
 
 
 def row(msgid: str) -> JobResult:

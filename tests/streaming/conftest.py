@@ -4,14 +4,13 @@ SQLite file and record results there; the tests read that file."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import ROOT, Proc, migrated_env, python_module, wait_for
+from tests.support import ROOT, Proc, ResultStack, migrated_env, python_module
 
 SETTINGS = "tests.streaming.e2e_settings"
 ANY_PORT = "tcp://127.0.0.1:*"
@@ -54,7 +53,7 @@ def start_router(
     return router, ready.group(1), ready.group(2)
 
 
-class Stack:
+class Stack(ResultStack):
     """A router and a job manager with four workers recording to ``db``."""
 
     def __init__(self, env: dict[str, str], journal: Path) -> None:
@@ -82,32 +81,8 @@ class Stack:
         self.procs.append(jobmanager)
         jobmanager.wait_output(r"jobmanager ready: ", timeout=60)
 
-    def logs(self) -> str:
-        return "\n".join(f"--- {p.args[3]}\n{p.output()}" for p in self.procs)
-
-    def row(self, msgid: str) -> dict[str, Any] | None:
-        with sqlite3.connect(self.db, timeout=10) as conn:
-            conn.row_factory = sqlite3.Row
-            found = conn.execute(
-                "SELECT * FROM django_eventmq_jobresult WHERE msgid = ?", (msgid,)
-            ).fetchone()
-        return dict(found) if found else None
-
-    def row_when(self, msgid: str, check: Callable[[dict[str, Any]], bool], what: str) -> Any:
-        """The row of ``msgid`` once ``check(row)`` holds (rows are written in batches)."""
-
-        def ready() -> dict[str, Any] | None:
-            found = self.row(msgid)
-            return found if found and check(found) else None
-
-        try:
-            return wait_for(ready, 30, f"{what} recorded for {msgid}")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}; row now {self.row(msgid)}\n{self.logs()}") from None
-
-    def stop(self) -> None:
-        for proc in reversed(self.procs):
-            proc.stop()
+    #: Tests read rows with ``row_when(msgid, check, what)``.
+    row_when = ResultStack.wait_row
 
 
 @pytest.fixture(scope="module")

@@ -8,28 +8,14 @@ import pytest
 
 from django_eventmq.results import record_results
 from django_eventmq.results_models import JobResult
+from tests.support import result_record
 
 pytestmark = pytest.mark.django_db
 
 
 def rec(msgid: str, status: str, attempt: int = 1, **extra):
-    base = {
-        "msgid": msgid,
-        "queue": "default",
-        "job": "tests.streaming.jobs.long_job",
-        "args": [3, 0.1],
-        "kwargs": {},
-        "status": status,
-        "value": None,
-        "error": None,
-        "attempt": attempt,
-        "jobmanager": "jm-1",
-        "pid": 4242,
-        "started": None,
-        "finished": None,
-    }
-    base.update(extra)
-    return base
+    fields = {"job": "tests.streaming.jobs.long_job", "args": [3, 0.1], **extra}
+    return result_record(msgid, status, attempt=attempt, **fields)
 
 
 def progress_of(msgid: str):
