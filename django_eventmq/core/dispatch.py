@@ -149,6 +149,16 @@ class Book:
             or msgid in self.routing.waiting.index
         )
 
+    def _some_only_on_disk(self) -> bool:
+        """True if jobs are held that :meth:`is_held` cannot see: waiting jobs past
+        the in-memory window, delayed and poisoned ones."""
+        waiting = self.routing.waiting
+        return (
+            waiting.total() > waiting.memory()
+            or any(self.delayed.values())
+            or any(self.poisoned.values())
+        )
+
     def accept(
         self,
         identity: bytes,
@@ -159,7 +169,7 @@ class Book:
         now: float,
     ) -> bool:
         """Store and route a REQUEST; False if it is a duplicate (held or recently finished)."""
-        if self.is_held(msgid):
+        if self.is_held(msgid) or (self._some_only_on_disk() and self.journal.holds(msgid)):
             self.duplicates += 1
             return False
         self._seq += 1

@@ -76,6 +76,16 @@ def monitor(h: Harness) -> dict[str, Any]:
     return h.ask("MONITOR")
 
 
+def run_one_at_a_time(worker: Peer, n: int) -> list[str]:
+    """READY once, then DONE for each of ``n`` jobs as it comes; their msgids in order."""
+    got: list[str] = []
+    worker.send("READY")
+    for _ in range(n):
+        got.append(worker.expect("REQUEST")[1])
+        worker.send("DONE", got[-1], "ok", "{}")
+    return got
+
+
 def send_request(client: Peer, headers: str = "", queue: str = "default", **kw: Any) -> str:
     return client.send("REQUEST", queue, headers, JOB, **kw)
 
@@ -143,6 +153,24 @@ def test_a_resent_request_is_acked_again_and_runs_once(start: Callable[..., Harn
     other = h.request(client)
     assert worker.expect("REQUEST")[1] == other  # the next one, not the duplicate
     assert monitor(h)["duplicates"] == 3
+
+
+def test_a_resent_request_whose_job_is_only_on_disk_is_not_stored_twice(
+    start: Callable[..., Harness],
+) -> None:
+    # Past the in-memory window, and delayed: the router holds these jobs on disk only.
+    h = start(queue_window=5)
+    client = h.peer("frontend", "client")
+    sent = [h.request(client) for _ in range(20)]
+    later = h.request(client, headers=f"delay-until:{time.time() + 3600}")
+    assert monitor(h)["in_memory"] < 20
+    for msgid in (sent[-1], later):
+        send_request(client, msgid=msgid)
+        assert client.expect("ACK")[2] == msgid
+    info = monitor(h)
+    assert (info["queued"], info["delayed"], info["duplicates"]) == (20, 1, 2)
+    assert run_one_at_a_time(modern_worker(h, "w", ready=0), 20) == sent  # each once, in order
+    wait_for(lambda: monitor(h)["queued"] == 0, what="the DONEs")
 
 
 # -- DONE, NACK, CANCEL ------------------------------------------------------------------
@@ -377,12 +405,7 @@ def test_only_a_window_of_each_queue_is_in_memory(start: Callable[..., Harness])
     assert info["in_memory"] <= 20
     stop(h)
     h = start(queue_window=10)
-    worker = modern_worker(h, "w", ready=0)
-    got = []
-    worker.send("READY")
-    for _ in range(100):
-        got.append(worker.expect("REQUEST")[1])
-        worker.send("DONE", got[-1], "ok", "{}")
+    got = run_one_at_a_time(modern_worker(h, "w", ready=0), 100)
     by_priority = sorted(range(100), key=lambda i: (-(i % 3), i))
     assert got == [sent[i] for i in by_priority]
     assert monitor(h)["queued"] == 0
