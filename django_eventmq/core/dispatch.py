@@ -169,7 +169,7 @@ class Book:
         now: float,
     ) -> bool:
         """Store and route a REQUEST; False if it is a duplicate (held or recently finished)."""
-        if self.is_held(msgid) or (self._some_only_on_disk() and self.journal.holds(msgid)):
+        if self.is_held(msgid):
             self.duplicates += 1
             return False
         self._seq += 1
@@ -203,6 +203,7 @@ class Book:
             client=identity,
             accepted=wall,
             due=due or 0.0,
+            on_disk=self._some_only_on_disk(),
         )
         if not stored:
             self.duplicates += 1

@@ -27,9 +27,9 @@ change itself. Changes to one row are merged, and a job that is added and
 finished within one commit never reaches the disk. Applying them grouped
 (inserts, then updates, then deletes) is the same as applying them in order,
 because a row's seq is never reused (changes kept for a seq before its row is
-added are dropped: in order, they would have changed nothing). :meth:`add`
-therefore cannot see a msgid that is only on disk: the router asks
-:meth:`holds` first when one may be there.
+added are dropped: in order, they would have changed nothing). A kept
+:meth:`add` cannot see a msgid that is only on disk, so the router inserts at
+once (``on_disk=True``) while some jobs are held on disk only.
 
 Two small tables beside the jobs: the msgids of recently finished jobs
 (``finished``, pruned by age and count inside a commit) so a REQUEST resent
@@ -283,10 +283,14 @@ class Journal:
         client: bytes,
         accepted: float,
         due: float = 0.0,
+        on_disk: bool = False,
     ) -> bool:
-        """Store a new job; False (nothing stored) when its msgid waits to be written.
+        """Store a new job; False (nothing stored) when its msgid is held already.
 
-        A msgid already on disk is not seen here: ask :meth:`holds` first.
+        Kept for the next write unless ``on_disk`` says the msgid may be stored
+        already: then the row is inserted at once, so that the insert finds out
+        (cheaper than a lookup first). Without it a msgid that is only on disk
+        is not seen.
         """
         if msgid in self._new_msgids:
             return False
@@ -295,7 +299,7 @@ class Journal:
         # order they would have changed nothing.
         self._changed.pop(seq, None)
         self._gone.discard(seq)
-        self._new[seq] = [
+        values = [
             seq,
             msgid,
             queue,
@@ -311,15 +315,11 @@ class Journal:
             0,
             "",
         ]
+        if on_disk:
+            return self._execute(_INSERT_JOB, values).rowcount == 1
+        self._new[seq] = values
         self._new_msgids.add(msgid)
         return True
-
-    def holds(self, msgid: str) -> bool:
-        """True if a job with ``msgid`` is stored (or waits to be)."""
-        if msgid in self._new_msgids:
-            return True
-        found = self._execute("SELECT seq FROM jobs WHERE msgid = ?", (msgid,)).fetchone()
-        return found is not None and found[0] not in self._gone
 
     def _change(self, seq: int, **columns: Any) -> None:
         self._begin()

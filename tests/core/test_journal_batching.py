@@ -158,17 +158,20 @@ def test_changes_to_one_row_are_merged_into_one_write(tmp_path: Path) -> None:
         journal.close()
 
 
-def test_holds_sees_kept_and_written_msgids_but_not_finished_ones(tmp_path: Path) -> None:
+def test_an_add_that_may_meet_a_stored_msgid_inserts_at_once_and_finds_it(
+    tmp_path: Path,
+) -> None:
     journal = Journal(str(tmp_path / "j.sqlite3"))
     try:
         add(journal, 1)
-        assert journal.holds("m1")  # kept, not written yet
         assert add(journal, 2, msgid="m1") is False  # the same msgid, kept: refused
         journal.commit()
-        assert journal.holds("m1")  # on disk
-        journal.delete(1)
-        assert not journal.holds("m1")  # deleted (kept), nothing else holds it
-        assert not journal.holds("never-sent")
+        assert add(journal, 3, msgid="m1", on_disk=True) is False  # found by the insert
+        assert add(journal, 4, on_disk=True) is True
+        before = journal.db.total_changes
+        journal.commit()
+        assert journal.db.total_changes == before  # it was written already
+        assert [r.seq for r in journal.waiting("default", None, 10)] == [1, 4]
     finally:
         journal.close()
 
