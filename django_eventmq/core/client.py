@@ -27,6 +27,7 @@ from ..protocol import (
     EMPTY_HEADERS,
     Ack,
     Cancel,
+    Features,
     Headers,
     Message,
     Partial,
@@ -90,6 +91,9 @@ class Client:
         #: msgids of guarantee jobs sent and not yet acknowledged.
         self._awaiting_ack: set[str] = set()
         self._acked: set[str] = set()
+        #: The router's FEATURES once it answered ours (None: not yet, or a
+        #: reference router): a later send_many batches from its first job.
+        self.router_features: dict[str, Any] | None = None
         # Unlike other sockets, a client's lingers: a thread-per-request server
         # ends the thread that called .delay() (closing its socket when the
         # thread-local goes) maybe before the connection is even up, and the
@@ -180,6 +184,7 @@ class Client:
         window: int = pipeline.CLIENT_WINDOW,
         ack_timeout: float = 2.0,
         give_up: float = pipeline.DEFAULT_GIVE_UP,
+        batch: int = pipeline.DEFAULT_BATCH,
     ) -> pipeline.SendResult:
         """Send many REQUESTs (messages, or encoded ``(msgid, queue, headers, body)``).
 
@@ -188,8 +193,9 @@ class Client:
         ``ack_timeout`` seconds is sent again with the same msgid. REQUESTs
         the router refused are in the result's ``rejected`` (msgid: reason).
         Raises :class:`BrokerUnavailable` when the router answered nothing for
-        ``give_up`` seconds. Without ``guarantee`` it sends as ``.delay()``
-        does and waits for nothing.
+        ``give_up`` seconds. A router of ours gets them in BATCH messages of up
+        to ``batch`` jobs (0: REQUESTs only; see :mod:`.pipeline`). Without
+        ``guarantee`` it sends as ``.delay()`` does and waits for nothing.
         """
         encoded = pipeline.encode_requests(requests)
         result = pipeline.SendResult()
@@ -204,12 +210,22 @@ class Client:
             window=window,
             ack_timeout=ack_timeout,
             give_up=give_up,
+            batch=batch,
+            router_features=self.router_features,
             on_other=self._file,  # outcomes for handles are kept as usual
             on_reject=result.reject,
         )
         result.counts = sender.counts
-        sender.send_requests(encoded)
-        sender.flush()
+        try:
+            sender.send_requests(encoded)
+            sender.flush()
+        except BrokerUnavailable:
+            # Maybe not the router that answered our FEATURES: ask again next time.
+            self.router_features = None
+            raise
+        if sender.router_features is not None:
+            self.router_features = sender.router_features
+        result.batches = sender.batches_sent
         return result
 
     def cancel(self, job_msgid: str) -> str:
@@ -305,6 +321,9 @@ class Client:
         elif isinstance(message, Reject):
             logger.info("router rejected msgid=%s: %s", message.job_msgid, message.reason)
             self._keep(message.job_msgid, message)
+        elif isinstance(message, Features):
+            # The answer to a send_many's FEATURES that came after it returned.
+            self.router_features = dict(message.features)
         # HEARTBEAT, DISCONNECT and others need nothing from a client.
 
     def _keep(self, job_msgid: str, message: Outcome) -> None:

@@ -36,6 +36,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 from ..protocol import Message, Reply, new_msgid
 from ..protocol.extensions import (
@@ -49,7 +50,7 @@ from ..protocol.extensions import (
 )
 from ..protocol.headers import Headers
 from .dedup import FinishedWindow
-from .journal import DELAYED, LEASED, POISONED, WAITING, Journal
+from .journal import DELAYED, LEASED, POISONED, WAITING, Journal, new_row
 from .logs import job_debug, job_fields
 from .outcomes import backoff
 from .queues import Job, Routing, Worker
@@ -72,6 +73,26 @@ CANCELLED_PAYLOAD = (
 
 Deliver = Callable[[Worker, Job], None]
 ToClient = Callable[[bytes, Message], None]
+#: A REQUEST to accept: its frames (as a DEALER sent them), msgid, queue and headers.
+Accepting = tuple[list[bytes], str, str, Headers]
+
+
+def job_values(job: Job, state: int, accepted: float, due: float | None) -> list[Any]:
+    """A new job's journal row (see :meth:`.journal.Journal.add`)."""
+    frames = job.frames
+    return new_row(
+        job.seq,
+        job.msgid,
+        job.queue,
+        job.priority,
+        state,
+        job.guarantee,
+        frames[5],
+        frames[6],
+        job.client,
+        accepted,
+        due or 0.0,
+    )
 
 
 class Book:
@@ -172,8 +193,68 @@ class Book:
         if self.is_held(msgid):
             self.duplicates += 1
             return False
+        job = self._new_job(identity, frames, msgid, queue, headers, now)
+        wall = time.time()
+        due = headers.delay_until
+        delayed = due is not None and due > wall
+        worker = None if delayed else self.routing.free_worker(queue)
+        state = DELAYED if delayed else (LEASED if worker is not None else WAITING)
+        stored = self.journal.add(
+            job_values(job, state, wall, due if delayed else None),
+            on_disk=self._some_only_on_disk(),
+        )
+        if not stored:
+            self.duplicates += 1
+            return False
+        self._route_new(job, due if delayed else None, now, stored_as_leased=state == LEASED)
+        return True
+
+    def accept_many(self, identity: bytes, requests: list[Accepting], now: float) -> None:
+        """:meth:`accept` for the REQUESTs of one BATCH.
+
+        While some held jobs are on disk only, a kept insert cannot see their
+        msgids, and an insert at once per job costs twice a grouped one: the
+        new jobs are inserted together, and the insert says which were held.
+        """
+        if not self._some_only_on_disk():
+            for frames, msgid, queue, headers in requests:
+                self.accept(identity, frames, msgid, queue, headers, now)
+            return
+        wall = time.time()
+        fresh: list[tuple[Job, float | None]] = []
+        seen: set[str] = set()
+        for frames, msgid, queue, headers in requests:
+            if msgid in seen or self.is_held(msgid):
+                self.duplicates += 1
+                continue
+            seen.add(msgid)
+            due = headers.delay_until
+            fresh.append(
+                (
+                    self._new_job(identity, frames, msgid, queue, headers, now),
+                    due if due is not None and due > wall else None,
+                )
+            )
+        stored = self.journal.add_many(
+            [job_values(job, WAITING if due is None else DELAYED, wall, due) for job, due in fresh]
+        )
+        for job, due in fresh:
+            if job.seq in stored:
+                self._route_new(job, due, now)
+            else:
+                self.duplicates += 1
+
+    def _new_job(
+        self,
+        identity: bytes,
+        frames: list[bytes],
+        msgid: str,
+        queue: str,
+        headers: Headers,
+        now: float,
+    ) -> Job:
         self._seq += 1
-        job = Job(
+        return Job(
             msgid,
             queue,
             frames,
@@ -186,39 +267,21 @@ class Book:
             retry_count=headers.retry_count,
             timeout=headers.timeout,
         )
-        wall = time.time()
-        due = headers.delay_until
-        delayed = due is not None and due > wall
-        worker = None if delayed else self.routing.free_worker(queue)
-        state = DELAYED if delayed else (LEASED if worker is not None else WAITING)
-        stored = self.journal.add(
-            seq=job.seq,
-            msgid=msgid,
-            queue=queue,
-            priority=job.priority,
-            state=state,
-            guarantee=job.guarantee,
-            headers=frames[5],
-            body=frames[6],
-            client=identity,
-            accepted=wall,
-            due=due or 0.0,
-            on_disk=self._some_only_on_disk(),
-        )
-        if not stored:
-            self.duplicates += 1
-            return False
+
+    def _route_new(
+        self, job: Job, due: float | None, now: float, *, stored_as_leased: bool = False
+    ) -> None:
+        """A stored new job: delayed until ``due``, or to a free worker or the waiting queue."""
+        queue = job.queue
         self.stats.received[queue] += 1
-        if delayed:
-            assert due is not None
+        if due is not None:
             self.delayed[queue] += 1
             if self._next_due is None or due < self._next_due:
                 self._next_due = due
-            return True
+            return
         worker = self.routing.submit(job, now)
         if worker is not None:
-            self._hand_out(worker, job, now, stored_as_leased=state == LEASED)
-        return True
+            self._hand_out(worker, job, now, stored_as_leased=stored_as_leased)
 
     def reject(self, identity: bytes, msgid: str, reason: str) -> None:
         self.rejected += 1

@@ -109,6 +109,40 @@ _INSERT_JOB = (
     " body, client, accepted, deaths, attempts, reason)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+
+def new_row(
+    seq: int,
+    msgid: str,
+    queue: str,
+    priority: int,
+    state: int,
+    guarantee: bool,
+    headers: bytes,
+    body: bytes,
+    client: bytes,
+    accepted: float,
+    due: float = 0.0,
+) -> list[Any]:
+    """A new job's values for :meth:`Journal.add` (in ``_INSERT_JOB``'s order)."""
+    return [
+        seq,
+        msgid,
+        queue,
+        -priority,
+        state,
+        due,
+        guarantee,
+        headers,
+        body,
+        client,
+        accepted,
+        0,
+        0,
+        "",
+    ]
+
+
 #: Where a column's value sits in a new row's INSERT values.
 _COLUMN_AT = {"state": 4, "due": 5, "deaths": 11, "attempts": 12, "reason": 13}
 
@@ -269,29 +303,16 @@ class Journal:
             self._lock = None
 
     # -- writes ---------------------------------------------------------------
-    def add(
-        self,
-        *,
-        seq: int,
-        msgid: str,
-        queue: str,
-        priority: int,
-        state: int,
-        guarantee: bool,
-        headers: bytes,
-        body: bytes,
-        client: bytes,
-        accepted: float,
-        due: float = 0.0,
-        on_disk: bool = False,
-    ) -> bool:
-        """Store a new job; False (nothing stored) when its msgid is held already.
+    def add(self, values: list[Any], *, on_disk: bool = False) -> bool:
+        """Store a new job (its :func:`new_row`); False (nothing stored) when its
+        msgid is held already.
 
         Kept for the next write unless ``on_disk`` says the msgid may be stored
         already: then the row is inserted at once, so that the insert finds out
         (cheaper than a lookup first). Without it a msgid that is only on disk
         is not seen.
         """
+        seq, msgid = values[0], values[1]
         if msgid in self._new_msgids:
             return False
         self._begin()
@@ -299,27 +320,37 @@ class Journal:
         # order they would have changed nothing.
         self._changed.pop(seq, None)
         self._gone.discard(seq)
-        values = [
-            seq,
-            msgid,
-            queue,
-            -priority,
-            state,
-            due,
-            guarantee,
-            headers,
-            body,
-            client,
-            accepted,
-            0,
-            0,
-            "",
-        ]
         if on_disk:
             return self._execute(_INSERT_JOB, values).rowcount == 1
         self._new[seq] = values
         self._new_msgids.add(msgid)
         return True
+
+    def add_many(self, rows: list[list[Any]]) -> set[int]:
+        """Insert new jobs (:func:`new_row`) at once; the seqs of those stored (a
+        row whose msgid is held already is not)."""
+        if not rows:
+            return set()
+        self._flush()  # kept rows first, so the insert sees their msgids
+        self._begin()
+        db = self.db
+        before = db.total_changes
+        db.executemany(_INSERT_JOB, rows)
+        seqs = [row[0] for row in rows]
+        if db.total_changes - before == len(rows):
+            return set(seqs)
+        stored: set[int] = set()
+        for at in range(0, len(seqs), 500):
+            chunk = seqs[at : at + 500]
+            marks = ",".join("?" * len(chunk))
+            stored.update(
+                seq
+                for (seq,) in self._execute(
+                    f"SELECT seq FROM jobs WHERE seq IN ({marks})",  # noqa: S608
+                    chunk,
+                )
+            )
+        return stored
 
     def _change(self, seq: int, **columns: Any) -> None:
         self._begin()

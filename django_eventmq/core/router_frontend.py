@@ -1,4 +1,5 @@
-"""The router's frontend: clients (REQUEST, CANCEL) and schedulers (INFORM, SCHEDULE, ...).
+"""The router's frontend: clients (REQUEST, BATCH, CANCEL, FEATURES) and schedulers
+(INFORM, SCHEDULE, ...).
 
 A mixin of :class:`.router.Router`: the state it uses (sockets, the book, the
 ACKs waiting for the journal) belongs to the router.
@@ -10,11 +11,19 @@ for its ACK fails at once with the reason. REJECT is sent to every client,
 like the router's other refusals (bad body, high-water mark): the reference
 client only ever sends on its socket (its ``Sender`` never reads), so a REJECT
 waits unread in its pipe and costs it nothing.
+
+BATCH (many REQUESTs in one message, :mod:`..protocol.batch`): each job gets
+the checks and the REJECT a REQUEST would, then one ACK of the batch's msgid
+follows the journal commit. Its REJECTs are sent at once, so they reach the
+client before that ACK; should one not go out (the client's pipe is full),
+the batch gets no ACK and the client sends it again. A client learns that we
+take BATCH from the FEATURES we answer to its own.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import ProtocolError
@@ -22,6 +31,7 @@ from ..protocol import (
     Ack,
     Cancel,
     Disconnect,
+    Features,
     Heartbeat,
     Inform,
     Kbai,
@@ -33,10 +43,12 @@ from ..protocol import (
     parse_headers,
 )
 from ..protocol import constants as C
+from ..protocol.batch import BATCH, MAX_BATCH_JOBS, Batch, BatchJob, unpack_jobs
+from ..protocol.extensions import Reject
 from ..protocol.headers import Headers
 from ..protocol.limits import Limits, OverLimit
 from . import transport
-from .dispatch import Book
+from .dispatch import Accepting, Book
 from .queues import Scheduler, Schedulers
 from .router_io import Handler, WarnOnce, forward, send, show
 from .schedule_api import ScheduleSpec
@@ -52,6 +64,7 @@ SCHEDULES_PER_READ = 500
 
 _VERSION = C.PROTOCOL_VERSION_B
 _REQUEST = C.REQUEST.encode()
+_BATCH = BATCH.encode()
 
 
 class FrontendHandlers:
@@ -75,6 +88,8 @@ class FrontendHandlers:
     def _frontend_handlers(self) -> dict[type, Handler]:
         return {
             Request: self._on_request,
+            Batch: self._on_batch,
+            Features: self._on_frontend_features,
             Cancel: self._on_cancel,
             Schedule: self._on_schedule,
             Unschedule: self._on_schedule,
@@ -106,6 +121,9 @@ class FrontendHandlers:
                 and raw[2] == _VERSION
                 and self._fast_request(raw, now)
             ):
+                continue
+            if len(raw) == 6 and raw[3] == _BATCH and raw[1] == b"" and raw[2] == _VERSION:
+                self._fast_batch(raw, now)
                 continue
             self._handle(self.frontend, raw, now)
 
@@ -154,25 +172,123 @@ class FrontendHandlers:
         headers: Headers,
         now: float,
     ) -> None:
-        book = self.book
-        if frames[6].lstrip()[:1] != b"[":
-            book.reject(identity, msgid, 'bad body: a job is a JSON list such as ["run", {...}]')
+        reason = self._refusal(frames, msgid)
+        if reason is not None:
+            self.book.reject(identity, msgid, reason)
             return
-        if (
-            self.settings.hwm_policy == "reject"
-            and not book.is_held(msgid)
-            and self._over_high_water()
-        ):
-            book.reject(
-                identity,
-                msgid,
-                f"router is over its high-water mark ({self.settings.high_water_mark} jobs "
-                "waiting); send it again later",
-            )
-            return
-        book.accept(identity, frames, msgid, queue, headers, now)
+        self.book.accept(identity, frames, msgid, queue, headers, now)
         # New or a duplicate: either way the job is held; the ACK waits for the commit.
         self._acks.append((identity, frames[3]))
+
+    def _refusal(self, frames: list[bytes], msgid: str, coming: int = 0) -> str | None:
+        """Why a REQUEST (``frames`` as it came, or as a BATCH job would have come)
+        is refused, if it is; ``coming``: jobs of its BATCH not stored yet."""
+        if frames[6].lstrip()[:1] != b"[":
+            return 'bad body: a job is a JSON list such as ["run", {...}]'
+        if (
+            self.settings.hwm_policy == "reject"
+            and not self.book.is_held(msgid)
+            and self.book.backlog() + coming >= self.settings.high_water_mark
+        ):
+            return (
+                f"router is over its high-water mark ({self.settings.high_water_mark} jobs "
+                "waiting); send it again later"
+            )
+        return None
+
+    # -- BATCH -----------------------------------------------------------------------
+    #: BATCH messages taken, and the jobs they carried (tests and diagnostics).
+    batches_received = 0
+    batch_jobs_received = 0
+
+    def _fast_batch(self, raw: list[bytes], now: float) -> None:
+        """A BATCH straight from its frames: ``[identity, '', version, 'BATCH', msgid, JOBS]``."""
+        identity = raw[0]
+        try:
+            if not raw[4]:
+                raise ProtocolError("BATCH: msgid is empty")
+            raw[4].decode()
+            jobs = unpack_jobs(
+                raw[5], max_jobs=MAX_BATCH_JOBS, max_bytes=self.settings.max_message_bytes
+            )
+        except UnicodeDecodeError:
+            self._warn("frontend", identity, "BATCH: msgid is not UTF-8 text", "dropped BATCH")
+            return
+        except ProtocolError as exc:
+            self._warn("frontend", identity, exc.reason, "dropped BATCH")
+            return
+        self._accept_batch(identity, raw[4], jobs, now)
+
+    def _on_batch(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
+        assert isinstance(msg, Batch)
+        self._accept_batch(identity, frames[3], msg.jobs, now)
+
+    def _accept_batch(
+        self, identity: bytes, batch_msgid: bytes, jobs: Sequence[BatchJob], now: float
+    ) -> None:
+        """Each job as a REQUEST; one ACK for the batch unless a REJECT could not be sent."""
+        self.batches_received += 1
+        self.batch_jobs_received += len(jobs)
+        told = True
+        admitted: list[Accepting] = []
+        try:
+            for job in jobs:
+                checked = self._batch_job(identity, job, len(admitted))
+                if isinstance(checked, str):
+                    told = self._reject_now(identity, job[0].decode(), checked) and told
+                else:
+                    admitted.append(checked)
+            self.book.accept_many(identity, admitted, now)
+        except transport.ContextTerminated:
+            raise
+        except Exception:
+            # No ACK: the client sends the batch again; the jobs held by then are duplicates.
+            log.exception(
+                "frontend: error handling BATCH %s from %s", show(batch_msgid), show(identity)
+            )
+            return
+        if told:
+            self._acks.append((identity, batch_msgid))
+
+    def _batch_job(self, identity: bytes, job: BatchJob, coming: int) -> Accepting | str:
+        """One job of a BATCH through a REQUEST's checks: what to accept, or the REJECT
+        reason. ``coming``: jobs of the batch that passed before it."""
+        msgid_b, queue_b, headers_b, body = job
+        # unpack_jobs checked that every field is UTF-8 text and the msgid is not empty.
+        msgid = msgid_b.decode()
+        queue = queue_b.decode()
+        if not queue:
+            return "REQUEST: queue name is empty"
+        try:
+            headers = parse_headers(headers_b.decode())
+            self._limits.check_request_frames(msgid_b, headers_b, body)
+        except OverLimit as exc:
+            self._warn("frontend", identity, exc.reason, f"REJECT sent for msgid {msgid}")
+            return exc.reason
+        except ProtocolError as exc:
+            return exc.reason
+        frames = [b"", _VERSION, _REQUEST, msgid_b, queue_b, headers_b, body]
+        reason = self._refusal(frames, msgid, coming)
+        return (frames, msgid, queue, headers) if reason is None else reason
+
+    def _reject_now(self, identity: bytes, msgid: str, reason: str) -> bool:
+        """:meth:`Book.reject`, sent at once; False if the client's pipe did not take it."""
+        self.book.rejected += 1
+        return send(
+            self.frontend, identity, Reject(msgid=new_msgid(), job_msgid=msgid, reason=reason)
+        )
+
+    def _on_frontend_features(
+        self, identity: bytes, frames: list[bytes], msg: Message, now: float
+    ) -> None:
+        """A client says what it speaks; we answer with what our frontend takes."""
+        features = {
+            "batch": 1,
+            "batch_jobs": MAX_BATCH_JOBS,
+            # ZeroMQ drops a peer that sends a bigger frame (MAXMSGSIZE).
+            "batch_bytes": self.settings.max_message_bytes,
+        }
+        send(self.frontend, identity, Features(msgid=new_msgid(), features=features))
 
     def _on_cancel(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
         assert isinstance(msg, Cancel)

@@ -31,6 +31,22 @@ Commands (frames after the msgid):
   jobs (its prefetch shrank because jobs run long). The router drops at most
   the free slots it still holds; jobs already on their way are the job
   manager's. Sent only to a router whose FEATURES said ``"unready"``.
+- ``BATCH  JOBS``: client -> router, many REQUESTs in one message (one JOBS
+  frame, packed as :mod:`.batch` says; at most ``MAX_BATCH_JOBS`` jobs and
+  the router's frame size). The router checks each job as it checks a
+  REQUEST: one that fails gets its own REJECT at once; the others are stored
+  (or recognised as held or recently finished: a resend runs nothing twice).
+  Then ONE ``ACK`` carrying the BATCH's msgid, sent after the journal
+  commit, says every job of it that was not REJECTed is stored. A BATCH that
+  cannot be unpacked is logged and dropped, with no ACK.
+
+Negotiation on the frontend: a client of ours sends ``FEATURES`` (e.g.
+``{"batch": 1}``) when it starts sending and goes on with plain REQUESTs.
+Our router answers it with its own FEATURES, ``{"batch": 1, "batch_jobs":
+N, "batch_bytes": M}`` (most jobs, most bytes in one JOBS frame); only then
+does the client send BATCH. The reference router ignores a FEATURES on its
+frontend (it drops any client command it does not know, and keeps serving
+REQUESTs), so against it a client keeps sending REQUESTs.
 """
 
 from __future__ import annotations
@@ -40,6 +56,13 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..errors import ProtocolError
+
+# BATCH lives in its own module (the packing); re-exported with the other extensions.
+from .batch import BATCH as BATCH
+from .batch import MAX_BATCH_JOBS as MAX_BATCH_JOBS
+from .batch import Batch as Batch
+from .batch import pack_jobs as pack_jobs
+from .batch import unpack_jobs as unpack_jobs
 from .messages import MESSAGE_TYPES, Message
 
 FEATURES = "FEATURES"

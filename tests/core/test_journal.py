@@ -16,6 +16,7 @@ from django_eventmq.core.journal import (
     POISONED,
     WAITING,
     Journal,
+    new_row,
     resolve_path,
 )
 from django_eventmq.errors import ConfigurationError
@@ -34,8 +35,9 @@ def add(journal: Journal, seq: int, **overrides: Any) -> bool:
         "client": b"client-1",
         "accepted": 1000.0 + seq,
     }
+    on_disk = overrides.pop("on_disk", False)
     values.update(overrides)
-    return journal.add(**values)
+    return journal.add(new_row(**values), on_disk=on_disk)
 
 
 @pytest.fixture

@@ -273,3 +273,17 @@ def use_broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], None
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("interop")
+
+
+@pytest.fixture(scope="module")
+def reference_router_stack(workdir: Path) -> Iterator[tuple[Router, Proc]]:
+    """The reference router with our job manager (email:30, default:10; 2 processes)."""
+    router = start_reference_router(workdir)
+    try:
+        jobmanager = start_our_jobmanager(router.backend)
+        try:
+            yield router, jobmanager
+        finally:
+            jobmanager.stop()
+    finally:
+        router.stop()

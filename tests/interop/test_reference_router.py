@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,8 +14,6 @@ from .conftest import (
     OUR_DEADLINE,
     REFERENCE_MISSING,
     Router,
-    start_our_jobmanager,
-    start_reference_router,
     wait_records,
     without_pid,
 )
@@ -27,23 +25,11 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def stack(workdir: Path) -> Iterator[tuple[Router, Proc]]:
-    """The reference router with our job manager (email:30, default:10; 2 processes)."""
-    router = start_reference_router(workdir)
-    try:
-        jobmanager = start_our_jobmanager(router.backend)
-        try:
-            yield router, jobmanager
-        finally:
-            jobmanager.stop()
-    finally:
-        router.stop()
-
-
-def test_reference_router_registers_our_jobmanager(stack: tuple[Router, Proc]) -> None:
+def test_reference_router_registers_our_jobmanager(
+    reference_router_stack: tuple[Router, Proc],
+) -> None:
     """Our INFORM (weighted JSON queues) is understood and our READYs give it 2 slots."""
-    router, _ = stack
+    router, _ = reference_router_stack
     admin = router.admin()
     wait_for(lambda: admin.free_slots() >= 2, OUR_DEADLINE, "2 READY slots at the reference")
     (worker,) = admin.call("ROUTER_SHOW_WORKERS")["connected_workers"].values()
@@ -51,9 +37,11 @@ def test_reference_router_registers_our_jobmanager(stack: tuple[Router, Proc]) -
 
 
 def test_our_job_runs_through_reference_router(
-    stack: tuple[Router, Proc], records_file: Path, use_broker: Callable[[str], None]
+    reference_router_stack: tuple[Router, Proc],
+    records_file: Path,
+    use_broker: Callable[[str], None],
 ) -> None:
-    router, _ = stack
+    router, _ = reference_router_stack
     use_broker(router.frontend)
 
     record.delay({"nested": {"a": [1, 2.5]}}, "é", out=str(records_file), n=3)
@@ -64,14 +52,16 @@ def test_our_job_runs_through_reference_router(
 
 
 def test_our_reply_completes_the_job_at_reference_router(
-    stack: tuple[Router, Proc], records_file: Path, use_broker: Callable[[str], None]
+    reference_router_stack: tuple[Router, Proc],
+    records_file: Path,
+    use_broker: Callable[[str], None],
 ) -> None:
     """Our job manager's REPLY has the reference's shape: it logs the job as completed.
 
     (The reference's STATUS ``processed_messages_by_queue`` counts dispatches,
     not completions; its only sign of a REPLY is the log line.)
     """
-    router, jobmanager = stack
+    router, jobmanager = reference_router_stack
     use_broker(router.frontend)
 
     email_id = record_email.delay("mail", out=str(records_file))  # email, reply-requested
@@ -92,11 +82,13 @@ def test_our_reply_completes_the_job_at_reference_router(
 
 
 def test_our_jobmanager_keeps_serving_across_reference_heartbeats(
-    stack: tuple[Router, Proc], records_file: Path, use_broker: Callable[[str], None]
+    reference_router_stack: tuple[Router, Proc],
+    records_file: Path,
+    use_broker: Callable[[str], None],
 ) -> None:
     """Over one heartbeat interval (the reference sends HEARTBEAT every 3 s) our job
     manager stays registered, keeps heartbeating, and still takes jobs."""
-    router, _ = stack
+    router, _ = reference_router_stack
     admin = router.admin()
     use_broker(router.frontend)
 

@@ -53,12 +53,17 @@ def router(tmp_path: Path) -> Iterator[Callable[..., str]]:
 
 
 class ScriptedRouter:
-    """A ROUTER socket in a thread that answers REQUESTs as ``answer`` says."""
+    """A ROUTER socket in a thread that answers REQUESTs as ``answer`` says.
+
+    Like the reference router it never answers FEATURES (kept in ``features``,
+    not passed to ``answer``), so a pipeline sends it REQUESTs only.
+    """
 
     def __init__(self, answer: Callable[[list[bytes], int], list[list[bytes]]]) -> None:
         self.addr = tcp_addr()
         self.answer = answer
         self.received: list[list[bytes]] = []
+        self.features: list[list[bytes]] = []
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -82,6 +87,9 @@ class ScriptedRouter:
                 if not sock.poll(20):
                     continue
                 frames = sock.recv_multipart()
+                if frames[3:4] == [b"FEATURES"]:
+                    self.features.append(frames[1:])
+                    continue
                 self.received.append(frames[1:])
                 for reply in self.answer(frames[1:], len(self.received)):
                     sock.send_multipart([frames[0], *reply])
