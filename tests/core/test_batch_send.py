@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import zmq
 
 from django_eventmq.core import transport
 from django_eventmq.core.client import Client
@@ -27,8 +24,10 @@ from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.protocol import new_msgid
 from django_eventmq.protocol.batch import MAX_BATCH_JOBS, BatchJob, pack_jobs, unpack_jobs
 from tests.chaos.jobs import RECORD_ENV
-from tests.chaos.support import admin_call, body, start_jobmanager, start_router, wait_recorded
+from tests.chaos.support import admin_call, body, start_jobmanager, wait_recorded
+from tests.chaos.support import start_router as start_router_process
 from tests.core.test_router import ROUTER_LOG, Harness, Peer, make_settings, warnings
+from tests.scripted_router import ScriptedRouter
 from tests.support import Proc, tcp_addr
 
 V = b"eMQP/1.0"
@@ -37,27 +36,6 @@ BODY = '["run",{"callable":"noop","path":"benchmarks.noop_jobs","args":["é"],"k
 
 def jobs(n: int, prefix: str = "j", queue: bytes = b"email") -> list[BatchJob]:
     return [(f"{prefix}:{i}".encode(), queue, b"guarantee", BODY) for i in range(n)]
-
-
-@pytest.fixture
-def zctx() -> Iterator[zmq.Context[Any]]:
-    ctx: zmq.Context[Any] = zmq.Context()
-    yield ctx
-    ctx.term()
-
-
-@pytest.fixture
-def start(zctx: zmq.Context[Any]) -> Iterator[Callable[..., Harness]]:
-    """Our router in a thread (journal in memory), with raw peers."""
-    made: list[Harness] = []
-
-    def start(**overrides: Any) -> Harness:
-        made.append(Harness(zctx, make_settings(**overrides)))
-        return made[-1]
-
-    yield start
-    for harness in made:
-        harness.close()
 
 
 def send_batch(peer: Peer, batch: list[BatchJob], msgid: str | None = None) -> bytes:
@@ -92,8 +70,8 @@ def request_acked_next(h: Harness, client: Peer) -> None:
 # -- the router ---------------------------------------------------------------------
 
 
-def test_features_from_a_client_is_answered_with_batch_and_its_bounds(start) -> None:
-    h = start()
+def test_features_from_a_client_is_answered_with_batch_and_its_bounds(start_router) -> None:
+    h = start_router()
     client = h.peer("frontend", "client")
     client.send("FEATURES", '{"batch":1}')
     answer = json.loads(client.expect("FEATURES")[2])
@@ -104,8 +82,8 @@ def test_features_from_a_client_is_answered_with_batch_and_its_bounds(start) -> 
     }
 
 
-def test_a_batch_is_stored_acknowledged_once_and_handed_out_byte_for_byte(start) -> None:
-    h = start()
+def test_a_batch_is_stored_acknowledged_once_and_handed_out_byte_for_byte(start_router) -> None:
+    h = start_router()
     client = h.peer("frontend", "client")
     batch = [*jobs(299), (b"odd", b"other", b"retry-count:2,guarantee", '[\n "☃"]'.encode())]
     msgid = send_batch(client, batch)
@@ -123,10 +101,10 @@ def test_a_batch_is_stored_acknowledged_once_and_handed_out_byte_for_byte(start)
 
 
 def test_jobs_failing_a_request_s_checks_get_their_reject_and_the_rest_is_stored(
-    start, caplog
+    start_router, caplog
 ) -> None:
     caplog.set_level(logging.WARNING, logger=ROUTER_LOG)
-    h = start()
+    h = start_router()
     client = h.peer("frontend", "client")
     batch = [
         (b"good-1", b"email", b"", BODY),
@@ -151,8 +129,8 @@ def test_jobs_failing_a_request_s_checks_get_their_reject_and_the_rest_is_stored
     assert any("retry-count is above 100" in w for w in warnings(caplog))
 
 
-def test_over_the_high_water_mark_jobs_of_a_batch_are_refused_one_by_one(start) -> None:
-    h = start(hwm_policy="reject", high_water_mark=5)
+def test_over_the_high_water_mark_jobs_of_a_batch_are_refused_one_by_one(start_router) -> None:
+    h = start_router(hwm_policy="reject", high_water_mark=5)
     client = h.peer("frontend", "client")
     msgid = send_batch(client, jobs(8))
     got = until_ack(client, msgid)
@@ -161,8 +139,8 @@ def test_over_the_high_water_mark_jobs_of_a_batch_are_refused_one_by_one(start) 
     assert h.ask("MONITOR")["queued"] == 5
 
 
-def test_a_batch_sent_again_is_acknowledged_again_and_adds_nothing(start) -> None:
-    h = start()
+def test_a_batch_sent_again_is_acknowledged_again_and_adds_nothing(start_router) -> None:
+    h = start_router()
     client = h.peer("frontend", "client")
     batch = jobs(200)
     msgid = send_batch(client, batch)
@@ -173,10 +151,10 @@ def test_a_batch_sent_again_is_acknowledged_again_and_adds_nothing(start) -> Non
     assert (info["queued"], info["duplicates"]) == (200, 200)
 
 
-def test_jobs_held_on_disk_only_are_found_by_the_batch_insert(start) -> None:
+def test_jobs_held_on_disk_only_are_found_by_the_batch_insert(start_router) -> None:
     # A window of 10: most held jobs are on disk only, where the grouped insert
     # of a batch finds them (memory cannot).
-    h = start(queue_window=10)
+    h = start_router(queue_window=10)
     client = h.peer("frontend", "client")
     first = jobs(100)
     until_ack(client, send_batch(client, first))
@@ -206,10 +184,10 @@ def test_jobs_held_on_disk_only_are_found_by_the_batch_insert(start) -> None:
     ],
 )  # fmt: skip
 def test_a_malformed_batch_is_logged_once_and_dropped_and_the_router_serves_on(
-    start, caplog, frame: bytes, reason: str
+    start_router, caplog, frame: bytes, reason: str
 ) -> None:
     caplog.set_level(logging.WARNING, logger=ROUTER_LOG)
-    h = start()
+    h = start_router()
     client = h.peer("frontend", "client")
     for _ in range(2):
         client.send_raw([b"", V, b"BATCH", new_msgid().encode(), frame])
@@ -242,8 +220,8 @@ def test_a_batch_decoded_as_a_message_is_handled_the_same() -> None:
 # -- the pipeline against our router -----------------------------------------------
 
 
-def test_send_many_switches_to_batch_once_the_router_answers_features(start) -> None:
-    h = start()
+def test_send_many_switches_to_batch_once_the_router_answers_features(start_router) -> None:
+    h = start_router()
     client = Client(h.router.frontend_address)
     try:
         first = client.send_many(jobs(3_000), window=1_000, ack_timeout=30)
@@ -260,9 +238,9 @@ def test_send_many_switches_to_batch_once_the_router_answers_features(start) -> 
     assert h.ask("MONITOR")["queued"] == 4_200
 
 
-def test_refusals_inside_batches_are_counted_exactly(start) -> None:
+def test_refusals_inside_batches_are_counted_exactly(start_router) -> None:
     # No job manager: jobs wait in the router, and past 20 it refuses them.
-    h = start(hwm_policy="reject", high_water_mark=20)
+    h = start_router(hwm_policy="reject", high_water_mark=20)
     channel = transport.Channel(transport.DEALER, connect=h.router.frontend_address, hwm=1000)
     refused: dict[bytes, str] = {}
     try:
@@ -287,49 +265,6 @@ def test_refusals_inside_batches_are_counted_exactly(start) -> None:
 
 
 # -- the pipeline against a scripted router --------------------------------------------
-
-
-class FakeRouter:
-    """A ROUTER socket in a thread; ``answer(frames, n)`` gives the replies to each message."""
-
-    def __init__(self, answer: Callable[[list[bytes], int], list[list[bytes]]]) -> None:
-        self.addr = tcp_addr()
-        self.answer = answer
-        self.received: list[list[bytes]] = []
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> FakeRouter:
-        self._thread.start()
-        assert self._ready.wait(5)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        sock = zmq.Context.instance().socket(zmq.ROUTER)
-        sock.setsockopt(zmq.LINGER, 0)
-        try:
-            sock.bind(self.addr)
-            self._ready.set()
-            while not self._stop.is_set():
-                if not sock.poll(20):
-                    continue
-                frames = sock.recv_multipart()
-                self.received.append(frames[1:])
-                for reply in self.answer(frames[1:], len(self.received)):
-                    sock.send_multipart([frames[0], *reply])
-        finally:
-            sock.close(linger=0)
-
-    def batches(self) -> list[tuple[bytes, list[bytes]]]:
-        """(batch msgid, job msgids) of every BATCH received, in order."""
-        return [
-            (f[3], [job[0] for job in unpack_jobs(f[4])]) for f in self.received if f[2] == b"BATCH"
-        ]
 
 
 def features_batch(frames: list[bytes]) -> list[list[bytes]]:
@@ -360,7 +295,7 @@ def test_the_pipeline_asks_then_batches_and_a_lost_ack_means_the_same_batch_agai
         copies[frames[3]] += 1
         return [ack(frames[3])] if copies[frames[3]] == 2 else []  # the first ACK is "lost"
 
-    with FakeRouter(answer) as peer:
+    with ScriptedRouter(answer, features_aside=False) as peer:
         sender, channel = pipeline_to(peer.addr, window=200, batch=50, ack_timeout=0.3)
         try:
             sender.send_requests(jobs(1))  # FEATURES, then this one as a REQUEST
@@ -397,7 +332,7 @@ def test_jobs_refused_before_a_resend_are_left_out_of_it() -> None:
             return [reject(job_msgids[0], "refused")]  # and the ACK is lost
         return [ack(frames[3])]
 
-    with FakeRouter(answer) as peer:
+    with ScriptedRouter(answer, features_aside=False) as peer:
         sender, channel = pipeline_to(
             peer.addr, batch=10, ack_timeout=0.3, router_features={"batch": 1}
         )
@@ -420,7 +355,7 @@ def test_a_batch_whose_every_job_was_refused_needs_no_ack() -> None:
             return []
         return [reject(job[0]) for job in unpack_jobs(frames[4])]
 
-    with FakeRouter(answer) as peer:
+    with ScriptedRouter(answer, features_aside=False) as peer:
         sender, channel = pipeline_to(peer.addr, batch=5, router_features={"batch": 1})
         try:
             sender.send_requests(jobs(5))
@@ -439,7 +374,7 @@ def test_a_batch_the_router_never_acknowledges_gives_a_clear_error() -> None:
             return []  # as our router does with a BATCH it cannot unpack
         return [ack(frames[3])]
 
-    with FakeRouter(answer) as peer:
+    with ScriptedRouter(answer, features_aside=False) as peer:
         sender, channel = pipeline_to(
             peer.addr, batch=2, ack_timeout=0.1, give_up=1.0, router_features={"batch": 1}
         )
@@ -456,7 +391,7 @@ def test_a_job_too_big_for_a_batch_goes_as_a_request() -> None:
     def answer(frames: list[bytes], _n: int) -> list[list[bytes]]:
         return [ack(frames[3])]
 
-    with FakeRouter(answer) as peer:
+    with ScriptedRouter(answer, features_aside=False) as peer:
         sender, channel = pipeline_to(peer.addr, router_features={"batch": 1, "batch_bytes": 2_000})
         try:
             big = (b"big", b"email", b"", b"[" + b" " * 3_000 + b"]")
@@ -484,7 +419,7 @@ def test_a_bad_batch_size_is_refused() -> None:
 def test_batched_jobs_run_exactly_once_even_when_sent_again(tmp_path: Path) -> None:
     ran = tmp_path / "ran.txt"
     frontend, backend, admin = tcp_addr(), tcp_addr(), tcp_addr()
-    procs: list[Proc] = [start_router(frontend, backend, admin, tmp_path / "journal.db")]
+    procs: list[Proc] = [start_router_process(frontend, backend, admin, tmp_path / "journal.db")]
     client = Client(frontend)
     try:
         procs.append(start_jobmanager(backend, concurrency=2, **{RECORD_ENV: str(ran)}))

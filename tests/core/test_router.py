@@ -7,7 +7,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -137,27 +137,6 @@ class Harness:
         assert not self.thread.is_alive(), "router thread did not stop"
         for peer in self.peers:
             peer.close()
-
-
-@pytest.fixture
-def zctx() -> Iterator[zmq.Context[Any]]:
-    ctx: zmq.Context[Any] = zmq.Context()
-    yield ctx
-    ctx.term()
-
-
-@pytest.fixture
-def start_router(zctx: zmq.Context[Any]) -> Iterator[Callable[..., Harness]]:
-    made: list[Harness] = []
-
-    def start(**overrides: Any) -> Harness:
-        harness = Harness(zctx, make_settings(**overrides))
-        made.append(harness)
-        return harness
-
-    yield start
-    for harness in made:
-        harness.close()
 
 
 @pytest.fixture

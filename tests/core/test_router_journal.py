@@ -19,13 +19,6 @@ from tests.support import wait_for
 
 
 @pytest.fixture
-def zctx() -> Iterator[zmq.Context[Any]]:
-    ctx: zmq.Context[Any] = zmq.Context()
-    yield ctx
-    ctx.term()
-
-
-@pytest.fixture
 def journal_path(tmp_path: Path) -> str:
     return str(tmp_path / "journal.sqlite3")
 

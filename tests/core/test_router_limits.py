@@ -19,13 +19,6 @@ V = b"eMQP/1.0"
 
 
 @pytest.fixture
-def zctx() -> Iterator[zmq.Context[Any]]:
-    ctx: zmq.Context[Any] = zmq.Context()
-    yield ctx
-    ctx.term()
-
-
-@pytest.fixture
 def h(zctx: zmq.Context[Any]) -> Iterator[Harness]:
     harness = Harness(zctx, make_settings(max_body_bytes=BODY_LIMIT, max_retry_count=5))
     yield harness

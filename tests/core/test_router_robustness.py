@@ -22,13 +22,6 @@ from tests.support import wait_for
 
 
 @pytest.fixture
-def zctx() -> Iterator[zmq.Context[Any]]:
-    ctx: zmq.Context[Any] = zmq.Context()
-    yield ctx
-    ctx.term()
-
-
-@pytest.fixture
 def h(zctx: zmq.Context[Any]) -> Iterator[Harness]:
     harness = Harness(zctx, make_settings())
     yield harness

@@ -18,7 +18,8 @@ from django_eventmq.core.client import Client
 from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.protocol import Reply, Request, new_msgid, parse_headers
 from tests.chaos.support import admin_call, start_router
-from tests.spark.test_sender import ScriptedRouter, ack
+from tests.scripted_router import ScriptedRouter
+from tests.spark.test_sender import ack
 from tests.support import Proc, tcp_addr, wait_for
 
 BODY = b'["run",{"callable":"noop","path":"benchmarks.noop_jobs","args":[],"kwargs":{}}]'

@@ -8,19 +8,18 @@ nothing, send garbage).
 from __future__ import annotations
 
 import logging
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import zmq
 
 from django_eventmq.contrib.spark.sender import PipelinedSender
 from django_eventmq.core import security
 from django_eventmq.core.settings import from_mapping
 from django_eventmq.errors import BrokerUnavailable
-from tests.support import Proc, python_module, tcp_addr
+from tests.scripted_router import ScriptedRouter
+from tests.support import Proc, python_module
 
 pytestmark = pytest.mark.spark
 
@@ -50,51 +49,6 @@ def router(tmp_path: Path) -> Iterator[Callable[..., str]]:
     yield start
     for proc in procs:
         proc.stop()
-
-
-class ScriptedRouter:
-    """A ROUTER socket in a thread that answers REQUESTs as ``answer`` says.
-
-    Like the reference router it never answers FEATURES (kept in ``features``,
-    not passed to ``answer``), so a pipeline sends it REQUESTs only.
-    """
-
-    def __init__(self, answer: Callable[[list[bytes], int], list[list[bytes]]]) -> None:
-        self.addr = tcp_addr()
-        self.answer = answer
-        self.received: list[list[bytes]] = []
-        self.features: list[list[bytes]] = []
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> ScriptedRouter:
-        self._thread.start()
-        self._ready.wait(5)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        sock = zmq.Context.instance().socket(zmq.ROUTER)
-        sock.setsockopt(zmq.LINGER, 0)
-        try:
-            sock.bind(self.addr)
-            self._ready.set()
-            while not self._stop.is_set():
-                if not sock.poll(20):
-                    continue
-                frames = sock.recv_multipart()
-                if frames[3:4] == [b"FEATURES"]:
-                    self.features.append(frames[1:])
-                    continue
-                self.received.append(frames[1:])
-                for reply in self.answer(frames[1:], len(self.received)):
-                    sock.send_multipart([frames[0], *reply])
-        finally:
-            sock.close(linger=0)
 
 
 def ack(frames: list[bytes]) -> list[bytes]:
