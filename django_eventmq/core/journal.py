@@ -236,11 +236,11 @@ class Journal:
         self._finished_clock: Callable[[], float] = time.time
 
     # -- transactions ------------------------------------------------------
-    def _begin(self) -> None:
+    def _begin(self, changes: int = 1) -> None:
         if not self._in_tx:
             self._execute("BEGIN")
             self._in_tx = True
-        self.pending += 1
+        self.pending += changes
 
     def _write(self, sql: str, params: tuple[Any, ...]) -> int:
         self._begin()
@@ -332,7 +332,7 @@ class Journal:
         if not rows:
             return set()
         self._flush()  # kept rows first, so the insert sees their msgids
-        self._begin()
+        self._begin(len(rows))
         db = self.db
         before = db.total_changes
         db.executemany(_INSERT_JOB, rows)

@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from django_eventmq.core.journal import DELAYED, LEASED, POISONED, WAITING, Journal
+from django_eventmq.core.journal import DELAYED, LEASED, POISONED, WAITING, Journal, new_row
 from tests.core.test_journal import add
 
 _COLUMNS = "seq, msgid, queue, nprio, state, due, deaths, attempts, reason"
@@ -187,5 +187,23 @@ def test_reads_see_writes_that_are_still_kept(tmp_path: Path) -> None:
         assert [r.msgid for r in journal.take_due(60.0)] == ["m2"]
         assert [r.msgid for r in journal.waiting("default", None, 10)] == ["m2"]
         assert journal.max_seq() == 2
+    finally:
+        journal.close()
+
+
+def test_a_grouped_insert_counts_each_row_as_a_change(tmp_path: Path) -> None:
+    # The router's group commit is bounded by changes (COMMIT_GROUP_MAX), not calls.
+    journal = Journal(str(tmp_path / "j.sqlite3"))
+    try:
+        rows = [
+            new_row(seq, f"m{seq}", "default", 0, WAITING, True, b"", b"[]", b"c", 1.0)
+            for seq in (1, 2, 3)
+        ]
+        assert journal.add_many(rows) == {1, 2, 3}
+        assert journal.pending == 3
+        assert (
+            journal.add_many([new_row(4, "m1", "default", 0, WAITING, True, b"", b"[]", b"c", 1.0)])
+            == set()
+        )
     finally:
         journal.close()
