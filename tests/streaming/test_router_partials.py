@@ -8,7 +8,8 @@ import logging
 
 import pytest
 
-from tests.core.test_router import ROUTER_LOG, Harness, h, start_router, warnings, zctx
+from tests.core.conftest import start_router, zctx
+from tests.core.test_router import ROUTER_LOG, Harness, h, warnings
 
 __all__ = ["h", "start_router", "zctx"]  # fixtures used here
 
