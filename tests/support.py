@@ -188,3 +188,21 @@ def result_record(
     }
     record.update(extra)
     return record
+
+
+def receive_request(channel: Any, timeout_ms: int = 10_000) -> tuple[bytes, Any]:
+    """The next message a raw ROUTER ``channel`` (a :class:`~.transport.Channel`)
+    got from a client of ours, which must be a REQUEST; returns (identity, request).
+
+    The FEATURES a client sends first is skipped: a broker that does not answer
+    it (as the reference router does not) gets plain REQUESTs.
+    """
+    from django_eventmq.protocol import Features, Request
+
+    while True:
+        assert channel.poll(timeout_ms), "the broker received nothing"
+        identity, _frames, message = channel.recv()
+        if not isinstance(message, Features):
+            break
+    assert isinstance(message, Request), message
+    return identity, message

@@ -37,9 +37,12 @@ from ..protocol import (
     Schedule,
     Unschedule,
     decode,
+    encode,
     new_msgid,
 )
 from ..protocol.constants import ACK, PROTOCOL_VERSION_B, REQUEST
+from ..protocol.packed import PACKED, pack_request
+from ..protocol.packed import PREFIX as PACKED_PREFIX
 from . import config, pipeline, security, transport
 
 logger = logging.getLogger("django_eventmq.client")
@@ -62,6 +65,8 @@ MAX_SETTLED_OUTCOMES = 1_000
 _VERSION = PROTOCOL_VERSION_B
 _REQUEST = REQUEST.encode()
 _ACK = ACK.encode()
+#: How a packed message starts when its command is three letters long: only ACK is.
+_PACKED_ACK_HEAD = b"%s%d," % (PACKED_PREFIX, len(ACK))
 
 #: What a handle may receive for its job: a REPLY (the outcome) or a REJECT.
 Outcome = Reply | Reject
@@ -91,9 +96,9 @@ class Client:
         #: msgids of guarantee jobs sent and not yet acknowledged.
         self._awaiting_ack: set[str] = set()
         self._acked: set[str] = set()
-        #: The router's FEATURES once it answered ours (None: not yet, or a
-        #: reference router): a later send_many batches from its first job.
-        self.router_features: dict[str, Any] | None = None
+        #: REQUESTs go packed (see router_features).
+        self._packed = False
+        self._router_features: dict[str, Any] | None = None
         # Unlike other sockets, a client's lingers: a thread-per-request server
         # ends the thread that called .delay() (closing its socket when the
         # thread-local goes) maybe before the connection is even up, and the
@@ -109,6 +114,32 @@ class Client:
                 **(options or {}),
             },
         )
+        self._ask_features()
+
+    @property
+    def router_features(self) -> dict[str, Any] | None:
+        """The router's FEATURES once it answered ours (None: not yet, or a reference
+        router). A packed REQUEST needs ``"packed"``; send_many batches with ``"batch"``."""
+        return self._router_features
+
+    @router_features.setter
+    def router_features(self, features: dict[str, Any] | None) -> None:
+        self._router_features = features
+        self._packed = bool(features and features.get(PACKED))
+
+    def _ask_features(self) -> None:
+        """Say what we speak, without waiting: REQUESTs go plain until the answer
+        comes (read with the ACKs); a reference router ignores it."""
+        self.router_features = None
+        self._try_send(encode(Features(msgid=new_msgid(), features=pipeline.CLIENT_FEATURES)))
+
+    def _try_send(self, frames: list[bytes]) -> bool:
+        """Send without waiting; False if the socket would not take it now."""
+        try:
+            self.channel.send_frames(frames, flags=transport.NOBLOCK)
+        except transport.Again:
+            return False
+        return True
 
     def send(self, message: Message) -> str:
         """Send ``message``; returns its msgid."""
@@ -124,13 +155,17 @@ class Client:
     def send_request_frames(self, msgid: bytes, queue: bytes, headers: bytes, body: bytes) -> None:
         """Send a REQUEST from already-encoded fields (the ``.delay()`` fast path)."""
         try:
-            self.channel.send_frames([b"", _VERSION, _REQUEST, msgid, queue, headers, body])
+            if self._packed:
+                self.channel.send_frames([pack_request(msgid, queue, headers, body)])
+            else:
+                self.channel.send_frames([b"", _VERSION, _REQUEST, msgid, queue, headers, body])
         except transport.Again:
             raise BrokerUnavailable(
                 f"the router at {self.addr} is not taking messages (is emq_router running?)"
             ) from None
         self._sends += 1
-        if self._sends % DRAIN_EVERY == 0:
+        # Until the router's FEATURES answer is in, look for it after every send.
+        if self._sends % DRAIN_EVERY == 0 or self._router_features is None:
             self.drain()
 
     def send_request_guaranteed(
@@ -171,6 +206,9 @@ class Client:
         finally:
             self._awaiting_ack.discard(key)
             self._acked.discard(key)
+        # Maybe not the router that answered our FEATURES: plain REQUESTs until
+        # whoever serves the address now answers again.
+        self._ask_features()
         raise BrokerUnavailable(
             f"the router at {self.addr} did not acknowledge job {key} after {retries + 1} "
             "sends (is emq_router running?)"
@@ -220,8 +258,8 @@ class Client:
             sender.send_requests(encoded)
             sender.flush()
         except BrokerUnavailable:
-            # Maybe not the router that answered our FEATURES: ask again next time.
-            self.router_features = None
+            # Maybe not the router that answered our FEATURES: ask again.
+            self._ask_features()
             raise
         if sender.router_features is not None:
             self.router_features = sender.router_features
@@ -297,8 +335,12 @@ class Client:
 
     def _file(self, frames: list[bytes]) -> None:
         """File one message from the router by msgid."""
-        # The common case, an ACK of a job nobody waits on, is skipped undecoded.
-        if len(frames) > 2 and frames[2] == _ACK and not self._awaiting_ack:
+        # The common case, an ACK of a job nobody waits on, is skipped undecoded
+        # (packed, as the router ACKs a packed REQUEST, or not).
+        if not self._awaiting_ack and (
+            (len(frames) > 2 and frames[2] == _ACK)
+            or (len(frames) == 1 and frames[0].startswith(_PACKED_ACK_HEAD))
+        ):
             return
         try:
             message = decode(frames)

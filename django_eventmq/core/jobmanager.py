@@ -69,6 +69,7 @@ from ..protocol import (
     new_msgid,
     parse_job,
 )
+from ..protocol.packed import PACKED
 from . import registry, transport
 from .lifecycle import Job, Lifecycle, attempt_of
 from .logs import job_debug
@@ -89,7 +90,7 @@ FEATURES_WAIT = 0.5
 
 #: What we tell a router of ours we speak, in answer to its FEATURES.
 OUR_FEATURES = dict.fromkeys(
-    ("done", "nack", "cancel", "timeout", "retry", "partial", "unready"), 1
+    ("done", "nack", "cancel", "timeout", "retry", "partial", "unready", PACKED), 1
 )
 
 REFERENCE = "reference"
@@ -274,6 +275,8 @@ class JobManager:
         self.router_features = dict(message.features)
         if self.link.channel is not None:
             self.link.channel.send(Features(msgid=new_msgid(), features=OUR_FEATURES))
+            # After our FEATURES: what we send from now on may go packed.
+            self.link.packed = bool(message.features.get(PACKED))
         speaks_done = bool(message.features.get("done", 1))
         if self.connected and not self.mode:
             self._set_mode(DONE if speaks_done else REFERENCE)

@@ -40,6 +40,7 @@ from ..protocol import Features, Reply, Request, decode, encode, new_msgid
 from ..protocol.batch import BATCH, JOB_OVERHEAD, MAX_BATCH_JOBS, pack_jobs
 from ..protocol.constants import ACK, PROTOCOL_VERSION_B, REQUEST
 from ..protocol.extensions import Reject
+from ..protocol.packed import PACKED
 from . import transport
 
 log = logging.getLogger("django_eventmq.client")
@@ -64,8 +65,8 @@ DEFAULT_BATCH = 500
 #: Bytes of one BATCH's jobs at most (less if the router's FEATURES say so); a
 #: job bigger than this alone goes as a REQUEST.
 DEFAULT_BATCH_BYTES = 1024 * 1024
-#: What a pipeline tells the router it speaks.
-CLIENT_FEATURES = {"batch": 1}
+#: What a client (and a pipeline) tells the router it speaks.
+CLIENT_FEATURES = {"batch": 1, PACKED: 1}
 
 _VERSION = PROTOCOL_VERSION_B
 _REQUEST = REQUEST.encode()

@@ -57,6 +57,8 @@ class Worker:
     stamp: int = 0
     #: It speaks our extensions (sent FEATURES, DONE or NACK): it reports each job.
     features: bool = False
+    #: Its FEATURES said it reads packed messages: jobs go to it packed.
+    packed: bool = False
     #: When its first READY came (None: not yet).
     first_ready: float | None = None
     #: It is shutting down (NACK "stopping"): no more jobs for it; it keeps its in-flight ones.

@@ -37,6 +37,7 @@ from ..protocol import (
 )
 from ..protocol import constants as C
 from ..protocol.limits import OverLimit
+from ..protocol.packed import pack
 from . import router_admin as admin_json
 from . import security, transport
 from .dispatch import Book
@@ -130,7 +131,9 @@ class Router(FrontendHandlers, BackendHandlers):
             self._guard = security.Guard(s, (security.FRONTEND, security.BACKEND, security.ADMIN))
             self._guard.start()
             self.frontend = self._bind(s.frontend_addr, security.FRONTEND)
-            self.backend = self._bind(s.backend_addr, security.BACKEND)
+            # Job managers of ours may pack their messages (the frontend looks
+            # for packed REQUESTs itself, to ACK each in the form it came in).
+            self.backend = self._bind(s.backend_addr, security.BACKEND, unpack=True)
             self.admin = self._bind(s.admin_addr, security.ADMIN)
             self.frontend_address = self.frontend.address
             self.backend_address = self.backend.address
@@ -160,13 +163,14 @@ class Router(FrontendHandlers, BackendHandlers):
         if s.journal:
             log.info("journal: %s (sync %s)", self.journal_path, s.journal_sync)
 
-    def _bind(self, addr: str, role: str) -> Channel:
+    def _bind(self, addr: str, role: str, *, unpack: bool = False) -> Channel:
         channel = Channel(
             transport.ROUTER,
             bind=addr,
             hwm=SNDHWM,
             options=security.secure_channel_options(self.settings, role, security.SERVER),
             limits=self._limits,
+            unpack=unpack,
         )
         self._channels.append(channel)
         return channel
@@ -264,8 +268,9 @@ class Router(FrontendHandlers, BackendHandlers):
         if self._acks:
             acks, self._acks = self._acks, []
             sock = self.frontend
-            for identity, msgid in acks:
-                frames = [identity, b"", _VERSION, _ACK, new_msgid().encode(), msgid]
+            for identity, msgid, packed in acks:
+                ack = [b"", _VERSION, _ACK, new_msgid().encode(), msgid]
+                frames = [identity, pack(ack)] if packed else [identity, *ack]
                 try:
                     sock.send_frames(frames, flags=transport.NOBLOCK)
                 except transport.Again:

@@ -32,6 +32,7 @@ from ..protocol import (
 )
 from ..protocol import constants as C
 from ..protocol.extensions import DONE_STATUSES
+from ..protocol.packed import PACKED, pack
 from . import transport
 from .dispatch import Book
 from .queues import Job, Worker
@@ -49,6 +50,7 @@ FEATURES = {
     "delay": 1,
     "done": 1,
     "nack": 1,
+    PACKED: 1,
     "partial": 1,
     "priority": 1,
     "reject": 1,
@@ -190,7 +192,9 @@ class BackendHandlers:
             worker.features = True
             self.book.nack(identity, msg.job_msgid, msg.reason, now)
         elif kind is Features:
+            assert isinstance(msg, Features)
             worker.features = True
+            worker.packed = bool(msg.features.get(PACKED))
         elif kind is Unready:
             assert isinstance(msg, Unready)
             self.book.routing.unready(identity, msg.count)
@@ -289,7 +293,10 @@ class BackendHandlers:
             self._retry = True
             return
         try:
-            self.backend.send_frames([identity, *job.frames], flags=transport.NOBLOCK)
+            if worker.packed:
+                self.backend.send_frames([identity, pack(job.frames)], flags=transport.NOBLOCK)
+            else:
+                self.backend.send_frames([identity, *job.frames], flags=transport.NOBLOCK)
         except transport.Again:
             log.debug("worker %s is not taking messages; msgid %s waits", show(identity), job.msgid)
             book.undo(job)

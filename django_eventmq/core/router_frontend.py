@@ -18,6 +18,10 @@ follows the journal commit. Its REJECTs are sent at once, so they reach the
 client before that ACK; should one not go out (the client's pipe is full),
 the batch gets no ACK and the client sends it again. A client learns that we
 take BATCH from the FEATURES we answer to its own.
+
+A packed REQUEST (one frame, :mod:`..protocol.packed`) is unpacked here and
+handled as any REQUEST; its ACK goes back packed, so the router keeps no
+per-client state about who reads packed messages.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from ..protocol.batch import BATCH, MAX_BATCH_JOBS, Batch, BatchJob, unpack_jobs
 from ..protocol.extensions import Reject
 from ..protocol.headers import Headers
 from ..protocol.limits import Limits, OverLimit
+from ..protocol.packed import PACKED, unpack
 from . import transport
 from .dispatch import Accepting, Book
 from .queues import Scheduler, Schedulers
@@ -76,8 +81,9 @@ class FrontendHandlers:
     schedulers: Schedulers
     _warn: WarnOnce
     _limits: Limits
-    #: (client identity, REQUEST or SCHEDULE msgid) to ACK once the journal is committed.
-    _acks: list[tuple[bytes, bytes]]
+    #: (client identity, REQUEST or SCHEDULE msgid, packed) to ACK once the journal
+    #: is committed; ``packed``: the ACK goes in the form the REQUEST came in.
+    _acks: list[tuple[bytes, bytes, bool]]
 
     if TYPE_CHECKING:
 
@@ -114,12 +120,15 @@ class FrontendHandlers:
                 raw = recv(flags=transport.NOBLOCK)
             except transport.Again:
                 return
+            packed = len(raw) == 2
+            if packed:
+                raw = self._unpacked(raw)
             if (
                 len(raw) == 8
                 and raw[3] == _REQUEST
                 and raw[1] == b""
                 and raw[2] == _VERSION
-                and self._fast_request(raw, now)
+                and self._fast_request(raw, now, packed)
             ):
                 continue
             if len(raw) == 6 and raw[3] == _BATCH and raw[1] == b"" and raw[2] == _VERSION:
@@ -127,7 +136,15 @@ class FrontendHandlers:
                 continue
             self._handle(self.frontend, raw, now)
 
-    def _fast_request(self, raw: list[bytes], now: float) -> bool:
+    def _unpacked(self, raw: list[bytes]) -> list[bytes]:
+        """``[identity, PACKED]`` as ``[identity, *frames]``; left as it is if it is
+        not a packed message (decoding it then says why, once)."""
+        try:
+            return [raw[0], *unpack(raw[1], max_frames=self.frontend.max_frames)]
+        except ProtocolError:
+            return raw
+
+    def _fast_request(self, raw: list[bytes], now: float, packed: bool = False) -> bool:
         """A well-formed REQUEST without building a message object; False: decode it."""
         try:
             msgid = raw[4].decode()
@@ -144,7 +161,7 @@ class FrontendHandlers:
             self._over_limit(raw[0], exc)
             return True
         try:
-            self._accept(raw[0], raw[1:], msgid, queue, headers, now)
+            self._accept(raw[0], raw[1:], msgid, queue, headers, now, packed=packed)
         except transport.ContextTerminated:
             raise
         except Exception:
@@ -171,6 +188,8 @@ class FrontendHandlers:
         queue: str,
         headers: Headers,
         now: float,
+        *,
+        packed: bool = False,
     ) -> None:
         reason = self._refusal(frames, msgid)
         if reason is not None:
@@ -178,7 +197,7 @@ class FrontendHandlers:
             return
         self.book.accept(identity, frames, msgid, queue, headers, now)
         # New or a duplicate: either way the job is held; the ACK waits for the commit.
-        self._acks.append((identity, frames[3]))
+        self._acks.append((identity, frames[3], packed))
 
     def _refusal(self, frames: list[bytes], msgid: str, coming: int = 0) -> str | None:
         """Why a REQUEST (``frames`` as it came, or as a BATCH job would have come)
@@ -248,7 +267,7 @@ class FrontendHandlers:
             )
             return
         if told:
-            self._acks.append((identity, batch_msgid))
+            self._acks.append((identity, batch_msgid, False))
 
     def _batch_job(self, identity: bytes, job: BatchJob, coming: int) -> Accepting | str:
         """One job of a BATCH through a REQUEST's checks: what to accept, or the REJECT
@@ -283,6 +302,7 @@ class FrontendHandlers:
     ) -> None:
         """A client says what it speaks; we answer with what our frontend takes."""
         features = {
+            PACKED: 1,
             "batch": 1,
             "batch_jobs": MAX_BATCH_JOBS,
             # ZeroMQ drops a peer that sends a bigger frame (MAXMSGSIZE).
@@ -332,7 +352,7 @@ class FrontendHandlers:
             peers.stored += 1
             log.debug("no scheduler took %s %s: kept in the journal", msg.command, msg.msgid)
         # The ACK goes once the journal is committed.
-        self._acks.append((identity, frames[3]))
+        self._acks.append((identity, frames[3], False))
 
     def _recover_schedules(self) -> None:
         """On start: count the SCHEDULE / UNSCHEDULE messages the journal keeps."""

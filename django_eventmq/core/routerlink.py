@@ -14,8 +14,9 @@ from collections.abc import Iterator
 import zmq
 
 from ..errors import ProtocolError
-from ..protocol import Ack, Heartbeat, Inform, Kbai, Liveness, Message, new_msgid
+from ..protocol import Ack, Heartbeat, Inform, Kbai, Liveness, Message, encode, new_msgid
 from ..protocol import constants as C
+from ..protocol.packed import pack
 from . import security, transport
 from .settings import Settings
 
@@ -35,6 +36,8 @@ class RouterLink:
         self._poller = poller
         self.channel: transport.Channel | None = None
         self.connected = False  # our INFORM was ACKed on the current socket
+        #: Send packed messages (the router's FEATURES said it reads them); per socket.
+        self.packed = False
         self.heard_any = False
         #: Times a router we had heard on a socket went silent past the heartbeat timeout.
         self.heartbeats_missed = 0
@@ -54,10 +57,12 @@ class RouterLink:
             # CURVE keys when the router asks for them (its backend role), and
             # MAXMSGSIZE always: a router cannot flood us with one huge frame.
             options=self._options,
+            unpack=True,  # a router of ours hands jobs out packed once we said we read them
         )
         self.channel = channel
         self._poller.register(channel.socket, zmq.POLLIN)
         self.connected = False
+        self.packed = False
         self.heard_any = False
         self._reconnect_at = None
         self._liveness = Liveness(
@@ -97,7 +102,10 @@ class RouterLink:
         channel = self.channel
         if channel is None or not self.connected:
             return
-        channel.send(message)
+        if self.packed:
+            channel.send_frames([pack(encode(message))])
+        else:
+            channel.send(message)
         assert self._liveness is not None
         self._liveness.sent(time.monotonic())
 

@@ -21,6 +21,7 @@ from zmq.utils.monitor import recv_monitor_message
 from ..errors import ProtocolError
 from ..protocol import Message, decode, encode, split_identity
 from ..protocol.limits import DEFAULT_LIMITS, MAX_FRAMES, MAX_MESSAGE_BYTES, Limits
+from ..protocol.packed import unpack
 
 _SNDMORE = int(zmq.SNDMORE)
 _RCVMORE = int(zmq.RCVMORE)
@@ -91,6 +92,7 @@ class Channel:
         ctx: zmq.Context[Any] | None = None,
         limits: Limits | Literal["default"] | None = "default",
         watch_handshake: bool = False,
+        unpack: bool = False,
     ) -> None:
         self.kind = kind
         self._monitor: zmq.Socket[Any] | None = None
@@ -100,6 +102,8 @@ class Channel:
         self.limits: Limits | None = limits
         self.max_frames = limits.max_frames if limits is not None else MAX_FRAMES
         self._keep = self.max_frames + 1  # frames kept beyond: one more, then cut
+        # How many frames a packed message arrives as (0: not looked for).
+        self._packed_at = (2 if self.is_router else 1) if unpack else 0
         self.socket: zmq.Socket[Any] = (ctx or context()).socket(kind)
         try:
             self.socket.setsockopt(zmq.LINGER, 0)
@@ -166,7 +170,8 @@ class Channel:
         ``max_frames + 2`` (the rest is read and dropped, so memory stays
         bounded): too many for any eMQP command, so :func:`decode` refuses it
         with a :class:`ProtocolError`. Never raises for bad input, so a caller
-        that decodes itself needs no extra ``except``.
+        that decodes itself needs no extra ``except``. On a channel made with
+        ``unpack=True`` a packed message comes back as the frames it carries.
         """
         recv = self.socket.recv
         get = self.socket.getsockopt
@@ -176,7 +181,18 @@ class Channel:
                 self._drop_rest()
                 break
             frames.append(recv(flags))
+        if len(frames) == self._packed_at:
+            return self._unpacked(frames)
         return frames
+
+    def _unpacked(self, frames: list[bytes]) -> list[bytes]:
+        """A packed message (see :mod:`..protocol.packed`) as the frames it carries;
+        one that is not well-formed is left as it is (decoding it says why)."""
+        try:
+            inner = unpack(frames[-1], max_frames=self.max_frames)
+        except ProtocolError:
+            return frames
+        return [*frames[:-1], *inner]
 
     def _drop_rest(self) -> None:
         """Read and drop the rest of an over-long message (ZeroMQ delivers it whole)."""

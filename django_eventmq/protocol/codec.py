@@ -2,7 +2,8 @@
 
 Frames are what a DEALER sends: ``['', 'eMQP/1.0', COMMAND, MSGID, *body]``.
 A ROUTER sees the peer's routing identity before them; :func:`split_identity`
-takes it off. Every decode failure is one :class:`ProtocolError` that says
+takes it off. One frame is a packed message (:mod:`.packed`) and decodes as the
+frames it carries. Every decode failure is one :class:`ProtocolError` that says
 what is wrong and keeps the raw frames.
 """
 
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from ..errors import ProtocolError
 from . import constants as C
 from .messages import MESSAGE_TYPES, AdminRequest, Kbai, Message
+from .packed import unpack
 
 _EMPTY = b""
 _VERSION = C.PROTOCOL_VERSION_B
@@ -68,6 +70,8 @@ MAX_FRAMES = 32
 
 
 def _decode(frames: Sequence[bytes], admin: bool) -> Message:
+    if len(frames) == 1:
+        frames = unpack(frames[0], max_frames=MAX_FRAMES)  # a packed message (see .packed)
     if len(frames) > MAX_FRAMES:
         raise ProtocolError(f"message has more than {MAX_FRAMES} frames (MAX_FRAMES)")
     if len(frames) < 4:

@@ -46,7 +46,9 @@ Our router answers it with its own FEATURES, ``{"batch": 1, "batch_jobs":
 N, "batch_bytes": M}`` (most jobs, most bytes in one JOBS frame); only then
 does the client send BATCH. The reference router ignores a FEATURES on its
 frontend (it drops any client command it does not know, and keeps serving
-REQUESTs), so against it a client keeps sending REQUESTs.
+REQUESTs), so against it a client keeps sending REQUESTs. The same exchange
+(key ``"packed"``) lets peers of ours carry a message in one frame
+(:mod:`.packed`).
 """
 
 from __future__ import annotations

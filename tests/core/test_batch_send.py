@@ -76,6 +76,7 @@ def test_features_from_a_client_is_answered_with_batch_and_its_bounds(start_rout
     client.send("FEATURES", '{"batch":1}')
     answer = json.loads(client.expect("FEATURES")[2])
     assert answer == {
+        "packed": 1,
         "batch": 1,
         "batch_jobs": MAX_BATCH_JOBS,
         "batch_bytes": h.router.settings.max_message_bytes,
@@ -206,12 +207,12 @@ def test_a_batch_decoded_as_a_message_is_handled_the_same() -> None:
     try:
         handle = router._handle
         handle(router.frontend, [b"client", b"", V, b"BATCH", b"b1", pack_jobs(jobs(2))], 0.0)
-        assert router._acks == [(b"client", b"b1")]
+        assert router._acks == [(b"client", b"b1", False)]
         # A REJECT that cannot go out (no such peer here) means no ACK: the
         # client must not count the refused job as stored.
         bad = [(b"bad", b"email", b"", b"{}"), *jobs(3, prefix="k")]
         handle(router.frontend, [b"client", b"", V, b"BATCH", b"b2", pack_jobs(bad)], 0.0)
-        assert router._acks == [(b"client", b"b1")]
+        assert router._acks == [(b"client", b"b1", False)]
         assert (router.book.backlog(), router.book.rejected, router.batches_received) == (5, 1, 2)
     finally:
         router.close()

@@ -15,7 +15,7 @@ import threading
 
 from django_eventmq.core import transport
 from django_eventmq.core.client import get_client
-from django_eventmq.protocol import Request
+from django_eventmq.protocol import Features, Request
 from tests.support import tcp_addr
 
 BODY = b'["run",{"path":"app.jobs","callable":"f","args":[1],"kwargs":{}}]'
@@ -37,6 +37,9 @@ def test_a_job_sent_by_a_thread_that_ended_is_delivered_when_the_router_comes(
 
     router = transport.Channel(transport.ROUTER, bind=addr)
     try:
+        assert router.poll(10_000), "the client's FEATURES never arrived"
+        _identity, _frames, features = router.recv()
+        assert isinstance(features, Features)  # a client says what it speaks first
         assert router.poll(10_000), "the job sent before the thread ended never arrived"
         _identity, _frames, message = router.recv()
     finally:

@@ -44,6 +44,34 @@ def test_features_switch_to_done_mode(router: FakeRouter) -> None:
         assert jm.mode == "done"
 
 
+def test_it_packs_what_it_sends_to_a_router_that_reads_packed_and_runs_packed_jobs(
+    router: FakeRouter,
+) -> None:
+    with running(settings_for(router)):
+        identity, _ = router.handshake(features=True, packed=True)
+        _, ours = router.expect(Features)
+        assert ours.features["packed"] == 1  # so the router may hand jobs out packed
+        router.send_packed = True
+        msgid = router.request(identity, body("add", 2, 3), reply=True)
+        _, done = router.expect(Done, job_msgid=msgid)
+        assert (done.status, payload(done)) == ("ok", {"value": 5})
+        # The FEATURES answer goes plain (it tells the router what we read);
+        # what follows it, READYs and the DONE, goes packed.
+        assert "FEATURES" not in router.arrived_packed
+        assert "READY" in router.arrived_packed and "DONE" in router.arrived_packed
+
+
+def test_it_packs_nothing_for_a_router_whose_features_do_not_say_packed(
+    router: FakeRouter,
+) -> None:
+    with running(settings_for(router)):
+        identity, _ = router.handshake(features=True)
+        msgid = router.request(identity, body("add", 1, 1))
+        router.expect(Done, job_msgid=msgid)
+        assert router.count(Ready) == 2
+        assert router.arrived_packed == []
+
+
 def test_without_features_it_is_ready_and_reply_as_the_reference(router: FakeRouter) -> None:
     with running(settings_for(router)) as jm:
         identity, _ = router.handshake()

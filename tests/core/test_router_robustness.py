@@ -32,7 +32,8 @@ V = b"eMQP/1.0"
 
 # (socket, frames, what the warning says)
 BAD: list[tuple[str, list[bytes], str]] = [
-    ("frontend", [b"hello"], "too short"),
+    ("frontend", [b"hello"], "must be a packed eMQP message"),
+    ("frontend", [b"0,8,7\nxx"], "packed message: the head's lengths add up to 15 bytes"),
     ("frontend", [b"", V, b"REQUEST"], "too short"),
     ("frontend", [b"junk", V, b"REQUEST", b"id", b"q", b"", b"{}"], "frame 0 must be empty"),
     ("frontend", [b"", b"eMQP/0.9", b"REQUEST", b"id", b"q", b"", b"{}"], "protocol version"),
@@ -45,6 +46,7 @@ BAD: list[tuple[str, list[bytes], str]] = [
     ("frontend", [b"", V, b"READY", b"id"], "unexpected command READY"),
     ("frontend", [b"", V, b"INFORM", b"id", b"", b"worker"], "worker INFORM on the frontend"),
     ("backend", [b"", V, b"READY", b"id"], "READY before INFORM"),
+    ("backend", [b"0,8,5\nxx"], "packed message: the head's lengths add up to 13 bytes"),
     ("backend", [b"", V, b"INFORM", b"id", b"[[x", b"worker"], "queue list"),
     ("backend", [b"", V, b"INFORM", b"id", b"", b"martian"], "peer type"),
     ("backend", [b"", V, b"INFORM", b"id", b"", b"scheduler"], "scheduler INFORM"),

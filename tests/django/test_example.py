@@ -12,6 +12,7 @@ from django_eventmq.core import client, registry, transport
 from django_eventmq.protocol import Request, parse_job
 from example_project.shop import jobs
 from example_project.shop.models import Report, SentEmail
+from tests.support import receive_request
 
 pytestmark = pytest.mark.urls("example_project.urls")
 
@@ -29,10 +30,7 @@ def broker(eventmq_settings) -> Iterator[transport.Channel]:
 
 
 def receive(channel: transport.Channel) -> Request:
-    assert channel.poll(10_000), "the broker received nothing"
-    _identity, _frames, message = channel.recv()
-    assert isinstance(message, Request)
-    return message
+    return receive_request(channel)[1]  # type: ignore[no-any-return]
 
 
 def test_jobs_modules_are_discovered_and_registered():

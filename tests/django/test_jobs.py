@@ -16,7 +16,7 @@ import pytest
 from django_eventmq import job
 from django_eventmq.core import client, transport
 from django_eventmq.protocol import Request, new_msgid, parse_job
-from tests.support import wait_for
+from tests.support import receive_request, wait_for
 
 CALLS: list[tuple[str, tuple[object, ...]]] = []
 
@@ -53,10 +53,7 @@ def broker(eventmq_settings) -> Iterator[transport.Channel]:
 
 
 def receive(channel: transport.Channel) -> tuple[bytes, Request]:
-    assert channel.poll(10_000), "the broker received nothing"
-    identity, _frames, message = channel.recv()
-    assert isinstance(message, Request)
-    return identity, message
+    return receive_request(channel)
 
 
 def test_eager_runs_inline_and_returns_a_msgid(eventmq_settings):

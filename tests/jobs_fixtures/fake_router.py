@@ -17,8 +17,11 @@ from django_eventmq.protocol import (
     JobBody,
     Message,
     Request,
+    decode,
+    encode,
     new_msgid,
 )
+from django_eventmq.protocol.packed import PACKED, pack
 
 M = TypeVar("M", bound=Message)
 
@@ -41,6 +44,10 @@ class FakeRouter:
         #: (identity, message) in arrival order.
         self.received: list[tuple[bytes, Message]] = []
         self.malformed: list[ProtocolError] = []
+        #: Commands that arrived packed (one frame), in arrival order.
+        self.arrived_packed: list[str] = []
+        #: Send REQUESTs packed (as a router of ours does to a job manager that reads them).
+        self.send_packed = False
         self._cursor = 0
 
     def close(self) -> None:
@@ -53,12 +60,15 @@ class FakeRouter:
             left = max(0, int((deadline - time.monotonic()) * 1000))
             if not self.channel.poll(left):
                 return
+            raw = self.channel.recv_frames()
             try:
-                identity, _frames, message = self.channel.recv()
+                message = decode(raw[1:])
             except ProtocolError as exc:
                 self.malformed.append(exc)
                 continue
-            self.received.append((identity, message))
+            if len(raw) == 2:
+                self.arrived_packed.append(message.command)
+            self.received.append((raw[0], message))
 
     def expect(self, kind: type[M], timeout: float = 10.0, **fields: Any) -> tuple[bytes, M]:
         """The next not-yet-consumed message of ``kind`` (matching ``fields``)."""
@@ -100,17 +110,24 @@ class FakeRouter:
         self._cursor = len(self.received)
 
     def handshake(
-        self, timeout: float = 20.0, *, features: bool = False, heartbeat: bool = True
+        self,
+        timeout: float = 20.0,
+        *,
+        features: bool = False,
+        heartbeat: bool = True,
+        packed: bool = False,
     ) -> tuple[bytes, Inform]:
         """Wait for INFORM, ACK it and send a HEARTBEAT; returns (identity, inform).
 
         ``features=True`` speaks like a router of ours: FEATURES right after the ACK.
         ``heartbeat=False`` sends nothing after the ACK (a quiet reference router).
+        ``packed=True`` also says, in that FEATURES, that we read packed messages.
         """
         identity, inform = self.expect(Inform, timeout)
         self.send(identity, Ack(msgid=new_msgid(), ack_msgid=inform.msgid))
         if features:
-            self.send(identity, Features(msgid=new_msgid(), features=ROUTER_FEATURES))
+            said = {**ROUTER_FEATURES, PACKED: 1} if packed else ROUTER_FEATURES
+            self.send(identity, Features(msgid=new_msgid(), features=said))
         if heartbeat:
             self.send(identity, Heartbeat(msgid=new_msgid(), timestamp=time.time()))
         return identity, inform
@@ -124,7 +141,10 @@ class FakeRouter:
         self.send(identity, Cancel(msgid=new_msgid(), job_msgid=job_msgid))
 
     def send(self, identity: bytes, message: Message) -> None:
-        self.channel.send_to(identity, message)
+        if self.send_packed and isinstance(message, Request):
+            self.channel.send_frames([identity, pack(encode(message))])
+        else:
+            self.channel.send_to(identity, message)
 
     def request(
         self,

@@ -11,6 +11,9 @@ import pytest
 
 from django_eventmq.core import client, transport
 from django_eventmq.protocol import Message, Request
+from tests.support import receive_request
+
+__all__ = ["ThreadRouter", "receive_request"]
 
 
 @pytest.fixture(autouse=True)
@@ -30,14 +33,6 @@ def broker(eventmq_settings: Any) -> Iterator[transport.Channel]:
     finally:
         client.close_clients()
         channel.close()
-
-
-def receive_request(channel: transport.Channel, timeout_ms: int = 10_000) -> tuple[bytes, Request]:
-    """The next message at the broker, which must be a REQUEST."""
-    assert channel.poll(timeout_ms), "the broker received nothing"
-    identity, _frames, message = channel.recv()
-    assert isinstance(message, Request), message
-    return identity, message
 
 
 class ThreadRouter:

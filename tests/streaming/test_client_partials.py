@@ -18,7 +18,7 @@ from django_eventmq.core.handles import JobHandle
 from django_eventmq.errors import EventMQError, JobError, JobRejected, ResultTimeout
 from django_eventmq.protocol import Message, Partial, Reject, Reply, Request, new_msgid
 from tests.streaming import jobs
-from tests.support import wait_for
+from tests.support import receive_request, wait_for
 
 
 @pytest.fixture
@@ -36,9 +36,7 @@ def requests(channel: transport.Channel, n: int) -> tuple[bytes, list[Request]]:
     got: list[Request] = []
     identity = b""
     while len(got) < n:
-        assert channel.poll(10_000), "the broker received nothing"
-        identity, _frames, message = channel.recv()
-        assert isinstance(message, Request)
+        identity, message = receive_request(channel)
         got.append(message)
     return identity, got
 

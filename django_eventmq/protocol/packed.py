@@ -1,0 +1,74 @@
+"""Packed messages: one eMQP message's frames carried in one frame (our extension).
+
+A packed message is :func:`~.fields.join_fields` of the frames a DEALER would
+send, ``['', 'eMQP/1.0', COMMAND, MSGID, *body]``, so it always starts with
+``0,8,`` (the lengths of the empty frame and of the version). A ROUTER sees
+it as ``[identity, PACKED]``, a DEALER as ``[PACKED]``: no eMQP message has so
+few frames, so the two forms cannot be confused. Unpacked, it is exactly the
+message it packs and goes through the same checks.
+
+Why: every ZeroMQ frame costs a Python peer a call into libzmq on each side
+(and a ``RCVMORE`` query when receiving). Measured on the 2-core machine,
+one DEALER sending a REQUEST's 7 frames manages about 52,000 messages/s; the
+same bytes in one frame about 300,000/s; unpacking costs about 2 us.
+
+Who sends it (only to a peer that said it reads it; the reference's peers
+never see one):
+
+- a client of ours sends packed REQUESTs once our router's FEATURES answer
+  said ``"packed"``; our router ACKs a packed REQUEST with a packed ACK;
+- our router hands jobs out packed to a job manager whose FEATURES said
+  ``"packed"``, and our job manager packs its DONEs to a router whose
+  FEATURES said so.
+
+Every receiver of ours takes both forms from anyone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import pairwise
+
+from ..errors import ProtocolError
+from . import constants as C
+from .fields import field_bounds, join_fields
+
+#: The FEATURES key that says "send me packed messages, I read them".
+PACKED = "packed"
+#: How every packed eMQP message starts: the lengths of '' and 'eMQP/1.0'.
+PREFIX = b"0,%d," % len(C.PROTOCOL_VERSION_B)
+
+_HEAD_REQUEST = b"0,%d,%d," % (len(C.PROTOCOL_VERSION_B), len(C.REQUEST))
+_REQUEST_START = C.PROTOCOL_VERSION_B + C.REQUEST.encode()
+
+
+def pack(frames: Sequence[bytes]) -> bytes:
+    """One frame holding a message's ``frames`` (as a DEALER sends them)."""
+    return join_fields(frames)
+
+
+def pack_request(msgid: bytes, queue: bytes, headers: bytes, body: bytes) -> bytes:
+    """:func:`pack` of a REQUEST's frames, built directly (the ``.delay()`` hot path)."""
+    return b"".join(
+        (
+            _HEAD_REQUEST,
+            b"%d,%d,%d,%d\n" % (len(msgid), len(queue), len(headers), len(body)),
+            _REQUEST_START,
+            msgid,
+            queue,
+            headers,
+            body,
+        )
+    )
+
+
+def unpack(frame: bytes, *, max_frames: int) -> list[bytes]:
+    """The frames a packed message carries; :class:`ProtocolError` saying why if
+    ``frame`` is not one (UTF-8 and each command's rules are checked later, as
+    for any message)."""
+    if not frame.startswith(PREFIX):
+        raise ProtocolError(
+            f"a one-frame message must be a packed eMQP message (starting {PREFIX.decode()!r})"
+        )
+    ends = field_bounds(frame, what="packed message", max_fields=max_frames)
+    return [frame[a:b] for a, b in pairwise(ends)]
