@@ -7,7 +7,6 @@ signature (kept for type checkers through ``ParamSpec``).
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -16,6 +15,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 from ..errors import ConfigurationError, SerializationError
 from ..protocol import Headers, JobBody, new_msgid
 from ..protocol import constants as C
+from ..protocol.payload import compact_json
 from . import integration, registry
 from .client import get_client
 from .config import get_settings
@@ -55,8 +55,7 @@ def _periodics(
     return tuple(found)
 
 
-#: One encoder for every body: json.dumps with options builds a new one per call.
-_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+_encode = compact_json
 
 P = ParamSpec("P")
 R = TypeVar("R")

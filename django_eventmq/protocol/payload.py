@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,9 +86,52 @@ def _is_dotted(path: str) -> bool:
 def encode_json(value: Any) -> str:
     """Compact JSON, or :class:`SerializationError` (a ``TypeError``) naming what failed."""
     try:
-        return _encoder().encode(value)
+        return compact_json(value)
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"not JSON-serialisable: {exc}") from exc
+
+
+def _not_json(value: object) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _compact_json_function() -> Callable[[Any], str]:
+    """``JSONEncoder(separators=(",", ":"), allow_nan=False).encode``, faster.
+
+    ``JSONEncoder.encode`` builds CPython's C encoder anew on every call: for
+    a job's small ``{"args": [...], "kwargs": {...}}`` that is two thirds of
+    the cost (2.8 us against 1.0 us reusing one). The C encoder kept here is
+    made without the circular-reference table (it cannot be shared across
+    calls), so a circular value ends in ``RecursionError``, turned into the
+    ``ValueError`` the slow path raises. Without the C encoder (not
+    CPython), the slow path.
+    """
+    slow = _encoder().encode
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return slow
+    try:
+        fast = make(
+            None,
+            _not_json,
+            json.encoder.encode_basestring_ascii,
+            None,
+            ":",
+            ",",
+            False,
+            False,
+            False,
+        )
+    except TypeError:  # another signature: keep to the documented API
+        return slow
+
+    def compact(value: Any) -> str:
+        try:
+            return "".join(fast(value, 0))
+        except RecursionError:
+            raise ValueError("Circular reference detected (or nesting too deep)") from None
+
+    return compact
 
 
 @functools.cache
@@ -172,3 +216,7 @@ def parse_job(
         class_args=tuple(spec.get("class_args", ())),
         class_kwargs=spec.get("class_kwargs", {}),
     )
+
+
+#: Compact JSON (no spaces, ASCII, NaN refused); ``TypeError``/``ValueError`` if not JSON.
+compact_json: Callable[[Any], str] = _compact_json_function()
