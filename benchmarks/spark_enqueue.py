@@ -37,8 +37,18 @@ TARGET = 100_000
 
 
 def sink_main() -> None:
-    """A ROUTER that ACKs every REQUEST and keeps nothing (the ``--sink`` peer)."""
+    """A ROUTER that ACKs every REQUEST and BATCH and keeps nothing (the ``--sink`` peer).
+
+    It answers FEATURES as our router does, so the sender batches: the figure
+    is the Spark side's ceiling with BATCH (Arrow batches, encoding, packing,
+    reading the ACKs), no storing.
+    """
+    import json
+
     import zmq
+
+    from django_eventmq.protocol.batch import MAX_BATCH_JOBS
+    from django_eventmq.protocol.limits import MAX_MESSAGE_BYTES
 
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
@@ -47,16 +57,19 @@ def sink_main() -> None:
     sock.setsockopt(zmq.RCVHWM, 0)
     port = sock.bind_to_random_port("tcp://127.0.0.1")
     print(f"sink ready: tcp://127.0.0.1:{port}", flush=True)
-    more, recv, send = int(zmq.SNDMORE), sock.recv, sock.send
+    features = json.dumps(
+        {"batch": 1, "batch_jobs": MAX_BATCH_JOBS, "batch_bytes": MAX_MESSAGE_BYTES}
+    ).encode()
     while True:
-        # identity, '', version, REQUEST, msgid, queue, headers, body
-        identity = recv()
-        recv(), recv(), recv()
-        msgid = recv()
-        recv(), recv(), recv()
-        for frame in (identity, b"", b"eMQP/1.0", b"ACK", b"sink"):
-            send(frame, more)
-        send(msgid, 0)
+        # identity, '', version, COMMAND, msgid, ...
+        frames = sock.recv_multipart()
+        if len(frames) < 5:
+            continue
+        identity, command, msgid = frames[0], frames[3], frames[4]
+        if command == b"FEATURES":
+            sock.send_multipart([identity, b"", b"eMQP/1.0", b"FEATURES", b"sink", features])
+        elif command in (b"REQUEST", b"BATCH"):
+            sock.send_multipart([identity, b"", b"eMQP/1.0", b"ACK", b"sink", msgid])
 
 
 def start_peer(args: argparse.Namespace, workdir: Path) -> tuple[Proc, str]:
