@@ -19,6 +19,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -275,15 +276,31 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("interop")
 
 
-@pytest.fixture(scope="module")
-def reference_router_stack(workdir: Path) -> Iterator[tuple[Router, Proc]]:
-    """The reference router with our job manager (email:30, default:10; 2 processes)."""
-    router = start_reference_router(workdir)
+@contextmanager
+def router_with_jobmanager(
+    router: Router, start_jobmanager: Callable[[str], Proc]
+) -> Iterator[tuple[Router, Proc]]:
+    """``router`` and the job manager ``start_jobmanager(router.backend)`` starts;
+    both stopped afterwards (the router also when the job manager fails to start)."""
     try:
-        jobmanager = start_our_jobmanager(router.backend)
+        jobmanager = start_jobmanager(router.backend)
         try:
             yield router, jobmanager
         finally:
             jobmanager.stop()
     finally:
         router.stop()
+
+
+@pytest.fixture(scope="module")
+def reference_router_stack(workdir: Path) -> Iterator[tuple[Router, Proc]]:
+    """The reference router with our job manager (email:30, default:10; 2 processes)."""
+    with router_with_jobmanager(start_reference_router(workdir), start_our_jobmanager) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def our_stack() -> Iterator[tuple[Router, Proc]]:
+    """Our router with our job manager (email:30, default:10; 2 processes)."""
+    with router_with_jobmanager(start_our_router(), start_our_jobmanager) as stack:
+        yield stack

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,8 +16,6 @@ from .conftest import (
     REFERENCE_MISSING,
     Router,
     run_reference_client,
-    start_our_jobmanager,
-    start_our_router,
     wait_records,
     without_pid,
 )
@@ -29,23 +26,9 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def stack() -> Iterator[tuple[Router, Proc]]:
-    """Our router with our job manager (queues email:30, default:10; 2 processes)."""
-    router = start_our_router()
-    try:
-        jobmanager = start_our_jobmanager(router.backend)
-        try:
-            yield router, jobmanager
-        finally:
-            jobmanager.stop()
-    finally:
-        router.stop()
-
-
 @pytest.fixture
-def router(stack: tuple[Router, Proc]) -> Router:
-    return stack[0]
+def router(our_stack: tuple[Router, Proc]) -> Router:
+    return our_stack[0]
 
 
 def test_reference_job_runs_with_its_arguments(router: Router, records_file: Path) -> None:
@@ -102,10 +85,10 @@ def test_reference_job_in_an_allowed_module(router: Router, records_file: Path) 
 
 
 def test_reference_job_not_allowed_is_refused_and_next_job_runs(
-    stack: tuple[Router, Proc], records_file: Path, tmp_path: Path
+    our_stack: tuple[Router, Proc], records_file: Path, tmp_path: Path
 ) -> None:
     """A callable outside @job and the allowed modules never runs; the next job does."""
-    router, jobmanager = stack
+    router, jobmanager = our_stack
     canary = tmp_path / "canary"
     canary.write_text("still here")
     run_reference_client(router.frontend, "os.remove", [str(canary)], {})

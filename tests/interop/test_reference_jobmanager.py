@@ -14,6 +14,7 @@ from .conftest import (
     REFERENCE_DEADLINE,
     REFERENCE_MISSING,
     Router,
+    router_with_jobmanager,
     start_our_router,
     start_reference_jobmanager,
     wait_records,
@@ -30,15 +31,10 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def stack(workdir: Path) -> Iterator[tuple[Router, Proc]]:
     """Our router with the reference job manager (-Q default -J 2) connected."""
-    router = start_our_router()
-    try:
-        jobmanager = start_reference_jobmanager(router.backend, workdir)
-        try:
-            yield router, jobmanager
-        finally:
-            jobmanager.stop()
-    finally:
-        router.stop()
+    with router_with_jobmanager(
+        start_our_router(), lambda backend: start_reference_jobmanager(backend, workdir)
+    ) as stack:
+        yield stack
 
 
 def test_reference_jobmanager_registers_and_offers_its_slots(

@@ -22,8 +22,6 @@ from .conftest import (
     RECORD_MODULE,
     REFERENCE_MISSING,
     Router,
-    start_our_jobmanager,
-    start_our_router,
     wait_records,
     without_pid,
 )
@@ -112,19 +110,6 @@ HOSTILE: dict[str, tuple[str, bytes | None, list[list[bytes]]]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def stack() -> Iterator[tuple[Router, Proc]]:
-    router = start_our_router()
-    try:
-        jobmanager = start_our_jobmanager(router.backend)
-        try:
-            yield router, jobmanager
-        finally:
-            jobmanager.stop()
-    finally:
-        router.stop()
-
-
 @pytest.fixture
 def raw_dealer() -> Iterator[Callable[[str, bytes | None], zmq.Socket[bytes]]]:
     """Make raw DEALER sockets (closed after the test)."""
@@ -182,12 +167,12 @@ def _probe(socket_name: str, sock: zmq.Socket[bytes], case: str, out: Path) -> N
 @pytest.mark.parametrize("case", list(HOSTILE))
 def test_router_survives_and_still_routes(
     case: str,
-    stack: tuple[Router, Proc],
+    our_stack: tuple[Router, Proc],
     raw_dealer: Callable[[str, bytes | None], zmq.Socket[bytes]],
     records_file: Path,
     use_broker: Callable[[str], None],
 ) -> None:
-    router, _ = stack
+    router, _ = our_stack
     socket_name, identity, messages = HOSTILE[case]
     addr = {"frontend": router.frontend, "backend": router.backend, "admin": router.admin_addr}
     sock = raw_dealer(addr[socket_name], identity)
@@ -206,12 +191,12 @@ def test_router_survives_and_still_routes(
 
 
 def test_dealer_without_identity_gets_its_job_run_and_its_ack(
-    stack: tuple[Router, Proc],
+    our_stack: tuple[Router, Proc],
     raw_dealer: Callable[[str, bytes | None], zmq.Socket[bytes]],
     records_file: Path,
 ) -> None:
     """A client with a binary (ROUTER-assigned) identity is a normal client to us."""
-    router, _ = stack
+    router, _ = our_stack
     sock = raw_dealer(router.frontend, None)
     request = _request(str(records_file), args=["raw"])
     sock.send_multipart(request)
@@ -223,9 +208,9 @@ def test_dealer_without_identity_gets_its_job_run_and_its_ack(
 
 
 def test_bad_input_is_logged_once_per_peer_and_reason(
-    stack: tuple[Router, Proc], raw_dealer: Callable[[str, bytes | None], zmq.Socket[bytes]]
+    our_stack: tuple[Router, Proc], raw_dealer: Callable[[str, bytes | None], zmq.Socket[bytes]]
 ) -> None:
-    router, _ = stack
+    router, _ = our_stack
     sock = raw_dealer(router.frontend, b"repeat-offender")
     for _ in range(5):
         sock.send_multipart([b"", V, b"REQUEST", _id(), b"default", b"", b"\xff\xfe"])
