@@ -51,7 +51,7 @@ from ..protocol.batch import BATCH, MAX_BATCH_JOBS, Batch, BatchJob, unpack_jobs
 from ..protocol.extensions import Reject
 from ..protocol.headers import Headers
 from ..protocol.limits import Limits, OverLimit
-from ..protocol.packed import PACKED, unpack
+from ..protocol.packed import PACKED
 from . import transport
 from .dispatch import Accepting, Book
 from .queues import Scheduler, Schedulers
@@ -122,7 +122,7 @@ class FrontendHandlers:
                 return
             packed = len(raw) == 2
             if packed:
-                raw = self._unpacked(raw)
+                raw = self.frontend.unpacked(raw)
             if (
                 len(raw) == 8
                 and raw[3] == _REQUEST
@@ -135,14 +135,6 @@ class FrontendHandlers:
                 self._fast_batch(raw, now)
                 continue
             self._handle(self.frontend, raw, now)
-
-    def _unpacked(self, raw: list[bytes]) -> list[bytes]:
-        """``[identity, PACKED]`` as ``[identity, *frames]``; left as it is if it is
-        not a packed message (decoding it then says why, once)."""
-        try:
-            return [raw[0], *unpack(raw[1], max_frames=self.frontend.max_frames)]
-        except ProtocolError:
-            return raw
 
     def _fast_request(self, raw: list[bytes], now: float, packed: bool = False) -> bool:
         """A well-formed REQUEST without building a message object; False: decode it."""

@@ -182,12 +182,13 @@ class Channel:
                 break
             frames.append(recv(flags))
         if len(frames) == self._packed_at:
-            return self._unpacked(frames)
+            return self.unpacked(frames)
         return frames
 
-    def _unpacked(self, frames: list[bytes]) -> list[bytes]:
-        """A packed message (see :mod:`..protocol.packed`) as the frames it carries;
-        one that is not well-formed is left as it is (decoding it says why)."""
+    def unpacked(self, frames: list[bytes]) -> list[bytes]:
+        """A packed message as received (``[identity, PACKED]`` or ``[PACKED]``, see
+        :mod:`..protocol.packed`) as the frames it carries; one that is not
+        well-formed is left as it is (decoding it says why)."""
         try:
             inner = unpack(frames[-1], max_frames=self.max_frames)
         except ProtocolError:
