@@ -29,8 +29,10 @@ exactly as for a REQUEST, and a job that fails gets its own REJECT.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import ClassVar
 
 from ..errors import ProtocolError
@@ -69,6 +71,15 @@ def unpack_jobs(
     frame: bytes, *, max_jobs: int = MAX_BATCH_JOBS, max_bytes: int = MAX_MESSAGE_BYTES
 ) -> list[BatchJob]:
     """The jobs of a JOBS frame; :class:`ProtocolError` saying why if it is not one."""
+    return jobs_at(frame, job_bounds(frame, max_jobs=max_jobs, max_bytes=max_bytes))
+
+
+def job_bounds(
+    frame: bytes, *, max_jobs: int = MAX_BATCH_JOBS, max_bytes: int = MAX_MESSAGE_BYTES
+) -> list[int]:
+    """Where each field of each job of a JOBS frame starts, then where the frame
+    ends (``4 * jobs + 1`` offsets); :class:`ProtocolError` saying why if it is not
+    a JOBS frame."""
     if len(frame) > max_bytes:
         raise ProtocolError(f"BATCH: jobs frame is larger than {max_bytes} bytes")
     # One job too many still parses, so that the error says how many jobs came.
@@ -78,22 +89,49 @@ def unpack_jobs(
         raise ProtocolError(f"BATCH: {len(ends) - 1} lengths in the head, not 4 per job")
     if count > max_jobs:
         raise ProtocolError(f"BATCH: {count} jobs, more than {max_jobs}")
-    try:
-        frame.decode()
-    except UnicodeDecodeError as exc:
-        raise ProtocolError(f"BATCH: jobs frame is not UTF-8 text: {exc.reason}") from None
-    # The whole frame is text, so a field is text unless it starts inside a
-    # character: at a UTF-8 continuation byte (0b10xxxxxx).
-    padded = frame + b"\0"  # a field may end the frame
-    if any([0x80 <= padded[p] < 0xC0 for p in ends[1:-1]]):
-        raise ProtocolError("BATCH: a length in the head splits a UTF-8 character")
+    if not frame.isascii():
+        try:
+            frame.decode()
+        except UnicodeDecodeError as exc:
+            raise ProtocolError(f"BATCH: jobs frame is not UTF-8 text: {exc.reason}") from None
+        # The whole frame is text, so a field is text unless it starts inside a
+        # character: at a UTF-8 continuation byte (0b10xxxxxx).
+        padded = frame + b"\0"  # a field may end the frame
+        if any([0x80 <= padded[p] < 0xC0 for p in ends[1:-1]]):
+            raise ProtocolError("BATCH: a length in the head splits a UTF-8 character")
+    # An empty msgid: a job whose first field ends where it starts.
+    if not all(map(operator.lt, ends[0:-1:4], ends[1::4])):
+        index = next(i for i, at in enumerate(ends[0:-1:4]) if ends[4 * i + 1] == at)
+        raise ProtocolError(f"BATCH: job {index} has an empty msgid")
+    return ends
+
+
+def jobs_at(frame: bytes, ends: list[int]) -> list[BatchJob]:
+    """The jobs of ``frame`` cut at :func:`job_bounds`' offsets."""
     # Each job's five boundaries; ends[0::4] has one more (the frame's end), left over.
     starts = zip(ends[0::4], ends[1::4], ends[2::4], ends[3::4], ends[4::4], strict=False)
-    jobs = [(frame[a:b], frame[b:c], frame[c:d], frame[d:e]) for a, b, c, d, e in starts]
-    for index, job in enumerate(jobs):
-        if not job[0]:
-            raise ProtocolError(f"BATCH: job {index} has an empty msgid")
-    return jobs
+    return [(frame[a:b], frame[b:c], frame[c:d], frame[d:e]) for a, b, c, d, e in starts]
+
+
+def shared_route(frame: bytes, ends: list[int]) -> tuple[bytes, bytes] | None:
+    """``(queue, headers)`` if every job of ``frame`` (cut at :func:`job_bounds`'
+    offsets) has these same two fields, else None. Compared without cutting the
+    frame into jobs: one C-level pass per check."""
+    queue_at, headers_at, body_at = ends[1::4], ends[2::4], ends[3::4]
+    route = frame[ends[1] : ends[3]]
+    queue_size, headers_size = ends[2] - ends[1], ends[3] - ends[2]
+    if (
+        all(map(queue_size.__eq__, map(operator.sub, headers_at, queue_at)))
+        and all(map(headers_size.__eq__, map(operator.sub, body_at, headers_at)))
+        and all(map(frame.startswith, repeat(route), queue_at))
+    ):
+        return route[:queue_size], route[queue_size:]
+    return None
+
+
+def body_sizes(ends: list[int]) -> list[int]:
+    """Each job's body size in bytes (offsets from :func:`job_bounds`)."""
+    return list(map(operator.sub, ends[4::4], ends[3::4]))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,8 +10,12 @@ from django_eventmq.protocol.batch import (
     MAX_BATCH_JOBS,
     Batch,
     BatchJob,
+    body_sizes,
+    job_bounds,
+    jobs_at,
     pack_jobs,
     packed_size,
+    shared_route,
     unpack_jobs,
 )
 
@@ -127,3 +131,20 @@ def test_bad_jobs_fail_at_construction(jobs: object, reason: str) -> None:
 def test_an_empty_batch_msgid_is_refused() -> None:
     with pytest.raises(ProtocolError, match="msgid must be a non-empty string"):
         Batch(msgid="", jobs=tuple(JOBS))
+
+
+def test_shared_route_and_body_sizes_read_the_offsets_without_cutting_jobs() -> None:
+    same = [(b"m%d" % i, b"email", b"guarantee", b"[%d]" % i * i) for i in range(1, 4)]
+    frame = pack_jobs(same)
+    ends = job_bounds(frame)
+    assert jobs_at(frame, ends) == same
+    assert shared_route(frame, ends) == (b"email", b"guarantee")
+    assert body_sizes(ends) == [3, 6, 9]
+    for changed in [
+        (b"m9", b"emails", b"guarantee", b"[]"),  # a longer queue
+        (b"m9", b"other", b"guarantee", b"[]"),  # same length, other bytes
+        (b"m9", b"email", b"guaranteE", b"[]"),
+        (b"m9", b"emailg", b"uarantee", b"[]"),  # same bytes, cut elsewhere
+    ]:
+        mixed = pack_jobs([*same, changed])
+        assert shared_route(mixed, job_bounds(mixed)) is None, changed
