@@ -154,8 +154,29 @@ class Book:
             )
 
     def _load(self, queue: str, after: Key | None, limit: int) -> list[Job]:
+        """The next ``limit`` waiting jobs of ``queue`` on disk after ``after``,
+        opening the parcels that hold any of them (see :meth:`accept_parcel`)."""
+        journal = self.journal
+        rows = journal.waiting(queue, after, limit)
+        while True:
+            # Parcels whose first job comes before the last row read hold jobs
+            # that come first; one parcel at a time, so a long queue of parcels
+            # is not all opened at once.
+            upto = (rows[-1].nprio, rows[-1].seq) if len(rows) == limit else None
+            seq = journal.next_parcel(queue, upto)
+            if seq is None:
+                break
+            self._open_parcel(seq)
+            rows = journal.waiting(queue, after, limit)
         now = time.monotonic()
-        return [job_from_row(row, now) for row in self.journal.waiting(queue, after, limit)]
+        return [job_from_row(row, now) for row in rows]
+
+    def _open_parcel(self, seq: int) -> None:
+        queue, dropped = self.journal.open_parcel(seq, self.finished)
+        if dropped:
+            # Held already or finished recently: counted as waiting, never stored.
+            self.duplicates += dropped
+            self.routing.waiting.queue(queue).forget_on_disk(dropped)
 
     # -- accepting ---------------------------------------------------------------
     def backlog(self) -> int:
@@ -243,6 +264,49 @@ class Book:
                 self._route_new(job, due, now)
             else:
                 self.duplicates += 1
+
+    def accept_parcel(
+        self,
+        identity: bytes,
+        jobs_frame: bytes,
+        count: int,
+        queue: str,
+        headers: Headers,
+        headers_frame: bytes,
+        now: float,
+    ) -> bool:
+        """Store a BATCH's ``count`` jobs, all of ``queue`` with the same ``headers``,
+        as one parcel (see :mod:`.journal`); False, and nothing done, unless its
+        queue waits on disk already so that its jobs would wait on disk only.
+
+        The jobs are not checked against held or finished msgids here: that
+        costs an index entry per job, more than the rest of storing them. A
+        duplicate is dropped when the parcel is opened (:meth:`_load`).
+        """
+        wait_queue = self.routing.waiting.queue(queue)
+        due = headers.delay_until
+        if (
+            not wait_queue.after_boundary((-headers.priority, self._seq + 1))
+            or (due is not None and due > time.time())
+            or self.routing.free_worker(queue) is not None
+        ):
+            return False
+        seq = self._seq + 1
+        self._seq += count
+        self.journal.add_parcel(
+            seq,
+            count,
+            queue,
+            headers.priority,
+            headers.guarantee,
+            headers_frame,
+            identity,
+            time.time(),
+            jobs_frame,
+        )
+        wait_queue.wait_on_disk(count)
+        self.stats.received[queue] += count
+        return True
 
     def _new_job(
         self,
@@ -523,6 +587,10 @@ class Book:
             self.routing.waiting.queue(job.queue).discard(job)
         else:
             found = self.journal.find(msgid)
+            if found is None:
+                for seq in self.journal.parcels_holding(msgid):
+                    self._open_parcel(seq)
+                found = self.journal.find(msgid)
             if found is None:
                 log.debug("CANCEL for msgid %s: not held", msgid)
                 return None

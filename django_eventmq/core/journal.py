@@ -31,6 +31,14 @@ added are dropped: in order, they would have changed nothing). A kept
 :meth:`add` cannot see a msgid that is only on disk, so the router inserts at
 once (``on_disk=True``) while some jobs are held on disk only.
 
+Parcels: a BATCH whose jobs share a queue and headers, arriving while its
+queue already waits on disk, is stored as one row holding its JOBS frame as
+received (``parcels``), not as a row per job: the jobs' seqs are reserved
+(``seq .. seq + count - 1``) and nothing is indexed per job. A parcel is
+opened, into a WAITING row per job, when its queue reaches it or a CANCEL
+names one of its jobs; a job whose msgid is held already or finished
+recently is dropped then (a duplicate found late rather than at once).
+
 Two small tables beside the jobs: the msgids of recently finished jobs
 (``finished``, pruned by age and count inside a commit) so a REQUEST resent
 after a restart is still recognised, and the SCHEDULE / UNSCHEDULE messages
@@ -47,12 +55,13 @@ import sqlite3
 import struct
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from ..errors import ConfigurationError
+from ..protocol.batch import unpack_jobs
 
 log = logging.getLogger("django_eventmq.router")
 
@@ -85,6 +94,19 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (queue, nprio, seq) WHERE state = 0;
 CREATE INDEX IF NOT EXISTS jobs_delayed ON jobs (due) WHERE state = 3;
 CREATE INDEX IF NOT EXISTS jobs_poisoned ON jobs (seq) WHERE state = 2;
+-- BATCHes stored whole while their queue waits on disk, opened into jobs rows later
+CREATE TABLE IF NOT EXISTS parcels (
+    seq INTEGER PRIMARY KEY,        -- its first job's seq; the jobs take seq .. seq + count - 1
+    count INTEGER NOT NULL,
+    queue TEXT NOT NULL,
+    nprio INTEGER NOT NULL,
+    guarantee INTEGER NOT NULL,
+    headers BLOB NOT NULL,          -- every job's header frame (a parcel's jobs share it)
+    client BLOB NOT NULL,
+    accepted REAL NOT NULL,
+    jobs BLOB NOT NULL              -- the BATCH's JOBS frame as received
+);
+CREATE INDEX IF NOT EXISTS parcels_order ON parcels (queue, nprio, seq);
 -- msgids of finished jobs, for a while: a resent REQUEST is not run twice after a restart
 CREATE TABLE IF NOT EXISTS finished (
     seq INTEGER PRIMARY KEY,        -- finishing order (pruned oldest first)
@@ -234,6 +256,10 @@ class Journal:
         self._prune_after = 0.0
         self._finished_added = False
         self._finished_clock: Callable[[], float] = time.time
+        #: Parcels stored, per queue (no query to know a queue has none).
+        self._parcels: Counter[str] = Counter(
+            dict(self._execute("SELECT queue, COUNT(*) FROM parcels GROUP BY queue").fetchall())
+        )
 
     # -- transactions ------------------------------------------------------
     def _begin(self, changes: int = 1) -> None:
@@ -381,6 +407,81 @@ class Journal:
             return
         self._changed.pop(seq, None)
         self._gone.add(seq)
+
+    # -- parcels: a BATCH stored whole (see the module doc) ----------------------
+    def add_parcel(
+        self,
+        seq: int,
+        count: int,
+        queue: str,
+        priority: int,
+        guarantee: bool,
+        headers: bytes,
+        client: bytes,
+        accepted: float,
+        jobs: bytes,
+    ) -> None:
+        """Store ``count`` jobs of ``queue`` (the JOBS frame ``jobs``, whose jobs
+        all carry ``headers``) as one row; they take seqs ``seq .. seq + count - 1``."""
+        self._begin(count)
+        self._execute(
+            "INSERT INTO parcels (seq, count, queue, nprio, guarantee, headers, client,"
+            " accepted, jobs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (seq, count, queue, -priority, guarantee, headers, client, accepted, jobs),
+        )
+        self._parcels[queue] += 1
+
+    def parcel_count(self) -> int:
+        """Parcels stored and not opened yet."""
+        return self._parcels.total()
+
+    def next_parcel(self, queue: str, upto: tuple[int, int] | None) -> int | None:
+        """The first parcel of ``queue`` in hand-out order, if its first job's key
+        ``(nprio, seq)`` is at most ``upto`` (None: whatever it is)."""
+        if not self._parcels[queue]:
+            return None
+        found = self._execute(
+            "SELECT nprio, seq FROM parcels WHERE queue = ? ORDER BY nprio, seq LIMIT 1", (queue,)
+        ).fetchone()
+        if found is None or (upto is not None and tuple(found) > upto):
+            return None
+        return int(found[1])
+
+    def parcels_holding(self, msgid: str) -> list[int]:
+        """Parcels whose JOBS frame contains ``msgid`` (a body may contain it too:
+        open them, then :meth:`find`)."""
+        if not self._parcels.total():
+            return []
+        cursor = self._execute(
+            "SELECT seq FROM parcels WHERE instr(jobs, ?) > 0 ORDER BY seq", (msgid.encode(),)
+        )
+        return [int(seq) for (seq,) in cursor]
+
+    def open_parcel(self, seq: int, skip: Container[str]) -> tuple[str, int]:
+        """Turn parcel ``seq`` into a WAITING row per job. Returns its queue and how
+        many jobs were dropped: their msgid was held already, or is in ``skip``."""
+        self._flush()  # kept rows first, so the insert sees their msgids
+        (count, queue, nprio, guarantee, headers, client, accepted, frame) = self._execute(
+            "SELECT count, queue, nprio, guarantee, headers, client, accepted, jobs"
+            " FROM parcels WHERE seq = ?",
+            (seq,),
+        ).fetchone()
+        # We stored the frame after checking it: this cannot fail on a good journal.
+        jobs = unpack_jobs(frame, max_jobs=count, max_bytes=len(frame))
+        rows = [
+            (seq + i, msgid, queue, nprio, WAITING, 0.0, guarantee, headers, job[3], client,
+             accepted, 0, 0, "")
+            for i, job in enumerate(jobs)
+            if (msgid := job[0].decode()) not in skip
+        ]  # fmt: skip
+        self._begin(len(rows) + 1)
+        db = self.db
+        before = db.total_changes
+        db.executemany(_INSERT_JOB, rows)
+        stored = db.total_changes - before
+        self._execute("DELETE FROM parcels WHERE seq = ?", (seq,))
+        self._parcels[queue] -= 1
+        return queue, count - stored
 
     # -- finished msgids ------------------------------------------------------
     def keep_finished(
@@ -550,11 +651,18 @@ class Journal:
             "SELECT state, queue, COUNT(*) FROM jobs GROUP BY state, queue"
         ):
             result.setdefault(state, Counter())[queue] = n
+        for queue, n in self._execute("SELECT queue, SUM(count) FROM parcels GROUP BY queue"):
+            result[WAITING][queue] += n
         return result
 
     def max_seq(self) -> int:
         self._flush()
-        return int(self._execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0])
+        return int(
+            self._execute(
+                "SELECT MAX((SELECT COALESCE(MAX(seq), 0) FROM jobs),"
+                " (SELECT COALESCE(MAX(seq + count - 1), 0) FROM parcels))"
+            ).fetchone()[0]
+        )
 
     def recover(self) -> int:
         """On start: jobs handed out but never reported finished wait again. Returns how many."""
@@ -579,7 +687,7 @@ class Journal:
         self._flush()
         return all(
             self._execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is None  # noqa: S608
-            for table in ("jobs", "schedules", "finished")
+            for table in ("jobs", "parcels", "schedules", "finished")
         )
 
 

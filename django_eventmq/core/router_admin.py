@@ -107,6 +107,7 @@ def monitor(book: Book) -> dict[str, Any]:
     return {
         "queued": routing.waiting.total(),
         "in_memory": routing.waiting.memory(),
+        "parcels": book.journal.parcel_count(),
         "in_flight": len(routing.inflight),
         "delayed": sum(book.delayed.values()),
         "poisoned": sum(book.poisoned.values()),

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 from ..errors import ProtocolError
@@ -47,7 +48,16 @@ from ..protocol import (
     parse_headers,
 )
 from ..protocol import constants as C
-from ..protocol.batch import BATCH, MAX_BATCH_JOBS, Batch, BatchJob, unpack_jobs
+from ..protocol.batch import (
+    BATCH,
+    MAX_BATCH_JOBS,
+    Batch,
+    BatchJob,
+    body_sizes,
+    job_bounds,
+    jobs_at,
+    shared_route,
+)
 from ..protocol.extensions import Reject
 from ..protocol.headers import Headers
 from ..protocol.limits import Limits, OverLimit
@@ -214,13 +224,13 @@ class FrontendHandlers:
 
     def _fast_batch(self, raw: list[bytes], now: float) -> None:
         """A BATCH straight from its frames: ``[identity, '', version, 'BATCH', msgid, JOBS]``."""
-        identity = raw[0]
+        identity, frame = raw[0], raw[5]
         try:
             if not raw[4]:
                 raise ProtocolError("BATCH: msgid is empty")
             raw[4].decode()
-            jobs = unpack_jobs(
-                raw[5], max_jobs=MAX_BATCH_JOBS, max_bytes=self.settings.max_message_bytes
+            ends = job_bounds(
+                frame, max_jobs=MAX_BATCH_JOBS, max_bytes=self.settings.max_message_bytes
             )
         except UnicodeDecodeError:
             self._warn("frontend", identity, "BATCH: msgid is not UTF-8 text", "dropped BATCH")
@@ -228,7 +238,12 @@ class FrontendHandlers:
         except ProtocolError as exc:
             self._warn("frontend", identity, exc.reason, "dropped BATCH")
             return
-        self._accept_batch(identity, raw[4], jobs, now)
+        if self._as_parcel(identity, frame, ends, now):
+            self.batches_received += 1
+            self.batch_jobs_received += len(ends) // 4
+            self._acks.append((identity, raw[4], False))
+            return
+        self._accept_batch(identity, raw[4], jobs_at(frame, ends), now)
 
     def _on_batch(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
         assert isinstance(msg, Batch)
@@ -260,6 +275,35 @@ class FrontendHandlers:
             return
         if told:
             self._acks.append((identity, batch_msgid, False))
+
+    def _as_parcel(self, identity: bytes, frame: bytes, ends: list[int], now: float) -> bool:
+        """Store the BATCH as one parcel (:meth:`.Book.accept_parcel`) if its jobs
+        share queue and headers and plainly pass a REQUEST's checks; False, nothing
+        done, otherwise: each job then goes through them one by one."""
+        route = shared_route(frame, ends)
+        if route is None or not route[0]:
+            return False
+        sizes = body_sizes(ends)
+        # Each body non-empty, within the limit and a JSON list (a REQUEST's
+        # check, without the leading white space it allows).
+        if (
+            min(sizes) < 2
+            or max(sizes) > self._limits.max_body_bytes
+            or not all(map(frame.startswith, repeat(b"["), ends[3::4]))
+        ):
+            return False
+        try:
+            headers = parse_headers(route[1].decode())
+            self._limits.check_headers(headers)
+        except ProtocolError:
+            return False
+        count = len(sizes)
+        s = self.settings
+        if s.hwm_policy == "reject" and self.book.backlog() + count >= s.high_water_mark:
+            return False
+        return self.book.accept_parcel(
+            identity, frame, count, route[0].decode(), headers, route[1], now
+        )
 
     def _batch_job(self, identity: bytes, job: BatchJob, coming: int) -> Accepting | str:
         """One job of a BATCH through a REQUEST's checks: what to accept, or the REJECT

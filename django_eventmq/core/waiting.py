@@ -127,9 +127,18 @@ class WaitQueue:
         self.count -= 1
         self._index.pop(job.msgid, None)
 
-    def forget_on_disk(self) -> None:
-        """A job that waited on disk only was taken out."""
-        self.count -= 1
+    def forget_on_disk(self, n: int = 1) -> None:
+        """``n`` jobs that waited on disk only were taken out."""
+        self.count -= n
+
+    def after_boundary(self, key: Key) -> bool:
+        """True if a job with ``key`` would wait on disk only (:meth:`push` would say False)."""
+        return self.boundary is not None and key > self.boundary
+
+    def wait_on_disk(self, n: int) -> None:
+        """``n`` jobs stored after the boundary (see :meth:`after_boundary`) start waiting."""
+        assert self.boundary is not None
+        self.count += n
 
     def oldest(self) -> float | None:
         """Acceptance time of the oldest job in memory."""

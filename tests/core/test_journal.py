@@ -20,6 +20,7 @@ from django_eventmq.core.journal import (
     resolve_path,
 )
 from django_eventmq.errors import ConfigurationError
+from django_eventmq.protocol.batch import pack_jobs
 
 
 def add(journal: Journal, seq: int, **overrides: Any) -> bool:
@@ -285,5 +286,46 @@ def test_kept_schedules_come_back_whole_in_order_and_unschedule_drops_its_job(
         journal.delete_schedule(kept[0][0])
         journal.commit()
         assert journal.schedule_count() == 1 and not journal.is_empty()
+    finally:
+        journal.close()
+
+
+def test_a_parcel_counts_as_its_jobs_and_opens_into_rows_minus_the_held_ones(path: str) -> None:
+    body = b'["run", {}]'
+    frame = pack_jobs([(b"p%d" % i, b"email", b"guarantee", body) for i in range(5)])
+    journal = Journal(path)
+    try:
+        add(journal, 1, msgid="p3", queue="email")  # held already: the parcel's copy is dropped
+        journal.add_parcel(10, 5, "email", 2, True, b"guarantee", b"client-9", 1234.5, frame)
+        journal.commit()
+        assert not journal.is_empty()
+        assert journal.counts()[WAITING] == {"email": 6}
+        assert journal.max_seq() == 14
+        assert journal.parcels_holding("p4") == [10] and journal.parcels_holding("zz") == []
+        assert journal.next_parcel("email", (-2, 9)) is None  # its first job comes later
+        assert journal.next_parcel("email", (-2, 10)) == 10
+        assert journal.next_parcel("other", None) is None
+    finally:
+        journal.close()
+    journal = Journal(path)  # reopened: the parcel is still there and known
+    try:
+        assert journal.parcel_count() == 1
+        assert journal.open_parcel(10, skip={"p0"}) == ("email", 2)
+        journal.commit()
+        rows = journal.waiting("email", None, 10)
+        assert [(r.seq, r.msgid, r.nprio) for r in rows] == [
+            (11, "p1", -2),
+            (12, "p2", -2),
+            (14, "p4", -2),
+            (1, "p3", 0),
+        ]
+        assert (rows[0].headers, rows[0].body, rows[0].client, rows[0].accepted) == (
+            b"guarantee",
+            body,
+            b"client-9",
+            1234.5,
+        )
+        assert journal.parcel_count() == 0 and journal.next_parcel("email", None) is None
+        assert journal.counts()[WAITING] == {"email": 4}
     finally:
         journal.close()
