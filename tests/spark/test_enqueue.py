@@ -7,13 +7,22 @@ its msgid once and counts further deliveries, so a doubled job shows as
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from tests.chaos.jobs import RECORD_ENV
+from tests.chaos.support import (
+    admin_call,
+    recorded,
+    start_jobmanager,
+    start_router,
+    wait_recorded,
+)
 from tests.spark.conftest import PYSPARK_MISSING
-from tests.support import tcp_addr
+from tests.support import tcp_addr, wait_for
 
 pytestmark = pytest.mark.spark
 pytest.importorskip("pyspark", reason=PYSPARK_MISSING, exc_type=ImportError)
@@ -166,3 +175,38 @@ def test_an_empty_dataframe_sends_nothing(spark, stack):
     assert result.queues == {}
     assert (result.sent, result.acked, result.rejected) == (0, 0, 0)
     assert "no rows" in str(result)
+
+
+def test_a_retried_task_whose_jobs_were_stored_as_parcels_runs_each_job_once(spark, tmp_path):
+    """No job manager while Spark sends, and a window of 10 jobs in memory: the
+    router stores the batches whole (parcels), the retried partition's copies
+    with them. Started afterwards, the job manager runs each job once."""
+    ran = tmp_path / "ran.txt"
+    frontend, backend, admin = tcp_addr(), tcp_addr(), tcp_addr()
+    procs = [start_router(frontend, backend, admin, tmp_path / "journal.db", EMQ_QUEUE_WINDOW="10")]
+    try:
+        df = spark.range(0, 300, 1, 2).select(F.concat(F.lit("t"), F.col("id")).alias("token"))
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
+        try:
+            result = enqueue_dataframe(
+                df, "tests.chaos.jobs.record", queue="default", broker=frontend,
+                run_id="parcels", key=["token"], window=40, map_batches=fail_first_attempt,
+                progress=False,
+            )  # fmt: skip
+        finally:
+            spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+        assert result.retried_partitions == 1
+        assert (result.sent, result.acked, result.rejected) == (300, 300, 0)
+        info = admin_call(admin, "MONITOR")
+        assert info["parcels"] > 0
+        assert info["queued"] > 300  # the retried rows' copies, not recognised yet
+        procs.append(start_jobmanager(backend, concurrency=2, **{RECORD_ENV: str(ran)}))
+        tokens = {f"t{i}" for i in range(300)}
+        wait_recorded(ran, tokens, timeout=60)
+        wait_for(lambda: admin_call(admin, "MONITOR")["queued"] == 0, 30, "the copies to go")
+        info = admin_call(admin, "MONITOR")
+        assert info["parcels"] == 0 and info["duplicates"] > 0
+        assert Counter(recorded(ran)) == Counter(tokens)
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
