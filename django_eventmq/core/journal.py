@@ -469,8 +469,8 @@ class Journal:
         # We stored the frame after checking it: this cannot fail on a good journal.
         jobs = unpack_jobs(frame, max_jobs=count, max_bytes=len(frame))
         rows = [
-            (seq + i, msgid, queue, nprio, WAITING, 0.0, guarantee, headers, job[3], client,
-             accepted, 0, 0, "")
+            new_row(seq + i, msgid, queue, -nprio, WAITING, guarantee, headers, job[3], client,
+                    accepted)
             for i, job in enumerate(jobs)
             if (msgid := job[0].decode()) not in skip
         ]  # fmt: skip

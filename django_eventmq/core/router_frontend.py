@@ -116,8 +116,9 @@ class FrontendHandlers:
             Ack: self._ignore,
         }
 
-    def _over_high_water(self) -> bool:
-        return self.book.backlog() >= self.settings.high_water_mark
+    def _over_high_water(self, coming: int = 0) -> bool:
+        """At the high-water mark, with ``coming`` jobs (of a BATCH) not stored yet."""
+        return self.book.backlog() + coming >= self.settings.high_water_mark
 
     def _drain_frontend(self, now: float) -> None:
         """Take what clients sent, REQUESTs straight from their frames."""
@@ -209,7 +210,7 @@ class FrontendHandlers:
         if (
             self.settings.hwm_policy == "reject"
             and not self.book.is_held(msgid)
-            and self.book.backlog() + coming >= self.settings.high_water_mark
+            and self._over_high_water(coming)
         ):
             return (
                 f"router is over its high-water mark ({self.settings.high_water_mark} jobs "
@@ -284,8 +285,8 @@ class FrontendHandlers:
         if route is None or not route[0]:
             return False
         sizes = body_sizes(ends)
-        # Each body non-empty, within the limit and a JSON list (a REQUEST's
-        # check, without the leading white space it allows).
+        # Each body at least "[" and more, within the limit, and a JSON list (a
+        # REQUEST's check, without the leading white space it allows).
         if (
             min(sizes) < 2
             or max(sizes) > self._limits.max_body_bytes
@@ -298,8 +299,8 @@ class FrontendHandlers:
         except ProtocolError:
             return False
         count = len(sizes)
-        s = self.settings
-        if s.hwm_policy == "reject" and self.book.backlog() + count >= s.high_water_mark:
+        # The last job would be refused: each job then gets its own answer.
+        if self.settings.hwm_policy == "reject" and self._over_high_water(count - 1):
             return False
         return self.book.accept_parcel(
             identity, frame, count, route[0].decode(), headers, route[1], now
