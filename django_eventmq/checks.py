@@ -21,7 +21,7 @@ from typing import Any
 from django.core import checks
 
 from . import conf
-from .core.settings import ENV_PREFIX, Settings, from_mapping
+from .core.settings import ENV_PREFIX, KNOWN_KEYS, Settings, from_mapping
 from .errors import ConfigurationError
 
 TAG = "eventmq"
@@ -55,6 +55,8 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     # then reports only the other problems (E001).
     bad: set[str] = set()
     for key, value in _items(mapping, env):
+        if key not in KNOWN_KEYS:
+            continue  # reported once, with every other unknown key, by the full build
         if key == "QUEUES":
             code, hint = "E002", "Use 'name:weight,...', e.g. 'email:30,default:10'."
         elif key.endswith("_ADDR"):

@@ -9,6 +9,7 @@ This module never imports Django: the router and Spark executors use it bare.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import re
@@ -447,7 +448,20 @@ _SECURITY_PARSERS: dict[str, Any] = {
 }
 
 _FIELDS = {f.name: f for f in fields(Settings)}
+#: Every ``EVENTMQ`` key, upper-cased.
+KNOWN_KEYS = frozenset(name.upper() for name in _FIELDS)
 ENV_PREFIX = "EMQ_"
+
+
+def unknown_settings_message(keys: list[str]) -> str:
+    """One message naming every unknown ``EVENTMQ`` key, each with its likely fix."""
+    known = sorted(KNOWN_KEYS)
+    parts = []
+    for key in keys:
+        close = difflib.get_close_matches(str(key).upper(), known, n=1, cutoff=0.6)
+        parts.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
+    noun = "setting" if len(keys) == 1 else "settings"
+    return f"EVENTMQ: unknown {noun} {', '.join(parts)}; known settings are {', '.join(known)}"
 
 
 def from_mapping(
@@ -460,15 +474,13 @@ def from_mapping(
 
     Unknown keys are an error (a typo must not be silently ignored).
     """
-    values: dict[str, Any] = {}
-    for key, value in (mapping or {}).items():
-        name = key.lower()
-        if name not in _FIELDS:
-            raise ConfigurationError(
-                f"EVENTMQ: unknown setting {key!r}; known settings are "
-                + ", ".join(sorted(n.upper() for n in _FIELDS))
-            )
-        values[name] = _coerce(name, _FIELDS[name].type, value)
+    given = dict(mapping or {})
+    unknown = [key for key in given if key.lower() not in _FIELDS]
+    if unknown:
+        raise ConfigurationError(unknown_settings_message(unknown))
+    values = {
+        key.lower(): _coerce(key.lower(), _FIELDS[key.lower()].type, v) for key, v in given.items()
+    }
     env = os.environ if environ is None else environ
     for name, f in _FIELDS.items():
         text = env.get(ENV_PREFIX + name.upper())

@@ -61,6 +61,17 @@ def test_bad_values_say_what_to_fix(mapping, message):
         from_mapping(mapping, environ={})
 
 
+def test_every_unknown_key_is_reported_at_once_with_a_suggestion():
+    with pytest.raises(ConfigurationError) as caught:
+        from_mapping({"CONCURENCY": 2, "queues": "email", "brokr_addr": "x", "ZZZ": 1}, environ={})
+    message = str(caught.value)
+    assert message.startswith("EVENTMQ: unknown settings ")
+    assert "'CONCURENCY' (did you mean 'CONCURRENCY'?)" in message
+    assert "'brokr_addr' (did you mean 'BROKER_ADDR'?)" in message
+    assert "'ZZZ';" in message  # nothing close: no guess
+    assert "'queues'" not in message  # known, in any case
+
+
 def test_bad_environment_value_names_the_setting():
     with pytest.raises(ConfigurationError, match="CONCURRENCY"):
         from_mapping({}, environ={"EMQ_CONCURRENCY": "x"})

@@ -31,6 +31,15 @@ def test_e001_unknown_setting(settings):
     assert "EVENTMQ" in error.hint
 
 
+def test_e001_names_every_unknown_setting_once(settings):
+    # BROKR_ADDR ends like an address: it is still an unknown key, not a bad address (E003).
+    settings.EVENTMQ = {"CONCURENCY": 2, "BROKR_ADDR": "tcp://127.0.0.1:1"}
+    [error] = check_settings()
+    assert error.id == "django_eventmq.E001"
+    assert "'CONCURENCY' (did you mean 'CONCURRENCY'?)" in error.msg
+    assert "'BROKR_ADDR' (did you mean 'BROKER_ADDR'?)" in error.msg
+
+
 def test_e001_invalid_value(settings):
     settings.EVENTMQ = {"CONCURRENCY": 0}
     [error] = check_settings()
