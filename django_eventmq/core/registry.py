@@ -87,6 +87,33 @@ def allowed_on_queue(name: str, queue: str, queue_allowed: QueueAllowed) -> bool
     return False
 
 
+def _why_not_registered(body: JobBody) -> str:
+    """Why ``body`` names no ``@job`` here, and how to fix it (nothing is imported).
+
+    A module this process never imported is the usual cause (the ``@job`` is
+    fine but its module was not listed); tell that apart from a function that
+    is really not decorated.
+    """
+    module = sys.modules.get(body.module)
+    if module is None:
+        return (
+            f"job {body.name!r} is not registered: its module {body.module!r} was never "
+            f"imported by this job manager; list it in JOB_MODULES (EVENTMQ['JOB_MODULES'], "
+            f"EMQ_JOB_MODULES or --job-module {body.module}), or, under Django, move the @job "
+            "into an installed app's jobs.py; refusing to run it"
+        )
+    if body.class_name is None and not hasattr(module, body.callable):
+        what = f"module {body.module!r} (imported) has no {body.callable!r}"
+    elif body.class_name is None:
+        what = f"{body.callable!r} in module {body.module!r} (imported) is not decorated with @job"
+    else:
+        what = "@job takes module-level functions only, not methods"
+    return (
+        f"job {body.name!r} is not registered with @job: {what}, and {body.module!r} is not "
+        "in ALLOWED_JOB_MODULES; refusing to run it"
+    )
+
+
 def resolve(
     body: JobBody,
     allowed_modules: Iterable[str] = (),
@@ -113,10 +140,7 @@ def resolve(
     if func is not None:
         return func
     if not _module_allowed(body.module, allowed_modules):
-        raise JobNotAllowed(
-            f"job {body.name!r} is not registered with @job and its module is not in "
-            "ALLOWED_JOB_MODULES; refusing to run it"
-        )
+        raise JobNotAllowed(_why_not_registered(body))
     try:
         module = sys.modules.get(body.module) or importlib.import_module(body.module)
         target: Any = module

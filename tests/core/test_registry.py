@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import sys
+from contextlib import closing
 
 import pytest
 
 from django_eventmq.core import registry
 from django_eventmq.errors import JobNotAllowed, JobNotFound
-from django_eventmq.protocol import JobBody
+from django_eventmq.protocol import JobBody, Reply
+from tests.jobs_fixtures.fake_router import SAMPLE, FakeRouter, body
+from tests.jobs_fixtures.running import payload, running, settings_for
 from tests.jobs_registry import registered
 
 
@@ -64,3 +68,44 @@ def test_decorated_job_still_runs_when_called():
     assert registered.greet("bo") == "hello bo"
     assert registered.greet.queue == "email"
     assert registered.greet.name == "tests.jobs_registry.registered.greet"
+
+
+def test_a_job_manager_says_why_a_job_is_not_registered(caplog: pytest.LogCaptureFixture) -> None:
+    """Through real worker processes: a @job whose module the job manager never
+    imported is told apart from a function that is not a @job, or not there."""
+    never_imported = "tests.jobs_registry.registered"  # has a @job, not in JOB_MODULES
+    reasons = {}
+    with (
+        closing(FakeRouter()) as router,
+        caplog.at_level(logging.WARNING, "django_eventmq.jobmanager"),
+        running(settings_for(router, concurrency=1)),
+    ):
+        identity, _ = router.handshake()
+        for case, job_body in {
+            "never imported": body("greet", path=never_imported),
+            "not decorated": body("not_a_job", "/nonexistent"),
+            "missing": body("nope"),
+        }.items():
+            msgid = router.request(identity, job_body, reply=True)
+            _, reply = router.expect(Reply, reply_to=msgid)
+            error = payload(reply)["error"]
+            assert error["type"] == "JobNotAllowed"
+            reasons[case] = error["message"]
+    assert reasons["never imported"] == (
+        f"job '{never_imported}.greet' is not registered: its module '{never_imported}' was "
+        "never imported by this job manager; list it in JOB_MODULES (EVENTMQ['JOB_MODULES'], "
+        f"EMQ_JOB_MODULES or --job-module {never_imported}), or, under Django, move the @job "
+        "into an installed app's jobs.py; refusing to run it"
+    )
+    assert (
+        f"'not_a_job' in module '{SAMPLE}' (imported) is not decorated with @job"
+        in (reasons["not decorated"])
+    )
+    assert f"module '{SAMPLE}' (imported) has no 'nope'" in reasons["missing"]
+    for reason in ("not decorated", "missing"):
+        assert "never imported" not in reasons[reason]
+        assert "ALLOWED_JOB_MODULES" in reasons[reason]
+    # The job manager's log line carries the same reason.
+    logged = [r.getMessage() for r in caplog.records if "refused job" in r.getMessage()]
+    assert len(logged) == 3
+    assert any(reasons["never imported"] in line for line in logged)
