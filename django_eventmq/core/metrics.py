@@ -303,7 +303,10 @@ def start_metrics_server(addr: str, registry: CollectorRegistry) -> MetricsServe
     try:
         server, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
-        raise ConfigurationError(f"cannot serve metrics on {addr!r}: {exc}") from None
+        raise ConfigurationError(
+            f"cannot serve metrics on {addr!r} (--metrics): {exc.strerror or exc}; "
+            "stop what listens there, or choose another port with --metrics"
+        ) from None
     running = MetricsServer(server, thread, host, int(server.server_port))
     log.info("metrics at %s", running.url)
     return running

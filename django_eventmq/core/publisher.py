@@ -88,12 +88,16 @@ class Publisher:
                 hwm=INCOMING_RCVHWM,
                 options=options,
                 limits=self._limits,
+                bind_setting="PUBLISHER_INCOMING_ADDR",
+                bind_option="--incoming",
             )
             self._outgoing = Channel(
                 transport.PUB,
                 bind=self.settings.publisher_outgoing_addr,
                 hwm=self.hwm,
                 options=options,
+                bind_setting="PUBLISHER_OUTGOING_ADDR",
+                bind_option="--outgoing",
             )
         except BaseException:
             self.close()

@@ -171,6 +171,8 @@ class Router(FrontendHandlers, BackendHandlers):
             options=security.secure_channel_options(self.settings, role, security.SERVER),
             limits=self._limits,
             unpack=unpack,
+            bind_setting=f"{role.upper()}_ADDR",  # FRONTEND_ADDR, BACKEND_ADDR, ADMIN_ADDR
+            bind_option=f"--{role}",
         )
         self._channels.append(channel)
         return channel

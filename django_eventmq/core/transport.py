@@ -18,7 +18,7 @@ from typing import Any, Literal, cast
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from ..errors import ProtocolError
+from ..errors import ConfigurationError, ProtocolError
 from ..protocol import Message, decode, encode, split_identity
 from ..protocol.limits import DEFAULT_LIMITS, MAX_FRAMES, MAX_MESSAGE_BYTES, Limits
 from ..protocol.packed import unpack
@@ -69,6 +69,16 @@ def new_identity(prefix: str = "") -> bytes:
     return f"{prefix}{uuid.uuid4()}".encode()
 
 
+def bind_failure(addr: str, exc: zmq.ZMQError, setting: str, option: str | None = None) -> str:
+    """One line for a failed bind: the address, its setting, and how to change it."""
+    where = f"EVENTMQ['{setting}'], EMQ_{setting}" + (f" or {option}" if option else "")
+    if exc.errno == zmq.EADDRINUSE:
+        why = "address already in use (another process listens there); stop it, or"
+    else:
+        why = f"{exc.strerror or exc};"
+    return f"cannot bind {setting} {addr}: {why} choose another address with {where}"
+
+
 class Channel:
     """A socket that sends and receives eMQP messages.
 
@@ -93,7 +103,12 @@ class Channel:
         limits: Limits | Literal["default"] | None = "default",
         watch_handshake: bool = False,
         unpack: bool = False,
+        bind_setting: str | None = None,
+        bind_option: str | None = None,
     ) -> None:
+        """``bind_setting`` (``FRONTEND_ADDR``, ...) and ``bind_option`` (``--frontend``)
+        say where ``bind`` came from: a failed bind then raises a
+        :class:`ConfigurationError` naming them instead of a bare ``ZMQError``."""
         self.kind = kind
         self._monitor: zmq.Socket[Any] | None = None
         self.is_router = kind == zmq.ROUTER
@@ -127,7 +142,14 @@ class Channel:
                 # Before connecting, so no failed handshake goes unseen.
                 self._monitor = self.socket.get_monitor_socket(_HANDSHAKE_EVENTS)
             if bind is not None:
-                self.socket.bind(bind)
+                try:
+                    self.socket.bind(bind)
+                except zmq.ZMQError as exc:
+                    if bind_setting is None:
+                        raise
+                    raise ConfigurationError(
+                        bind_failure(bind, exc, bind_setting, bind_option)
+                    ) from None
                 self.address = self.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
             if connect is not None:
                 self.socket.connect(connect)
