@@ -105,12 +105,15 @@ def normalise(record: Mapping[str, Any], now: datetime) -> dict[str, Any] | None
     job = str(record.get("job") or "")
     args: Any = record.get("args") or []
     kwargs: Any = record.get("kwargs") or {}
-    if job == TASK_RUNNER and isinstance(args, list | tuple) and len(args) >= 3:
-        # Show the task, not the dispatcher that ran it: run_task(path, args, kwargs, ...).
-        job, args, kwargs = str(args[0]), args[1], args[2]
     error = record.get("error") or {}
     if not isinstance(error, Mapping):
         error = {"type": "Error", "message": str(error)}
+    exc_type = error.get("type")
+    if job == TASK_RUNNER and isinstance(args, list | tuple) and len(args) >= 3:
+        # Show the task, not the dispatcher that ran it: run_task(path, args, kwargs, ...);
+        # and its exception as Django's TaskError wants it, module.qualname.
+        job, args, kwargs = str(args[0]), args[1], args[2]
+        exc_type = error.get("path") or exc_type
     started, finished = _when(record.get("started")), _when(record.get("finished"))
     duration = (finished - started).total_seconds() if started and finished else None
     return {
@@ -122,7 +125,7 @@ def normalise(record: Mapping[str, Any], now: datetime) -> dict[str, Any] | None
         "status": status,
         "value": record.get("value") if status == JobStatus.SUCCEEDED else None,
         "progress": record.get("progress"),
-        "exc_type": str(error.get("type") or ""),
+        "exc_type": str(exc_type or ""),
         "exc_message": str(error.get("message") or ""),
         "traceback": str(error.get("traceback") or ""),
         "attempts": int(record.get("attempt") or 0),
@@ -281,9 +284,13 @@ def record_queued(
     job: str,
     args: Sequence[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
+    enqueued: datetime | None = None,
 ) -> None:
-    """Write the ``queued`` row of a job just enqueued (a client-side row)."""
-    now = timezone.now()
+    """Write the ``queued`` row of a job just enqueued (a client-side row).
+
+    ``enqueued`` (default now) is the time the caller told its own caller.
+    """
+    now = enqueued or timezone.now()
     record_results(
         [
             {
@@ -298,6 +305,15 @@ def record_queued(
         ],
         from_worker=False,
     )
+
+
+def forget_queued(msgid: str) -> None:
+    """Delete the ``queued`` row of a job that was never stored by the router.
+
+    Only a client's own row: one a job manager wrote (the job did get there
+    after all) is kept.
+    """
+    JobResult.objects.filter(msgid=msgid, jobmanager="", status=JobStatus.QUEUED).delete()
 
 
 def record_cancel(msgid: str) -> None:

@@ -12,16 +12,25 @@ a queue), ``run_after`` the ``delay-until`` header (held by the router until
 due). Results come from the results table: the backend writes the
 ``queued`` row, job managers the rest (the request asks for a reply, so its
 outcome is recorded).
+
+``OPTIONS``: ``GUARANTEE`` (bool, default True): ``enqueue()`` returns once
+the router has stored the task (its ACK), as ``@job(guarantee=True)`` does,
+and raises :class:`~django_eventmq.errors.BrokerUnavailable` otherwise; the
+task's ``queued`` row is then removed, so no READY row waits for a task that
+was never stored.
 """
 
 from __future__ import annotations
 
+import builtins
 import re
 from typing import Any
 
+from django.apps import apps
+from django.core import checks
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import Task, TaskError, TaskResult, TaskResultStatus
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -31,6 +40,9 @@ from .protocol import Headers, new_msgid
 from .results_models import JobResult, JobStatus
 
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+#: ``OPTIONS`` this backend reads: name -> (type, default).
+OPTIONS: dict[str, tuple[type, Any]] = {"GUARANTEE": (bool, True)}
 
 #: Our statuses as Django's.
 STATUS_MAP = {
@@ -44,6 +56,21 @@ STATUS_MAP = {
 }
 
 
+class WorkerDied(Exception):
+    """The worker process running the task exited (its job manager recorded it)."""
+
+
+class TaskCancelled(Exception):
+    """The task was cancelled (``exception_class`` of a cancelled task's error)."""
+
+
+#: Errors a job manager records by a bare name: the classes that stand for them here.
+_JOB_MANAGER_ERRORS: dict[str, type[Exception]] = {
+    "WorkerDied": WorkerDied,
+    "Cancelled": TaskCancelled,
+}
+
+
 class EventMQBackend(BaseTaskBackend):
     """Enqueues Django tasks over eMQP; EventMQ job managers run them."""
 
@@ -51,6 +78,25 @@ class EventMQBackend(BaseTaskBackend):
     supports_async_task = True
     supports_get_result = True
     supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        #: enqueue() returns once the router stored the task (OPTIONS["GUARANTEE"]).
+        self.guarantee: bool = _options(alias, self.options)["GUARANTEE"]
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        errors = list(super().check(**kwargs))
+        if not apps.is_installed("django_eventmq"):
+            errors.append(
+                checks.Error(
+                    f"TASKS[{self.alias!r}] uses {type(self).__module__}.{type(self).__name__}, "
+                    "but django_eventmq is not in INSTALLED_APPS: the task results table "
+                    "it writes and reads does not exist",
+                    hint='Add "django_eventmq" to INSTALLED_APPS and run migrate.',
+                    id="django_eventmq.E010",
+                )
+            )
+        return errors
 
     def validate_task(self, task: Task) -> None:
         super().validate_task(task)
@@ -81,23 +127,39 @@ class EventMQBackend(BaseTaskBackend):
         )
         headers = Headers(
             reply_requested=True,  # so that job managers record the outcome
+            guarantee=self.guarantee,
             priority=int(task.priority),
             delay_until=task.run_after.timestamp() if task.run_after is not None else None,
         )
         # The row first: a worker's record of the run then only moves it on.
+        # It carries the result's own enqueued_at, so get_result() matches it.
         results.record_queued(
             task_id,
             queue=task.queue_name,
             job=task.module_path,
             args=result.args,
             kwargs=result.kwargs,
+            enqueued=now,
         )
-        run_task.send(
-            (task.module_path, result.args, result.kwargs, self.alias, task_id, now.timestamp()),
-            queue=task.queue_name,
-            headers=headers,
-            msgid=task_id,
-        )
+        try:
+            run_task.send(
+                (
+                    task.module_path,
+                    result.args,
+                    result.kwargs,
+                    self.alias,
+                    task_id,
+                    now.timestamp(),
+                ),
+                queue=task.queue_name,
+                headers=headers,
+                msgid=task_id,
+            )
+        except BaseException:
+            # Not stored by the router (BrokerUnavailable), or not even sent: no
+            # READY row may wait for it. A row a job manager wrote meanwhile stays.
+            results.forget_queued(task_id)
+            raise
         task_enqueued.send(type(self), task_result=result)
         return result
 
@@ -120,7 +182,9 @@ class EventMQBackend(BaseTaskBackend):
         if status == TaskResultStatus.FAILED:
             errors.append(
                 TaskError(
-                    exception_class_path=row.exc_type or results.error_of(row).exc_type,
+                    exception_class_path=exception_path(
+                        row.exc_type or results.error_of(row).exc_type
+                    ),
                     traceback=row.traceback,
                 )
             )
@@ -142,3 +206,46 @@ class EventMQBackend(BaseTaskBackend):
         if status == TaskResultStatus.SUCCESSFUL:
             object.__setattr__(result, "_return_value", row.value)
         return result
+
+
+def _options(alias: str, options: Any) -> dict[str, Any]:
+    """``OPTIONS`` with defaults filled in; :class:`InvalidTaskBackend` naming what is wrong."""
+    valid = ", ".join(f"{name} ({kind.__name__})" for name, (kind, _) in OPTIONS.items())
+    if not isinstance(options, dict):
+        raise InvalidTaskBackend(
+            f"TASKS[{alias!r}]['OPTIONS'] must be a dict, got {type(options).__name__}; "
+            f"valid keys: {valid}"
+        )
+    unknown = sorted(set(options) - set(OPTIONS), key=str)
+    if unknown:
+        raise InvalidTaskBackend(
+            f"TASKS[{alias!r}]['OPTIONS'] has unknown key(s) {', '.join(map(repr, unknown))} "
+            f"for EventMQBackend; valid keys: {valid}"
+        )
+    found = {}
+    for name, (kind, default) in OPTIONS.items():
+        value = options.get(name, default)
+        if type(value) is not kind:
+            raise InvalidTaskBackend(
+                f"TASKS[{alias!r}]['OPTIONS'][{name!r}] must be a {kind.__name__}, got {value!r}"
+            )
+        found[name] = value
+    return found
+
+
+def exception_path(exc_type: str) -> str:
+    """Django's ``exception_class_path`` for a recorded exception class.
+
+    Workers record a task's exception as ``module.qualname``; a bare name
+    (rows from before that, or a job manager's own ``WorkerDied``,
+    ``TimeoutError``, ``Cancelled``) is a built-in one if there is one by that
+    name, one of :data:`_JOB_MANAGER_ERRORS`, else it is kept as it is.
+    """
+    if "." in exc_type:
+        return exc_type
+    if exc_type in _JOB_MANAGER_ERRORS:
+        return f"{__name__}.{_JOB_MANAGER_ERRORS[exc_type].__qualname__}"
+    found = getattr(builtins, exc_type, None)
+    if isinstance(found, type) and issubclass(found, BaseException):
+        return f"builtins.{exc_type}"
+    return exc_type

@@ -105,8 +105,8 @@ def run_task(
             value = task.call(*args, **kwargs)
         value = normalize_json(value)
     except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
+        # KeyboardInterrupt included: no one at a terminal is stopping a worker
+        # (children ignore SIGINT), the task raised it; it fails with that class.
         kind = type(exc)
         result.errors.append(
             TaskError(

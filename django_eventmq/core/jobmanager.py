@@ -382,14 +382,10 @@ class JobManager:
         if self.pool.can_record is False:
             self.recorder.clear()  # the hooks module has no record_results
         else:
-            self.recorder.flush(self._send_batch, now, force=force)
-
-    def _send_batch(self, data: bytes, urgent: bool) -> bool:
-        return self.pool.send_records(data, urgent=urgent)
+            self.recorder.flush(self.pool.send_records, now, force=force)
 
     def _resend_records(self, batches: list[bytes]) -> None:
-        # Not urgent: the stopped child's replacement will be idle soon.
-        self.recorder.resend(batches, time.monotonic())
+        self.recorder.resend(batches)
 
     # -- supervision ---------------------------------------------------------------
     def _supervise(self, now: float) -> None:

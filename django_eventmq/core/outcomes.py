@@ -11,7 +11,8 @@ record is a dict with exactly these keys:
 ``msgid`` (str), ``queue`` (str), ``job`` (dotted name or ``"?"``), ``args``
 (list), ``kwargs`` (dict), ``status`` (one of :data:`RECORD_STATUSES`),
 ``value`` (the JSON-able return value when succeeded, else None), ``error``
-(``{"type", "message", "traceback"}`` or None), ``attempt`` (int, from 1),
+(``{"type", "message", "traceback"}``, plus ``"path"``, the exception's
+``module.qualname``, when a job raised it; or None), ``attempt`` (int, from 1),
 ``jobmanager`` (name of the job manager), ``pid`` (worker pid or None),
 ``started`` / ``finished`` (unix times or None); and ``progress`` (the JSON-able
 value of the job's last partial) only in the ``running`` records a partial
@@ -42,8 +43,6 @@ RECORD_EVERY = 0.2
 RECORD_BATCH = 200
 #: Records kept while no child can take them; older ones are dropped beyond this.
 RECORD_BACKLOG = 20_000
-#: Seconds a batch waits for an idle child before it goes to a busy one.
-RECORD_MAX_WAIT = 2.0
 
 
 def error_info(exc_type: str, message: str, traceback: str = "") -> dict[str, str]:
@@ -91,6 +90,8 @@ def parse_failure(payload: str) -> tuple[str, dict[str, str]]:
     error = error_info(
         str(info.get("type", "Error")), str(info.get("message", "")), str(info.get("traceback", ""))
     )
+    if info.get("path"):
+        error["path"] = str(info["path"])  # records keep the importable class too
     return str(info.get("job", "?")), error
 
 
@@ -105,8 +106,8 @@ class Recorder:
     def __init__(self, jobmanager: str) -> None:
         self.jobmanager = jobmanager
         self.records: list[dict[str, Any]] = []
-        #: Encoded batches waiting for a child: (made at, frame data).
-        self.batches: deque[tuple[float, bytes]] = deque()
+        #: Encoded batches waiting for a child (frame data).
+        self.batches: deque[bytes] = deque()
         self._first_at = 0.0
 
     def add(
@@ -171,22 +172,17 @@ class Recorder:
         self._first_at = now
         return batch
 
-    def flush(
-        self, send: Callable[[bytes, bool], bool], now: float, *, force: bool = False
-    ) -> None:
-        """Batch due records and pass batches to ``send(data, urgent)`` until it refuses."""
+    def flush(self, send: Callable[[bytes], bool], now: float, *, force: bool = False) -> None:
+        """Batch due records and pass batches to ``send(data)`` until it refuses."""
         while self.records and (force or self.due(now)):
-            self.batches.append((now, encode_records(self.take(now))))
+            self.batches.append(encode_records(self.take(now)))
         batches = self.batches
-        while batches:
-            made, data = batches[0]
-            if not send(data, force or now - made >= RECORD_MAX_WAIT):
-                return
+        while batches and send(batches[0]):
             batches.popleft()
 
-    def resend(self, batches: list[bytes], now: float) -> None:
+    def resend(self, batches: list[bytes]) -> None:
         """Batches a stopped child never handled go out again first."""
-        self.batches.extendleft((now, data) for data in reversed(batches))
+        self.batches.extendleft(reversed(batches))
 
     def clear(self) -> None:
         self.records.clear()

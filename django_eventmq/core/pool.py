@@ -8,8 +8,10 @@ replacements. Children are started with the ``spawn`` method so they inherit
 no ZeroMQ context and no database connection, and live long, so the start-up
 cost (~0.1 s) is paid rarely.
 
-Each child has one pipe (:mod:`.pipe` frames). The job manager polls the
-pipe's file descriptor next to its socket, so a result is read the moment it
+Each child has one pipe (:mod:`.pipe` frames) for jobs and what it says,
+and one for outcome records, which a thread of the child writes while its
+job runs (:class:`.worker.Recording`). The job manager polls the
+job pipe's file descriptor next to its socket, so a result is read the moment it
 is written. Jobs for one child are queued with :meth:`Pool.assign` and written
 together by :meth:`Pool.flush`. A child runs its jobs in order, so the first
 job in :attr:`Child.inflight` is the running one; it started when the result
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import fcntl
 import logging
 import multiprocessing
 import os
@@ -45,8 +48,12 @@ logger = logging.getLogger("django_eventmq.pool")
 #: Well below the socket buffer of the pipe, so writing never blocks the loop.
 PIPE_BUDGET = 32 * 1024
 
-#: Bytes of outcome records that may wait in one child's pipe.
+#: Bytes of outcome records that may wait in one child's records pipe.
 RECORDS_BUDGET = 64 * 1024
+
+#: Size asked for a records pipe (Linux; more than RECORDS_BUDGET, so writing
+#: records never blocks the job manager even while the child's database is slow).
+RECORDS_PIPE_SIZE = 256 * 1024
 
 #: Longest wait before restarting children that keep failing to start.
 MAX_START_DELAY = 10.0
@@ -87,6 +94,8 @@ class Child:
     head_since: float = 0.0
     #: Frames queued by assign(), written by flush().
     outgoing: list[bytes] = field(default_factory=list)
+    #: Our end of the child's records pipe.
+    records_conn: Connection | None = None
     #: Records batches written and not yet acknowledged, oldest first.
     records: list[bytes] = field(default_factory=list)
     records_bytes: int = 0
@@ -125,6 +134,11 @@ class Child:
     @property
     def msgids(self) -> list[str]:
         return [msgid for msgid, _ in self.inflight.values()]
+
+    def close_pipes(self) -> None:
+        self.conn.close()
+        if self.records_conn is not None:
+            self.records_conn.close()
 
     @property
     def head(self) -> int | None:
@@ -184,15 +198,20 @@ class Pool:
     def spawn(self, now: float | None = None) -> Child:
         """Start one child."""
         parent_end, child_end = self._ctx.Pipe(duplex=True)
+        records_in, records_out = self._ctx.Pipe(duplex=False)
+        with contextlib.suppress(AttributeError, OSError):  # Linux only; a bigger buffer
+            fcntl.fcntl(records_out.fileno(), fcntl.F_SETPIPE_SZ, RECORDS_PIPE_SIZE)
+        level = logging.getLogger().getEffectiveLevel()
         process = self._ctx.Process(
             target=worker.child_main,
-            args=(child_end, self.settings, self.hooks, logging.getLogger().getEffectiveLevel()),
+            args=(child_end, self.settings, self.hooks, level, records_in),
             name="emq-worker",
             daemon=True,
         )
         process.start()
         child_end.close()  # so the child's exit shows as EOF on our end
-        child = Child(process=process, conn=parent_end, started=_now(now))
+        records_in.close()
+        child = Child(process=process, conn=parent_end, started=_now(now), records_conn=records_out)
         self.children[child.fd] = child
         self._watch(child.fd)
         logger.debug("started worker child pid=%d", child.pid)
@@ -263,15 +282,13 @@ class Pool:
         with contextlib.suppress(OSError):  # if it died, reaping hands the job back
             write_all(child.fd, frame(b"C%d" % seq))
 
-    def send_records(self, records: bytes, *, urgent: bool = False) -> bool:
-        """Give a records batch to an idle child (or, if ``urgent``, the least busy one).
+    def send_records(self, records: bytes) -> bool:
+        """Give a records batch to a child: an idle one, else the one with the fewest.
 
-        A child handles records between jobs, so a batch sent to a busy child
-        waits for its job; a batch that has waited long goes anyway.
+        A busy child writes it at once too (in its records thread); False
+        when no child can take it now (none up, or all past their budget).
         """
         best: Child | None = None
-        if urgent and any(c.status is Status.STARTING for c in self.children.values()):
-            urgent = False  # a new child is coming, and it will be idle
         for child in self.children.values():
             if child.status is not Status.UP or not child.can_record:
                 continue
@@ -280,15 +297,15 @@ class Pool:
             if not child.inflight:
                 best = child
                 break
-            if urgent and (
-                best is None
-                or (len(child.inflight), -child.head_since) < (len(best.inflight), -best.head_since)
+            if best is None or (child.records_bytes, len(child.inflight)) < (
+                best.records_bytes,
+                len(best.inflight),
             ):
-                best = child  # fewest jobs, and the one whose job started last
-        if best is None:
+                best = child
+        if best is None or best.records_conn is None:
             return False
         try:
-            write_all(best.fd, frame(records))
+            write_all(best.records_conn.fileno(), frame(records))
         except OSError:
             return False
         best.records.append(records)
@@ -412,7 +429,7 @@ class Pool:
             if child.process.exitcode is None:
                 continue
             del self.children[fd]
-            child.conn.close()
+            child.close_pipes()
             code = child._exitcode = child.process.exitcode
             if not child.was_up:
                 self._start_failed(child, _now(now))
@@ -475,7 +492,7 @@ class Pool:
                 child.process.kill()
                 child.process.join(1.0)
             self._mark_dead(child)
-            child.conn.close()
+            child.close_pipes()
         self.children.clear()
 
 

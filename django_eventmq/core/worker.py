@@ -10,8 +10,12 @@ Frames, parent -> child (first byte says what):
 - ``J<seq>\\n<job body JSON>``: run a job (several may come in one write);
 - ``C<seq>``: cancel job ``seq`` if it has not started (answered with a
   ``cancelled`` result; ignored when it already ran);
-- ``R<JSON list>``: outcome records for ``hooks.record_results``, answered ``A``;
 - ``X``: exit once the jobs before it are done.
+
+Outcome records come on a pipe of their own, ``R<JSON list>`` frames for
+``hooks.record_results``, each answered ``A`` on the job pipe. A thread of the
+child writes them, so a record (a job's RUNNING row, its progress) never
+waits for the job the child is running.
 
 Child -> parent: ``U`` once ready (``Ur`` if the hooks module records
 results), ``F<why>`` when start-up failed (then it exits), ``A`` after a
@@ -19,7 +23,7 @@ records batch, ``P<seq>\\n<{"value": ...} JSON>`` for a partial a running
 job reports (:mod:`.progress`; at most ``PARTIAL_RATE`` a second per job), and
 per job ``D<seq>\\n<status>\\n<payload JSON>`` where status
 is ``ok`` (payload is the reply ``{"value": ...}``), ``failed`` or ``refused``
-(payload describes the error: ``{"job", "type", "message", "traceback"}``) or
+(payload describes the error: ``{"job", "type", "path", "message", "traceback"}``) or
 ``cancelled`` (skipped, empty payload). A result is written as soon as its job
 ends: the job manager times the next job from it.
 """
@@ -175,8 +179,10 @@ class JobRunner:
                 progress.set_reporter(None)
                 self.hooks.after_job()
         except BaseException as exc:  # a job's SystemExit must not end the child
-            if isinstance(exc, KeyboardInterrupt | GeneratorExit):
+            if isinstance(exc, GeneratorExit):
                 raise
+            # KeyboardInterrupt too: children ignore SIGINT, so the job raised it
+            # itself; it fails that job, as any exception does, not the child.
             return FAILED, _error_payload(name, exc)
         try:
             return OK, encode_json({"value": value})
@@ -200,14 +206,31 @@ def _run_generator(gen: GeneratorType[Any, None, Any]) -> Any:
 
 def _error_payload(name: str, exc: BaseException, *, with_traceback: bool = True) -> str:
     text = "".join(traceback.format_exception(exc)) if with_traceback else ""
+    kind = type(exc)
     return encode_json(
-        {"job": name, "type": type(exc).__name__, "message": str(exc), "traceback": text}
+        {
+            "job": name,
+            "type": kind.__name__,
+            # The importable class (a Django task's TaskError.exception_class_path).
+            "path": f"{kind.__module__}.{kind.__qualname__}",
+            "message": str(exc),
+            "traceback": text,
+        }
     )
 
 
 # -- the child process --------------------------------------------------------
-def child_main(conn: Connection, settings: Settings, hooks: str | None, log_level: int) -> None:
-    """Entry point of a worker child (started with the ``spawn`` method)."""
+def child_main(
+    conn: Connection,
+    settings: Settings,
+    hooks: str | None,
+    log_level: int,
+    records: Connection | None = None,
+) -> None:
+    """Entry point of a worker child (started with the ``spawn`` method).
+
+    ``records`` is the read end of the records pipe.
+    """
     # Ctrl-C reaches the whole process group; only the job manager decides.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     fd = conn.fileno()
@@ -231,23 +254,21 @@ def child_main(conn: Connection, settings: Settings, hooks: str | None, log_leve
         max_json_depth=settings.max_json_depth,
         max_body_bytes=settings.max_body_bytes,
     )
-    write_all(fd, frame(UP + (CAN_RECORD if loaded.record_results is not None else b"")))
+    can_record = loaded.record_results is not None and records is not None
+    write_all(fd, frame(UP + (CAN_RECORD if can_record else b"")))
     try:
-        serve(fd, runner)
+        serve(fd, runner, records.fileno() if can_record and records is not None else None)
     finally:
         conn.close()
 
 
-def serve(fd: int, runner: JobRunner) -> None:
+def serve(fd: int, runner: JobRunner, records_fd: int | None = None) -> None:
     """Run jobs arriving on ``fd`` until it closes or says exit.
 
     Everything waiting in the pipe is read before each job starts, so a
-    cancel for a queued job is seen before that job would run.
+    cancel for a queued job is seen before that job would run. Records
+    batches arriving on ``records_fd`` are written meanwhile, by a thread.
     """
-    reader = FrameReader(fd)
-    waiting = select.poll()
-    waiting.register(fd, select.POLLIN)
-    jobs: deque[tuple[bytes, bytes] | None] = deque()  # (seq, body); None: exit here
     # A thread a job started may still report while we write a result: one
     # writer at a time keeps the frames whole.
     writing = threading.Lock()
@@ -261,7 +282,24 @@ def serve(fd: int, runner: JobRunner) -> None:
         return True
 
     gate = progress.PartialGate(lambda seq, payload: send(encode_partial(seq, payload)))
+    recording = None
+    if records_fd is not None:
+        recording = Recording(records_fd, runner.hooks, send)
+        recording.start()
+    try:
+        _serve(fd, runner, gate, send)
+    finally:
+        if recording is not None:
+            recording.finish()
 
+
+def _serve(
+    fd: int, runner: JobRunner, gate: progress.PartialGate, send: Callable[[bytes], bool]
+) -> None:
+    reader = FrameReader(fd)
+    waiting = select.poll()
+    waiting.register(fd, select.POLLIN)
+    jobs: deque[tuple[bytes, bytes] | None] = deque()  # (seq, body); None: exit here
     while True:
         if not jobs or waiting.poll(0):
             try:
@@ -300,7 +338,7 @@ def _take(
             if item is not None and item[0] == seq:
                 jobs.remove(item)
                 return send(encode_result(seq, CANCELLED, ""))
-    elif kind == RECORDS:
+    elif kind == RECORDS:  # a job manager that sends records on the job pipe
         _record(runner.hooks, data[1:])
         return send(RECORDED)
     elif kind == EXIT:
@@ -319,3 +357,52 @@ def _record(hooks: Hooks, text: bytes) -> None:
         hooks.record_results(records)
     except Exception:
         logger.exception("record_results failed for a batch of %d byte(s)", len(text))
+
+
+class Recording:
+    """Writes the records batches that arrive on their own pipe, in a thread.
+
+    The job manager's RUNNING and progress records must not wait until the
+    child's job ends. ``finish`` writes what is already waiting when the child
+    stops (it was sent before the child was told to), under the same lock, so
+    one batch is never read by two threads.
+    """
+
+    def __init__(self, fd: int, hooks: Hooks, send: Callable[[bytes], bool]) -> None:
+        self._reader = FrameReader(fd)
+        self._readable = select.poll()
+        self._readable.register(fd, select.POLLIN)
+        self._hooks = hooks
+        self._send = send
+        self._lock = threading.Lock()
+        self._done = False
+        self._thread = threading.Thread(target=self._run, name="emq-records", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self._readable.poll()  # no GIL held while it waits
+            with self._lock:
+                if self._done or not self._take():
+                    return
+
+    def _take(self) -> bool:
+        """Write the batches one read brings; False once the pipe closed."""
+        try:
+            frames = self._reader.read()
+        except (EOFError, OSError):
+            return False
+        for data in frames:
+            if data[:1] == RECORDS:
+                _record(self._hooks, data[1:])
+                if not self._send(RECORDED):
+                    return False
+        return True
+
+    def finish(self) -> None:
+        with self._lock:
+            self._done = True
+            while self._readable.poll(0) and self._take():
+                pass

@@ -200,7 +200,7 @@ def test_child_that_dies_reports_only_its_running_job_as_started(pool_factory: A
     assert [(item.msgid, item.started) for item in lost] == [("crash", True), ("queued", False)]
 
 
-def test_records_go_to_an_idle_child_and_are_acknowledged(
+def test_records_go_to_an_idle_child_or_are_written_while_a_job_runs(
     pool_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     target = tmp_path / "records.jsonl"
@@ -218,10 +218,15 @@ def test_records_go_to_an_idle_child_and_are_acknowledged(
         assert (busy.records, idle.records) == ([], [batch])
         wait_for(lambda: collect(pool, idle, []) and not idle.records, 10, "acknowledged")
         assert read_records(target) == [{"msgid": "m0", "status": "succeeded"}]
-        # With no idle child, a batch waits unless it is urgent.
+        # With no idle child, a busy one takes it, and writes it while its job runs.
         pool.send(idle, 2, "m2", body("slow", 30))
-        assert not pool.send_records(batch)
-        assert pool.send_records(batch, urgent=True)
+        later = worker.encode_records([{"msgid": "m1", "status": "running"}])
+        assert pool.send_records(later)
+        taker = busy if busy.records else idle
+        assert taker.records == [later] and taker.inflight
+        wait_for(lambda: collect(pool, taker, []) and not taker.records, 10, "acknowledged")
+        assert read_records(target)[-1] == {"msgid": "m1", "status": "running"}
+        assert busy.inflight and idle.inflight  # both jobs are still running
     finally:
         pool.close(timeout=0.1)
 

@@ -10,10 +10,15 @@ from typing import Any
 import pytest
 
 from django_eventmq.core import client, transport
-from django_eventmq.protocol import Message, Request
+from django_eventmq.protocol import Ack, Message, Request, new_msgid
 from tests.support import receive_request
 
-__all__ = ["ThreadRouter", "receive_request"]
+__all__ = ["ThreadRouter", "ack", "receive_request"]
+
+
+def ack(request: Request) -> Ack:
+    """The ACK a router sends once it stored ``request``."""
+    return Ack(msgid=new_msgid(), ack_msgid=request.msgid)
 
 
 @pytest.fixture(autouse=True)

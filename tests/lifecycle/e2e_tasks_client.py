@@ -71,7 +71,63 @@ def main(scenario: str, log: str, release: str) -> dict[str, Any]:
         Path(release).touch()
         gate.wait(timeout=60)
         return {"results": [describe(finished(r)) for r in (low, mid, high)]}
+    if scenario == "contract":
+        return contract(log)
+    if scenario == "busy":
+        # Every worker process of the job manager is busy with this task: its
+        # RUNNING record must still be written while it runs.
+        waiting = tasks.waits.enqueue(log, release)
+        seen = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and waiting.status != "RUNNING":
+            time.sleep(0.02)
+            waiting.refresh()
+            seen.append(str(waiting.status))
+        running = describe(waiting)
+        Path(release).touch()
+        return {"running": running, "seen": sorted(set(seen)), "done": describe(finished(waiting))}
+    if scenario == "router_down":
+        from django_eventmq.results_models import JobResult
+
+        rows_before = JobResult.objects.count()
+        try:
+            tasks.multiply.enqueue(log, 1, 2)
+        except Exception as exc:
+            raised = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        else:
+            raised = ""
+        return {
+            "raised": raised,
+            "rows_before": rows_before,
+            "rows_after": JobResult.objects.count(),
+        }
     raise SystemExit(f"unknown scenario {scenario}")
+
+
+def contract(log: str) -> dict[str, Any]:
+    """What Django's own backend tests check of a result, on results a job manager made."""
+    from django.tasks.base import TASK_REFRESH_ATTRS
+
+    from tests.lifecycle import tasks
+
+    ok = tasks.multiply.enqueue(log, 6, 7)
+    fetched = tasks.multiply.get_result(ok.id)
+    same = all(getattr(fetched, a) == getattr(ok, a) for a in TASK_REFRESH_ATTRS)
+    enqueued_at = ok.enqueued_at
+    finished(ok)
+    bad = finished(tasks.broken.enqueue(log))
+    stopped = finished(tasks.interrupted.enqueue(log))
+    return {
+        "ready_result_matches": same and fetched.status == "READY",
+        "enqueued_at_kept": ok.enqueued_at == enqueued_at,
+        "ok": describe(ok),
+        "return_value": ok.return_value,
+        "bad": describe(bad),
+        "bad_class": bad.errors[0].exception_class.__name__,
+        "bad_traceback": bad.errors[0].traceback,
+        "stopped": describe(stopped),
+        "stopped_class": stopped.errors[0].exception_class.__name__,
+    }
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 from django.tasks import task
@@ -32,6 +34,22 @@ def with_context(context: Any, path: str) -> int:
 def labelled(path: str, label: str) -> str:
     note(path, label)
     return label
+
+
+@task
+def interrupted(path: str) -> None:
+    note(path, "interrupted")
+    raise KeyboardInterrupt
+
+
+@task
+def waits(path: str, release: str) -> str:
+    """Occupies its worker until the file ``release`` exists (or a minute passed)."""
+    note(path, f"waits started {os.getpid()}")
+    deadline = time.monotonic() + 60
+    while not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return "released"
 
 
 def _note_signal(name: str, task_result: Any) -> None:

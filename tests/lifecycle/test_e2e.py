@@ -297,6 +297,14 @@ needs_django_tasks = pytest.mark.skipif(
 
 
 def run_tasks_client(stack: Stack, scenario: str, tmp_path: Path) -> dict[str, Any]:
+    env = {**stack.env, "EMQ_BROKER_ADDR": stack.frontend}
+    return run_client(env, scenario, tmp_path, stack.logs)
+
+
+def run_client(
+    env: dict[str, str], scenario: str, tmp_path: Path, logs: Callable[[], str] = str
+) -> dict[str, Any]:
+    """Run the Tasks client process (``e2e_tasks_client``) with ``env``; its JSON output."""
     log, release = tmp_path / "log", tmp_path / "release"
     done = subprocess.run(
         [
@@ -308,13 +316,13 @@ def run_tasks_client(stack: Stack, scenario: str, tmp_path: Path) -> dict[str, A
             str(release),
         ],
         cwd=ROOT,
-        env={**clean_environ(), **stack.env, "EMQ_BROKER_ADDR": stack.frontend},
+        env={**clean_environ(), **env},
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
-    assert done.returncode == 0, done.stdout + done.stderr + stack.logs()
+    assert done.returncode == 0, done.stdout + done.stderr + logs()
     out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     out["log"] = jobs.lines(log)
     return out
@@ -327,7 +335,7 @@ def test_tasks_run_on_job_managers_with_results_and_signals(shared, tmp_path):
     ok, bad = out["ok"], out["bad"]
     assert (ok["status"], ok["value"], ok["attempts"]) == ("SUCCESSFUL", 42, 1)
     assert ok["started_at"] >= ok["enqueued_at"] and ok["worker_ids"]
-    assert (bad["status"], bad["errors"]) == ("FAILED", ["ValueError"])
+    assert (bad["status"], bad["errors"]) == ("FAILED", ["builtins.ValueError"])
     # task_started / task_finished were sent in the worker, around the task.
     for result, status in ((ok, "SUCCESSFUL"), (bad, "FAILED")):
         mine = [line for line in out["log"] if result["id"] in line]
@@ -354,3 +362,52 @@ def test_tasks_priority_is_honoured(single, tmp_path):
         "mid",
         "low",
     ]
+
+
+@needs_django_tasks
+def test_tasks_results_follow_djangos_contract(shared, tmp_path):
+    out = run_tasks_client(shared, "contract", tmp_path)
+    # get_result() of a READY task is the result enqueue() returned; refresh() keeps it.
+    assert out["ready_result_matches"] and out["enqueued_at_kept"]
+    assert (out["ok"]["status"], out["return_value"]) == ("SUCCESSFUL", 42)
+    bad, stopped = out["bad"], out["stopped"]
+    assert (bad["status"], bad["errors"], out["bad_class"]) == (
+        "FAILED",
+        ["builtins.ValueError"],
+        "ValueError",
+    )
+    assert "ValueError: task went wrong" in out["bad_traceback"]
+    # A task that raised KeyboardInterrupt failed with it; its worker went on.
+    assert (stopped["status"], stopped["errors"], out["stopped_class"]) == (
+        "FAILED",
+        ["builtins.KeyboardInterrupt"],
+        "KeyboardInterrupt",
+    )
+    assert stopped["attempts"] == 1
+
+
+@needs_django_tasks
+def test_a_task_is_running_while_every_worker_process_is_busy(single, tmp_path):
+    # ONE worker process, busy with the task itself: its RUNNING record (written
+    # by a worker process, which has Django) must not wait for the task to end.
+    out = run_tasks_client(single, "busy", tmp_path)
+    running, done = out["running"], out["done"]
+    assert running["status"] == "RUNNING", out["seen"]
+    assert running["started_at"] is not None and running["worker_ids"]
+    assert (done["status"], done["value"]) == ("SUCCESSFUL", "released")
+
+
+@needs_django_tasks
+def test_enqueue_raises_when_the_router_is_down_and_leaves_no_row(db_env, tmp_path):
+    router = Proc(
+        django_cmd("emq_router", "--frontend", ANY_PORT, "--backend", ANY_PORT),
+        env={**db_env, "EMQ_JOURNAL_PATH": str(tmp_path / "journal.sqlite3")},
+    )
+    try:
+        frontend = router.wait_output(r"router ready: frontend=(\S+)").group(1)
+    finally:
+        router.stop()
+    env = {**db_env, "EMQ_BROKER_ADDR": frontend, "EMQ_ACK_TIMEOUT": "0.2", "EMQ_ACK_RETRIES": "1"}
+    out = run_client(env, "router_down", tmp_path)
+    assert out["raised"] == "django_eventmq.errors.BrokerUnavailable"
+    assert out["rows_after"] == out["rows_before"]  # no READY row left behind

@@ -7,10 +7,7 @@ import pytest
 from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.protocol import Ack, Reply, new_msgid
 from tests.lifecycle import jobs
-
-
-def ack(request):
-    return Ack(msgid=new_msgid(), ack_msgid=request.msgid)
+from tests.lifecycle.conftest import ack
 
 
 def test_delay_returns_once_acknowledged(thread_router):

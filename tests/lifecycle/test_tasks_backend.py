@@ -1,7 +1,8 @@
 """The Django Tasks backend, in-process: what enqueue sends, get_result, validation, the runner.
 
-The router is a raw ROUTER; the dispatcher job is called directly here (the
-end-to-end tests run it in real job-manager workers).
+The router is a raw ROUTER in a thread that ACKs each REQUEST (or does not);
+the dispatcher job is called directly here (the end-to-end tests run it in
+real job-manager workers).
 """
 
 from __future__ import annotations
@@ -14,17 +15,22 @@ import pytest
 
 pytest.importorskip("django.tasks", reason="django.tasks is new in Django 6.0")
 
+from django.core import checks
 from django.tasks import TaskResultStatus, task_backends
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.base import TASK_REFRESH_ATTRS
+from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued, task_finished, task_started
 
 from django_eventmq import tasks_runner
-from django_eventmq.errors import JobNotAllowed
+from django_eventmq.core.worker import FAILED, JobRunner
+from django_eventmq.errors import BrokerUnavailable, JobNotAllowed
 from django_eventmq.protocol import parse_job
 from django_eventmq.results import record_results
-from django_eventmq.tasks_backend import EventMQBackend
+from django_eventmq.results_models import JobResult
+from django_eventmq.tasks_backend import EventMQBackend, WorkerDied
 from tests.lifecycle import tasks
-from tests.lifecycle.conftest import receive_request
+from tests.lifecycle.conftest import ack
+from tests.support import wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -32,9 +38,10 @@ BACKEND = "django_eventmq.tasks_backend.EventMQBackend"
 
 
 @pytest.fixture
-def emq_tasks(settings, broker):
+def emq_tasks(settings, thread_router):
+    """The backend, and a router that stores (ACKs) every REQUEST."""
     settings.TASKS = {"default": {"BACKEND": BACKEND, "QUEUES": ["default", "email"]}}
-    return broker
+    return thread_router(lambda request, count: [ack(request)], ACK_TIMEOUT=5, ACK_RETRIES=0)
 
 
 def test_backend_declares_what_it_supports(emq_tasks):
@@ -48,8 +55,9 @@ def test_enqueue_sends_the_dispatcher_with_priority_and_delay(emq_tasks, tmp_pat
     result = tasks.multiply.using(priority=7, run_after=run_after, queue_name="email").enqueue(
         str(tmp_path / "log"), 6, b=7
     )
-    _identity, request = receive_request(emq_tasks)
+    [request] = emq_tasks.received
     assert request.msgid == result.id
+    assert request.headers.guarantee  # enqueue returned after the router's ACK
     assert request.queue == "email"
     assert request.headers.reply_requested
     assert request.headers.priority == 7
@@ -111,9 +119,99 @@ def test_get_result_of_a_failed_task(emq_tasks, tmp_path):
     )
     fetched = task_backends["default"].get_result(result.id)
     assert fetched.status == TaskResultStatus.FAILED
-    assert [(e.exception_class_path, e.traceback) for e in fetched.errors] == [("ValueError", "TB")]
+    assert [(e.exception_class_path, e.traceback) for e in fetched.errors] == [
+        ("builtins.ValueError", "TB")
+    ]
+    assert fetched.errors[0].exception_class is ValueError
     with pytest.raises(ValueError, match="failed"):
         _ = fetched.return_value
+
+
+@pytest.mark.parametrize(
+    ("error", "path", "cls"),
+    [
+        # What a worker records for a task: the importable module.qualname.
+        (
+            {"type": "JobNotAllowed", "path": "django_eventmq.errors.JobNotAllowed"},
+            "django_eventmq.errors.JobNotAllowed",
+            JobNotAllowed,
+        ),
+        # A job manager's own error, by its bare name.
+        ({"type": "WorkerDied"}, "django_eventmq.tasks_backend.WorkerDied", WorkerDied),
+        ({"type": "TimeoutError"}, "builtins.TimeoutError", TimeoutError),
+    ],
+)
+def test_every_recorded_error_names_an_importable_exception_class(
+    emq_tasks, tmp_path, error, path, cls
+):
+    result = tasks.broken.enqueue(str(tmp_path / "log"))
+    record_results([_runner_record(result.id, "failed", attempt=1, error=error)])
+    [failure] = task_backends["default"].get_result(result.id).errors
+    assert (failure.exception_class_path, failure.exception_class) == (path, cls)
+
+
+def test_get_result_of_a_ready_task_is_the_result_enqueue_returned(emq_tasks, tmp_path):
+    result = tasks.multiply.enqueue(str(tmp_path / "log"), 2, 3)
+    fetched = tasks.multiply.get_result(result.id)
+    assert {a: getattr(fetched, a) for a in TASK_REFRESH_ATTRS} == {
+        a: getattr(result, a) for a in TASK_REFRESH_ATTRS
+    }
+    assert (fetched.enqueued_at, fetched.args, fetched.kwargs) == (
+        result.enqueued_at,
+        result.args,
+        result.kwargs,
+    )
+    enqueued_at = result.enqueued_at
+    result.refresh()
+    assert result.enqueued_at == enqueued_at
+    assert result.status == TaskResultStatus.READY
+
+
+def test_enqueue_raises_and_leaves_no_ready_row_when_the_router_never_acks(settings, thread_router):
+    settings.TASKS = {"default": {"BACKEND": BACKEND}}
+    router = thread_router(lambda request, count: [], ACK_TIMEOUT=0.1, ACK_RETRIES=1)
+    with pytest.raises(BrokerUnavailable, match="did not acknowledge"):
+        tasks.multiply.enqueue("/nowhere", 1, 2)
+    msgids = {r.msgid for r in router.received}
+    assert len(router.received) == 2 and len(msgids) == 1  # the same task sent again
+    assert not JobResult.objects.exists()
+    with pytest.raises(TaskResultDoesNotExist):
+        tasks.multiply.get_result(msgids.pop())
+
+
+def test_guarantee_off_returns_without_waiting_for_the_ack(settings, thread_router):
+    settings.TASKS = {"default": {"BACKEND": BACKEND, "OPTIONS": {"GUARANTEE": False}}}
+    router = thread_router(lambda request, count: [], ACK_TIMEOUT=30, ACK_RETRIES=3)
+    result = tasks.multiply.enqueue("/nowhere", 1, 2)  # would take 2 minutes waiting for ACKs
+    assert tasks.multiply.get_result(result.id).status == TaskResultStatus.READY
+    received = wait_for(lambda: router.received, 10, "the REQUEST")
+    assert not received[0].headers.guarantee
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"GUARANTE": True}, r"unknown key\(s\) 'GUARANTE'.*valid keys: GUARANTEE \(bool\)"),
+        ({"GUARANTEE": "yes"}, r"\['OPTIONS'\]\['GUARANTEE'\] must be a bool, got 'yes'"),
+        (["GUARANTEE"], r"must be a dict, got list; valid keys: GUARANTEE"),
+    ],
+)
+def test_bad_options_are_refused_naming_the_key(settings, options, message):
+    settings.TASKS = {"default": {"BACKEND": BACKEND, "OPTIONS": options}}
+    with pytest.raises(InvalidTaskBackend, match=message):
+        task_backends["default"]
+    # `manage.py check` builds every backend, so it stops there too.
+    with pytest.raises(InvalidTaskBackend, match="TASKS\\['default'\\]"):
+        checks.run_checks()
+
+
+def test_check_reports_the_backend_without_the_app(settings):
+    settings.TASKS = {"default": {"BACKEND": BACKEND}}
+    assert "django_eventmq.E010" not in {e.id for e in checks.run_checks()}
+    settings.INSTALLED_APPS = [a for a in settings.INSTALLED_APPS if a != "django_eventmq"]
+    [error] = [e for e in checks.run_checks() if e.id == "django_eventmq.E010"]
+    assert "django_eventmq is not in INSTALLED_APPS" in error.msg
+    assert "INSTALLED_APPS" in error.hint
 
 
 def test_get_result_of_an_unknown_id(emq_tasks):
@@ -173,6 +271,31 @@ def test_runner_sends_finished_and_reraises_when_the_task_fails(tmp_path):
         tasks_runner.run_task("tests.lifecycle.tasks.broken", [log], {}, "default", "tid2")
     assert (
         Path(log).read_text().splitlines()[-1] == f"signal finished tid2 {TaskResultStatus.FAILED}"
+    )
+
+
+def test_a_task_raising_keyboard_interrupt_fails_with_that_class(tmp_path):
+    log = str(tmp_path / "log")
+    body = json.dumps(
+        [
+            "run",
+            {
+                "path": tasks_runner.RUNNER_PATH,
+                "callable": tasks_runner.RUNNER_CALLABLE,
+                "args": ["tests.lifecycle.tasks.interrupted", [log], {}, "default", "tid3"],
+                "kwargs": {},
+            },
+        ]
+    )
+    # A worker's runner: the job fails (the worker process goes on), as Django's
+    # backends record any other exception.
+    status, payload = JobRunner().run(body)
+    error = json.loads(payload)
+    assert status == FAILED
+    assert (error["type"], error["path"]) == ("KeyboardInterrupt", "builtins.KeyboardInterrupt")
+    assert "raise KeyboardInterrupt" in error["traceback"]
+    assert Path(log).read_text().splitlines()[-1] == (
+        f"signal finished tid3 {TaskResultStatus.FAILED}"
     )
 
 
