@@ -126,6 +126,7 @@ class FrontendHandlers:
         block = self.settings.hwm_policy == "block"
         for _ in range(DRAIN_CAP):
             if block and self._over_high_water():
+        schedulers = self.schedulers.peers
                 return
             try:
                 raw = recv(flags=transport.NOBLOCK)
@@ -133,6 +134,10 @@ class FrontendHandlers:
                 return
             packed = len(raw) == 2
             if packed:
+            if schedulers and (scheduler := schedulers.get(raw[0])) is not None:
+                # Any message from a scheduler counts as its heartbeat (spec): a busy
+                # one sends only REQUESTs.
+                scheduler.last_heard = now
                 raw = self.frontend.unpacked(raw)
             if (
                 len(raw) == 8
@@ -451,10 +456,19 @@ class FrontendHandlers:
     def _on_frontend_heartbeat(
         self, identity: bytes, frames: list[bytes], msg: Message, now: float
     ) -> None:
-        scheduler = self.schedulers.peers.get(identity)
-        if scheduler is not None:
-            scheduler.last_heard = now
-            self._flush_schedules(now)  # a retry, should a send have failed
+        if identity not in self.schedulers.peers:
+            # Only a scheduler sends HEARTBEAT here, and only after its INFORM: this
+            # one was dropped, or this router restarted since. It is taken back as
+            # its INFORM would take it (it waits for no ACK). DISCONNECT, the spec's
+            # way to make a peer INFORM again, would do for ours but makes the
+            # reference scheduler exit.
+            self.schedulers.add(identity, now)
+            log.warning(
+                "scheduler %s registered again: a HEARTBEAT without INFORM "
+                "(dropped earlier, or this router restarted)",
+                show(identity),
+            )
+        self._flush_schedules(now)  # kept messages; a retry, should a send have failed
 
     def _on_frontend_kbai(
         self, identity: bytes, frames: list[bytes], msg: Message, now: float

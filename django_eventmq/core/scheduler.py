@@ -285,12 +285,16 @@ class Scheduler:
             return
         if self.liveness.due(mono):
             self._send(Heartbeat(msgid=new_msgid(), timestamp=time.time()))
+            # Only a HEARTBEAT counts as sent, unlike the spec's rule (REQUESTs are
+            # not HEARTBEATs): a REQUEST looks like any client's, so a router that
+            # forgot us (it dropped us, or restarted) knows us again only by a
+            # HEARTBEAT. A scheduler firing every second would send none. The
+            # reference scheduler also sends one every interval, whatever it fires.
+            self.liveness.sent(mono)
 
     def _send(self, message: Message) -> None:
         assert self.channel is not None
         self.channel.send(message)
-        if self.liveness is not None:
-            self.liveness.sent(time.monotonic())
 
     def _goodbye(self) -> None:
         if self.channel is not None and self.acked:

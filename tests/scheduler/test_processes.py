@@ -23,6 +23,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from django_eventmq.core import router_cli
 from django_eventmq.core.schedule_api import schedule, unschedule
 from django_eventmq.protocol import Inform, Request
 from tests.support import ROOT, Proc, free_port, wait_for
@@ -173,21 +174,22 @@ def test_admin_edit_reaches_a_running_scheduler_within_2s(
 class Stack:
     """A real router and job manager on the test's database; ``frontend`` is for clients."""
 
-    def __init__(self, db: PgDatabase, trace_dir: Path) -> None:
+    def __init__(
+        self, db: PgDatabase, trace_dir: Path, heartbeat: tuple[float, float] = (0.5, 3)
+    ) -> None:
         self.db = db
         frontend, backend, admin = (f"tcp://127.0.0.1:{free_port()}" for _ in range(3))
         self.frontend = frontend
+        self.admin = admin
         self.env = {
             **db.env,
-            "EMQ_HEARTBEAT_INTERVAL": "0.5",
-            "EMQ_HEARTBEAT_TIMEOUT": "3",
+            "EMQ_HEARTBEAT_INTERVAL": str(heartbeat[0]),
+            "EMQ_HEARTBEAT_TIMEOUT": str(heartbeat[1]),
             TRACE_DIR_ENV: str(trace_dir),
         }
         self.procs: list[Proc] = []
-        router = self._start(
-            "emq_router", "--frontend", frontend, "--backend", backend, "--admin", admin
-        )
-        router.wait_output(r"router ready: ", timeout=60)
+        self._router_args = ("--frontend", frontend, "--backend", backend, "--admin", admin)
+        self.router = self.start_router()
         manager = self._start(
             "emq_jobmanager",
             "--broker",
@@ -200,6 +202,23 @@ class Stack:
             "tests.scheduler.declared_jobs",
         )
         manager.wait_output(r"jobmanager ready: ", timeout=60)
+
+    def start_router(self) -> Proc:
+        """The router on the stack's addresses (again, after :meth:`stop_router`)."""
+        router = self._start("emq_router", *self._router_args)
+        router.wait_output(r"router ready: ", timeout=60)
+        return router
+
+    def stop_router(self) -> str:
+        """Stop the router; its output."""
+        self.router.stop()
+        self.procs.remove(self.router)
+        return self.router.output()
+
+    def schedulers(self) -> dict[str, Any]:
+        """The router's ROUTER_SHOW_SCHEDULERS ``connected_schedulers``."""
+        answer = router_cli.ask(self.admin, "ROUTER_SHOW_SCHEDULERS")
+        return answer["connected_schedulers"]  # type: ignore[no-any-return]
 
     def _start(self, *args: str) -> Proc:
         proc = Proc([*MANAGE, *args], env=self.env)
@@ -222,18 +241,33 @@ class Stack:
             proc.stop()
 
 
-@pytest.fixture
-def stack(clean_db: PgDatabase, tmp_path: Path, eventmq_settings: Any) -> Iterator[Stack]:
-    """Router and job manager running; this process's client points at the router."""
+def _serving(running: Stack, eventmq_settings: Any) -> Iterator[Stack]:
+    """``running``, with this process's client pointed at its router; stopped afterwards."""
     from django_eventmq.core import client
 
-    running = Stack(clean_db, tmp_path)
     try:
         eventmq_settings(BROKER_ADDR=running.frontend)
         yield running
     finally:
         client.close_clients()
         running.stop()
+
+
+@pytest.fixture
+def stack(clean_db: PgDatabase, tmp_path: Path, eventmq_settings: Any) -> Iterator[Stack]:
+    """Router and job manager running; this process's client points at the router."""
+    yield from _serving(Stack(clean_db, tmp_path), eventmq_settings)
+
+
+#: (HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT) of :func:`busy_stack`: a schedule firing
+#: every second fires more often than the interval.
+BUSY_HEARTBEAT = (1.5, 2.5)
+
+
+@pytest.fixture
+def busy_stack(clean_db: PgDatabase, tmp_path: Path, eventmq_settings: Any) -> Iterator[Stack]:
+    """:func:`stack` with heartbeats slower than a 1-second schedule (:data:`BUSY_HEARTBEAT`)."""
+    yield from _serving(Stack(clean_db, tmp_path, BUSY_HEARTBEAT), eventmq_settings)
 
 
 def lines(path: Path) -> list[str]:
@@ -347,3 +381,50 @@ def test_unschedule_over_the_wire_removes_the_row_and_the_job_stops(
     ran, ticks = len(lines(victim)), len(lines(keeper))
     wait_for(lambda: len(lines(keeper)) >= ticks + 3, 30, "three more keeper runs")
     assert len(lines(victim)) == ran
+
+
+def _keeps_firing_while_registered(stack: Stack, trace: Path, runs: int) -> None:
+    """Wait for ``runs`` more runs in ``trace``, the scheduler registered at every look."""
+    start = len(lines(trace))
+
+    def fired_registered() -> bool:
+        assert len(stack.schedulers()) == 1, "the router dropped the busy scheduler"
+        return len(lines(trace)) >= start + runs
+
+    wait_for(fired_registered, 60, f"{runs} more runs", poll=0.2)
+
+
+def test_a_busy_scheduler_stays_registered_and_unschedule_still_reaches_it(
+    busy_stack: Stack, tmp_path: Path
+) -> None:
+    """A 1-second schedule: only REQUESTs, no HEARTBEAT. The router counts them as the
+    scheduler's heartbeat, so after three heartbeat timeouts an UNSCHEDULE still works."""
+    stack = busy_stack
+    stack.scheduler()
+    trace = tmp_path / "busy"
+    schedule(jobs.touch, interval_secs=1, args=[str(trace)])
+    wait_for(lambda: lines(trace), 30, "the first run")
+    _keeps_firing_while_registered(stack, trace, runs=int(3 * BUSY_HEARTBEAT[1]) + 1)
+    unschedule(jobs.touch, args=[str(trace)])
+    wait_for(lambda: stack.schedules() == [], 30, "the schedule removed by UNSCHEDULE")
+    assert "dropped" not in stack.router.output()
+
+
+def test_a_busy_scheduler_a_restarted_router_forgot_registers_again(
+    busy_stack: Stack, tmp_path: Path
+) -> None:
+    """The new router does not know the scheduler; its next HEARTBEAT (sent every
+    interval, however busy it is) registers it again, and UNSCHEDULE reaches it."""
+    stack = busy_stack
+    scheduler = stack.scheduler()
+    trace = tmp_path / "busy"
+    schedule(jobs.touch, interval_secs=1, args=[str(trace)])
+    wait_for(lambda: lines(trace), 30, "the first run")
+    stack.stop_router()
+    stack.router = stack.start_router()
+    wait_for(lambda: len(stack.schedulers()) == 1, 30, "the scheduler registered again", poll=0.2)
+    assert "registered again: a HEARTBEAT without INFORM" in stack.router.output()
+    _keeps_firing_while_registered(stack, trace, runs=2)
+    unschedule(jobs.touch, args=[str(trace)])
+    wait_for(lambda: stack.schedules() == [], 30, "the schedule removed by UNSCHEDULE")
+    assert scheduler.popen.poll() is None
