@@ -132,8 +132,6 @@ def router_families(snap: status.Snapshot) -> list[Metric]:
             oldest.add_metric([queue], row["waiting_since_ms"] / 1000)
     requeued = CounterMetricFamily("emq_jobs_requeued", "Jobs given back to a queue.")
     requeued.add_metric([], s.get("requeued_messages", 0))
-    lost = CounterMetricFamily("emq_jobs_lost", "Jobs lost with a job manager.")
-    lost.add_metric([], s.get("lost_messages", 0))
     poisoned = _gauge("emq_jobs_poisoned", "Jobs set aside after killing job managers.")
     poisoned.add_metric([], len(s.get("poisoned_messages") or []))
     workers = snap.workers.get("connected_workers") or {}
@@ -151,7 +149,6 @@ def router_families(snap: status.Snapshot) -> list[Metric]:
         oldest,
         processed,
         requeued,
-        lost,
         poisoned,
         managers,
         slots,

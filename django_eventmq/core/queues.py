@@ -88,7 +88,6 @@ class Routing:
         self.inflight: dict[str, Job] = {}
         self.processed_by_queue: Counter[str] = Counter()
         self.processed_by_worker: Counter[bytes] = Counter()
-        self.lost = 0
         self.requeued = 0
         # queue -> weight -> heap of (last_dispatch, seq, stamp, identity) for
         # workers with free slots. Entries are invalidated lazily by ``stamp``.
@@ -153,11 +152,6 @@ class Routing:
         self.release(job)
         self.requeued += 1
         self.waiting.push(job)
-
-    def forget(self, job: Job) -> None:
-        """A handed-out job is given up (lost)."""
-        self.release(job)
-        self.lost += 1
 
     def stop_dispatching(self, identity: bytes) -> None:
         """The worker is stopping: its free slots vanish and no slot it frees is used.

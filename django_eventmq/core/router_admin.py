@@ -46,7 +46,6 @@ def status(routing: Routing, now: float) -> dict[str, Any]:
             for q, jobs in routing.waiting.items()
             if (oldest := jobs.oldest()) is not None
         },
-        "lost_messages": routing.lost,
         "requeued_messages": routing.requeued,
     }
 

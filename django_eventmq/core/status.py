@@ -175,7 +175,6 @@ def summarize(
         "in_flight": sum(inflight.values()),
         "processed": sum(processed.values()),
         "jobs_per_s": sum(rates.values()) if rates or elapsed > 0 else None,
-        "lost": status.get("lost_messages", 0),
         "requeued": status.get("requeued_messages", 0),
         "failed": sum(counters["failed"].values()),
         "retried": sum(counters["retried"].values()),
@@ -315,7 +314,7 @@ def render(summary: Mapping[str, Any], *, title: str = "") -> str:
         "",
         f"total: {t['waiting']} waiting, {t['in_flight']} in flight, {t['processed']} processed "
         f"({_rate(t['jobs_per_s'])} jobs/s), {t['failed']} failed, {t['retried']} retried, "
-        f"{t['lost']} lost, {t['requeued']} requeued, {t['poisoned']} poisoned",
+        f"{t['requeued']} requeued, {t['poisoned']} poisoned",
     ]
     if "monitor" in summary:
         out += ["", "monitor:", router_cli.format_monitor(summary["monitor"])]

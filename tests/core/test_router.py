@@ -389,7 +389,7 @@ def test_silent_worker_is_dropped_and_its_jobs_handed_out_again(
     status = h.ask("STATUS")
     assert status["waiting_messages_by_queue"] == {"default": 2}
     assert status["requeued_messages"] == 2
-    assert status["lost_messages"] == 0
+    assert "lost_messages" not in status  # the router gives no job up: requeued, or poisoned
 
     rescuer = h.peer("backend", "rescuer")
     rescuer.send("INFORM", "", "worker")
