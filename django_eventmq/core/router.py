@@ -45,7 +45,7 @@ from .journal import MEMORY, Journal, resolve_path
 from .queues import Routing, Schedulers
 from .router_backend import FEATURES, BackendHandlers
 from .router_frontend import DRAIN_CAP, FrontendHandlers
-from .router_io import Handler, WarnOnce, send, show
+from .router_io import CLIENT_SNDHWM, Handler, Outbox, WarnOnce, send, show
 from .settings import Settings
 from .transport import Channel
 
@@ -130,7 +130,8 @@ class Router(FrontendHandlers, BackendHandlers):
             # handler ZeroMQ would let any CURVE key in.
             self._guard = security.Guard(s, (security.FRONTEND, security.BACKEND, security.ADMIN))
             self._guard.start()
-            self.frontend = self._bind(s.frontend_addr, security.FRONTEND)
+            # Past CLIENT_SNDHWM, what a client is sent waits in the outbox, counted.
+            self.frontend = self._bind(s.frontend_addr, security.FRONTEND, sndhwm=CLIENT_SNDHWM)
             # Job managers of ours may pack their messages (the frontend looks
             # for packed REQUESTs itself, to ACK each in the form it came in).
             self.backend = self._bind(s.backend_addr, security.BACKEND, unpack=True)
@@ -145,6 +146,7 @@ class Router(FrontendHandlers, BackendHandlers):
         except BaseException:
             self.close()
             raise
+        self.outbox = Outbox(self.frontend, s.outbox_budget, s.outbox_peer_bytes)
         self.book = Book(s, journal, self._deliver, self._to_client)
         self.book.recover()
         self._recover_schedules()
@@ -163,12 +165,13 @@ class Router(FrontendHandlers, BackendHandlers):
         if s.journal:
             log.info("journal: %s (sync %s)", self.journal_path, s.journal_sync)
 
-    def _bind(self, addr: str, role: str, *, unpack: bool = False) -> Channel:
+    def _bind(self, addr: str, role: str, *, unpack: bool = False, sndhwm: int = SNDHWM) -> Channel:
+        options = security.secure_channel_options(self.settings, role, security.SERVER)
         channel = Channel(
             transport.ROUTER,
             bind=addr,
             hwm=SNDHWM,
-            options=security.secure_channel_options(self.settings, role, security.SERVER),
+            options={**options, transport.SNDHWM: sndhwm},
             limits=self._limits,
             unpack=unpack,
             bind_setting=f"{role.upper()}_ADDR",  # FRONTEND_ADDR, BACKEND_ADDR, ADMIN_ADDR
@@ -227,7 +230,7 @@ class Router(FrontendHandlers, BackendHandlers):
             self.start()
         assert self._poller is not None
         timeout_ms = min(timeout_ms, max(1, int(self._tick * 1000)))
-        if self._retry:
+        if self._retry or self.outbox:
             timeout_ms = min(timeout_ms, RETRY_MS)
         due = self.book.next_due()
         if due is not None:
@@ -249,6 +252,7 @@ class Router(FrontendHandlers, BackendHandlers):
             self._next_tick = t + self._tick
             self._housekeeping(t)
         self._flush_deliveries()
+        self.outbox.flush()
         self._sync(now=t)
         self._check_high_water()
 
@@ -269,18 +273,10 @@ class Router(FrontendHandlers, BackendHandlers):
         self._acks_since = None
         if self._acks:
             acks, self._acks = self._acks, []
-            sock = self.frontend
+            send_frames = self.outbox.send_frames
             for identity, msgid, packed in acks:
                 ack = [b"", _VERSION, _ACK, new_msgid().encode(), msgid]
-                frames = [identity, pack(ack)] if packed else [identity, *ack]
-                try:
-                    sock.send_frames(frames, flags=transport.NOBLOCK)
-                except transport.Again:
-                    log.debug("ACK to %s dropped: its pipe is full", show(identity))
-                except transport.ZMQError as exc:
-                    if exc.errno != transport.EHOSTUNREACH:
-                        raise
-                    log.debug("ACK to %s dropped: peer is gone", show(identity))
+                send_frames([identity, pack(ack)] if packed else [identity, *ack])
 
     def _group_growing(self, now: float) -> bool:
         """True while ACKs may wait for a bigger group commit (see COMMIT_GROUP_WAIT)."""
@@ -380,6 +376,7 @@ class Router(FrontendHandlers, BackendHandlers):
         elif msg.action == C.MONITOR:
             body = admin_json.monitor(self.book)
             body["blocked"] = self._blocked
+            body.update(self.outbox.as_dict())
         else:
             body = admin_json.show_schedulers(self.schedulers)
         send(self.admin, identity, Reply(msgid=new_msgid(), payload=json.dumps(body)))
@@ -397,7 +394,7 @@ class Router(FrontendHandlers, BackendHandlers):
 
     # -- sending to clients ----------------------------------------------------------
     def _to_client(self, identity: bytes, message: Message) -> None:
-        send(self.frontend, identity, message)
+        self.outbox.send(identity, message)
 
     # -- heartbeats, leases ----------------------------------------------------------
     def _housekeeping(self, now: float) -> None:

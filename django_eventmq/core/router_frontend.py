@@ -65,7 +65,7 @@ from ..protocol.packed import PACKED
 from . import transport
 from .dispatch import Accepting, Book
 from .queues import Scheduler, Schedulers
-from .router_io import Handler, WarnOnce, forward, send, show
+from .router_io import Handler, Outbox, WarnOnce, forward, send, show
 from .schedule_api import ScheduleSpec
 from .settings import Settings
 from .transport import Channel
@@ -88,6 +88,8 @@ class FrontendHandlers:
     settings: Settings
     book: Book
     frontend: Channel
+    #: What clients are sent (ACKs, REJECTs, replies, FEATURES), counted and bounded.
+    outbox: Outbox
     schedulers: Schedulers
     _warn: WarnOnce
     _limits: Limits
@@ -124,20 +126,20 @@ class FrontendHandlers:
         """Take what clients sent, REQUESTs straight from their frames."""
         recv = self.frontend.recv_frames
         block = self.settings.hwm_policy == "block"
+        schedulers = self.schedulers.peers
         for _ in range(DRAIN_CAP):
             if block and self._over_high_water():
-        schedulers = self.schedulers.peers
                 return
             try:
                 raw = recv(flags=transport.NOBLOCK)
             except transport.Again:
                 return
-            packed = len(raw) == 2
-            if packed:
             if schedulers and (scheduler := schedulers.get(raw[0])) is not None:
                 # Any message from a scheduler counts as its heartbeat (spec): a busy
                 # one sends only REQUESTs.
                 scheduler.last_heard = now
+            packed = len(raw) == 2
+            if packed:
                 raw = self.frontend.unpacked(raw)
             if (
                 len(raw) == 8
@@ -335,9 +337,7 @@ class FrontendHandlers:
     def _reject_now(self, identity: bytes, msgid: str, reason: str) -> bool:
         """:meth:`Book.reject`, sent at once; False if the client's pipe did not take it."""
         self.book.rejected += 1
-        return send(
-            self.frontend, identity, Reject(msgid=new_msgid(), job_msgid=msgid, reason=reason)
-        )
+        return self.outbox.send(identity, Reject(msgid=new_msgid(), job_msgid=msgid, reason=reason))
 
     def _on_frontend_features(
         self, identity: bytes, frames: list[bytes], msg: Message, now: float
@@ -350,7 +350,7 @@ class FrontendHandlers:
             # ZeroMQ drops a peer that sends a bigger frame (MAXMSGSIZE).
             "batch_bytes": self.settings.max_message_bytes,
         }
-        send(self.frontend, identity, Features(msgid=new_msgid(), features=features))
+        self.outbox.send(identity, Features(msgid=new_msgid(), features=features))
 
     def _on_cancel(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
         assert isinstance(msg, Cancel)

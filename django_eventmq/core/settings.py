@@ -100,6 +100,14 @@ class Settings:
     #: Router, above the high-water mark: ``block`` (stop reading clients, whose sends
     #: then wait in ZeroMQ: nothing is lost) or ``reject`` (answer REJECT with a reason).
     hwm_policy: str = "block"
+    #: Router, policy ``block``: waiting + delayed jobs in one queue at which new jobs
+    #: for that queue are held unacknowledged (0: no per-queue mark); see docs/durability.md.
+    queue_high_water_mark: int = 0
+    #: Router: bytes of messages (ACKs, replies, REJECTs) it keeps queued for all the
+    #: clients that read slower than it sends; past it the heaviest are cut off.
+    outbox_budget: int = 256 * 1024 * 1024
+    #: Router: the same bound for one client.
+    outbox_peer_bytes: int = 64 * 1024 * 1024
     #: Router: a job whose worker died this many times while running it is set aside
     #: as poisoned (listed by STATUS and MONITOR) instead of being handed out again.
     poison_after: int = 3
@@ -164,6 +172,9 @@ class Settings:
     #: Publisher: public keys of the publishers and subscribers it accepts
     #: (empty: the ``curve_frontend_clients``).
     curve_publisher_clients: tuple[str, ...] = ()
+    #: Router with CURVE on: who may CANCEL a job: ``owner`` (the key that sent it, or
+    #: an admin key from ``curve_admin_clients``) or ``any`` (every client key).
+    cancel_policy: str = "owner"
     #: Router: accept admin connections from loopback and ``ipc://`` only.
     admin_local_only: bool = True
     #: Every socket: bytes in one frame; a peer sending a bigger one is disconnected.
@@ -227,6 +238,9 @@ class Settings:
             )
         _positive("queue_window", self.queue_window, whole=True)
         _positive("high_water_mark", self.high_water_mark, whole=True)
+        _positive("queue_high_water_mark", self.queue_high_water_mark, whole=True, allow_zero=True)
+        _positive("outbox_budget", self.outbox_budget, whole=True)
+        _positive("outbox_peer_bytes", self.outbox_peer_bytes, whole=True)
         _positive("poison_after", self.poison_after, whole=True)
         _positive("job_lease", self.job_lease, allow_zero=True)
         _positive("lease_grace", self.lease_grace, allow_zero=True)
@@ -371,6 +385,10 @@ def _check_security(s: Settings) -> None:
     for name in ("max_message_bytes", "max_body_bytes", "max_json_depth", "max_timeout"):
         _positive(name, getattr(s, name), whole=True)
     _positive("max_retry_count", s.max_retry_count, whole=True, allow_zero=True)
+    if s.cancel_policy not in ("owner", "any"):
+        raise ConfigurationError(
+            f"CANCEL_POLICY: expected 'owner' or 'any', got {s.cancel_policy!r}"
+        )
     if type(s.max_frames) is not int or s.max_frames < 10:
         raise ConfigurationError(
             f"MAX_FRAMES: expected a whole number >= 10 (eMQP needs up to 10), got {s.max_frames!r}"

@@ -317,6 +317,7 @@ PULL = zmq.PULL
 PUSH = zmq.PUSH
 SNDTIMEO = zmq.SNDTIMEO
 LINGER = zmq.LINGER
+SNDHWM = zmq.SNDHWM  # the router's frontend queues fewer messages per client than it reads
 Again = zmq.Again
 ContextTerminated = zmq.ContextTerminated
 ZMQError = zmq.ZMQError

@@ -9,15 +9,20 @@ by step on a started router (real sockets, no loop thread).
 from __future__ import annotations
 
 import errno
+import re
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import zmq
 
 from django_eventmq.core.router import Router
+from django_eventmq.core.router_cli import ask
 from django_eventmq.protocol import parse_headers
 from tests.core.test_router import make_settings
+from tests.ops.conftest import start_router
+from tests.support import wait_for
 
 WORKER = b"worker-1"
 BODY = b'["run",{"path":"app.jobs","callable":"f","args":[],"kwargs":{}}]'
@@ -103,3 +108,89 @@ def test_an_unexpected_send_error_strands_no_job_after_it(
     router._flush_deliveries()
 
     assert calls == [b"m-3", b"m-4"] and router._outbox == []
+
+
+# -- messages for clients that do not read them (OUTBOX_BUDGET) --------------------------
+#: The router's budget for messages queued for all clients: about 500 of the ACKs below.
+BUDGET = 1024 * 1024
+V = b"eMQP/1.0"
+#: Long msgids make long ACKs, so the clients' and the kernel's buffers fill soon.
+PAD = b"x" * 2000
+
+
+def msgid(client: int, n: int) -> bytes:
+    return b"s%d-%d-%s" % (client, n, PAD)
+
+
+def silent_client(ctx: zmq.Context[Any], frontend: str, name: str) -> zmq.Socket[Any]:
+    """A DEALER that sends and never reads; its small receive buffers make what the
+    router sends it pile up at the router soon."""
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.IDENTITY, name.encode())
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVHWM, 1)
+    sock.setsockopt(zmq.RCVBUF, 4096)
+    sock.setsockopt(zmq.SNDHWM, 0)
+    sock.connect(frontend)
+    return sock
+
+
+def request(sock: zmq.Socket[Any], msgid: bytes) -> None:
+    sock.send_multipart([b"", V, b"REQUEST", msgid, b"default", b"guarantee", BODY])
+
+
+def test_clients_that_never_read_are_cut_off_at_the_budget_and_the_router_serves_on() -> None:
+    """Eight clients send REQUESTs (the same 5 msgids again and again: each is ACKed)
+    and read none of the ACKs. Past OUTBOX_BUDGET the heaviest are cut off, each
+    named in one warning; the queued bytes stay within the budget; a reading client
+    is served; a cut-off client's jobs stay stored, and one it sends again once it
+    reads gets its ACK."""
+    router, (frontend, _backend, admin) = start_router(env={"EMQ_OUTBOX_BUDGET": str(BUDGET)})
+    ctx = zmq.Context()
+    try:
+        silent = [silent_client(ctx, frontend, f"silent-{i}") for i in range(8)]
+
+        def flood() -> int:
+            for n in range(200):
+                for i, sock in enumerate(silent):
+                    request(sock, msgid(i, n % 5))
+            return int(ask(admin, "MONITOR")["clients_cut_off"])
+
+        wait_for(flood, 60, "a silent client to be cut off")
+        monitor = ask(admin, "MONITOR")
+        assert monitor["outbox_budget"] == BUDGET
+        assert 0 <= monitor["outbox_bytes"] <= BUDGET
+        cut = re.findall(
+            r"client (silent-\d) cut off: .* over OUTBOX_BUDGET \(1048576", router.output()
+        )
+        assert cut, router.output()[-3000:]
+
+        reader = ctx.socket(zmq.DEALER)
+        reader.setsockopt(zmq.LINGER, 0)
+        reader.connect(frontend)
+        request(reader, b"reader-1")
+        assert reader.poll(10_000), "a reading client got no ACK"
+        assert reader.recv_multipart()[2] == b"ACK"
+
+        # The cut-off client's jobs are stored (5 msgids each, every client).
+        status = ask(admin, "STATUS")
+        assert status["waiting_messages_by_queue"]["default"] == 8 * 5 + 1
+        # It reads again: what is still in its pipe, then the ACK of a job sent again.
+        index = int(cut[0].removeprefix("silent-"))
+        victim, again = silent[index], msgid(index, 0)
+        while victim.poll(200):
+            victim.recv_multipart()
+        request(victim, again)
+
+        def acked() -> bool:
+            while victim.poll(100):
+                frames = victim.recv_multipart()
+                if frames[2] == b"ACK" and frames[4] == again:
+                    return True
+            return False
+
+        wait_for(acked, 20, "the ACK of the job the cut-off client sent again")
+        assert ask(admin, "STATUS")["waiting_messages_by_queue"]["default"] == 8 * 5 + 1
+    finally:
+        ctx.destroy(linger=0)
+        router.stop()

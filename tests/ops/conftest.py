@@ -36,11 +36,15 @@ class Site:
         )
 
 
-def start_router(*extra: str) -> tuple[Proc, tuple[str, str, str]]:
+def start_router(
+    *extra: str, env: dict[str, str] | None = None
+) -> tuple[Proc, tuple[str, str, str]]:
+    """A router process (journal off unless ``extra`` says otherwise); ``env``: ``EMQ_*``."""
     router = Proc(
         python_module(
             "router", "--frontend", ANY, "--backend", ANY, "--admin", ANY, "--no-journal", *extra
-        )
+        ),
+        env=env,
     )
     ready = router.wait_output(r"router ready: frontend=(\S+) backend=(\S+) admin=(\S+)")
     return router, (ready.group(1), ready.group(2), ready.group(3))
