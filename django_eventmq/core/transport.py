@@ -75,7 +75,7 @@ def bind_failure(addr: str, exc: zmq.ZMQError, setting: str, option: str | None 
     if exc.errno == zmq.EADDRINUSE:
         why = "address already in use (another process listens there); stop it, or"
     else:
-        why = f"{exc.strerror or exc};"
+        why = f"{zmq.strerror(exc.errno) if exc.errno else exc};"  # without pyzmq's repeat of addr
     return f"cannot bind {setting} {addr}: {why} choose another address with {where}"
 
 

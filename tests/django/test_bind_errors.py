@@ -12,6 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from django_eventmq.core import transport
+from django_eventmq.errors import ConfigurationError
 from tests.django.test_commands import run
 from tests.support import python_module
 
@@ -95,4 +97,15 @@ def test_emq_router_metrics_on_a_taken_port(held):
     assert line == (
         f"CommandError: cannot serve metrics on '127.0.0.1:{held}' (--metrics): Address already "
         "in use; stop what listens there, or choose another port with --metrics"
+    )
+
+
+def test_an_address_that_cannot_be_bound_for_another_reason(tmp_path):
+    # In-process: a Channel told which setting its address came from.
+    addr = f"ipc://{tmp_path}/no-such-dir/router.sock"
+    with pytest.raises(ConfigurationError) as caught:
+        transport.Channel(transport.ROUTER, bind=addr, bind_setting="BACKEND_ADDR")
+    assert str(caught.value) == (
+        f"cannot bind BACKEND_ADDR {addr}: No such file or directory; "
+        "choose another address with EVENTMQ['BACKEND_ADDR'], EMQ_BACKEND_ADDR"
     )
