@@ -50,7 +50,7 @@ from ..protocol.extensions import (
 )
 from ..protocol.headers import Headers
 from .dedup import FinishedWindow
-from .journal import DELAYED, LEASED, POISONED, WAITING, Journal, new_row
+from .journal import DELAYED, LEASED, POISONED, WAITING, Journal, new_row, parcel_digest
 from .logs import job_debug, job_fields
 from .outcomes import backoff
 from .queues import Job, Routing, Worker
@@ -120,6 +120,7 @@ class Book:
         self.expired_by_queue: Counter[str] = Counter()
         self._seq = 0
         self._next_due: float | None = None
+        self._last_digest: tuple[bytes, bytes] | None = None
 
     # -- start-up ----------------------------------------------------------------
     def recover(self) -> None:
@@ -274,14 +275,22 @@ class Book:
         headers: Headers,
         headers_frame: bytes,
         now: float,
+        first_last: tuple[str, str] = ("", ""),
     ) -> bool:
         """Store a BATCH's ``count`` jobs, all of ``queue`` with the same ``headers``,
         as one parcel (see :mod:`.journal`); False, and nothing done, unless its
         queue waits on disk already so that its jobs would wait on disk only.
+        ``first_last``: the msgids of its first and last job.
 
-        The jobs are not checked against held or finished msgids here: that
-        costs an index entry per job, more than the rest of storing them. A
-        duplicate is dropped when the parcel is opened (:meth:`_load`).
+        The jobs are not each checked against held or finished msgids here:
+        that costs an index entry per job, more than the rest of storing them.
+        What a retried Spark task or an export sent again brings is caught
+        whole instead, so that it is neither stored nor counted as waiting
+        (nor toward the high-water mark): the same JOBS frame as a parcel
+        held was answered by :meth:`same_parcel`; a batch whose first or last
+        job is held or finished recently goes job by job (False), each
+        checked. A duplicate in any other batch is dropped when its parcel is
+        opened (:meth:`_load`).
         """
         wait_queue = self.routing.waiting.queue(queue)
         due = headers.delay_until
@@ -291,9 +300,12 @@ class Book:
             or self.routing.free_worker(queue) is not None
         ):
             return False
+        journal = self.journal
+        if any(msgid and (self.is_held(msgid) or journal.holds_row(msgid)) for msgid in first_last):
+            return False
         seq = self._seq + 1
         self._seq += count
-        self.journal.add_parcel(
+        journal.add_parcel(
             seq,
             count,
             queue,
@@ -303,10 +315,30 @@ class Book:
             identity,
             time.time(),
             jobs_frame,
+            self._digest(jobs_frame),
         )
         wait_queue.wait_on_disk(count)
         self.stats.received[queue] += count
         return True
+
+    def same_parcel(self, jobs_frame: bytes, count: int) -> bool:
+        """True if a parcel not opened yet holds this very JOBS frame (the same
+        BATCH sent again): its ``count`` jobs are held, counted as duplicates."""
+        if not self.journal.parcel_count() or not self.journal.holds_parcel(
+            self._digest(jobs_frame)
+        ):
+            return False
+        self.duplicates += count
+        return True
+
+    def _digest(self, jobs_frame: bytes) -> bytes:
+        """:func:`.journal.parcel_digest`, once per frame (asked, then stored)."""
+        last = self._last_digest
+        if last is not None and last[0] is jobs_frame:
+            return last[1]
+        digest = parcel_digest(jobs_frame)
+        self._last_digest = (jobs_frame, digest)
+        return digest
 
     def _new_job(
         self,

@@ -37,7 +37,10 @@ received (``parcels``), not as a row per job: the jobs' seqs are reserved
 (``seq .. seq + count - 1``) and nothing is indexed per job. A parcel is
 opened, into a WAITING row per job, when its queue reaches it or a CANCEL
 names one of its jobs; a job whose msgid is held already or finished
-recently is dropped then (a duplicate found late rather than at once).
+recently is dropped then (a duplicate found late rather than at once). The
+SHA-256 of each stored parcel's JOBS frame is kept (``parcel_digests``): the
+same BATCH sent again (a Spark task retried, an export sent again with the
+same run_id) is known at once, and neither stored nor counted again.
 
 Two small tables beside the jobs: the msgids of recently finished jobs
 (``finished``, pruned by age and count inside a commit) so a REQUEST resent
@@ -49,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import logging
 import os
 import sqlite3
@@ -107,6 +111,11 @@ CREATE TABLE IF NOT EXISTS parcels (
     jobs BLOB NOT NULL              -- the BATCH's JOBS frame as received
 );
 CREATE INDEX IF NOT EXISTS parcels_order ON parcels (queue, nprio, seq);
+-- the SHA-256 of each parcel's JOBS frame: the same BATCH again is a duplicate at once
+CREATE TABLE IF NOT EXISTS parcel_digests (
+    seq INTEGER PRIMARY KEY,        -- its parcel
+    digest BLOB NOT NULL UNIQUE
+);
 -- msgids of finished jobs, for a while: a resent REQUEST is not run twice after a restart
 CREATE TABLE IF NOT EXISTS finished (
     seq INTEGER PRIMARY KEY,        -- finishing order (pruned oldest first)
@@ -420,16 +429,36 @@ class Journal:
         client: bytes,
         accepted: float,
         jobs: bytes,
+        digest: bytes | None = None,
     ) -> None:
         """Store ``count`` jobs of ``queue`` (the JOBS frame ``jobs``, whose jobs
-        all carry ``headers``) as one row; they take seqs ``seq .. seq + count - 1``."""
+        all carry ``headers``) as one row; they take seqs ``seq .. seq + count - 1``.
+        ``digest``: :func:`parcel_digest` of ``jobs``, if already computed."""
         self._begin(count)
         self._execute(
             "INSERT INTO parcels (seq, count, queue, nprio, guarantee, headers, client,"
             " accepted, jobs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (seq, count, queue, -priority, guarantee, headers, client, accepted, jobs),
         )
+        self._execute(
+            "INSERT OR IGNORE INTO parcel_digests (seq, digest) VALUES (?, ?)",
+            (seq, parcel_digest(jobs) if digest is None else digest),
+        )
         self._parcels[queue] += 1
+
+    def holds_parcel(self, digest: bytes) -> bool:
+        """True if a parcel not opened yet has the JOBS frame whose
+        :func:`parcel_digest` is ``digest``: every job of that frame is held."""
+        if not self._parcels.total():
+            return False
+        found = self._execute("SELECT 1 FROM parcel_digests WHERE digest = ?", (digest,))
+        return found.fetchone() is not None
+
+    def holds_row(self, msgid: str) -> bool:
+        """True if a job row (not a parcel's job) has ``msgid``: one index lookup."""
+        if msgid in self._new_msgids:
+            return True
+        return self._execute("SELECT 1 FROM jobs WHERE msgid = ?", (msgid,)).fetchone() is not None
 
     def parcel_count(self) -> int:
         """Parcels stored and not opened yet."""
@@ -480,6 +509,7 @@ class Journal:
         db.executemany(_INSERT_JOB, rows)
         stored = db.total_changes - before
         self._execute("DELETE FROM parcels WHERE seq = ?", (seq,))
+        self._execute("DELETE FROM parcel_digests WHERE seq = ?", (seq,))
         self._parcels[queue] -= 1
         return queue, count - stored
 
@@ -689,6 +719,12 @@ class Journal:
             self._execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is None  # noqa: S608
             for table in ("jobs", "parcels", "schedules", "finished")
         )
+
+
+def parcel_digest(jobs: bytes) -> bytes:
+    """What tells a parcel's JOBS frame from any other (SHA-256: about 45 us for a
+    500-job frame here, against the milliseconds its jobs cost the router)."""
+    return hashlib.sha256(jobs).digest()
 
 
 def _unpack(packed: bytes) -> list[bytes]:

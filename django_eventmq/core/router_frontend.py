@@ -306,11 +306,14 @@ class FrontendHandlers:
         except ProtocolError:
             return False
         count = len(sizes)
+        if self.book.same_parcel(frame, count):
+            return True  # sent again: held already, not counted twice (nor refused)
         # The last job would be refused: each job then gets its own answer.
         if self.settings.hwm_policy == "reject" and self._over_high_water(count - 1):
             return False
+        first_last = (frame[ends[0] : ends[1]].decode(), frame[ends[-5] : ends[-4]].decode())
         return self.book.accept_parcel(
-            identity, frame, count, route[0].decode(), headers, route[1], now
+            identity, frame, count, route[0].decode(), headers, route[1], now, first_last
         )
 
     def _batch_job(self, identity: bytes, job: BatchJob, coming: int) -> Accepting | str:

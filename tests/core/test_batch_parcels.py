@@ -113,17 +113,16 @@ def test_duplicates_inside_a_parcel_are_dropped_when_it_is_opened(
     h, client = spilled(start_router)
     batch = jobs(200, prefix="p")
     until_ack(client, send_batch(client, batch))
-    # The same batch again (a Spark task run twice), a REQUEST for one of its
-    # jobs, and a batch repeating jobs held in memory and on disk.
-    until_ack(client, send_batch(client, batch))
+    # A REQUEST for one of its jobs, and a batch repeating a parcel's jobs
+    # between fresh ones (neither is caught on arrival).
     again = client.send("REQUEST", "email", "guarantee", BODY.decode(), msgid="p:7")
     assert client.expect("ACK")[2] == again
-    held = [*jobs(20, prefix="first")[5:15], *jobs(3, prefix="fresh")]
-    until_ack(client, send_batch(client, held))
+    inside = [*jobs(1, prefix="fresh"), *batch[100:110], *jobs(3, prefix="fresh")[1:]]
+    until_ack(client, send_batch(client, inside))
     info = monitor(h)
     # Duplicates in parcels are only found when their parcel is opened.
-    assert info["parcels"] == 3
-    assert info["queued"] == 20 + 200 + 200 + 1 + 13
+    assert info["parcels"] == 2
+    assert info["queued"] == 20 + 200 + 1 + 13
     assert drain(h, 223) == [
         *names(jobs(20, prefix="first")),
         *names(batch[:7]),
@@ -132,14 +131,67 @@ def test_duplicates_inside_a_parcel_are_dropped_when_it_is_opened(
         *names(jobs(3, prefix="fresh")),
     ]
     info = monitor(h)
-    assert (info["queued"], info["parcels"], info["duplicates"]) == (0, 0, 200 + 1 + 10)
+    assert (info["queued"], info["parcels"], info["duplicates"]) == (0, 0, 1 + 10)
+
+
+def test_the_same_batch_sent_again_is_a_duplicate_at_once_not_queued_again(
+    start_router: Callable[..., Harness],
+) -> None:
+    """A Spark task retried, an export sent again with the same run_id: the same
+    BATCH as a parcel held is acknowledged, counted as duplicates, never as waiting."""
+    h, client = spilled(start_router)
+    batches = [jobs(200, prefix=f"p{i}") for i in range(2)]
+    for batch in batches:
+        until_ack(client, send_batch(client, batch))
+    for batch in [*batches, batches[0]]:
+        assert [f[2] for f in until_ack(client, send_batch(client, batch))] == [b"ACK"]
+    info = monitor(h)
+    assert (info["queued"], info["parcels"], info["duplicates"]) == (420, 2, 600)
+    expected = names(jobs(20, prefix="first")) + [m for b in batches for m in names(b)]
+    assert drain(h, 420) == expected
+    assert (monitor(h)["queued"], monitor(h)["duplicates"]) == (0, 600)
+
+
+def test_a_batch_that_starts_or_ends_with_a_held_job_is_checked_job_by_job(
+    start_router: Callable[..., Harness],
+) -> None:
+    h, client = spilled(start_router)  # first:0-9 in memory, first:10-19 on disk
+    first = jobs(20, prefix="first")
+    in_memory = [*first[:5], *jobs(3, prefix="m")]
+    on_disk = [*jobs(3, prefix="d"), *first[12:16]]
+    for batch in (in_memory, on_disk):
+        assert [f[2] for f in until_ack(client, send_batch(client, batch))] == [b"ACK"]
+    info = monitor(h)
+    assert (info["queued"], info["parcels"], info["duplicates"]) == (26, 0, 9)
+    until_ack(client, send_batch(client, jobs(5, prefix="c")))  # nothing held: a parcel
+    assert (monitor(h)["queued"], monitor(h)["parcels"]) == (31, 1)
+    assert drain(h, 5) == names(first[:5])
+    queued = monitor(h)["queued"]
+    finished = [first[1], *jobs(1, prefix="f"), first[2]]
+    until_ack(client, send_batch(client, finished))
+    info = monitor(h)
+    assert (info["queued"], info["parcels"], info["duplicates"]) == (queued + 1, 1, 11)
+
+
+def test_a_batch_sent_again_does_not_push_the_router_over_its_high_water_mark(
+    start_router: Callable[..., Harness],
+) -> None:
+    h, client = spilled(start_router, high_water_mark=300)
+    batch = jobs(200, prefix="p")
+    until_ack(client, send_batch(client, batch))
+    until_ack(client, send_batch(client, batch))
+    info = monitor(h)
+    assert (info["queued"], info["blocked"]) == (220, False)
+    until_ack(client, send_batch(client, jobs(100, prefix="over")))
+    assert monitor(h)["blocked"] is True  # the mark still holds for new jobs
 
 
 def test_a_job_finished_before_its_copy_in_a_parcel_is_opened_does_not_run_again(
     start_router: Callable[..., Harness],
 ) -> None:
     h, client = spilled(start_router)
-    repeated = jobs(20, prefix="first")[:2] + jobs(2, prefix="new")
+    new = jobs(2, prefix="new")
+    repeated = [new[0], *jobs(20, prefix="first")[:2], new[1]]
     until_ack(client, send_batch(client, repeated))
     assert monitor(h)["parcels"] == 1
     assert drain(h, 22) == [*names(jobs(20, prefix="first")), "new:0", "new:1"]
@@ -208,6 +260,11 @@ def test_over_the_high_water_mark_a_batch_is_refused_job_by_job_not_parked(
     got = until_ack(client, send_batch(client, jobs(20, prefix="over")))
     assert sorted(rejects(got)) == sorted(m.encode() for m in names(jobs(20, prefix="over"))[10:])
     assert (monitor(h)["queued"], monitor(h)["parcels"]) == (100, 1)
+    # Sent again at the mark: held already, so acknowledged, not refused.
+    assert [f[2] for f in until_ack(client, send_batch(client, jobs(70, prefix="fits")))] == [
+        b"ACK"
+    ]
+    assert (monitor(h)["queued"], monitor(h)["duplicates"]) == (100, 70)
 
 
 def test_parcels_survive_a_restart(start_router: Callable[..., Harness], tmp_path: Path) -> None:

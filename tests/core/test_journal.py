@@ -17,6 +17,7 @@ from django_eventmq.core.journal import (
     WAITING,
     Journal,
     new_row,
+    parcel_digest,
     resolve_path,
 )
 from django_eventmq.errors import ConfigurationError
@@ -327,5 +328,33 @@ def test_a_parcel_counts_as_its_jobs_and_opens_into_rows_minus_the_held_ones(pat
         )
         assert journal.parcel_count() == 0 and journal.next_parcel("email", None) is None
         assert journal.counts()[WAITING] == {"email": 4}
+    finally:
+        journal.close()
+
+
+def test_a_parcel_is_known_by_its_frame_until_it_is_opened(path: str) -> None:
+    """The same BATCH sent again is found by the digest of its JOBS frame, across
+    a restart, and only while the parcel is held (its jobs are then held)."""
+    body = b'["run", {}]'
+    frame = pack_jobs([(b"p%d" % i, b"email", b"guarantee", body) for i in range(5)])
+    other = pack_jobs([(b"p%d" % i, b"email", b"guarantee", body) for i in range(4)])
+    journal = Journal(path)
+    try:
+        assert not journal.holds_parcel(parcel_digest(frame))  # no parcel at all
+        journal.add_parcel(10, 5, "email", 0, True, b"guarantee", b"c", 1.0, frame)
+        add(journal, 1, msgid="row-1", queue="email")  # kept in memory, not written yet
+        assert journal.holds_row("row-1") and not journal.holds_row("p1")
+        journal.commit()
+    finally:
+        journal.close()
+    journal = Journal(path)
+    try:
+        assert journal.holds_parcel(parcel_digest(frame))
+        assert not journal.holds_parcel(parcel_digest(other))
+        assert journal.holds_row("row-1") and not journal.holds_row("p1")
+        journal.open_parcel(10, skip=set())
+        journal.commit()
+        assert not journal.holds_parcel(parcel_digest(frame))
+        assert journal.holds_row("p1")
     finally:
         journal.close()
