@@ -19,6 +19,7 @@ from ..protocol import constants as C
 from ..protocol.packed import pack
 from . import security, transport
 from .settings import Settings
+from .waitlog import RouterWait
 
 logger = logging.getLogger("django_eventmq.jobmanager")
 
@@ -45,6 +46,7 @@ class RouterLink:
         self._liveness: Liveness | None = None
         self._backoff = RECONNECT_MIN_DELAY
         self._reconnect_at: float | None = None
+        self.waiting = RouterWait(logger, "jobmanager", self.addr)
         # Built once: a bad key setting fails at start-up, naming the setting.
         self._options = security.secure_channel_options(settings, security.BACKEND, security.CLIENT)
 
@@ -78,6 +80,7 @@ class RouterLink:
             return False
         self.connected = True
         self._backoff = RECONNECT_MIN_DELAY
+        self.waiting.connected()
         logger.info("jobmanager connected to %s", self.addr)
         return True
 
@@ -121,8 +124,10 @@ class RouterLink:
         if self.heard_any:
             logger.warning("lost the router at %s: %s; reconnecting", self.addr, why)
             self._backoff = RECONNECT_MIN_DELAY
+            self.waiting.lost(now)
         else:
             logger.debug("no answer from the router at %s: %s; retrying", self.addr, why)
+            self.waiting.no_answer(now)
         self.close()
         self._reconnect_at = now + self._backoff
         self._backoff = min(self._backoff * 2, self.settings.reconnect_max_delay)

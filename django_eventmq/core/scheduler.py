@@ -46,6 +46,7 @@ from . import security, transport
 from .schedule_api import ScheduleSpec
 from .schedules import CATCHUP_POLICIES, DuePlan, Timing, plan_due
 from .settings import Settings
+from .waitlog import RouterWait
 
 logger = logging.getLogger("django_eventmq.scheduler")
 
@@ -173,6 +174,7 @@ class Scheduler:
         self._inform_sent = 0.0
         self._reconnect_at = 0.0
         self._reconnect_delay = RECONNECT_MIN_DELAY
+        self.waiting = RouterWait(logger, "scheduler", settings.broker_addr)
         self._refreshed_at = -1e18
         self._pruned_at = -1e18
         self._store_failing = False
@@ -265,12 +267,15 @@ class Scheduler:
 
     def _lost(self, why: str) -> None:
         """Drop the connection and try again after a growing delay."""
+        mono = time.monotonic()
         if self.acked:
             logger.warning("scheduler: %s; reconnecting to %s", why, self.settings.broker_addr)
+            self.waiting.lost(mono)
         else:
             logger.debug("scheduler: %s", why)
+            self.waiting.no_answer(mono)
         self.close()
-        self._reconnect_at = time.monotonic() + self._reconnect_delay
+        self._reconnect_at = mono + self._reconnect_delay
         self._reconnect_delay = min(self._reconnect_delay * 2, self.settings.reconnect_max_delay)
 
     def _keepalive(self, mono: float) -> None:
@@ -323,6 +328,7 @@ class Scheduler:
             if message.ack_msgid == self._inform_id and not self.acked:
                 self.acked = True
                 self._reconnect_delay = RECONNECT_MIN_DELAY
+                self.waiting.connected()
                 logger.debug("scheduler: registered with %s", self.settings.broker_addr)
         elif isinstance(message, Schedule | Unschedule):
             self._on_schedule(message, now or datetime.now(UTC))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -428,3 +429,13 @@ def test_a_busy_scheduler_a_restarted_router_forgot_registers_again(
     unschedule(jobs.touch, args=[str(trace)])
     wait_for(lambda: stack.schedules() == [], 30, "the schedule removed by UNSCHEDULE")
     assert scheduler.popen.poll() is None
+
+
+def test_a_scheduler_with_no_router_logs_that_it_waits_for_it(clean_db: PgDatabase) -> None:
+    addr = f"tcp://127.0.0.1:{free_port()}"  # nothing listens there
+    short = {"EMQ_HEARTBEAT_INTERVAL": "0.2", "EMQ_HEARTBEAT_TIMEOUT": "0.5"}
+    proc = start_scheduler(clean_db, addr, env=short)
+    try:
+        proc.wait_output(re.escape(f"scheduler waiting for the router at {addr}: no answer yet"))
+    finally:
+        proc.stop()
