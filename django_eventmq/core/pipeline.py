@@ -25,6 +25,15 @@ counts jobs. A job of a batch that the router refuses gets its own REJECT
 sent again with the same batch msgid and the same job msgids (less those
 refused meanwhile), so nothing runs twice. A router that never answers
 FEATURES (the reference) gets REQUESTs only.
+
+Batches are cut at fixed places of the stream of jobs: after job ``batch``,
+``2 * batch``, ... counted from the first job the pipeline took, whatever
+went as REQUESTs before the router's FEATURES came (or a full byte budget
+cut early). The same jobs sent again in the same order (a Spark task
+retried, an export sent again with the same run_id) therefore make the same
+BATCH messages, which a router of ours recognises as a whole when it holds
+them already (parcels, :meth:`.dispatch.Book.same_parcel`): not counted
+again as waiting, nor toward its high-water mark.
 """
 
 from __future__ import annotations
@@ -262,6 +271,8 @@ class Pipeline:
             self._asked = True
             self._use_features(router_features)
         self._by_queue: dict[bytes, QueueCounts] = {}
+        #: Jobs taken (not counting those already in flight): where BATCHes are cut.
+        self._taken = 0
         self._last_answer = clock()
         self._sends = 0
         self._warned = False
@@ -314,9 +325,12 @@ class Pipeline:
                 continue
             if len(pending) + len(in_batch) + len(staged) >= window:
                 while len(pending) + len(in_batch) + len(self._staged) >= window:
-                    self._wait()
+                    # Answers to what is in flight make room: a BATCH cut here
+                    # would be cut where a resend of the same jobs may not cut.
+                    self._wait(send_staged=not (pending or in_batch))
                 staged = self._staged
             counts.sent += 1
+            self._taken += 1
             if self._batch_jobs:
                 size = len(msgid) + len(queue) + len(headers) + len(body) + JOB_OVERHEAD
                 if size < self._batch_bytes:
@@ -326,7 +340,7 @@ class Pipeline:
                         staged = self._staged
                     staged[msgid] = (queue, headers, body)
                     self._staged_bytes += size
-                    if len(staged) >= self._batch_jobs:
+                    if self._taken % self._batch_jobs == 0:
                         self._send_staged()
                     continue
                 # Too big for a BATCH: a REQUEST, as without batching.
@@ -422,10 +436,10 @@ class Pipeline:
             times.append(next(iter(self._batches.values())).sent_at)
         return min(times) if times else None
 
-    def _wait(self) -> None:
-        """Send the jobs waiting for a BATCH, wait a little for answers, then resend
-        what is overdue."""
-        if self._staged:
+    def _wait(self, *, send_staged: bool = True) -> None:
+        """Send the jobs waiting for a BATCH (unless told not to), wait a little for
+        answers, then resend what is overdue."""
+        if send_staged and self._staged:
             self._send_staged()
         if self.on_wait is not None:
             self.on_wait()

@@ -324,6 +324,34 @@ def test_the_pipeline_asks_then_batches_and_a_lost_ack_means_the_same_batch_agai
     )
 
 
+def test_batches_are_cut_at_the_same_places_whatever_went_as_requests_first() -> None:
+    """So a Spark task sent again makes the BATCH messages it made before, which
+    the router recognises whole (parcels) instead of counting their jobs again."""
+
+    def answer(frames: list[bytes], _n: int) -> list[list[bytes]]:
+        return features_batch(frames) if frames[2] == b"FEATURES" else [ack(frames[3])]
+
+    cuts = []
+    for requests_first in (0, 7):
+        with ScriptedRouter(answer, features_aside=False) as peer:
+            known = None if requests_first else {"batch": 1}
+            sender, channel = pipeline_to(peer.addr, window=200, batch=50, router_features=known)
+            try:
+                if requests_first:
+                    sender.send_requests(jobs(requests_first))  # FEATURES, then REQUESTs
+                    sender.flush()
+                    assert sender.batching
+                sender.send_requests(jobs(230)[requests_first:])
+                sender.flush()
+            finally:
+                channel.close()
+        cuts.append([job_msgids for _batch_msgid, job_msgids in peer.batches()])
+    whole, after_requests = cuts
+    assert [len(b) for b in whole] == [50, 50, 50, 50, 30]
+    assert [len(b) for b in after_requests] == [43, 50, 50, 50, 30]
+    assert after_requests[1:] == whole[1:]
+
+
 def test_jobs_refused_before_a_resend_are_left_out_of_it() -> None:
     seen: Counter[bytes] = Counter()
 
