@@ -12,6 +12,12 @@ along (queued < running < retrying < finished). A row written by a job
 manager is never overwritten by one written by a client (the Tasks backend's
 ``queued`` row, a cancellation of a queued job).
 
+Each run of a job has its worker process (``jobmanager:pid``), listed in
+``workers`` in order. A record of a run not listed yet (the job handed out
+again after its worker process or job manager died, which keeps its
+attempt number) replaces the row and is added to the list; a late record of
+a run that is no longer the last one is ignored.
+
 ``progress`` (a running job's last partial, :mod:`.core.progress`) arrives
 in ``running`` records of the same batches: such a record refreshes a
 ``running`` row of the same attempt, and a record without progress keeps the
@@ -68,6 +74,7 @@ COLUMNS = (
     "attempts",
     "jobmanager",
     "pid",
+    "workers",
     "enqueued",
     "started",
     "finished",
@@ -114,6 +121,7 @@ def normalise(record: Mapping[str, Any], now: datetime) -> dict[str, Any] | None
         # and its exception as Django's TaskError wants it, module.qualname.
         job, args, kwargs = str(args[0]), args[1], args[2]
         exc_type = error.get("path") or exc_type
+    jobmanager, pid = str(record.get("jobmanager") or ""), record.get("pid")
     started, finished = _when(record.get("started")), _when(record.get("finished"))
     duration = (finished - started).total_seconds() if started and finished else None
     return {
@@ -129,8 +137,9 @@ def normalise(record: Mapping[str, Any], now: datetime) -> dict[str, Any] | None
         "exc_message": str(error.get("message") or ""),
         "traceback": str(error.get("traceback") or ""),
         "attempts": int(record.get("attempt") or 0),
-        "jobmanager": str(record.get("jobmanager") or ""),
-        "pid": record.get("pid"),
+        "jobmanager": jobmanager,
+        "pid": pid,
+        "workers": [f"{jobmanager}:{pid}"] if jobmanager and pid is not None else [],
         "enqueued": _when(record.get("enqueued")),
         "started": started,
         "finished": finished,
@@ -152,11 +161,15 @@ def _newest_per_msgid(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         if seen is None:
             best[row["msgid"]] = row
             continue
-        newer = (row["attempts"], _rank(row["status"])) >= (
-            seen["attempts"],
-            _rank(seen["status"]),
+        ran, runs = row["workers"], seen["workers"]
+        new_run = any(worker not in runs for worker in ran)
+        stale = bool(ran and runs) and not new_run and ran[-1] != runs[-1]
+        newer = new_run or (
+            not stale
+            and (row["attempts"], _rank(row["status"])) >= (seen["attempts"], _rank(seen["status"]))
         )
         if newer:
+            row["workers"] = runs + [worker for worker in ran if worker not in runs]
             if row["progress"] is None:
                 row["progress"] = seen["progress"]
             if row["started"] is None and row["attempts"] == seen["attempts"]:
@@ -221,6 +234,32 @@ def _upsert(rows: Sequence[dict[str, Any]]) -> None:
             cursor.execute(sql_head + ", ".join([row_sql] * len(chunk)) + sql_tail, params)
 
 
+#: The ``workers`` list in SQL, per database: ``new`` (the record names a run
+#: the row has not listed), ``last`` (the record is of the row's last run, or
+#: of none), ``merge`` (the row's list, then the record's runs it lacks).
+_RUNS_SQL = {
+    "sqlite": {
+        "new": "EXISTS (SELECT 1 FROM json_each({x}) AS r"
+        " WHERE r.value NOT IN (SELECT value FROM json_each({t})))",
+        "last": "(json_array_length({x}) = 0 OR json_array_length({t}) = 0"
+        " OR json_extract({x}, '$[#-1]') = json_extract({t}, '$[#-1]'))",
+        "merge": "(SELECT json_group_array(value) FROM ("
+        "SELECT 0 AS part, key, value FROM json_each({t})"
+        " UNION ALL SELECT 1, r.key, r.value FROM json_each({x}) AS r"
+        " WHERE r.value NOT IN (SELECT value FROM json_each({t}))"
+        " ORDER BY part, key))",
+    },
+    "postgresql": {
+        "new": "NOT ({t} @> {x})",
+        "last": "(jsonb_array_length({x}) = 0 OR jsonb_array_length({t}) = 0"
+        " OR {x} -> -1 = {t} -> -1)",
+        "merge": "({t} || COALESCE((SELECT jsonb_agg(r.value ORDER BY r.n)"
+        " FROM jsonb_array_elements({x}) WITH ORDINALITY AS r(value, n)"
+        " WHERE NOT {t} @> jsonb_build_array(r.value)), '[]'::jsonb))",
+    },
+}
+
+
 def _upsert_sql(connection: Any) -> tuple[str, str]:
     q = connection.ops.quote_name
     table = q(JobResult._meta.db_table)
@@ -235,6 +274,11 @@ def _upsert_sql(connection: Any) -> tuple[str, str]:
         cases = " ".join(f"WHEN '{name}' THEN {value}" for name, value in _RANK.items())
         return f"(CASE {status} {cases} ELSE {_FINISHED_RANK} END)"
 
+    runs = _RUNS_SQL[connection.vendor]
+    # A record of a run not in the row's workers yet: a new run (redelivery).
+    new_run = runs["new"].format(t=t("workers"), x=x("workers"))
+    # A record of the row's last run (or of no particular run).
+    last_run = runs["last"].format(t=t("workers"), x=x("workers"))
     # A client row (no job manager) never replaces a job manager's row; a
     # client row is otherwise only kept for the fields it knows.
     client = f"{x('jobmanager')} = ''"
@@ -252,6 +296,7 @@ def _upsert_sql(connection: Any) -> tuple[str, str]:
         "traceback": x("traceback"),
         "attempts": x("attempts"),
         "pid": f"COALESCE({x('pid')}, {t('pid')})",
+        "workers": runs["merge"].format(t=t("workers"), x=x("workers")),
         "enqueued": f"COALESCE({t('enqueued')}, {x('enqueued')})",
         "started": f"COALESCE({x('started')}, {t('started')})",
         "finished": x("finished"),
@@ -261,12 +306,13 @@ def _upsert_sql(connection: Any) -> tuple[str, str]:
     newer = (
         f"({t('jobmanager')} = '' OR {x('jobmanager')} <> '') AND ("
         f"({t('jobmanager')} = '' AND {x('jobmanager')} <> '')"
-        f" OR {x('attempts')} > {t('attempts')}"
+        f" OR {new_run} OR ({last_run} AND ("
+        f"{x('attempts')} > {t('attempts')}"
         f" OR ({x('attempts')} = {t('attempts')}"
         f" AND {rank(x('status'))} > {rank(t('status'))})"
         # A progress update of a running job.
         f" OR ({x('attempts')} = {t('attempts')} AND {x('progress')} IS NOT NULL"
-        f" AND {x('status')} = 'running' AND {t('status')} = 'running'))"
+        f" AND {x('status')} = 'running' AND {t('status')} = 'running'))))"
     )
     head = f"INSERT INTO {table} ({', '.join(q(c) for c in COLUMNS)}) VALUES "  # noqa: S608 - names are our constants, quoted
     tail = (

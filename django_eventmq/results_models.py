@@ -54,6 +54,11 @@ class JobResult(models.Model):
     attempts = models.IntegerField(default=0, help_text="Runs so far (retries included).")
     jobmanager = models.CharField("job manager", max_length=255, blank=True)
     pid = models.IntegerField(null=True, blank=True)
+    workers = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Worker process of each run (job manager:pid), redeliveries included.",
+    )
     enqueued = models.DateTimeField(null=True, blank=True)
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)

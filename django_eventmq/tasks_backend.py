@@ -188,7 +188,6 @@ class EventMQBackend(BaseTaskBackend):
                     traceback=row.traceback,
                 )
             )
-        worker = f"{row.jobmanager}:{row.pid}" if row.jobmanager else ""
         result = TaskResult(
             task=task,
             id=row.msgid,
@@ -201,11 +200,26 @@ class EventMQBackend(BaseTaskBackend):
             kwargs=row.kwargs,
             backend=self.alias,
             errors=errors,
-            worker_ids=[worker] * max(row.attempts, 0) if worker else [],
+            worker_ids=worker_ids(row),
         )
         if status == TaskResultStatus.SUCCESSFUL:
             object.__setattr__(result, "_return_value", row.value)
         return result
+
+
+def worker_ids(row: JobResult) -> list[str]:
+    """One worker process per attempt, as Django counts attempts (``len(worker_ids)``).
+
+    ``workers`` lists each run's process, a run handed out again after its
+    process or job manager died included; a retry the job manager ran in the
+    same process is that process again.
+    """
+    runs = list(row.workers or [])
+    if not runs and row.jobmanager and row.pid is not None:
+        runs = [f"{row.jobmanager}:{row.pid}"]  # a row from before the workers column
+    if runs and row.attempts > len(runs):
+        runs += [runs[-1]] * (row.attempts - len(runs))
+    return runs
 
 
 def _options(alias: str, options: Any) -> dict[str, Any]:

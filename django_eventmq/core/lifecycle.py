@@ -440,8 +440,12 @@ class Lifecycle:
                 extra=job_fields(job.msgid, job.queue, name),
             )
             if job.record:
+                # Our router hands it out again (a new run, in another process);
+                # a reference router takes the death as the job's failure.
+                redelivered = self._router_retries()
+                status = outcomes.RETRYING if redelivered else outcomes.FAILED
                 error = outcomes.error_info("WorkerDied", message)
-                self._record(job, outcomes.FAILED, now, error=error)
+                self._record(job, status, now, error=error)
             self._report(job, X.STATUS_DIED, outcomes.error_payload("WorkerDied", message))
         self._hand_back(requeue)
         return len(lost)

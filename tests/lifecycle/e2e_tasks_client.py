@@ -9,6 +9,8 @@ results table), as an application would.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -86,6 +88,8 @@ def main(scenario: str, log: str, release: str) -> dict[str, Any]:
         running = describe(waiting)
         Path(release).touch()
         return {"running": running, "seen": sorted(set(seen)), "done": describe(finished(waiting))}
+    if scenario == "redelivery":
+        return redelivery(log, release)
     if scenario == "router_down":
         from django_eventmq.results_models import JobResult
 
@@ -128,6 +132,31 @@ def contract(log: str) -> dict[str, Any]:
         "stopped": describe(stopped),
         "stopped_class": stopped.errors[0].exception_class.__name__,
     }
+
+
+def started_pids(log: str) -> list[int]:
+    from tests.lifecycle import jobs
+
+    return [int(line.split()[-1]) for line in jobs.lines(log) if line.startswith("waits started")]
+
+
+def redelivery(log: str, release: str) -> dict[str, Any]:
+    """Kill the worker process running a task; the router hands the task out again."""
+    from tests.lifecycle import tasks
+
+    result = tasks.waits.enqueue(log, release)
+    deadline = time.monotonic() + 60
+    while not started_pids(log) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    first = started_pids(log)[0]
+    os.kill(first, signal.SIGKILL)
+    seen = set()
+    while len(started_pids(log)) < 2 and time.monotonic() < deadline:
+        result.refresh()
+        seen.add(str(result.status))
+        time.sleep(0.02)
+    Path(release).touch()
+    return {"pids": started_pids(log), "seen": sorted(seen), "done": describe(finished(result))}
 
 
 if __name__ == "__main__":

@@ -411,3 +411,17 @@ def test_enqueue_raises_when_the_router_is_down_and_leaves_no_row(db_env, tmp_pa
     out = run_client(env, "router_down", tmp_path)
     assert out["raised"] == "django_eventmq.errors.BrokerUnavailable"
     assert out["rows_after"] == out["rows_before"]  # no READY row left behind
+
+
+@needs_django_tasks
+def test_a_task_handed_out_again_shows_both_runs(shared, tmp_path):
+    # The worker process running the task is killed; the router hands the task
+    # out again and it runs in another process.
+    out = run_tasks_client(shared, "redelivery", tmp_path)
+    first, second = out["pids"]
+    assert first != second
+    assert "FAILED" not in out["seen"]  # the death was not the task's end
+    done = out["done"]
+    assert (done["status"], done["value"]) == ("SUCCESSFUL", "released")
+    assert done["attempts"] == 2
+    assert [w.rsplit(":", 1)[1] for w in done["worker_ids"]] == [str(first), str(second)]

@@ -166,3 +166,57 @@ def test_handle_status_and_result_read_the_table():
 
 def _error():
     return {"type": "KeyError", "message": "'x'", "traceback": "Traceback (most recent call last)"}
+
+
+def _died() -> dict[str, str]:
+    return {"type": "WorkerDied", "message": "worker process pid=4242 exited", "traceback": ""}
+
+
+def _first_run_then_redelivery(msgid: str) -> tuple[list[dict], list[dict]]:
+    """A job's first run, whose worker process died, and its run once handed out again.
+
+    The router keeps the attempt number of a job handed out again after a loss.
+    """
+    first = [
+        rec(msgid, "running", started=1.0),
+        rec(msgid, "retrying", started=1.0, finished=2.0, error=_died()),
+    ]
+    again = [
+        rec(msgid, "running", jobmanager="jm-2", pid=77, started=3.0),
+        rec(msgid, "succeeded", jobmanager="jm-2", pid=77, started=3.0, finished=4.0, value=5),
+    ]
+    return first, again
+
+
+@pytest.mark.parametrize("one_batch", [False, True])
+def test_a_redelivered_run_is_recorded_with_every_worker(one_batch):
+    first, again = _first_run_then_redelivery("rd")
+    record_queued("rd", queue="default", job="tests.lifecycle.jobs.add")
+    if one_batch:
+        record_results(first + again)
+    else:
+        for record in first + again:
+            record_results([record])
+    stored = row("rd")
+    assert (stored.status, stored.value, stored.attempts) == ("succeeded", 5, 1)
+    assert stored.workers == ["jm-1:4242", "jm-2:77"]
+    assert (stored.jobmanager, stored.pid) == ("jm-2", 77)
+
+
+def test_a_late_record_of_an_earlier_run_is_ignored():
+    first, again = _first_run_then_redelivery("late")
+    record_results(first[:1])
+    record_results(again[:1])  # handed out again before the first run's death was written
+    record_results(first[1:])
+    stored = row("late")
+    assert (stored.status, stored.jobmanager, stored.exc_type) == ("running", "jm-2", "")
+    record_results(again[1:])
+    assert row("late").status == "succeeded"
+    assert row("late").workers == ["jm-1:4242", "jm-2:77"]
+
+
+def test_a_repeated_record_of_the_last_run_adds_no_worker():
+    record_results([rec("same", "running")])
+    record_results([rec("same", "running"), rec("same", "succeeded", value=1)])
+    record_results([rec("same", "succeeded", value=1)])
+    assert row("same").workers == ["jm-1:4242"]

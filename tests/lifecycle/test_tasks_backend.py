@@ -105,6 +105,21 @@ def test_get_result_after_the_worker_recorded_it(emq_tasks, tmp_path):
     assert result.finished_at is not None
 
 
+def test_a_redelivered_task_counts_both_runs(emq_tasks, tmp_path):
+    result = tasks.multiply.enqueue(str(tmp_path / "log"), 2, 3)
+    died = {"type": "WorkerDied", "message": "worker process exited"}
+    record_results([_runner_record(result.id, "running", attempt=1)])
+    record_results([_runner_record(result.id, "retrying", attempt=1, error=died)])
+    result.refresh()
+    assert result.status == TaskResultStatus.READY  # the router hands it out again
+    again = {"jobmanager": "jm2", "pid": 7}
+    record_results([_runner_record(result.id, "running", attempt=1, **again)])
+    record_results([_runner_record(result.id, "succeeded", attempt=1, value=6, **again)])
+    result.refresh()
+    assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, 6)
+    assert (result.attempts, result.worker_ids) == (2, ["jm:99", "jm2:7"])
+
+
 def test_get_result_of_a_failed_task(emq_tasks, tmp_path):
     result = tasks.broken.enqueue(str(tmp_path / "log"))
     record_results(
@@ -326,7 +341,7 @@ def test_the_runner_is_a_registered_job():
     assert registry.resolve(body) is tasks_runner.run_task.func
 
 
-def _runner_record(msgid, status, *, attempt, value=None, error=None):
+def _runner_record(msgid, status, *, attempt, value=None, error=None, jobmanager="jm", pid=99):
     return {
         "msgid": msgid,
         "queue": "default",
@@ -339,8 +354,8 @@ def _runner_record(msgid, status, *, attempt, value=None, error=None):
         "value": value,
         "error": error,
         "attempt": attempt,
-        "jobmanager": "jm",
-        "pid": 99,
+        "jobmanager": jobmanager,
+        "pid": pid,
         "started": 1.0,
         "finished": 2.0 if status != "running" else None,
     }
