@@ -111,6 +111,7 @@ class Router(FrontendHandlers, BackendHandlers):
         self._departed = OrderedDict()
         self._told = OrderedDict()
         self._outbox = []
+        self._init_holds()
         self._channels: list[Channel] = []
         self._poller: transport.Poller | None = None
         self._handlers: dict[Channel, tuple[str, bool, dict[type, Handler]]] = {}
@@ -248,6 +249,7 @@ class Router(FrontendHandlers, BackendHandlers):
             self._retry = False
             self.book.pump(t)
         self.book.promote_due(time.time(), t)
+        self.release_held(t)
         if t >= self._next_tick:
             self._next_tick = t + self._tick
             self._housekeeping(t)
@@ -377,6 +379,7 @@ class Router(FrontendHandlers, BackendHandlers):
             body = admin_json.monitor(self.book)
             body["blocked"] = self._blocked
             body.update(self.outbox.as_dict())
+            body["held"] = self.held_counts()
         else:
             body = admin_json.show_schedulers(self.schedulers)
         send(self.admin, identity, Reply(msgid=new_msgid(), payload=json.dumps(body)))

@@ -65,6 +65,7 @@ from ..protocol.packed import PACKED
 from . import transport
 from .dispatch import Accepting, Book
 from .queues import Scheduler, Schedulers
+from .router_holds import QueueMarks
 from .router_io import Handler, Outbox, WarnOnce, forward, send, show
 from .schedule_api import ScheduleSpec
 from .settings import Settings
@@ -82,7 +83,7 @@ _REQUEST = C.REQUEST.encode()
 _BATCH = BATCH.encode()
 
 
-class FrontendHandlers:
+class FrontendHandlers(QueueMarks):
     """Handlers for the frontend socket (mixed into the router)."""
 
     settings: Settings
@@ -205,6 +206,18 @@ class FrontendHandlers:
         if reason is not None:
             self.book.reject(identity, msgid, reason)
             return
+        if (
+            self.queue_full(queue)
+            and not self.book.is_held(msgid)
+            and self._hold(
+                queue,
+                msgid,
+                1,
+                identity,
+                lambda at: self._accept(identity, frames, msgid, queue, headers, at, packed=packed),
+            )
+        ):
+            return
         self.book.accept(identity, frames, msgid, queue, headers, now)
         # New or a duplicate: either way the job is held; the ACK waits for the commit.
         self._acks.append((identity, frames[3], packed))
@@ -223,7 +236,7 @@ class FrontendHandlers:
                 f"router is over its high-water mark ({self.settings.high_water_mark} jobs "
                 "waiting); send it again later"
             )
-        return None
+        return self._held_refusal(frames[4], msgid)
 
     # -- BATCH -----------------------------------------------------------------------
     #: BATCH messages taken, and the jobs they carried (tests and diagnostics).
@@ -245,6 +258,8 @@ class FrontendHandlers:
             return
         except ProtocolError as exc:
             self._warn("frontend", identity, exc.reason, "dropped BATCH")
+            return
+        if self._hold_batch(identity, raw, ends):
             return
         if self._as_parcel(identity, frame, ends, now):
             self.batches_received += 1
@@ -289,7 +304,7 @@ class FrontendHandlers:
         share queue and headers and plainly pass a REQUEST's checks; False, nothing
         done, otherwise: each job then goes through them one by one."""
         route = shared_route(frame, ends)
-        if route is None or not route[0]:
+        if route is None or not route[0] or self.queue_full(route[0].decode()):
             return False
         sizes = body_sizes(ends)
         # Each body at least "[" and more, within the limit, and a JSON list (a

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import zmq
 
+from django_eventmq.core.router_cli import ask
+from django_eventmq.protocol import JobBody
 from tests.core.test_router import JOB, ROUTER_LOG, Harness, Peer, make_settings, warnings
+from tests.ops.conftest import start_router
+from tests.support import Proc, python_module, wait_for
 
 #: Small enough that a test body is over it; the default job body is well under it.
 BODY_LIMIT = 1000
@@ -99,3 +104,111 @@ def test_worker_message_over_a_limit_is_dropped_and_the_worker_kept(
     assert worker.expect("REQUEST")[1] == msgid
     said = warnings(caplog)
     assert len(said) == 1 and "frames" in said[0] and "backend" in said[0], said
+
+
+# -- per-queue high-water marks (QUEUE_HIGH_WATER_MARK, policy block) ---------------------
+QUEUE_MARK = 20
+#: QUEUE_WINDOW, which bounds the jobs held per full queue.
+HELD_MAX = 30
+
+
+def record_job(out: Path, tag: str) -> bytes:
+    return (
+        JobBody(path="tests.jobs_fixtures.sample", callable="record", args=(str(out), tag))
+        .encode()
+        .encode()
+    )
+
+
+def dealer(ctx: zmq.Context[Any], frontend: str) -> zmq.Socket[Any]:
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(frontend)
+    return sock
+
+
+class Inbox:
+    """What a DEALER received, by command."""
+
+    def __init__(self, sock: zmq.Socket[Any]) -> None:
+        self.sock = sock
+        self.got: dict[bytes, list[list[bytes]]] = {}
+
+    def wait(self, command: bytes, n: int) -> list[list[bytes]]:
+        """The first ``n`` messages ``command``, once received."""
+
+        def enough() -> bool:
+            while self.sock.poll(20):
+                frames = self.sock.recv_multipart()
+                self.got.setdefault(frames[2], []).append(frames)
+            return len(self.got.get(command, [])) >= n
+
+        wait_for(enough, 30, f"{n} {command.decode()}s (got {len(self.got.get(command, []))})")
+        return self.got[command][:n]
+
+
+def test_a_flooded_unserved_queue_holds_back_only_its_own_jobs(tmp_path: Path) -> None:
+    """One client floods a queue no job manager serves, past its mark, without waiting
+    for ACKs; another client's jobs for a served queue are acknowledged and run
+    meanwhile (the global mark would be reached without the queue's mark). The
+    flooded queue's jobs past its mark are held unacknowledged, up to QUEUE_WINDOW,
+    then refused with REJECT; once a job manager serves it, the held ones are
+    accepted and run."""
+    out = tmp_path / "ran.txt"
+    router, (frontend, backend, admin) = start_router(
+        env={
+            "EMQ_HIGH_WATER_MARK": "60",
+            "EMQ_QUEUE_HIGH_WATER_MARK": str(QUEUE_MARK),
+            "EMQ_QUEUE_WINDOW": str(HELD_MAX),
+        }
+    )
+    ctx = zmq.Context()
+    managers = []
+    try:
+        managers.append(jobmanager(backend, "served"))
+        flooder, other = Inbox(dealer(ctx, frontend)), Inbox(dealer(ctx, frontend))
+        for n in range(100):
+            flooder.sock.send_multipart(
+                [b"", V, b"REQUEST", b"f-%d" % n, b"stuck", b"guarantee", record_job(out, "stuck")]
+            )
+        rejects = flooder.wait(b"REJECT", 100 - QUEUE_MARK - HELD_MAX)
+        assert all(b"queue stuck is over its high-water mark" in r[5] for r in rejects)
+        monitor = ask(admin, "MONITOR")
+        assert monitor["held"] == {"stuck": HELD_MAX} and not monitor["blocked"]
+        assert ask(admin, "STATUS")["waiting_messages_by_queue"]["stuck"] == QUEUE_MARK
+
+        for n in range(3):
+            other.sock.send_multipart(
+                [b"", V, b"REQUEST", b"o-%d" % n, b"served", b"guarantee", record_job(out, "ok")]
+            )
+        assert {a[4] for a in other.wait(b"ACK", 3)} == {b"o-0", b"o-1", b"o-2"}
+        wait_for(lambda: ran(out).count("ok") == 3, 30, "the served queue's jobs to run")
+        # The flooder got ACKs for the jobs stored, none for the ones held.
+        acked = {a[4] for a in flooder.wait(b"ACK", QUEUE_MARK)}
+        assert acked == {b"f-%d" % n for n in range(QUEUE_MARK)}
+
+        managers.append(jobmanager(backend, "stuck"))
+        acked = {a[4] for a in flooder.wait(b"ACK", QUEUE_MARK + HELD_MAX)}
+        assert acked == {b"f-%d" % n for n in range(50)}
+        wait_for(lambda: ran(out).count("stuck") == 50, 30, "the stuck queue's jobs to run")
+        assert ask(admin, "MONITOR")["held"] == {}
+    finally:
+        for manager in managers:
+            manager.stop()
+        ctx.destroy(linger=0)
+        router.stop()
+
+
+def jobmanager(backend: str, queue: str) -> Proc:
+    proc = Proc(
+        python_module(
+            "jobmanager", "--broker", backend, "--queues", queue, "--concurrency", "1",
+            "--job-module", "tests.jobs_fixtures.sample",
+        )
+    )  # fmt: skip
+    proc.wait_output(r"jobmanager connected")
+    return proc
+
+
+def ran(out: Path) -> list[str]:
+    return [line.split()[0] for line in out.read_text().splitlines()] if out.exists() else []
