@@ -139,13 +139,17 @@ class Router:
 # -- process starters ----------------------------------------------------------
 
 
-def start_our_router() -> Router:
-    frontend, backend, admin = tcp_addr(), tcp_addr(), tcp_addr()
+def start_our_router(env: dict[str, str] | None = None, *, like: Router | None = None) -> Router:
+    """Our router; on the addresses of ``like`` (stopped before) when given."""
+    if like is None:
+        frontend, backend, admin = tcp_addr(), tcp_addr(), tcp_addr()
+    else:
+        frontend, backend, admin = like.frontend, like.backend, like.admin_addr
     # Its journal in a temporary directory, removed at stop: nothing piles up in ./var.
     scratch = Path(tempfile.mkdtemp(prefix="emq-interop-router-"))
     proc = Proc(
         python_module("router", "--frontend", frontend, "--backend", backend, "--admin", admin),
-        env={"EMQ_JOURNAL_PATH": str(scratch / "journal.sqlite3")},
+        env={"EMQ_JOURNAL_PATH": str(scratch / "journal.sqlite3"), **(env or {})},
     )
     try:
         proc.wait_output(r"router ready")
@@ -174,7 +178,7 @@ def start_reference_router(workdir: Path) -> Router:
     return Router(proc, frontend, backend, admin)
 
 
-def start_our_jobmanager(backend: str) -> Proc:
+def start_our_jobmanager(backend: str, env: dict[str, str] | None = None) -> Proc:
     proc = Proc(
         python_module(
             "jobmanager",
@@ -188,7 +192,8 @@ def start_our_jobmanager(backend: str) -> Proc:
             RECORD_MODULE,
             "--allow-module",
             PLAIN_MODULE,
-        )
+        ),
+        env=env,
     )
     try:
         proc.wait_output(r"jobmanager connected to")
@@ -207,6 +212,17 @@ def start_reference_jobmanager(backend: str, workdir: Path) -> Proc:
     return Proc(
         [str(REF_JOBMANAGER), "-C", str(conf), "-B", backend, "-Q", "default", "-J", "2"],
         env={"EVENTMQ_CONFIG_FILE": str(conf)},
+    )
+
+
+def start_reference_scheduler(frontend: str, workdir: Path) -> Proc:
+    """The reference scheduler on a router's frontend (no Redis: it keeps schedules in memory)."""
+    conf = workdir / "scheduler.conf"
+    conf.write_text(
+        f"[scheduler]\nSCHEDULER_ADDR={frontend}\nREDIS_STARTUP_ERROR_HARD_KILL=false\n"
+    )
+    return Proc(
+        [str(BIN / "emq-scheduler"), "-C", str(conf)], env={"EVENTMQ_CONFIG_FILE": str(conf)}
     )
 
 
