@@ -1,8 +1,11 @@
 # The two commands of the README: `make demo` and `make test`.
 .PHONY: demo test venv bench lint pipeline
 
+# The web server's port: make demo PORT=8017 when 8000 is taken.
+PORT ?= 8000
+
 demo:
-	scripts/demo.sh
+	scripts/demo.sh --port $(PORT)
 
 test:
 	scripts/test.sh

@@ -3,8 +3,13 @@
 Starts ``emq_router``, ``emq_jobmanager`` and ``runserver`` from ``manage.py``,
 signs a user up through the site's form (the view calls
 ``send_welcome.delay``), asks for a report (``build_report.delay``), waits for
-the rows the jobs write and prints them. Then the site stays up until Ctrl-C
-(``--once`` stops right away: used by the test of this command).
+the rows the jobs write and prints them. It makes an admin user ``demo`` with
+a new password each run, logs in with it and prints both. Then the site stays
+up until Ctrl-C (``--once`` stops right away: used by the test of this command).
+
+The web server's port is ``--port`` (``make demo PORT=8017``); a taken port is
+reported at once. The router uses its default ports unless one is taken (then
+free ones, said so) or ``EMQ_*`` addresses are set in the environment.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ import argparse
 import http.cookiejar
 import os
 import re
+import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,8 +30,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from django_eventmq.protocol import constants as C
+
 ROOT = Path(__file__).resolve().parent.parent
 LOG_DIR = ROOT / "var" / "demo"
+#: The admin user the demo makes (its password is new each run).
+ADMIN_USER = "demo"
+#: Router address settings (EMQ_*), each with its default.
+ROUTER_DEFAULTS = {
+    "FRONTEND": C.DEFAULT_FRONTEND_ADDR,
+    "BACKEND": C.DEFAULT_BACKEND_ADDR,
+    "ADMIN": C.DEFAULT_ADMIN_ADDR,
+}
+#: Client-side settings that must name the same sockets as the router's.
+CONNECTS_TO = {"FRONTEND": "BROKER", "BACKEND": "WORKER"}
 
 
 def say(text: str) -> None:
@@ -82,34 +101,119 @@ class Service:
 
 
 def post_form(
-    opener: urllib.request.OpenerDirector, base: str, path: str, data: dict[str, str]
+    opener: urllib.request.OpenerDirector,
+    base: str,
+    path: str,
+    data: dict[str, str],
+    form_page: str = "/",
 ) -> None:
-    """GET the home page for a CSRF token, then POST ``data`` to ``path`` like a browser."""
-    page = opener.open(base + "/").read().decode()
+    """GET ``form_page`` for a CSRF token, then POST ``data`` to ``path`` like a browser."""
+    page = opener.open(base + form_page).read().decode()
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
     if token is None:
-        sys.exit("demo: the home page has no CSRF token; is the site up?")
+        sys.exit(f"demo: {base}{form_page} has no CSRF token; is it the demo's site?")
     body = urllib.parse.urlencode({"csrfmiddlewaretoken": token.group(1), **data}).encode()
     # base is always http://127.0.0.1:PORT, built by main().
     request = urllib.request.Request(base + path, data=body, headers={"Referer": base + "/"})  # noqa: S310
     opener.open(request).read()
 
 
+def port_taken(port: int) -> bool:
+    """True if something listens on 127.0.0.1:``port`` (bound as runserver binds)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def router_addresses(environ: dict[str, str]) -> dict[str, str]:
+    """EMQ_* addresses for the demo's processes when the router's default ports are taken.
+
+    Empty (the defaults, or what the environment sets) when they are free or
+    any router address is set already.
+    """
+    if any(f"EMQ_{name}_ADDR" in environ for name in [*ROUTER_DEFAULTS, *CONNECTS_TO.values()]):
+        return {}
+    taken = [addr for addr in ROUTER_DEFAULTS.values() if port_taken(int(addr.rsplit(":", 1)[1]))]
+    if not taken:
+        return {}
+    chosen = {name: f"tcp://127.0.0.1:{free_port()}" for name in ROUTER_DEFAULTS}
+    say(
+        f"router ports taken ({', '.join(taken)}: another router?); the demo's router uses "
+        + ", ".join(f"{name.lower()}={addr}" for name, addr in chosen.items())
+    )
+    addresses = {f"EMQ_{name}_ADDR": addr for name, addr in chosen.items()}
+    for name, client_side in CONNECTS_TO.items():
+        addresses[f"EMQ_{client_side}_ADDR"] = chosen[name]
+    return addresses
+
+
+def make_admin_user() -> str:
+    """Create (or reset) the superuser ``demo``; returns its new password."""
+    from django.contrib.auth import get_user_model
+
+    password = secrets.token_urlsafe(12)
+    user, _ = get_user_model().objects.get_or_create(
+        username=ADMIN_USER, defaults={"email": "demo@example.com"}
+    )
+    user.is_staff = user.is_superuser = True
+    user.set_password(password)
+    user.save()
+    return password
+
+
+def admin_login(opener: urllib.request.OpenerDirector, base: str, password: str) -> None:
+    """Log in as the demo user and check the app's admin index links the dashboard."""
+    index = "/admin/django_eventmq/"
+    post_form(
+        opener,
+        base,
+        f"/admin/login/?next={index}",
+        {"username": ADMIN_USER, "password": password, "next": index},
+        form_page="/admin/login/",
+    )
+    page = opener.open(base + index).read().decode()
+    if f"{index}dashboard/" not in page:
+        sys.exit(f"demo: logging in as {ADMIN_USER} did not reach {index} (logs in {LOG_DIR})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, default=8000, help="web server port (default 8000)")
+    parser.add_argument(
+        "--port", type=int, default=8000, help="web server port on 127.0.0.1 (default 8000)"
+    )
     parser.add_argument("--once", action="store_true", help="stop after showing the jobs ran")
     options = parser.parse_args(argv)
 
+    if port_taken(options.port):
+        sys.exit(
+            f"demo: port {options.port} on 127.0.0.1 is taken (another web server?); "
+            f"choose a free one: make demo PORT={options.port + 17} "
+            f"(or scripts/demo.sh --port {options.port + 17})"
+        )
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, DJANGO_SETTINGS_MODULE="example_project.settings", PYTHONUNBUFFERED="1")
     env.setdefault("DATABASE_URL", f"sqlite:///{ROOT / 'var' / 'demo' / 'db.sqlite3'}")
+    env.update(router_addresses(env))
     os.environ.update(env)
 
     say("migrating the SQLite database " + env["DATABASE_URL"])
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True
     )
+    import django
+
+    django.setup()
+    password = make_admin_user()
 
     services: list[Service] = []
     try:
@@ -129,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         )
 
         def site_up() -> bool:
+            if web.proc.poll() is not None:
+                sys.exit(f"demo: the web server exited early; its log:\n{web.output()}")
             try:
                 return bool(opener.open(base + "/", timeout=2).status == 200)
             except OSError:
@@ -136,9 +242,6 @@ def main(argv: list[str] | None = None) -> int:
 
         wait_until(site_up, f"the site at {base}")
 
-        import django
-
-        django.setup()
         from example_project.shop.models import Report, SentEmail
 
         emails_before, reports_before = SentEmail.objects.count(), Report.objects.count()
@@ -160,6 +263,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    SentEmail #{email.pk}: to={email.to} subject={email.subject!r}")
         for report in Report.objects.order_by("-id")[:3]:
             print(f"    Report #{report.pk}: name={report.name!r} rows={report.rows}")
+        admin_login(opener, base, password)
+        say(
+            f"admin: {base}/admin/ user {ADMIN_USER!r} password {password!r} (new each run); "
+            f"dashboard: {base}/admin/django_eventmq/dashboard/"
+        )
         if options.once:
             return 0
         say(f"the site is up at {base}/ (status page {base}/status/); Ctrl-C stops everything")
