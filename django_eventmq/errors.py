@@ -53,6 +53,11 @@ class BrokerUnavailable(ConnectionError, EventMQError):
     """The router could not be reached (or did not acknowledge) in time."""
 
 
+class RouterFull(BrokerUnavailable):
+    """The router is running but took no job in time: it is full (above its
+    high-water mark, HWM_POLICY ``block``, it reads no client until below 90% of it)."""
+
+
 class SerializationError(TypeError, EventMQError):
     """Job arguments or a return value that cannot be sent as JSON."""
 

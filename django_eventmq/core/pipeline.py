@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ..errors import BrokerUnavailable, ProtocolError
+from ..errors import BrokerUnavailable, ProtocolError, RouterFull
 from ..protocol import Features, Reply, Request, decode, encode, new_msgid
 from ..protocol.batch import BATCH, JOB_OVERHEAD, MAX_BATCH_JOBS, pack_jobs
 from ..protocol.constants import ACK, PROTOCOL_VERSION_B, REQUEST
@@ -274,6 +274,7 @@ class Pipeline:
         #: Jobs taken (not counting those already in flight): where BATCHes are cut.
         self._taken = 0
         self._last_answer = clock()
+        self._probed = 0.0
         self._sends = 0
         self._warned = False
 
@@ -415,6 +416,7 @@ class Pipeline:
             # The pipe to the router is full: it is not reading. Wait for
             # answers (or give up) instead of blocking for ever.
             if self._clock() > deadline:
+                self._raise_if_full("took no message from us")
                 raise BrokerUnavailable(
                     f"the router at {self.addr} took no message for {self.give_up:g}s"
                 )
@@ -453,21 +455,24 @@ class Pipeline:
         now = self._clock()
         self._check_give_up(now)
         self._resend_due(now)
+        self._probe(now)
 
     def _check_give_up(self, now: float) -> None:
         """Raise :class:`BrokerUnavailable` once the router has been silent for ``give_up``
         seconds while jobs wait, or has left a BATCH unanswered that long."""
         give_up = self.give_up
         for batch_msgid, batch in self._batches.items():
-            if now - batch.first_sent > give_up and self._last_answer > batch.first_sent:
-                # It answers others but never this one: it refuses it (a router
-                # of ours logs why), and sending it again will not change that.
+            if now - batch.first_sent > give_up and self._last_answer > batch.sent_at:
+                # It answers others (since this one was last sent) but never this
+                # one: it refuses it (a router of ours logs why), and sending it
+                # again will not change that. Silent since: full or gone, below.
                 raise BrokerUnavailable(
                     f"the router at {self.addr} did not acknowledge BATCH "
                     f"{batch_msgid.decode()} ({len(batch.jobs)} job(s)) within "
                     f"{give_up:g}s though it answered other messages; see its log"
                 )
         if (self._pending or self._batches) and now - self._last_answer > give_up:
+            self._raise_if_full("answered nothing")
             waiting = len(self._pending) + len(self._in_batch)
             batches = (
                 f" ({len(self._in_batch)} of them in {len(self._batches)} BATCH message(s))"
@@ -478,6 +483,45 @@ class Pipeline:
                 f"the router at {self.addr} answered nothing for {give_up:g}s; "
                 f"{waiting} REQUEST(s) unacknowledged{batches} (is emq_router running?)"
             )
+
+    def _probe(self, now: float) -> None:
+        """A router of ours silent for ``ack_timeout`` while jobs wait is asked for its
+        FEATURES, which it answers whenever it reads: an answer means it reads (so
+        a BATCH it leaves unanswered is refused), none means it does not."""
+        if (
+            self.router_features is not None
+            and now - self._last_answer >= self.ack_timeout
+            and now - self._probed >= self.ack_timeout
+            and (self._pending or self._batches)
+        ):
+            self._probed = now
+            self._try_send(encode(Features(msgid=new_msgid(), features=CLIENT_FEATURES)))
+
+    def _raise_if_full(self, what: str) -> None:
+        """Raise :class:`RouterFull` if the router is up though it ``what`` for
+        ``give_up`` seconds: connected (a channel made with ``watch_peer``), so it
+        runs and does not read, which a router of ours does only above its
+        high-water mark. A dead router gives silence and no connection."""
+        if not self.channel.peer_connected():
+            return
+        queues = sorted(
+            {q.decode() for q, *_ in self._pending.values()}
+            | {q.decode() for b in self._batches.values() for q, *_ in b.jobs.values()}
+        )
+        named = ", ".join(repr(q) for q in queues) or "?"
+        features = self.router_features or {}
+        mark = features.get("high_water_mark")
+        over = f"HIGH_WATER_MARK ({mark:,} jobs)" if isinstance(mark, int) else "HIGH_WATER_MARK"
+        raise RouterFull(
+            f"the router at {self.addr} is full: it is running (connected) but {what} for "
+            f"{self.give_up:g}s while {self.in_flight:,} job(s) of queue {named} waited: "
+            f"more jobs wait there than its {over}, so it reads no client until below 90% "
+            'of it (its MONITOR says "blocked": true; if not, it is stuck: see its log). '
+            "Start a job manager for that queue "
+            f"(emq_jobmanager --queues {queues[0] if queues else 'QUEUE'}), raise "
+            "HIGH_WATER_MARK, or wait and send the same jobs again (Spark: the same run_id): "
+            "those the router holds already are not stored twice"
+        )
 
     def _resend_due(self, now: float) -> None:
         pending = self._pending

@@ -367,6 +367,8 @@ class FrontendHandlers(QueueMarks):
             "batch_jobs": MAX_BATCH_JOBS,
             # ZeroMQ drops a peer that sends a bigger frame (MAXMSGSIZE).
             "batch_bytes": self.settings.max_message_bytes,
+            # Named by a sender that finds us full (not reading: it cannot ask then).
+            "high_water_mark": self.settings.high_water_mark,
         }
         self.outbox.send(identity, Features(msgid=new_msgid(), features=features))
 

@@ -48,6 +48,8 @@ _HANDSHAKE_EVENTS = int(
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 )
+#: A connection's handshake done, or the connection gone (:meth:`Channel.peer_connected`).
+_PEER_EVENTS = int(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
 
 
 def context() -> zmq.Context[Any]:
@@ -102,6 +104,7 @@ class Channel:
         ctx: zmq.Context[Any] | None = None,
         limits: Limits | Literal["default"] | None = "default",
         watch_handshake: bool = False,
+        watch_peer: bool = False,
         unpack: bool = False,
         bind_setting: str | None = None,
         bind_option: str | None = None,
@@ -111,6 +114,9 @@ class Channel:
         :class:`ConfigurationError` naming them instead of a bare ``ZMQError``."""
         self.kind = kind
         self._monitor: zmq.Socket[Any] | None = None
+        self._failures: list[str] = []
+        self._peer_up = False
+        self._watch_peer = watch_peer
         self.is_router = kind == zmq.ROUTER
         if limits == "default":
             limits = DEFAULT_LIMITS if self.is_router else None
@@ -138,9 +144,11 @@ class Channel:
             for option, value in (options or {}).items():
                 self.socket.setsockopt(option, value)
             self.address = ""
-            if watch_handshake:
+            if watch_handshake or watch_peer:
                 # Before connecting, so no failed handshake goes unseen.
-                self._monitor = self.socket.get_monitor_socket(_HANDSHAKE_EVENTS)
+                self._monitor = self.socket.get_monitor_socket(
+                    _HANDSHAKE_EVENTS | (_PEER_EVENTS if watch_peer else 0)
+                )
             if bind is not None:
                 try:
                     self.socket.bind(bind)
@@ -257,11 +265,31 @@ class Channel:
     def handshake_failures(self) -> list[str]:
         """The handshakes of a ``watch_handshake`` channel that failed since the last
         call, as ``HANDSHAKE_*`` (ZeroMQ itself only retries). Never waits."""
+        self._read_monitor()
+        failures, self._failures = self._failures, []
+        return failures
+
+    def peer_connected(self) -> bool | None:
+        """For a ``watch_peer`` channel: True while a connection to its peer is up
+        (handshake done, not dropped since). A peer's ZeroMQ completes handshakes
+        and keeps the connection even while its code reads nothing, so True with
+        no answer means a live peer that does not read (a router at its
+        high-water mark), not a dead one. None on an unwatched channel. Never waits."""
+        if not self._watch_peer or self._monitor is None:
+            return None
+        self._read_monitor()
+        return self._peer_up
+
+    def _read_monitor(self) -> None:
         monitor = self._monitor
-        failures: list[str] = []
+        failures = self._failures
         while monitor is not None and monitor.poll(0):
             event = recv_monitor_message(monitor)
-            if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._peer_up = True
+            elif event["event"] == zmq.EVENT_DISCONNECTED:
+                self._peer_up = False
+            elif event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
                 failures.append(HANDSHAKE_AUTH)
             elif event["event"] == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
                 failures.append(HANDSHAKE_UNCLEAR)
@@ -269,7 +297,6 @@ class Channel:
                 failures.append(HANDSHAKE_MECHANISM)
             else:
                 failures.append(HANDSHAKE_PROTOCOL)
-        return failures
 
     def close(self, linger_ms: int = 0) -> None:
         """Close; ``linger_ms`` > 0 lets ZeroMQ deliver what is still queued (in the background)."""

@@ -80,6 +80,7 @@ def test_features_from_a_client_is_answered_with_batch_and_its_bounds(start_rout
         "batch": 1,
         "batch_jobs": MAX_BATCH_JOBS,
         "batch_bytes": h.router.settings.max_message_bytes,
+        "high_water_mark": h.router.settings.high_water_mark,
     }
 
 

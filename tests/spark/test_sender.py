@@ -17,9 +17,9 @@ import pytest
 from django_eventmq.contrib.spark.sender import PipelinedSender
 from django_eventmq.core import security
 from django_eventmq.core.settings import from_mapping
-from django_eventmq.errors import BrokerUnavailable
+from django_eventmq.errors import BrokerUnavailable, RouterFull
 from tests.scripted_router import ScriptedRouter
-from tests.support import Proc, python_module
+from tests.support import Proc, python_module, tcp_addr
 
 pytestmark = pytest.mark.spark
 
@@ -113,15 +113,33 @@ def test_a_late_second_ack_counts_once():
     assert sender.counts["email"].acked == 30
 
 
-def test_a_silent_router_makes_flush_raise_broker_unavailable():
-    with (
-        ScriptedRouter(lambda frames, n: []) as peer,
-        PipelinedSender(peer.addr, ack_timeout=0.1, give_up=0.5) as sender,
-    ):
+def test_no_router_makes_flush_raise_broker_unavailable_asking_if_it_runs():
+    with PipelinedSender(tcp_addr(), ack_timeout=0.1, give_up=0.5) as sender:
         sender.send(b"t:1", b"email", b"guarantee", BODY)
-        with pytest.raises(BrokerUnavailable, match=r"answered nothing for 0.5s; 1 REQUEST"):
+        with pytest.raises(BrokerUnavailable, match=r"nothing for 0.5s; 1 REQUEST") as info:
             sender.flush()
+    assert "is emq_router running?" in str(info.value)
+    assert not isinstance(info.value, RouterFull)
     assert sender.counts["email"].resent >= 1
+
+
+def test_a_full_router_makes_flush_raise_router_full_saying_what_to_do(router):
+    """Above its mark (policy block) our router reads no client but stays connected:
+    the sender says the router is full, not that it may not run."""
+    frontend = router(EMQ_HIGH_WATER_MARK="20", EMQ_QUEUE_WINDOW="5")
+    msgids, queues, bodies = requests(60)
+    with (
+        PipelinedSender(frontend, window=40, batch=10, ack_timeout=0.5, give_up=2) as sender,
+        pytest.raises(RouterFull) as info,
+    ):
+        sender.send_many(msgids, queues, b"guarantee", bodies)
+        sender.flush()
+    text = str(info.value)
+    assert f"the router at {frontend} is full" in text
+    assert "queue 'email'" in text and "HIGH_WATER_MARK (20 jobs)" in text
+    assert "emq_jobmanager --queues email" in text and "the same run_id" in text
+    assert "is emq_router running" not in text
+    assert 20 <= sender.counts["email"].acked < 60
 
 
 def test_a_msgid_already_in_flight_is_not_sent_twice():

@@ -80,6 +80,8 @@ class PipelinedSender(Pipeline):
             # stopped reading, and then the pipeline notices.
             hwm=window + READ_EVERY,
             identity=transport.new_identity(identity_prefix),
+            # Connected but unanswered for give_up: the router is full, not gone.
+            watch_peer=True,
             options=security.secure_channel_options(
                 settings if settings is not None else from_mapping(),
                 security.FRONTEND,
