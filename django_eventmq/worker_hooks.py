@@ -38,7 +38,18 @@ def after_job() -> None:
 
 
 def record_results(records: list[Mapping[str, Any]]) -> None:
-    """Write a batch of job outcome records to the results table (one query)."""
+    """Write a batch of job outcome records to the results table (one query).
+
+    Called in the worker's records thread, which has its own connection that
+    the job hooks do not look after: after a failure (the database restarted)
+    an unusable one is dropped, so the next batch connects again.
+    """
+    from django.db import close_old_connections
+
     from .results import record_results as write
 
-    write(records)
+    try:
+        write(records)
+    except Exception:
+        close_old_connections()
+        raise

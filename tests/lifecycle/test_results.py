@@ -220,3 +220,28 @@ def test_a_repeated_record_of_the_last_run_adds_no_worker():
     record_results([rec("same", "running"), rec("same", "succeeded", value=1)])
     record_results([rec("same", "succeeded", value=1)])
     assert row("same").workers == ["jm-1:4242"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_records_thread_connects_again_after_its_connection_broke():
+    """Worker processes write records in a thread of their own, with its own connection."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connection, connections
+
+    if connection.vendor != "postgresql":
+        pytest.skip("needs a database server whose session can be ended (EMQ_TEST_DB=postgres)")
+
+    def write(msgid: str) -> int:
+        worker_hooks.record_results([rec(msgid, "running")])
+        return int(connections["default"].connection.info.backend_pid)
+
+    with ThreadPoolExecutor(1) as thread:  # one thread, as in a worker process
+        backend = thread.submit(write, "c1").result()
+        with connection.cursor() as cursor:  # the database server restarted, say
+            cursor.execute("SELECT pg_terminate_backend(%s)", [backend])
+        with pytest.raises(Exception, match=r"terminat|closed|connection"):
+            thread.submit(write, "c2").result()
+        assert thread.submit(write, "c3").result() != backend
+        thread.submit(connections.close_all).result()
+    assert set(JobResult.objects.values_list("msgid", flat=True)) == {"c1", "c3"}
