@@ -18,7 +18,12 @@ pytest.importorskip("django.tasks", reason="django.tasks is new in Django 6.0")
 from django.core import checks
 from django.tasks import TaskResultStatus, task_backends
 from django.tasks.base import TASK_REFRESH_ATTRS
-from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
+from django.tasks.exceptions import (
+    InvalidTask,
+    InvalidTaskBackend,
+    TaskResultDoesNotExist,
+    TaskResultMismatch,
+)
 from django.tasks.signals import task_enqueued, task_finished, task_started
 
 from django_eventmq import tasks_runner
@@ -180,6 +185,28 @@ def test_get_result_of_a_ready_task_is_the_result_enqueue_returned(emq_tasks, tm
     result.refresh()
     assert result.enqueued_at == enqueued_at
     assert result.status == TaskResultStatus.READY
+
+
+def test_async_enqueue_get_result_and_refresh(emq_tasks, tmp_path):
+    from asgiref.sync import async_to_sync
+
+    result = async_to_sync(tasks.multiply.aenqueue)(str(tmp_path / "log"), 2, 3)
+    assert [r.msgid for r in emq_tasks.received] == [result.id]
+    fetched = async_to_sync(tasks.multiply.aget_result)(result.id)
+    assert (fetched.id, fetched.status, fetched.enqueued_at) == (
+        result.id,
+        TaskResultStatus.READY,
+        result.enqueued_at,
+    )
+    record_results([_runner_record(result.id, "succeeded", attempt=1, value=6)])
+    async_to_sync(result.arefresh)()
+    assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, 6)
+
+
+def test_get_result_through_another_task_is_a_mismatch(emq_tasks, tmp_path):
+    result = tasks.multiply.enqueue(str(tmp_path / "log"), 2, 3)
+    with pytest.raises(TaskResultMismatch):
+        tasks.broken.get_result(result.id)
 
 
 def test_enqueue_raises_and_leaves_no_ready_row_when_the_router_never_acks(settings, thread_router):
