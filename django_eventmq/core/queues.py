@@ -344,6 +344,16 @@ class Routing:
     def queue_names(self) -> Iterable[str]:
         return self._weights.keys()
 
+    def served_queues(self) -> set[str]:
+        """Queues some connected job manager takes jobs of (one that is stopping takes none)."""
+        return {name for w in self.workers.values() if not w.stopping for _, name in w.queues}
+
+    def unserved(self, served: set[str] | None = None) -> dict[str, int]:
+        """Queues with jobs waiting that no job manager serves, and how many wait."""
+        if served is None:
+            served = self.served_queues()
+        return {q: w.count for q, w in self.waiting.items() if w.count and q not in served}
+
     # -- internals -----------------------------------------------------------
     def _pick(self, queue: str) -> Worker | None:
         heaps = self._heaps.get(queue)

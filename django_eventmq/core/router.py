@@ -48,6 +48,7 @@ from .router_frontend import DRAIN_CAP, FrontendHandlers
 from .router_io import CLIENT_SNDHWM, Handler, Outbox, WarnOnce, send, show
 from .settings import Settings
 from .transport import Channel
+from .unserved import UnservedQueues
 
 __all__ = ["COMMIT_INTERVAL", "DRAIN_CAP", "FEATURES", "RETRY_MS", "SNDHWM", "Router"]
 
@@ -106,6 +107,8 @@ class Router(FrontendHandlers, BackendHandlers):
         self._warn = WarnOnce()
         self._limits = security.limits_from_settings(settings)
         #: The ZAP policies of our three sockets (CURVE keys, admin local-only), from start().
+        # Job managers reconnecting (after a restart of either side) are not a problem.
+        self._unserved = UnservedQueues(grace=2 * settings.heartbeat_timeout)
         self._guard: security.Guard | None = None
         self._acks = []
         self._departed = OrderedDict()
@@ -430,3 +433,11 @@ class Router(FrontendHandlers, BackendHandlers):
     @staticmethod
     def _heartbeat() -> Heartbeat:
         return Heartbeat(msgid=new_msgid(), timestamp=time.time())
+        for queue, count in self._unserved.check(self.routing, now):
+            log.warning(
+                "%d job(s) wait on queue %r, which no connected job manager serves; "
+                "start one that names it (--queues %s:10 or the QUEUES setting)",
+                count,
+                queue,
+                queue,
+            )

@@ -46,6 +46,8 @@ def status(routing: Routing, now: float) -> dict[str, Any]:
             for q, jobs in routing.waiting.items()
             if (oldest := jobs.oldest()) is not None
         },
+        # Jobs waiting on queues no connected job manager serves (they wait for one).
+        "unserved_queues": routing.unserved(),
         "requeued_messages": routing.requeued,
     }
 

@@ -186,6 +186,8 @@ def summarize(
         "router": snap.admin_addr,
         "reachable": not snap.error,
         "error": snap.error,
+        # Queue -> jobs waiting on it that no connected job manager serves.
+        "unserved_queues": _ints(status.get("unserved_queues")),
         "queues": queues,
         "job_managers": managers,
         "schedulers": schedulers,
@@ -248,6 +250,14 @@ def render(summary: Mapping[str, Any], *, title: str = "") -> str:
         return f"{head}\n{summary['error']}\n"
     queues = summary["queues"]
     out = [head, ""]
+    unserved = summary.get("unserved_queues") or {}
+    if unserved:
+        waiting = ", ".join(f"{q} ({n} waiting)" for q, n in sorted(unserved.items()))
+        out += [
+            f"WARNING: no connected job manager serves {waiting}: "
+            "start one that names the queue (--queues)",
+            "",
+        ]
     if queues:
         out.append(
             table(
