@@ -9,6 +9,8 @@ Stable ids (``python manage.py check`` shows them; silence with
 - ``django_eventmq.E004`` a ``JOB_MODULES`` entry cannot be imported
 - ``django_eventmq.W001`` ``EAGER`` is on while ``DEBUG`` is off
 - ``django_eventmq.W002`` ``BROKER_ADDR`` is empty while ``DEBUG`` is off
+- ``django_eventmq.E010`` ``TASKS`` uses our backend but ``django_eventmq`` is not
+  in ``INSTALLED_APPS`` (``EventMQBackend.check``, run by Django's tasks check)
 """
 
 from __future__ import annotations
