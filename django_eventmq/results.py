@@ -154,6 +154,7 @@ def _newest_per_msgid(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
     Records come in the order they were made, so of two equally new ones the
     later wins (a progress update); a winner without progress keeps the loser's.
+    The same rules as the upsert's: a new run wins, an earlier run's record loses.
     """
     best: dict[str, dict[str, Any]] = {}
     for row in rows:
