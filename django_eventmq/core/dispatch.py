@@ -77,8 +77,11 @@ ToClient = Callable[[bytes, Message], None]
 Accepting = tuple[list[bytes], str, str, Headers]
 
 
-def job_values(job: Job, state: int, accepted: float, due: float | None) -> list[Any]:
-    """A new job's journal row (see :meth:`.journal.Journal.add`)."""
+def job_values(
+    job: Job, state: int, accepted: float, due: float | None, owner: str | None = None
+) -> list[Any]:
+    """A new job's journal row (see :meth:`.journal.Journal.add`); ``owner``: the
+    CURVE key that sent it (CANCEL_POLICY ``owner``)."""
     frames = job.frames
     return new_row(
         job.seq,
@@ -92,6 +95,7 @@ def job_values(job: Job, state: int, accepted: float, due: float | None) -> list
         job.client,
         accepted,
         due or 0.0,
+        owner,
     )
 
 
@@ -210,8 +214,10 @@ class Book:
         queue: str,
         headers: Headers,
         now: float,
+        owner: str | None = None,
     ) -> bool:
-        """Store and route a REQUEST; False if it is a duplicate (held or recently finished)."""
+        """Store and route a REQUEST; False if it is a duplicate (held or recently finished).
+        ``owner``: the CURVE key that sent it, kept to check a CANCEL."""
         if self.is_held(msgid):
             self.duplicates += 1
             return False
@@ -222,7 +228,7 @@ class Book:
         worker = None if delayed else self.routing.free_worker(queue)
         state = DELAYED if delayed else (LEASED if worker is not None else WAITING)
         stored = self.journal.add(
-            job_values(job, state, wall, due if delayed else None),
+            job_values(job, state, wall, due if delayed else None, owner),
             on_disk=self._some_only_on_disk(),
         )
         if not stored:
@@ -231,7 +237,9 @@ class Book:
         self._route_new(job, due if delayed else None, now, stored_as_leased=state == LEASED)
         return True
 
-    def accept_many(self, identity: bytes, requests: list[Accepting], now: float) -> None:
+    def accept_many(
+        self, identity: bytes, requests: list[Accepting], now: float, owner: str | None = None
+    ) -> None:
         """:meth:`accept` for the REQUESTs of one BATCH.
 
         While some held jobs are on disk only, a kept insert cannot see their
@@ -240,7 +248,7 @@ class Book:
         """
         if not self._some_only_on_disk():
             for frames, msgid, queue, headers in requests:
-                self.accept(identity, frames, msgid, queue, headers, now)
+                self.accept(identity, frames, msgid, queue, headers, now, owner)
             return
         wall = time.time()
         fresh: list[tuple[Job, float | None]] = []
@@ -258,7 +266,10 @@ class Book:
                 )
             )
         stored = self.journal.add_many(
-            [job_values(job, WAITING if due is None else DELAYED, wall, due) for job, due in fresh]
+            [
+                job_values(job, WAITING if due is None else DELAYED, wall, due, owner)
+                for job, due in fresh
+            ]
         )
         for job, due in fresh:
             if job.seq in stored:

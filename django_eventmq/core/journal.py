@@ -93,7 +93,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     accepted REAL NOT NULL,         -- unix time accepted
     deaths INTEGER NOT NULL DEFAULT 0,
     attempts INTEGER NOT NULL DEFAULT 0,
-    reason TEXT NOT NULL DEFAULT ''
+    reason TEXT NOT NULL DEFAULT '',
+    owner TEXT                      -- CURVE key that sent it (CANCEL_POLICY owner), or NULL
 );
 CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (queue, nprio, seq) WHERE state = 0;
 CREATE INDEX IF NOT EXISTS jobs_delayed ON jobs (due) WHERE state = 3;
@@ -137,8 +138,8 @@ PRUNE_INTERVAL = 1.0
 
 _INSERT_JOB = (
     "INSERT OR IGNORE INTO jobs (seq, msgid, queue, nprio, state, due, guarantee, headers,"
-    " body, client, accepted, deaths, attempts, reason)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " body, client, accepted, deaths, attempts, reason, owner)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -154,6 +155,7 @@ def new_row(
     client: bytes,
     accepted: float,
     due: float = 0.0,
+    owner: str | None = None,
 ) -> list[Any]:
     """A new job's values for :meth:`Journal.add` (in ``_INSERT_JOB``'s order)."""
     return [
@@ -171,6 +173,7 @@ def new_row(
         0,
         0,
         "",
+        owner,
     ]
 
 
@@ -242,6 +245,7 @@ class Journal:
                 self.db.execute("PRAGMA synchronous=" + ("FULL" if sync == "full" else "NORMAL"))
             self.db.execute("PRAGMA temp_store=MEMORY")
             self.db.executescript(_SCHEMA)
+            _add_owner_column(self.db)
         except BaseException:
             self._unlock()
             raise
@@ -663,6 +667,15 @@ class Journal:
         ).fetchone()
         return None if values is None else (values[0], _row(values[1:]))
 
+    def owner_of(self, msgid: str) -> str | None:
+        """The CURVE key that sent job ``msgid``: None if it is not held, "" if it
+        is held with none known (sent before owners were kept, or in a parcel)."""
+        self._flush()
+        found = self._execute("SELECT owner FROM jobs WHERE msgid = ?", (msgid,)).fetchone()
+        if found is not None:
+            return found[0] or ""
+        return "" if self.parcels_holding(msgid) else None
+
     def poisoned(self, limit: int = 100) -> list[tuple[Row, str]]:
         self._flush()
         cursor = self._execute(
@@ -736,6 +749,12 @@ def _unpack(packed: bytes) -> list[bytes]:
         frames.append(packed[at : at + size])
         at += size
     return frames
+
+
+def _add_owner_column(db: sqlite3.Connection) -> None:
+    """Schema step: a journal made before jobs kept their sender's key gets the column."""
+    if "owner" not in {row[1] for row in db.execute("PRAGMA table_info(jobs)")}:
+        db.execute("ALTER TABLE jobs ADD COLUMN owner TEXT")
 
 
 def _exclusive_lock(path: str) -> IO[bytes]:

@@ -383,6 +383,7 @@ class Router(FrontendHandlers, BackendHandlers):
             body["blocked"] = self._blocked
             body.update(self.outbox.as_dict())
             body["held"] = self.held_counts()
+            body["cancels_refused"] = self.cancels_refused
         else:
             body = admin_json.show_schedulers(self.schedulers)
         send(self.admin, identity, Reply(msgid=new_msgid(), payload=json.dumps(body)))

@@ -62,7 +62,7 @@ from ..protocol.extensions import Reject
 from ..protocol.headers import Headers
 from ..protocol.limits import Limits, OverLimit
 from ..protocol.packed import PACKED
-from . import transport
+from . import security, transport
 from .dispatch import Accepting, Book
 from .queues import Scheduler, Schedulers
 from .router_holds import QueueMarks
@@ -104,7 +104,20 @@ class FrontendHandlers(QueueMarks):
 
         def _send_to_worker(self, identity: bytes, message: Message, now: float) -> None: ...
 
+    #: CANCEL_POLICY owner with CURVE on: each job keeps the key that sent it, read
+    #: with each message (``_sender``), and a CANCEL must come from it or an admin key.
+    _owners = False
+    _admin_keys: frozenset[str] = frozenset()
+    _sender: str | None = None
+    #: CANCELs refused under that policy (MONITOR).
+    cancels_refused = 0
+
     def _frontend_handlers(self) -> dict[type, Handler]:
+        s = self.settings
+        self._owners = security.server_curve(s) and s.cancel_policy == "owner"
+        if self._owners:
+            admins = security.allowed_keys(s, security.ADMIN)
+            self._admin_keys = frozenset(key.decode() for key in admins)
         return {
             Request: self._on_request,
             Batch: self._on_batch,
@@ -126,13 +139,17 @@ class FrontendHandlers(QueueMarks):
     def _drain_frontend(self, now: float) -> None:
         """Take what clients sent, REQUESTs straight from their frames."""
         recv = self.frontend.recv_frames
+        owners = self._owners
         block = self.settings.hwm_policy == "block"
         schedulers = self.schedulers.peers
         for _ in range(DRAIN_CAP):
             if block and self._over_high_water():
                 return
             try:
-                raw = recv(flags=transport.NOBLOCK)
+                if owners:
+                    raw, self._sender = self.frontend.recv_frames_from(flags=transport.NOBLOCK)
+                else:
+                    raw = recv(flags=transport.NOBLOCK)
             except transport.Again:
                 return
             if schedulers and (scheduler := schedulers.get(raw[0])) is not None:
@@ -218,7 +235,7 @@ class FrontendHandlers(QueueMarks):
             )
         ):
             return
-        self.book.accept(identity, frames, msgid, queue, headers, now)
+        self.book.accept(identity, frames, msgid, queue, headers, now, self._sender)
         # New or a duplicate: either way the job is held; the ACK waits for the commit.
         self._acks.append((identity, frames[3], packed))
 
@@ -261,7 +278,8 @@ class FrontendHandlers(QueueMarks):
             return
         if self._hold_batch(identity, raw, ends):
             return
-        if self._as_parcel(identity, frame, ends, now):
+        # A parcel keeps no owner: with owners kept, each job is stored with its own.
+        if not self._owners and self._as_parcel(identity, frame, ends, now):
             self.batches_received += 1
             self.batch_jobs_received += len(ends) // 4
             self._acks.append((identity, raw[4], False))
@@ -287,7 +305,7 @@ class FrontendHandlers(QueueMarks):
                     told = self._reject_now(identity, job[0].decode(), checked) and told
                 else:
                     admitted.append(checked)
-            self.book.accept_many(identity, admitted, now)
+            self.book.accept_many(identity, admitted, now, self._sender)
         except transport.ContextTerminated:
             raise
         except Exception:
@@ -374,6 +392,8 @@ class FrontendHandlers(QueueMarks):
 
     def _on_cancel(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
         assert isinstance(msg, Cancel)
+        if self._owners and not self._may_cancel(identity, msg.job_msgid):
+            return
         running = self.book.cancel(msg.job_msgid)
         if running is None:
             return
@@ -387,6 +407,24 @@ class FrontendHandlers(QueueMarks):
                 "CANCEL for msgid %s: it runs on a job manager that cannot cancel; it runs on",
                 msg.job_msgid,
             )
+
+    def _may_cancel(self, identity: bytes, job_msgid: str) -> bool:
+        """CANCEL_POLICY owner: the key that sent the job, or an admin key, may cancel it."""
+        sender = self._sender or ""
+        if sender in self._admin_keys:
+            return True
+        owner = self.book.journal.owner_of(job_msgid)
+        if owner is None or owner == sender:
+            return True  # not held (nothing to cancel), or its own
+        self.cancels_refused += 1
+        self._warn(
+            "frontend",
+            identity,
+            "CANCEL for a job sent with another CURVE key (CANCEL_POLICY is 'owner': only "
+            "that key or an admin key from CURVE_ADMIN_CLIENTS may cancel it)",
+            f"refused for msgid {job_msgid}",
+        )
+        return False
 
     # -- schedulers ----------------------------------------------------------------
     # A SCHEDULE counts as delivered once it is forwarded to a connected

@@ -42,6 +42,7 @@ class QueueMarks:
 
     settings: Settings
     book: Book
+    _sender: str | None
 
     if TYPE_CHECKING:
 
@@ -86,7 +87,13 @@ class QueueMarks:
                 self._queue_backlog(queue),
                 self._queue_low_water(),
             )
-        self._held[queue].append((key, jobs, identity, replay))
+        sender = self._sender
+
+        def again(now: float) -> None:
+            self._sender = sender  # the key it came with (CANCEL_POLICY owner)
+            replay(now)
+
+        self._held[queue].append((key, jobs, identity, again))
         self._held_jobs[queue] += jobs
         self._held_keys.add(key)
         return True

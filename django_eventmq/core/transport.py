@@ -203,9 +203,23 @@ class Channel:
         that decodes itself needs no extra ``except``. On a channel made with
         ``unpack=True`` a packed message comes back as the frames it carries.
         """
+        return self._rest(self.socket.recv(flags), flags)
+
+    def recv_frames_from(self, *, flags: int = 0) -> tuple[list[bytes], str]:
+        """:meth:`recv_frames`, and who sent them: the ZAP User-Id of the peer's
+        connection (with CURVE, its Z85 public key; "" when no ZAP handler ran)."""
+        first = self.socket.recv(flags, copy=False)
+        try:
+            user = str(first.get("User-Id"))
+        except zmq.ZMQError:  # no such property: the connection was not authenticated
+            user = ""
+        return self._rest(first.bytes, flags), user
+
+    def _rest(self, first: bytes, flags: int) -> list[bytes]:
+        """The frames of a message whose ``first`` frame was read (see :meth:`recv_frames`)."""
         recv = self.socket.recv
         get = self.socket.getsockopt
-        frames: list[bytes] = [recv(flags)]
+        frames: list[bytes] = [first]
         while get(_RCVMORE):
             if len(frames) > self._keep:
                 self._drop_rest()

@@ -1,0 +1,161 @@
+"""CANCEL_POLICY with CURVE: a CANCEL is honoured only from the key that sent the job
+or an admin key (``owner``, the default), or from any client key (``any``).
+
+A real router process with CURVE; two client keys and an admin key that is also
+listed as a frontend client. Jobs wait (no job manager) while the CANCELs come;
+then a job manager runs what was not cancelled. A cancelled job whose client asked
+for a reply gets the "Cancelled" reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from django_eventmq.core import transport
+from django_eventmq.core.transport import Channel
+from django_eventmq.protocol import Ack, Cancel, JobBody, Reply, Request, new_msgid, parse_headers
+from tests.security.conftest import Keys
+from tests.security.test_e2e_curve import _client_options, _jobmanager, _ran
+from tests.support import Proc, python_module, tcp_addr, wait_for
+
+#: How long a cancelled job is given to run anyway once a job manager is there.
+NEVER_DEADLINE = 2.0
+
+
+class Router:
+    """A CURVE router process on fixed addresses (so it can be restarted on its journal)."""
+
+    def __init__(self, keys: Keys, journal: Path, **env: str) -> None:
+        self.addrs = {"frontend": tcp_addr(), "backend": tcp_addr(), "admin": tcp_addr()}
+        self.env = {
+            "EMQ_CURVE_SERVER_SECRET_KEY": keys.server[1],
+            # The admin key is a client key as well, so it can send CANCEL.
+            "EMQ_CURVE_FRONTEND_CLIENTS": f"{keys.client[0]},{keys.stranger[0]},{keys.admin[0]}",
+            "EMQ_CURVE_BACKEND_WORKERS": keys.worker[0],
+            "EMQ_CURVE_ADMIN_CLIENTS": keys.admin[0],
+            "EMQ_JOURNAL_PATH": str(journal),
+            **env,
+        }
+        self.proc = self.start()
+
+    def start(self) -> Proc:
+        a = self.addrs
+        proc = Proc(
+            python_module(
+                "router", "--frontend", a["frontend"], "--backend", a["backend"],
+                "--admin", a["admin"],
+            ),
+            env=self.env,
+        )  # fmt: skip
+        proc.wait_output(r"router ready")
+        return proc
+
+    def restart(self) -> None:
+        assert self.proc.stop() == 0, self.proc.output()
+        self.proc = self.start()
+
+
+class Peer:
+    """A client with one CURVE key."""
+
+    def __init__(self, keys: Keys, pair: tuple[str, str], frontend: str) -> None:
+        self.channel = Channel(
+            transport.DEALER, connect=frontend, options=_client_options(keys, pair)
+        )
+        self.replies: dict[str, str] = {}
+
+    def send_job(self, out: Path, tag: str) -> str:
+        """A job recording ``tag`` when it runs; returns once the router ACKed it."""
+        body = JobBody(path="tests.jobs_fixtures.sample", callable="record", args=(str(out), tag))
+        msgid = new_msgid()
+        headers = parse_headers("guarantee,reply-requested")
+        self.channel.send(
+            Request(msgid=msgid, queue="default", headers=headers, body_text=body.encode())
+        )
+        wait_for(lambda: self._read(Ack, msgid), 20, f"the ACK of job {tag}")
+        return msgid
+
+    def cancel(self, job_msgid: str) -> None:
+        self.channel.send(Cancel(msgid=new_msgid(), job_msgid=job_msgid))
+
+    def reply(self, job_msgid: str) -> str:
+        wait_for(lambda: self._read(Reply, job_msgid), 20, f"a reply for {job_msgid}")
+        return self.replies[job_msgid]
+
+    def _read(self, kind: type, msgid: str) -> bool:
+        while self.channel.poll(50):
+            _identity, _frames, message = self.channel.recv()
+            if isinstance(message, Reply) and message.reply_to:
+                self.replies[message.reply_to] = message.payload
+            if isinstance(message, Ack) and kind is Ack and message.ack_msgid == msgid:
+                return True
+        return kind is Reply and msgid in self.replies
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+@pytest.fixture
+def peers(keys: Keys) -> Iterator[list[Peer]]:
+    made: list[Peer] = []
+    yield made
+    for peer in made:
+        peer.close()
+
+
+def connect(keys: Keys, router: Router, peers: list[Peer], *pairs: tuple[str, str]) -> list[Peer]:
+    made = [Peer(keys, pair, router.addrs["frontend"]) for pair in pairs]
+    peers.extend(made)
+    return made
+
+
+def test_only_the_owner_or_an_admin_key_may_cancel_also_after_a_restart(
+    keys: Keys, tmp_path: Path, peers: list[Peer]
+) -> None:
+    out = tmp_path / "ran.txt"
+    router = Router(keys, tmp_path / "journal.sqlite3")
+    manager = None
+    try:
+        owner, other, admin = connect(keys, router, peers, keys.client, keys.stranger, keys.admin)
+        foreign, own, by_admin, stored = (
+            owner.send_job(out, tag) for tag in ("foreign", "own", "admin", "stored")
+        )
+        other.cancel(foreign)
+        owner.cancel(own)
+        admin.cancel(by_admin)
+        assert "Cancelled" in owner.reply(own)
+        assert "Cancelled" in owner.reply(by_admin)
+        router.proc.wait_output(
+            r"CANCEL for a job sent with another CURVE key .* refused for msgid " + foreign
+        )
+
+        # The owner's key is in the journal: after a restart a foreign CANCEL is refused still.
+        router.restart()
+        other, owner = connect(keys, router, peers, keys.stranger, keys.client)
+        other.cancel(stored)
+        router.proc.wait_output(r"refused for msgid " + stored)
+        manager = _jobmanager(keys, router.addrs["backend"], keys.worker)
+        wait_for(lambda: {"foreign", "stored"} <= _ran(out), 30, "the jobs not cancelled to run")
+        with pytest.raises(AssertionError, match="timed out"):
+            wait_for(lambda: {"own", "admin"} & _ran(out), NEVER_DEADLINE, "a cancelled job to run")
+    finally:
+        if manager is not None:
+            manager.stop()
+        router.proc.stop()
+
+
+def test_cancel_policy_any_lets_every_client_key_cancel(
+    keys: Keys, tmp_path: Path, peers: list[Peer]
+) -> None:
+    router = Router(keys, tmp_path / "journal.sqlite3", EMQ_CANCEL_POLICY="any")
+    try:
+        owner, other = connect(keys, router, peers, keys.client, keys.stranger)
+        job = owner.send_job(tmp_path / "ran.txt", "job")
+        other.cancel(job)
+        assert "Cancelled" in owner.reply(job)
+        assert "refused" not in router.proc.output()
+    finally:
+        router.proc.stop()
