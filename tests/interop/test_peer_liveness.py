@@ -12,6 +12,8 @@ scheduler's case, with the job manager and the database it needs, is in
 
 from __future__ import annotations
 
+import re
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -126,6 +128,36 @@ def test_our_jobmanager_registers_again_with_a_restarted_router(
     procs.append(start_our_jobmanager(routers[0].backend, SHORT))
     router = restart(routers, SHORT)
     wait_for(lambda: workers(router), 20, "our job manager registered again", poll=0.1)
+    use_broker(router.frontend)
+    record.delay("after", out=str(records_file))
+    assert [r["args"] for r in wait_records(records_file)] == [["after"]]
+
+
+def test_a_jobmanager_the_router_dropped_registers_again(
+    routers: list[Router],
+    procs: list[Proc],
+    records_file: Path,
+    use_broker: Callable[[str], None],
+) -> None:
+    """Stopped (SIGSTOP) past the timeout, it is dropped; once it runs again its next
+    message gets DISCONNECT and it INFORMs again (a new socket, so a new identity)."""
+    router = start_our_router(SHORT)
+    routers.append(router)
+    jobmanager = start_our_jobmanager(router.backend, SHORT)
+    procs.append(jobmanager)
+    (before,) = workers(router)
+    jobmanager.signal(signal.SIGSTOP)
+    try:
+        router.proc.wait_output(re.escape(f"worker {before} dropped (silent for more than"))
+    finally:
+        jobmanager.signal(signal.SIGCONT)
+    (after,) = wait_for(
+        lambda: (now := workers(router)) and now != [before] and now,
+        20,
+        "the job manager registered again",
+        poll=0.1,
+    )
+    assert after.startswith("jm-")
     use_broker(router.frontend)
     record.delay("after", out=str(records_file))
     assert [r["args"] for r in wait_records(records_file)] == [["after"]]

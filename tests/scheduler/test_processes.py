@@ -13,6 +13,7 @@ import itertools
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -429,6 +430,25 @@ def test_a_busy_scheduler_a_restarted_router_forgot_registers_again(
     unschedule(jobs.touch, args=[str(trace)])
     wait_for(lambda: stack.schedules() == [], 30, "the schedule removed by UNSCHEDULE")
     assert scheduler.popen.poll() is None
+
+
+def test_a_scheduler_the_router_dropped_registers_again(busy_stack: Stack, tmp_path: Path) -> None:
+    """Stopped (SIGSTOP) past the timeout, it is dropped; once it runs again, its
+    HEARTBEAT registers it again and an UNSCHEDULE reaches it."""
+    stack = busy_stack
+    scheduler = stack.scheduler()
+    trace = tmp_path / "busy"
+    schedule(jobs.touch, interval_secs=1, args=[str(trace)])
+    wait_for(lambda: lines(trace), 30, "the first run")
+    scheduler.signal(signal.SIGSTOP)
+    try:
+        stack.router.wait_output(r"scheduler \S+ dropped: silent for more than")
+        assert stack.schedulers() == {}
+    finally:
+        scheduler.signal(signal.SIGCONT)
+    wait_for(lambda: len(stack.schedulers()) == 1, 30, "the scheduler registered again", poll=0.2)
+    unschedule(jobs.touch, args=[str(trace)])
+    wait_for(lambda: stack.schedules() == [], 30, "the schedule removed by UNSCHEDULE")
 
 
 def test_a_scheduler_with_no_router_logs_that_it_waits_for_it(clean_db: PgDatabase) -> None:
