@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -406,8 +407,15 @@ def test_enqueue_raises_when_the_router_is_down_and_leaves_no_row(db_env, tmp_pa
     try:
         frontend = router.wait_output(r"router ready: frontend=(\S+)").group(1)
     finally:
+        router.signal(signal.SIGKILL)  # it crashed
         router.stop()
-    env = {**db_env, "EMQ_BROKER_ADDR": frontend, "EMQ_ACK_TIMEOUT": "0.2", "EMQ_ACK_RETRIES": "1"}
+    env = {
+        **db_env,
+        "EMQ_BROKER_ADDR": frontend,
+        "EMQ_ACK_TIMEOUT": "0.2",
+        "EMQ_ACK_RETRIES": "1",
+        "EMQ_SEND_TIMEOUT": "0.5",  # how long the client lingers at exit with unsent copies
+    }
     out = run_client(env, "router_down", tmp_path)
     assert out["raised"] == "django_eventmq.errors.BrokerUnavailable"
     assert out["rows_after"] == out["rows_before"]  # no READY row left behind
