@@ -250,8 +250,10 @@ class FrontendHandlers(QueueMarks):
             and self._over_high_water(coming)
         ):
             return (
-                f"router is over its high-water mark ({self.settings.high_water_mark} jobs "
-                "waiting); send it again later"
+                f"router is full: over its high-water mark ({self.settings.high_water_mark} "
+                f"jobs waiting); start a job manager for queue {frames[4].decode()}, raise "
+                "HIGH_WATER_MARK, or send it again later with the same msgid (Spark: the "
+                "same run_id)"
             )
         return self._held_refusal(frames[4], msgid)
 

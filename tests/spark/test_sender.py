@@ -77,7 +77,9 @@ def test_over_the_high_water_mark_our_router_rejects_and_we_count_it(router):
     assert counts.sent == 50
     assert counts.acked + counts.rejected == 50
     assert counts.rejected >= 30
-    assert counts.reasons  # the router's words, kept for the report
+    # The router's words, kept for the report: full, and what to do.
+    assert counts.reasons and counts.reasons[0].startswith("router is full: over its high-water")
+    assert "start a job manager for queue email" in counts.reasons[0]
 
 
 def test_an_unanswered_request_is_sent_again_with_the_same_msgid():
