@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from django_eventmq import job
+from django_eventmq import job, progress
 
 
 def note(path: str, text: str) -> None:
@@ -93,3 +93,10 @@ def gate(path: str, release: str) -> str:
         time.sleep(0.02)
     note(path, "gate done")
     return "opened"
+
+
+@job(reply_requested=True)
+def gate_with_progress(path: str, release: str) -> str:
+    """Reports progress, then occupies its worker until the file ``release`` exists."""
+    progress({"at": "waiting"})
+    return str(gate.func(path, release))

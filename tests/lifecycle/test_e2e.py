@@ -398,6 +398,20 @@ def test_a_task_is_running_while_every_worker_process_is_busy(single, tmp_path):
     assert (done["status"], done["value"]) == ("SUCCESSFUL", "released")
 
 
+def test_running_and_progress_are_recorded_while_every_worker_process_is_busy(
+    single, use, tmp_path
+):
+    use(single)
+    release = tmp_path / "release"
+    handle = jobs.gate_with_progress.delay(str(tmp_path / "log"), str(release))
+    # Its ONE worker process is running the job: the records are written anyway.
+    row = single.wait_row(handle, lambda r: r["progress"] is not None, "progress")
+    assert row["status"] == "running" and row["started"]
+    assert json.loads(row["progress"]) == {"at": "waiting"}
+    release.touch()
+    assert handle.wait(timeout=30) == "opened"
+
+
 @needs_django_tasks
 def test_enqueue_raises_when_the_router_is_down_and_leaves_no_row(db_env, tmp_path):
     router = Proc(
