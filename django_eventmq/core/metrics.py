@@ -169,6 +169,25 @@ def router_families(snap: status.Snapshot) -> list[Metric]:
             family = CounterMetricFamily(f"emq_journal_{key}", doc)
             family.add_metric([], m.get(key, 0))
             families.append(family)
+        families.extend(_client_families(m))
+    return families
+
+
+def _client_families(m: Mapping[str, Any]) -> list[Metric]:
+    """MONITOR's bounds on clients: the outbox (OUTBOX_BUDGET), held jobs, refused CANCELs."""
+    outbox = _gauge("emq_router_outbox_bytes", "Bytes queued for clients that read slowly.")
+    outbox.add_metric([], m.get("outbox_bytes", 0))
+    held = _gauge("emq_queue_held_jobs", "Jobs held unacknowledged: queue at its mark.", ["queue"])
+    for queue, n in sorted((m.get("held") or {}).items()):
+        held.add_metric([queue], n)
+    families: list[Metric] = [outbox, held]
+    for key, doc in (
+        ("clients_cut_off", "Clients cut off for not reading (OUTBOX_BUDGET)."),
+        ("cancels_refused", "CANCELs refused: another key sent the job (CANCEL_POLICY)."),
+    ):
+        family = CounterMetricFamily(f"emq_router_{key}", doc)
+        family.add_metric([], m.get(key, 0))
+        families.append(family)
     return families
 
 

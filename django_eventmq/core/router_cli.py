@@ -219,6 +219,13 @@ def format_monitor(info: Mapping[str, Any]) -> str:
         "duplicates",
         "rejected",
         "blocked",
+        "held",
+        "outbox_bytes",
+        "outbox_clients",
+        "outbox_budget",
+        "clients_cut_off",
+        "messages_dropped",
+        "cancels_refused",
         "journal",
     )
     lines = [f"{key}: {info.get(key)}" for key in keys if key in info]

@@ -194,3 +194,25 @@ def test_clients_that_never_read_are_cut_off_at_the_budget_and_the_router_serves
     finally:
         ctx.destroy(linger=0)
         router.stop()
+
+
+def test_one_client_past_outbox_peer_bytes_is_cut_off() -> None:
+    """OUTBOX_PEER_BYTES bounds one client's queue, however little the others hold."""
+    router, (frontend, _backend, admin) = start_router(
+        env={"EMQ_OUTBOX_PEER_BYTES": str(BUDGET // 4)}
+    )
+    ctx = zmq.Context()
+    try:
+        sock = silent_client(ctx, frontend, "silent-0")
+
+        def flood() -> int:
+            for n in range(200):
+                request(sock, msgid(0, n % 5))
+            return int(ask(admin, "MONITOR")["clients_cut_off"])
+
+        wait_for(flood, 60, "the silent client to be cut off")
+        router.wait_output(r"client silent-0 cut off: .* over OUTBOX_PEER_BYTES \(262144 bytes")
+        assert ask(admin, "MONITOR")["outbox_bytes"] <= BUDGET // 4
+    finally:
+        ctx.destroy(linger=0)
+        router.stop()

@@ -188,3 +188,21 @@ def test_a_taken_port_is_a_clear_error():
             metrics.start_metrics_server(f"127.0.0.1:{server.port}", CollectorRegistry())
     finally:
         server.close()
+
+
+def test_router_families_of_the_bounds_on_clients():
+    """MONITOR's outbox, held jobs and refused CANCELs (docs/durability.md, security.md)."""
+    monitor = {
+        "outbox_bytes": 5000,
+        "clients_cut_off": 3,
+        "held": {"stuck": 30},
+        "cancels_refused": 2,
+    }
+    snapshot = status.Snapshot(
+        admin_addr="a", taken_at=1.0, status=STATUS, workers={}, schedulers={}, monitor=monitor
+    )
+    get = _registry_of(snapshot).get_sample_value
+    assert get("emq_router_outbox_bytes") == 5000
+    assert get("emq_router_clients_cut_off_total") == 3
+    assert get("emq_queue_held_jobs", {"queue": "stuck"}) == 30
+    assert get("emq_router_cancels_refused_total") == 2
