@@ -170,6 +170,9 @@ class Scheduler:
         self.channel: transport.Channel | None = None
         self.acked = False
         self.liveness: Liveness | None = None
+        #: When the router last sent what it sends only to a scheduler it knows
+        #: (HEARTBEAT, SCHEDULE, UNSCHEDULE, the ACK of our INFORM); monotonic.
+        self._known_at = 0.0
         self._inform_id = ""
         self._inform_sent = 0.0
         self._reconnect_at = 0.0
@@ -288,6 +291,12 @@ class Scheduler:
         if self.liveness.expired(mono):
             self._lost("router silent for longer than HEARTBEAT_TIMEOUT")
             return
+        if mono - self._known_at > self.settings.heartbeat_timeout:
+            # Alive (it ACKs our REQUESTs) but it stopped heartbeating us, as a
+            # router does for a scheduler it dropped or never met (it restarted)
+            # and did not take back on our HEARTBEAT (the reference router does not).
+            self._lost("the router no longer heartbeats us: it forgot this scheduler")
+            return
         if self.liveness.due(mono):
             self._send(Heartbeat(msgid=new_msgid(), timestamp=time.time()))
             # Only a HEARTBEAT counts as sent, unlike the spec's rule (REQUESTs are
@@ -318,8 +327,11 @@ class Scheduler:
             except ProtocolError as exc:
                 logger.warning("scheduler: dropped a malformed message: %s", exc)
                 continue
+            mono = time.monotonic()
             if self.liveness is not None:
-                self.liveness.heard(time.monotonic())
+                self.liveness.heard(mono)
+            if isinstance(message, Heartbeat | Schedule | Unschedule):
+                self._known_at = mono
             self.handle(message, now)
 
     def handle(self, message: Message, now: datetime | None = None) -> None:
@@ -327,6 +339,7 @@ class Scheduler:
         if isinstance(message, Ack):
             if message.ack_msgid == self._inform_id and not self.acked:
                 self.acked = True
+                self._known_at = time.monotonic()
                 self._reconnect_delay = RECONNECT_MIN_DELAY
                 self.waiting.connected()
                 logger.debug("scheduler: registered with %s", self.settings.broker_addr)

@@ -402,7 +402,7 @@ def test_a_busy_scheduler_stays_registered_and_unschedule_still_reaches_it(
     """A 1-second schedule: only REQUESTs, no HEARTBEAT. The router counts them as the
     scheduler's heartbeat, so after three heartbeat timeouts an UNSCHEDULE still works."""
     stack = busy_stack
-    stack.scheduler()
+    scheduler = stack.scheduler()
     trace = tmp_path / "busy"
     schedule(jobs.touch, interval_secs=1, args=[str(trace)])
     wait_for(lambda: lines(trace), 30, "the first run")
@@ -410,6 +410,7 @@ def test_a_busy_scheduler_stays_registered_and_unschedule_still_reaches_it(
     unschedule(jobs.touch, args=[str(trace)])
     wait_for(lambda: stack.schedules() == [], 30, "the schedule removed by UNSCHEDULE")
     assert "dropped" not in stack.router.output()
+    assert "reconnecting" not in scheduler.output()  # nor did it think itself forgotten
 
 
 def test_a_busy_scheduler_a_restarted_router_forgot_registers_again(

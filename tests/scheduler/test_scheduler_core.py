@@ -14,6 +14,7 @@ from django_eventmq.core.schedules import Timing
 from django_eventmq.core.settings import Settings
 from django_eventmq.protocol import (
     EMPTY_HEADERS,
+    Ack,
     Disconnect,
     Heartbeat,
     Inform,
@@ -259,6 +260,24 @@ def test_heartbeats_and_reconnects_when_the_router_goes_silent(
     assert not scheduler.connected
     second = router.of(Inform)[1][0]
     assert second == first  # same printable identity, fresh conversation
+    router.ack_informs()
+    wait_for(lambda: (scheduler.loop_once(timeout=0.01), scheduler.connected)[1], 5, "reconnected")
+
+
+def test_a_router_that_acks_but_no_longer_heartbeats_it_gets_a_new_inform(
+    router: FakeRouter, scheduler: Scheduler, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ACKs keep it alive, but without HEARTBEAT (nor SCHEDULE) past the timeout the
+    router has forgotten it (as a restarted reference router would): it INFORMs again."""
+    identity = connect(router, scheduler)
+
+    def acks_only() -> None:
+        if scheduler.connected:  # (a closed socket's identity is unreachable)
+            router.send(identity, Ack(msgid=new_msgid(), ack_msgid=new_msgid()))
+        scheduler.loop_once(timeout=0.01)
+
+    router.wait_for(Inform, 2, tick=acks_only)
+    assert "the router no longer heartbeats us: it forgot this scheduler" in caplog.text
     router.ack_informs()
     wait_for(lambda: (scheduler.loop_once(timeout=0.01), scheduler.connected)[1], 5, "reconnected")
 
