@@ -74,6 +74,10 @@ DEFAULT_BATCH = 500
 #: Bytes of one BATCH's jobs at most (less if the router's FEATURES say so); a
 #: job bigger than this alone goes as a REQUEST.
 DEFAULT_BATCH_BYTES = 1024 * 1024
+#: Seconds a Spark task holds its first jobs for the router's FEATURES answer
+#: (``features_wait``): a router of ours answers at once; a reference router
+#: never does, and then costs this once per task.
+FEATURES_WAIT = 1.0
 #: What a client (and a pipeline) tells the router it speaks.
 CLIENT_FEATURES = {"batch": 1, PACKED: 1}
 
@@ -215,6 +219,10 @@ class Pipeline:
     REQUESTs only, and ask nothing). ``router_features``: the router's
     FEATURES if already known (a client keeps them from its last pipeline):
     no FEATURES is sent and batching starts at once if they allow it.
+    ``features_wait``: seconds to hold the first jobs (staged as for a BATCH)
+    for the answer to our FEATURES before sending them as REQUESTs; with it a
+    router of ours gets BATCHes cut at the same places from the first job on
+    (see the module doc). 0: REQUESTs until the answer comes.
     """
 
     def __init__(
@@ -227,6 +235,7 @@ class Pipeline:
         give_up: float = DEFAULT_GIVE_UP,
         batch: int = DEFAULT_BATCH,
         router_features: Mapping[str, Any] | None = None,
+        features_wait: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
         on_wait: Callable[[], object] | None = None,
         on_other: Callable[[list[bytes]], object] | None = None,
@@ -267,9 +276,14 @@ class Pipeline:
         self._batch_jobs = 0
         self._batch_bytes = DEFAULT_BATCH_BYTES
         self._asked = batch == 0
+        self.features_wait = features_wait
+        # Jobs per BATCH while the router's answer is awaited (0: not awaited).
+        self._provisional = 0
         if router_features is not None:
             self._asked = True
             self._use_features(router_features)
+        elif not self._asked and features_wait > 0:
+            self._provisional = max(1, min(batch, MAX_BATCH_JOBS, window // 2))
         self._by_queue: dict[bytes, QueueCounts] = {}
         #: Jobs taken (not counting those already in flight): where BATCHes are cut.
         self._taken = 0
@@ -332,7 +346,8 @@ class Pipeline:
                 staged = self._staged
             counts.sent += 1
             self._taken += 1
-            if self._batch_jobs:
+            cut = self._batch_jobs or self._provisional
+            if cut:
                 size = len(msgid) + len(queue) + len(headers) + len(body) + JOB_OVERHEAD
                 if size < self._batch_bytes:
                     # Staged for the next BATCH, sent once full (by jobs or bytes).
@@ -341,17 +356,20 @@ class Pipeline:
                         staged = self._staged
                     staged[msgid] = (queue, headers, body)
                     self._staged_bytes += size
-                    if self._taken % self._batch_jobs == 0:
+                    if self._taken % cut == 0:
                         self._send_staged()
                     continue
                 # Too big for a BATCH: a REQUEST, as without batching.
-            if not pending and not in_batch:
-                self._last_answer = clock()  # the give-up clock starts now
-            self._send((b"", _VERSION, _REQUEST, msgid, queue, headers, body))
-            pending[msgid] = (queue, headers, body, clock())
-            self._sends += 1
-            if self._sends % READ_EVERY == 0:
-                self._read()
+            self._send_request(msgid, queue, headers, body)
+
+    def _send_request(self, msgid: bytes, queue: bytes, headers: bytes, body: bytes) -> None:
+        if not self._pending and not self._in_batch:
+            self._last_answer = self._clock()  # the give-up clock starts now
+        self._send((b"", _VERSION, _REQUEST, msgid, queue, headers, body))
+        self._pending[msgid] = (queue, headers, body, self._clock())
+        self._sends += 1
+        if self._sends % READ_EVERY == 0:
+            self._read()
 
     def flush(self) -> None:
         """Send the jobs waiting for a BATCH, then wait until the router answered every job
@@ -376,11 +394,20 @@ class Pipeline:
         self._asked = True
         frames = encode(Features(msgid=new_msgid(), features=CLIENT_FEATURES))
         if not self._try_send(frames):
+            self._provisional = 0
             self._log.debug("FEATURES not sent (the pipe is full): sending REQUESTs only")
+
+    def _await_features(self) -> None:
+        """Wait up to ``features_wait`` for the router's FEATURES (once)."""
+        deadline = self._clock() + self.features_wait
+        while self.router_features is None and self._clock() < deadline:
+            self._wait(send_staged=False)
+        self._provisional = 0
 
     def _use_features(self, features: Mapping[str, Any]) -> None:
         """The router's FEATURES: batch if it takes BATCH, within its bounds."""
         self.router_features = dict(features)
+        self._provisional = 0
         if not self.batch or not features.get("batch"):
             return
         jobs = _whole(features.get("batch_jobs"), MAX_BATCH_JOBS)
@@ -390,12 +417,27 @@ class Pipeline:
         self._batch_bytes = min(DEFAULT_BATCH_BYTES, nbytes - 1)  # 1: the head's newline
 
     def _send_staged(self) -> None:
-        """Send the jobs waiting for a BATCH as one BATCH."""
+        """Send the jobs waiting for a BATCH as one BATCH (as REQUESTs if the router
+        did not say it takes BATCH while we waited for its FEATURES)."""
         jobs = self._staged
         if not jobs:
             return
+        if not self._batch_jobs and self._provisional:
+            self._await_features()
         self._staged = {}
         self._staged_bytes = 0
+        size = self._batch_jobs
+        if not size:  # the router did not say it takes BATCH
+            for msgid, (queue, headers, body) in jobs.items():
+                self._send_request(msgid, queue, headers, body)
+        elif len(jobs) <= size:
+            self._send_batch(jobs)
+        else:  # it takes smaller BATCHes than we staged for
+            items = list(jobs.items())
+            for at in range(0, len(items), size):
+                self._send_batch(dict(items[at : at + size]))
+
+    def _send_batch(self, jobs: dict[bytes, tuple[bytes, bytes, bytes]]) -> None:
         in_batch = self._in_batch
         now = self._clock()
         if not self._pending and not in_batch:

@@ -332,11 +332,9 @@ def test_batches_are_cut_at_the_same_places_whatever_went_as_requests_first() ->
     def answer(frames: list[bytes], _n: int) -> list[list[bytes]]:
         return features_batch(frames) if frames[2] == b"FEATURES" else [ack(frames[3])]
 
-    cuts = []
-    for requests_first in (0, 7):
+    def cuts(requests_first: int, **kw: Any) -> tuple[list[list[bytes]], list[bytes]]:
         with ScriptedRouter(answer, features_aside=False) as peer:
-            known = None if requests_first else {"batch": 1}
-            sender, channel = pipeline_to(peer.addr, window=200, batch=50, router_features=known)
+            sender, channel = pipeline_to(peer.addr, window=200, batch=50, **kw)
             try:
                 if requests_first:
                     sender.send_requests(jobs(requests_first))  # FEATURES, then REQUESTs
@@ -346,11 +344,29 @@ def test_batches_are_cut_at_the_same_places_whatever_went_as_requests_first() ->
                 sender.flush()
             finally:
                 channel.close()
-        cuts.append([job_msgids for _batch_msgid, job_msgids in peer.batches()])
-    whole, after_requests = cuts
-    assert [len(b) for b in whole] == [50, 50, 50, 50, 30]
+        return [msgids for _, msgids in peer.batches()], [f[2] for f in peer.received]
+
+    known, _ = cuts(0, router_features={"batch": 1})
+    assert [len(b) for b in known] == [50, 50, 50, 50, 30]
+    # Asked, with the first jobs held for the answer (Spark): the same BATCHes.
+    asked, kinds = cuts(0, features_wait=5.0)
+    assert asked == known and b"REQUEST" not in kinds
+    # Asked without waiting (a client): REQUESTs first, then cut where the others cut.
+    after_requests, _ = cuts(7)
     assert [len(b) for b in after_requests] == [43, 50, 50, 50, 30]
-    assert after_requests[1:] == whole[1:]
+    assert after_requests[1:] == known[1:]
+
+
+def test_a_router_that_never_answers_features_gets_the_held_jobs_as_requests() -> None:
+    with ScriptedRouter(lambda frames, n: [ack(frames[3])]) as peer:  # the reference's way
+        sender, channel = pipeline_to(peer.addr, window=200, batch=50, features_wait=0.2)
+        try:
+            sender.send_requests(jobs(120))
+            sender.flush()
+        finally:
+            channel.close()
+    assert [f[2] for f in peer.received] == [b"REQUEST"] * 120 and len(peer.features) == 1
+    assert sender.counts["email"].acked == 120 and not sender.batching
 
 
 def test_jobs_refused_before_a_resend_are_left_out_of_it() -> None:

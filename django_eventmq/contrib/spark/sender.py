@@ -29,6 +29,7 @@ from ...core.pipeline import (
     DEFAULT_BATCH,
     DEFAULT_GIVE_UP,
     DEFAULT_WINDOW,
+    FEATURES_WAIT,
     READ_EVERY,
     REASONS_KEPT,
     Pipeline,
@@ -95,6 +96,9 @@ class PipelinedSender(Pipeline):
             ack_timeout=ack_timeout,
             give_up=give_up,
             batch=batch,
+            # BATCHes cut at the same places from the first job: a retried task's
+            # are recognised whole by the router (parcels).
+            features_wait=FEATURES_WAIT,
             clock=clock,
             on_wait=on_wait,
             logger=log,
