@@ -329,7 +329,6 @@ class Pipeline:
         in_batch = self._in_batch
         by_queue = self._by_queue
         window = self.window
-        clock = self._clock
         if not self._asked:
             self._ask_features()
         for msgid, queue, headers, body in requests:
