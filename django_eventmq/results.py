@@ -15,8 +15,10 @@ manager is never overwritten by one written by a client (the Tasks backend's
 Each run of a job has its worker process (``jobmanager:pid``), listed in
 ``workers`` in order. A record of a run not listed yet (the job handed out
 again after its worker process or job manager died, which keeps its
-attempt number) replaces the row and is added to the list; a late record of
-a run that is no longer the last one is ignored.
+attempt number) replaces the row and is added to the list, unless it is of
+an earlier attempt or started before the row's run (the first run's job
+manager wrote late); a late record of a run that is no longer the last one
+is ignored.
 
 ``progress`` (a running job's last partial, :mod:`.core.progress`) arrives
 in ``running`` records of the same batches: such a record refreshes a
@@ -149,6 +151,13 @@ def normalise(record: Mapping[str, Any], now: datetime) -> dict[str, Any] | None
     }
 
 
+def _not_earlier(row: Mapping[str, Any], seen: Mapping[str, Any]) -> bool:
+    """``row``'s run is not older than ``seen``'s: attempt, then start time."""
+    if row["attempts"] != seen["attempts"]:
+        return bool(row["attempts"] > seen["attempts"])
+    return row["started"] is None or seen["started"] is None or row["started"] >= seen["started"]
+
+
 def _newest_per_msgid(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per msgid (an upsert may not touch a row twice), the newest winning.
 
@@ -163,7 +172,7 @@ def _newest_per_msgid(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             best[row["msgid"]] = row
             continue
         ran, runs = row["workers"], seen["workers"]
-        new_run = any(worker not in runs for worker in ran)
+        new_run = any(worker not in runs for worker in ran) and _not_earlier(row, seen)
         stale = bool(ran and runs) and not new_run and ran[-1] != runs[-1]
         newer = new_run or (
             not stale
@@ -276,8 +285,15 @@ def _upsert_sql(connection: Any) -> tuple[str, str]:
         return f"(CASE {status} {cases} ELSE {_FINISHED_RANK} END)"
 
     runs = _RUNS_SQL[connection.vendor]
-    # A record of a run not in the row's workers yet: a new run (redelivery).
-    new_run = runs["new"].format(t=t("workers"), x=x("workers"))
+    # A record of a run not in the row's workers yet, of no earlier attempt, and
+    # started no earlier: a new run (redelivery). A record of the run before it
+    # can arrive after the new run's (its job manager writes later).
+    new_run = (
+        f"({runs['new'].format(t=t('workers'), x=x('workers'))}"
+        f" AND ({x('attempts')} > {t('attempts')} OR ({x('attempts')} = {t('attempts')}"
+        f" AND ({x('started')} IS NULL OR {t('started')} IS NULL"
+        f" OR {x('started')} >= {t('started')}))))"
+    )
     # A record of the row's last run (or of no particular run).
     last_run = runs["last"].format(t=t("workers"), x=x("workers"))
     # A client row (no job manager) never replaces a job manager's row; a

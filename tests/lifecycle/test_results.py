@@ -215,6 +215,35 @@ def test_a_late_record_of_an_earlier_run_is_ignored():
     assert row("late").workers == ["jm-1:4242", "jm-2:77"]
 
 
+@pytest.mark.parametrize("one_batch", [False, True])
+def test_the_first_runs_records_written_after_the_redelivered_run_started_are_ignored(one_batch):
+    """The first run's job manager writes late (its only worker process is being replaced)."""
+    first, again = _first_run_then_redelivery("slow")
+    record_results(again[:1])
+    if one_batch:
+        record_results(first)
+    else:
+        for record in first:
+            record_results([record])
+    assert (row("slow").status, row("slow").jobmanager) == ("running", "jm-2")
+    record_results(again[1:])
+    stored = row("slow")
+    assert (stored.status, stored.value, stored.jobmanager, stored.exc_type) == (
+        "succeeded",
+        5,
+        "jm-2",
+        "",
+    )
+
+
+def test_a_late_record_of_an_earlier_attempt_on_another_worker_is_ignored():
+    """A retry ran elsewhere; the first attempt's record arrives after it."""
+    record_results([rec("retried", "succeeded", attempt=2, jobmanager="jm-2", pid=77, value=1)])
+    record_results([rec("retried", "retrying", started=1.0, finished=2.0, error=_error())])
+    stored = row("retried")
+    assert (stored.status, stored.attempts, stored.value) == ("succeeded", 2, 1)
+
+
 def test_a_repeated_record_of_the_last_run_adds_no_worker():
     record_results([rec("same", "running")])
     record_results([rec("same", "running"), rec("same", "succeeded", value=1)])
