@@ -106,9 +106,9 @@ class Router(FrontendHandlers, BackendHandlers):
         self._tick = settings.heartbeat_interval / 4
         self._warn = WarnOnce()
         self._limits = security.limits_from_settings(settings)
-        #: The ZAP policies of our three sockets (CURVE keys, admin local-only), from start().
         # Job managers reconnecting (after a restart of either side) are not a problem.
         self._unserved = UnservedQueues(grace=2 * settings.heartbeat_timeout)
+        #: The ZAP policies of our three sockets (CURVE keys, admin local-only), from start().
         self._guard: security.Guard | None = None
         self._acks = []
         self._departed = OrderedDict()
@@ -412,6 +412,14 @@ class Router(FrontendHandlers, BackendHandlers):
             book.stats.heartbeats_missed += 1
             self._worker_failed(identity, f"silent for more than {s.heartbeat_timeout}s")
         book.expire_leases(now)
+        for queue, count in self._unserved.check(self.routing, now):
+            log.warning(
+                "%d job(s) wait on queue %r, which no connected job manager serves; "
+                "start one that names it (--queues %s:10 or the QUEUES setting)",
+                count,
+                queue,
+                queue,
+            )
         if not self._blocked:  # a blocked frontend is not read: schedulers are not silent
             for identity in self.schedulers.expired(now, s.heartbeat_timeout):
                 book.stats.heartbeats_missed += 1
@@ -434,11 +442,3 @@ class Router(FrontendHandlers, BackendHandlers):
     @staticmethod
     def _heartbeat() -> Heartbeat:
         return Heartbeat(msgid=new_msgid(), timestamp=time.time())
-        for queue, count in self._unserved.check(self.routing, now):
-            log.warning(
-                "%d job(s) wait on queue %r, which no connected job manager serves; "
-                "start one that names it (--queues %s:10 or the QUEUES setting)",
-                count,
-                queue,
-                queue,
-            )

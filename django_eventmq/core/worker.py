@@ -225,7 +225,7 @@ def child_main(
     settings: Settings,
     hooks: str | None,
     log_level: int,
-    records: Connection | None = None,
+    records: Connection,
 ) -> None:
     """Entry point of a worker child (started with the ``spawn`` method).
 
@@ -254,10 +254,10 @@ def child_main(
         max_json_depth=settings.max_json_depth,
         max_body_bytes=settings.max_body_bytes,
     )
-    can_record = loaded.record_results is not None and records is not None
+    can_record = loaded.record_results is not None
     write_all(fd, frame(UP + (CAN_RECORD if can_record else b"")))
     try:
-        serve(fd, runner, records.fileno() if can_record and records is not None else None)
+        serve(fd, runner, records.fileno() if can_record else None)
     finally:
         conn.close()
 
@@ -307,7 +307,7 @@ def _serve(
             except (EOFError, OSError):
                 return  # the job manager went away
             for data in frames:
-                if not _take(data, jobs, runner, send):
+                if not _take(data, jobs, send):
                     return
             continue
         item = jobs.popleft()
@@ -322,10 +322,7 @@ def _serve(
 
 
 def _take(
-    data: bytes,
-    jobs: deque[tuple[bytes, bytes] | None],
-    runner: JobRunner,
-    send: Callable[[bytes], bool],
+    data: bytes, jobs: deque[tuple[bytes, bytes] | None], send: Callable[[bytes], bool]
 ) -> bool:
     """Handle one frame from the job manager; False when the child should stop."""
     kind = data[:1]
@@ -338,9 +335,6 @@ def _take(
             if item is not None and item[0] == seq:
                 jobs.remove(item)
                 return send(encode_result(seq, CANCELLED, ""))
-    elif kind == RECORDS:  # a job manager that sends records on the job pipe
-        _record(runner.hooks, data[1:])
-        return send(RECORDED)
     elif kind == EXIT:
         jobs.append(None)
     else:
@@ -365,13 +359,16 @@ class Recording:
     The job manager's RUNNING and progress records must not wait until the
     child's job ends. ``finish`` writes what is already waiting when the child
     stops (it was sent before the child was told to), under the same lock, so
-    one batch is never read by two threads.
+    one batch is never read by two threads; with a poll object of its own, as
+    one may not be polled by two threads at once.
     """
 
     def __init__(self, fd: int, hooks: Hooks, send: Callable[[bytes], bool]) -> None:
         self._reader = FrameReader(fd)
         self._readable = select.poll()
         self._readable.register(fd, select.POLLIN)
+        self._left = select.poll()
+        self._left.register(fd, select.POLLIN)
         self._hooks = hooks
         self._send = send
         self._lock = threading.Lock()
@@ -404,5 +401,5 @@ class Recording:
     def finish(self) -> None:
         with self._lock:
             self._done = True
-            while self._readable.poll(0) and self._take():
+            while self._left.poll(0) and self._take():
                 pass

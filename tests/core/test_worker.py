@@ -114,8 +114,20 @@ class PipeEnd:
 
     def __init__(self, runner: JobRunner) -> None:
         self.ours, theirs = socket.socketpair()
-        self.thread = threading.Thread(target=worker.serve, args=(theirs.fileno(), runner))
-        self._theirs = theirs
+        #: The records pipe (only read when the runner's hooks record results).
+        self.records, records_theirs = socket.socketpair()
+        records_fd = records_theirs.fileno() if runner.hooks.record_results else None
+        #: What serve() raised.
+        self.errors: list[BaseException] = []
+
+        def serve() -> None:
+            try:
+                worker.serve(theirs.fileno(), runner, records_fd)
+            except BaseException as exc:
+                self.errors.append(exc)
+
+        self.thread = threading.Thread(target=serve)
+        self._theirs = (theirs, records_theirs)
         self.reader = FrameReader(self.ours.fileno())
         self.frames: list[bytes] = []
         self.thread.start()
@@ -134,8 +146,10 @@ class PipeEnd:
 
     def close(self) -> None:
         self.ours.close()
+        self.records.close()
         self.thread.join(10)
-        self._theirs.close()
+        for end in self._theirs:
+            end.close()
 
 
 def test_serve_skips_a_queued_job_that_is_cancelled_before_it_starts() -> None:
@@ -156,16 +170,41 @@ def test_serve_skips_a_queued_job_that_is_cancelled_before_it_starts() -> None:
     assert len(results) == 3
 
 
-def test_serve_passes_records_to_the_hook_and_acknowledges() -> None:
+def test_serve_writes_records_while_a_job_runs_and_acknowledges() -> None:
     seen: list[list[dict[str, object]]] = []
-    end = PipeEnd(JobRunner((), Hooks(record_results=seen.append)))
+    recorded = threading.Event()
+    waited: list[bool] = []
+
+    def record(batch: list[dict[str, object]]) -> None:
+        seen.append(batch)
+        recorded.set()
+
+    # The job (its before_job hook) runs until the records batch has been written.
+    hooks = Hooks(before_job=lambda: waited.append(recorded.wait(10)), record_results=record)
+    end = PipeEnd(JobRunner((), hooks))
     try:
-        end.write(worker.encode_records([{"msgid": "a"}]), worker.encode_job(1, body("noop")))
+        end.write(worker.encode_job(1, body("noop")))
+        write_all(end.records.fileno(), frame(worker.encode_records([{"msgid": "a"}])))
         frames = end.read_until(2)
     finally:
         end.close()
-    assert frames[0] == worker.RECORDED
+    assert waited == [True]
     assert seen == [[{"msgid": "a"}]]
+    done = worker.encode_result(b"1", OK, '{"value":null}')
+    assert sorted(frames) == sorted([worker.RECORDED, done])
+
+
+def test_serve_with_a_records_pipe_exits_cleanly() -> None:
+    """Stopping writes what waits on the records pipe while its thread is waiting on it."""
+    seen: list[list[dict[str, object]]] = []
+    end = PipeEnd(JobRunner((), Hooks(record_results=seen.append)))
+    end.write(worker.encode_job(1, body("noop")))
+    end.read_until(1)  # serve() is running, its records thread waiting
+    end.write(worker.EXIT)
+    end.thread.join(10)
+    end.close()
+    assert not end.thread.is_alive()
+    assert end.errors == []
 
 
 def test_serve_exits_after_the_jobs_before_exit() -> None:
