@@ -179,8 +179,9 @@ def test_an_empty_dataframe_sends_nothing(spark, stack):
 
 def test_a_retried_task_whose_jobs_were_stored_as_parcels_runs_each_job_once(spark, tmp_path):
     """No job manager while Spark sends, and a window of 10 jobs in memory: the
-    router stores the batches whole (parcels), the retried partition's copies
-    with them. Started afterwards, the job manager runs each job once."""
+    router stores the batches whole (parcels); the retried partition's copies
+    are the same BATCHes, known as such, and not counted. Started afterwards,
+    the job manager runs each job once."""
     ran = tmp_path / "ran.txt"
     frontend, backend, admin = tcp_addr(), tcp_addr(), tcp_addr()
     procs = [start_router(frontend, backend, admin, tmp_path / "journal.db", EMQ_QUEUE_WINDOW="10")]
@@ -199,7 +200,7 @@ def test_a_retried_task_whose_jobs_were_stored_as_parcels_runs_each_job_once(spa
         assert (result.sent, result.acked, result.rejected) == (300, 300, 0)
         info = admin_call(admin, "MONITOR")
         assert info["parcels"] > 0
-        assert info["queued"] > 300  # the retried rows' copies, not recognised yet
+        assert info["queued"] == 300 and info["duplicates"] > 0  # the retried rows' copies
         procs.append(start_jobmanager(backend, concurrency=2, **{RECORD_ENV: str(ran)}))
         tokens = {f"t{i}" for i in range(300)}
         wait_recorded(ran, tokens, timeout=60)
@@ -207,6 +208,84 @@ def test_a_retried_task_whose_jobs_were_stored_as_parcels_runs_each_job_once(spa
         info = admin_call(admin, "MONITOR")
         assert info["parcels"] == 0 and info["duplicates"] > 0
         assert Counter(recorded(ran)) == Counter(tokens)
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+
+
+def tokens_frame(spark: Any, prefix: str, rows: int) -> DataFrame:
+    return spark.range(0, rows, 1, 2).select(F.concat(F.lit(prefix), F.col("id")).alias("token"))
+
+
+def drained(admin: str) -> bool:
+    info = admin_call(admin, "MONITOR")
+    return info["queued"] == 0 and info["in_flight"] == 0
+
+
+def export(df: DataFrame, frontend: str, run_id: str, **options: Any) -> Any:
+    return enqueue_dataframe(
+        df, "tests.chaos.jobs.record", queue="default", broker=frontend, run_id=run_id,
+        key=["token"], window=40, progress=False, **options,
+    )  # fmt: skip
+
+
+def test_the_same_run_id_sent_again_into_a_router_holding_parcels_counts_nothing_twice(
+    spark, tmp_path
+):
+    """The documented recovery, sending the same run_id again, into a router with
+    no job manager that holds the export as parcels: its BATCHes are known as
+    copies, so MONITOR counts the real jobs only and the high-water mark (450,
+    below twice the export) is not reached. Each job then runs once."""
+    ran = tmp_path / "ran.txt"
+    frontend, backend, admin = tcp_addr(), tcp_addr(), tcp_addr()
+    env = {"EMQ_QUEUE_WINDOW": "10", "EMQ_HIGH_WATER_MARK": "450"}
+    procs = [start_router(frontend, backend, admin, tmp_path / "journal.db", **env)]
+    try:
+        df = tokens_frame(spark, "r", 400)
+        first = export(df, frontend, "resent")
+        assert (first.acked, first.rejected) == (400, 0)
+        info = admin_call(admin, "MONITOR")
+        assert (info["queued"], info["duplicates"]) == (400, 0) and info["parcels"] > 0
+        again = export(df, frontend, "resent", give_up=10)
+        assert (again.acked, again.rejected) == (400, 0)
+        info = admin_call(admin, "MONITOR")
+        assert (info["queued"], info["duplicates"], info["blocked"]) == (400, 400, False)
+        procs.append(start_jobmanager(backend, concurrency=2, **{RECORD_ENV: str(ran)}))
+        tokens = {f"r{i}" for i in range(400)}
+        wait_recorded(ran, tokens, timeout=60)
+        wait_for(lambda: drained(admin), 30, "the queue to drain")
+        assert Counter(recorded(ran)) == Counter(tokens)
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+
+
+def test_a_full_router_fails_the_export_saying_it_is_full_and_what_to_do(spark, tmp_path):
+    """Above its high-water mark (policy block) the router reads no client: the
+    tasks fail with RouterFull, not with 'is emq_router running?'. The jobs it
+    took run once each when a job manager starts."""
+    from pyspark.errors import PySparkException
+
+    ran = tmp_path / "ran.txt"
+    frontend, backend, admin = tcp_addr(), tcp_addr(), tcp_addr()
+    env = {"EMQ_QUEUE_WINDOW": "10", "EMQ_HIGH_WATER_MARK": "100"}
+    procs = [start_router(frontend, backend, admin, tmp_path / "journal.db", **env)]
+    try:
+        with pytest.raises((PySparkException, Exception)) as info:
+            export(tokens_frame(spark, "f", 300), frontend, "full", give_up=2, ack_timeout=0.5)
+        text = str(info.value)
+        assert "RouterFull" in text and f"the router at {frontend} is full" in text
+        assert "queue 'default'" in text and "emq_jobmanager --queues default" in text
+        assert "is emq_router running" not in text
+        monitor = admin_call(admin, "MONITOR")
+        assert monitor["blocked"] is True and 100 <= monitor["queued"] < 300
+        procs.append(start_jobmanager(backend, concurrency=2, **{RECORD_ENV: str(ran)}))
+        wait_for(lambda: drained(admin), 60, "the queue to drain")
+        # What the router held, and maybe what the failed tasks' sockets had
+        # passed it while it did not read: each once.
+        done = recorded(ran)
+        assert len(done) >= monitor["queued"] and len(set(done)) == len(done)
+        assert set(done) <= {f"f{i}" for i in range(300)}
     finally:
         for proc in reversed(procs):
             proc.stop()
