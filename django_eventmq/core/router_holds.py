@@ -112,6 +112,8 @@ class QueueMarks:
 
     def _held_refusal(self, queue: bytes, msgid: str) -> str | None:
         """The REJECT reason for a job of a queue that holds all it may."""
+        if not self._held:
+            return None
         name = queue.decode()
         if (
             name not in self._held

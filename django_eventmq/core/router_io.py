@@ -190,7 +190,7 @@ class Outbox:
             self._cut_off(
                 identity, f"over OUTBOX_PEER_BYTES ({self.peer_cap} bytes for one client)"
             )
-        while self.total > self.budget:
+        while self.total > self.budget and self._sizes:
             heaviest = max(self._sizes, key=self._sizes.__getitem__)
             self._cut_off(
                 heaviest,
