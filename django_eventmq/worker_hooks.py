@@ -40,16 +40,27 @@ def after_job() -> None:
 def record_results(records: list[Mapping[str, Any]]) -> None:
     """Write a batch of job outcome records to the results table (one query).
 
-    Called in the worker's records thread, which has its own connection that
-    the job hooks do not look after: after a failure (the database restarted)
-    an unusable one is dropped, so the next batch connects again.
+    Called in the worker's records thread, whose connection the job hooks do
+    not look after: it is looked after here, around each batch, as around a
+    job (``CONN_MAX_AGE``, ``CONN_HEALTH_CHECKS``; an unusable one dropped).
     """
-    from django.db import close_old_connections
-
     from .results import record_results as write
 
+    _close_old_connections()
     try:
         write(records)
-    except Exception:
-        close_old_connections()
-        raise
+    finally:
+        _close_old_connections()
+
+
+def _close_old_connections() -> None:
+    """Django's ``close_old_connections``, except for a connection in a transaction.
+
+    A caller's open transaction (a test's) is its own; closing the connection
+    under it would end it.
+    """
+    from django.db import connections
+
+    for connection in connections.all(initialized_only=True):
+        if not connection.in_atomic_block:
+            connection.close_if_unusable_or_obsolete()
