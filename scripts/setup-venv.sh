@@ -22,10 +22,15 @@ stamp=.venv/.installed-$(cat pyproject.toml scripts/setup-venv.sh | sha1sum | cu
 if [ ! -f "$stamp" ]; then
     echo "==> installing django-eventmq and its test tools into .venv"
     .venv/bin/python -m pip install -q -e ".[test,lint]"
-    # The reference implementation is only a test peer; its pins are too old
-    # for Python 3.12, so install it without them and add what it imports.
-    .venv/bin/python -m pip install -q --no-deps "eventmq==0.3.13"
-    .venv/bin/python -m pip install -q six monotonic future
+    # The reference implementation is only a test peer (tests/interop). Its
+    # pins (pyzmq 18, croniter 0.3, ...) do not build on Python 3.12, so it is
+    # installed without them, next to what it imports, in ONE --no-deps step:
+    # a later resolving install would print "ERROR: pip's dependency resolver"
+    # lines about those pins. It shares .venv because its job manager imports
+    # the interop test jobs, which import django_eventmq.
+    echo "==> installing the reference eventmq 0.3.13 as a test peer, without its old pins" \
+        "(expected: 'pip check' lists them as conflicts)"
+    .venv/bin/python -m pip install -q --no-deps "eventmq==0.3.13" six monotonic future
     rm -f .venv/.installed-*
     touch "$stamp"
 fi
