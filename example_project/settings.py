@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import environ
+try:
+    import environ
+except ImportError as exc:  # the package does not depend on it; its "example" extra does
+    raise ImportError(
+        "the example project reads its settings with django-environ: "
+        "pip install -e '.[example]' (make demo installs it)"
+    ) from exc
 
 BASE_DIR = Path(__file__).resolve().parent
 
