@@ -23,7 +23,13 @@ from typing import Any
 from django.core import checks
 
 from . import conf
-from .core.settings import ENV_PREFIX, KNOWN_KEYS, Settings, from_mapping
+from .core.settings import (
+    ENV_PREFIX,
+    KNOWN_KEYS,
+    Settings,
+    from_mapping,
+    unknown_settings_message,
+)
 from .errors import ConfigurationError
 
 TAG = "eventmq"
@@ -58,7 +64,14 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     bad: set[str] = set()
     for key, value in _items(mapping, env):
         if key not in KNOWN_KEYS:
-            continue  # reported once, with every other unknown key, by the full build
+            # EVENTMQ keys are reported all at once by the full build below, which
+            # reads only the EMQ_* variables it knows: a mistyped address variable
+            # (other EMQ_* names are left to other tools) is reported here.
+            if key not in mapping and key.endswith("_ADDR"):
+                where = f"(from environment variable {ENV_PREFIX}{key})"
+                message = f"{unknown_settings_message([key])} {where}"
+                errors.append(_error("E001", message, f"Rename or unset {ENV_PREFIX}{key}."))
+            continue
         if key == "QUEUES":
             code, hint = "E002", "Use 'name:weight,...', e.g. 'email:30,default:10'."
         elif key.endswith("_ADDR"):

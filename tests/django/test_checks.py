@@ -40,6 +40,15 @@ def test_e001_names_every_unknown_setting_once(settings):
     assert "'BROKR_ADDR' (did you mean 'BROKER_ADDR'?)" in error.msg
 
 
+def test_e001_an_address_variable_that_names_no_setting(settings, emq_env):
+    # The build reads only the EMQ_* variables it knows: a mistyped address would go unseen.
+    emq_env(BROKR_ADDR="tcp://127.0.0.1:1")
+    [error] = check_settings()
+    assert error.id == "django_eventmq.E001"
+    assert "'BROKR_ADDR' (did you mean 'BROKER_ADDR'?)" in error.msg
+    assert "environment variable EMQ_BROKR_ADDR" in error.msg
+
+
 def test_e001_invalid_value(settings):
     settings.EVENTMQ = {"CONCURRENCY": 0}
     [error] = check_settings()
