@@ -507,10 +507,14 @@ class Pipeline:
                 # It answers others (since this one was last sent) but never this
                 # one: it refuses it (a router of ours logs why), and sending it
                 # again will not change that. Silent since: full or gone, below.
+                queues = sorted({q.decode() for q, *_ in batch.jobs.values()})
                 raise BrokerUnavailable(
                     f"the router at {self.addr} did not acknowledge BATCH "
                     f"{batch_msgid.decode()} ({len(batch.jobs)} job(s)) within "
-                    f"{give_up:g}s though it answered other messages; see its log"
+                    f"{give_up:g}s though it answered other messages: it refuses it (see "
+                    "its log), or holds it while its queue "
+                    f"({', '.join(queues)}) is at its QUEUE_HIGH_WATER_MARK (start a job "
+                    "manager for it)"
                 )
         if (self._pending or self._batches) and now - self._last_answer > give_up:
             self._raise_if_full("answered nothing")
