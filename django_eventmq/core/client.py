@@ -5,6 +5,14 @@ fork (pre-fork web servers import the app, then fork workers). Sending never
 waits for the job to run; it waits at most ``SEND_TIMEOUT`` for the socket
 to take the message, and for a ``guarantee`` job until the router ACKs it.
 
+A job is never kept for a router that is not there: the socket queues only
+toward a connected router (``IMMEDIATE``), so with none connected within
+``SEND_TIMEOUT`` a send raises :class:`BrokerUnavailable` instead of
+returning a msgid for a job that would go nowhere. What was handed over is
+still in this process's queue until ZeroMQ writes it out; at exit the
+process waits up to ``SEND_TIMEOUT`` for that, and logs once if it could not
+(see :func:`_flush_at_exit`).
+
 What the router sends back (ACKs, partial replies, job outcomes,
 rejections) arrives on the same socket, interleaved between jobs; the client
 files it by job msgid so that each
@@ -14,12 +22,14 @@ order, and then its outcome.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
 import time
+import weakref
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..errors import BrokerUnavailable, ProtocolError
@@ -61,6 +71,9 @@ MAX_PARTIAL_JOBS = 10_000
 #: Outcomes already read, kept so that the same handle's next ``.wait()`` or
 #: ``.stream()`` has it at once (the most recent ones).
 MAX_SETTLED_OUTCOMES = 1_000
+#: Seconds the exit flush waits for a router that has not answered our first
+#: FEATURES yet (a reference router never does) before it treats it as one.
+FEATURES_GRACE = 1.0
 
 _VERSION = PROTOCOL_VERSION_B
 _REQUEST = REQUEST.encode()
@@ -99,6 +112,12 @@ class Client:
         #: REQUESTs go packed (see router_features).
         self._packed = False
         self._router_features: dict[str, Any] | None = None
+        #: Our FEATURES could not go yet (no router connected): sent before the next send.
+        self._features_unsent = False
+        #: FEATURES answers read (see confirm_read).
+        self._features_answers = 0
+        #: The thread that uses the socket (the exit flush closes no other's).
+        self._thread = threading.current_thread()
         # Unlike other sockets, a client's lingers: a thread-per-request server
         # ends the thread that called .delay() (closing its socket when the
         # thread-local goes) maybe before the connection is even up, and the
@@ -111,9 +130,15 @@ class Client:
             options={
                 transport.SNDTIMEO: int(send_timeout * 1000),
                 transport.LINGER: self._linger_ms,
+                # No router connected: a send waits up to SNDTIMEO for one, then
+                # fails (BrokerUnavailable), rather than queueing a job that a
+                # short script would take with it when it exits.
+                transport.IMMEDIATE: 1,
                 **(options or {}),
             },
+            ctx=_context(),
         )
+        _opened(self)
         self._ask_features()
 
     @property
@@ -131,7 +156,16 @@ class Client:
         """Say what we speak, without waiting: REQUESTs go plain until the answer
         comes (read with the ACKs); a reference router ignores it."""
         self.router_features = None
-        self._try_send(encode(Features(msgid=new_msgid(), features=pipeline.CLIENT_FEATURES)))
+        self._features_unsent = not self._try_send(_features_frames())
+
+    def _send_features(self) -> None:
+        """Send the FEATURES that found no router connected (still first, before
+        any job), waiting up to ``SEND_TIMEOUT`` for one."""
+        try:
+            self.channel.send_frames(_features_frames())
+        except transport.Again:
+            raise self._unavailable() from None
+        self._features_unsent = False
 
     def _try_send(self, frames: list[bytes]) -> bool:
         """Send without waiting; False if the socket would not take it now."""
@@ -141,28 +175,39 @@ class Client:
             return False
         return True
 
+    def _unavailable(self) -> BrokerUnavailable:
+        """The error of a send the socket did not take within ``SEND_TIMEOUT``."""
+        return BrokerUnavailable(
+            f"no router at {self.addr} took the message within SEND_TIMEOUT="
+            f"{self._linger_ms / 1000:g}s: none is connected, or it is not taking messages "
+            "(is emq_router running, and BROKER_ADDR right?); nothing was queued"
+        )
+
     def send(self, message: Message) -> str:
-        """Send ``message``; returns its msgid."""
+        """Send ``message``; returns its msgid.
+
+        Raises :class:`BrokerUnavailable` when no router took it within ``SEND_TIMEOUT``.
+        """
+        if self._features_unsent:
+            self._send_features()
         try:
             self.channel.send(message)
         except transport.Again:
-            raise BrokerUnavailable(
-                f"the router at {self.addr} is not taking messages (is emq_router running?)"
-            ) from None
+            raise self._unavailable() from None
         self.drain()
         return message.msgid
 
     def send_request_frames(self, msgid: bytes, queue: bytes, headers: bytes, body: bytes) -> None:
         """Send a REQUEST from already-encoded fields (the ``.delay()`` fast path)."""
+        if self._features_unsent:
+            self._send_features()
         try:
             if self._packed:
                 self.channel.send_frames([pack_request(msgid, queue, headers, body)])
             else:
                 self.channel.send_frames([b"", _VERSION, _REQUEST, msgid, queue, headers, body])
         except transport.Again:
-            raise BrokerUnavailable(
-                f"the router at {self.addr} is not taking messages (is emq_router running?)"
-            ) from None
+            raise self._unavailable() from None
         self._sends += 1
         # Until the router's FEATURES answer is in, look for it after every send.
         if self._sends % DRAIN_EVERY == 0 or self._router_features is None:
@@ -230,8 +275,9 @@ class Client:
         up to ``window`` unacknowledged at a time; one not acknowledged within
         ``ack_timeout`` seconds is sent again with the same msgid. REQUESTs
         the router refused are in the result's ``rejected`` (msgid: reason).
-        Raises :class:`BrokerUnavailable` when the router answered nothing for
-        ``give_up`` seconds. A router of ours gets them in BATCH messages of up
+        Raises :class:`BrokerUnavailable` when no router is connected within
+        ``SEND_TIMEOUT``, or the router answered nothing for ``give_up``
+        seconds. A router of ours gets them in BATCH messages of up
         to ``batch`` jobs (0: REQUESTs only; see :mod:`.pipeline`). Without
         ``guarantee`` it sends as ``.delay()`` does and waits for nothing.
         """
@@ -253,6 +299,10 @@ class Client:
             on_other=self._file,  # outcomes for handles are kept as usual
             on_reject=result.reject,
         )
+        if self._features_unsent:
+            # Waits for the router's connection (as .delay() does), so that our
+            # FEATURES go first and batching can start at its answer.
+            self._send_features()
         result.counts = sender.counts
         try:
             sender.send_requests(encoded)
@@ -292,6 +342,11 @@ class Client:
             found = self._outcomes.pop(job_msgid, None)
             if found is not None:
                 return self._settle(job_msgid, found)
+
+    def seen(self, job_msgid: str) -> Outcome | None:
+        """The outcome of ``job_msgid`` a handle already read (the most recent
+        ``MAX_SETTLED_OUTCOMES``), without waiting; None if none did."""
+        return self._settled.get(job_msgid)
 
     def _settle(self, job_msgid: str, outcome: Outcome) -> Outcome:
         """``outcome`` was read: keep it for the handle's next look, drop unread partials."""
@@ -364,8 +419,9 @@ class Client:
             logger.info("router rejected msgid=%s: %s", message.job_msgid, message.reason)
             self._keep(message.job_msgid, message)
         elif isinstance(message, Features):
-            # The answer to a send_many's FEATURES that came after it returned.
+            # The answer to our FEATURES (or to a send_many's, after it returned).
             self.router_features = dict(message.features)
+            self._features_answers += 1
         # HEARTBEAT, DISCONNECT and others need nothing from a client.
 
     def _keep(self, job_msgid: str, message: Outcome) -> None:
@@ -439,6 +495,40 @@ class Client:
             )
         )
 
+    def confirm_read(self, timeout: float) -> bool | None:
+        """Wait up to ``timeout`` seconds until the router has read every message
+        this client sent: True once it has, False if it did not say so in time.
+
+        A router of ours answers FEATURES in the order messages come, so the
+        answer to one sent now comes after it read all the others. None for
+        a router that never answered FEATURES (the reference router): it
+        cannot say. Messages read meanwhile are filed as usual.
+        """
+        if self._features_unsent:
+            return None  # no router ever connected (or one to ask again)
+        deadline = time.monotonic() + timeout
+        if self._router_features is None:  # the answer to our first FEATURES is on its way
+            self._read_until(lambda: self._router_features is not None, FEATURES_GRACE)
+            if self._router_features is None:
+                return None
+        answered = self._features_answers
+        if not self._try_send(_features_frames()):
+            return False  # our pipe is full: the router is not reading
+        return self._read_until(
+            lambda: self._features_answers > answered, deadline - time.monotonic()
+        )
+
+    def _read_until(self, done: Callable[[], bool], timeout: float) -> bool:
+        """File what the router sends until ``done()``, for up to ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while not done():
+            wait_ms = _poll_ms(deadline)
+            if wait_ms is None:
+                return False
+            if self.channel.poll(wait_ms):
+                self.drain()
+        return True
+
     def drain(self) -> int:
         """Read what the router sent us without waiting; returns how many messages.
 
@@ -456,6 +546,101 @@ class Client:
 
 
 _local = threading.local()
+
+
+def _features_frames() -> list[bytes]:
+    return encode(Features(msgid=new_msgid(), features=pipeline.CLIENT_FEATURES))
+
+
+# -- one ZeroMQ context for the clients of a process, flushed at exit -------------
+# Not the process-wide one of transport: terminating a context is the only way
+# to wait until queued messages are written out, and that one also holds
+# sockets (a router, a job manager in tests) that stay open.
+_context_lock = threading.Lock()
+_context_pid = 0
+_context_made: Any = None
+#: Clients made in this process (what the exit flush closes).
+_clients: weakref.WeakSet[Client] = weakref.WeakSet()
+#: The longest linger (SEND_TIMEOUT) of those: how long the exit flush may wait.
+_flush_ms = 0
+#: A flush this close to the linger is taken to have run out of it.
+_FLUSH_SLACK_MS = 50
+
+
+def _context() -> Any:
+    """The clients' ZeroMQ context in this process (a new one after fork)."""
+    global _context_made, _context_pid, _clients
+    pid = os.getpid()
+    with _context_lock:
+        if _context_made is None or _context_pid != pid:
+            # After fork the parent's context must not be touched: make our own.
+            _context_made, _context_pid, _clients = transport.Context(), pid, weakref.WeakSet()
+        return _context_made
+
+
+def _opened(client: Client) -> None:
+    global _flush_ms
+    with _context_lock:
+        _clients.add(client)
+        _flush_ms = max(_flush_ms, client._linger_ms)
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    """Wait up to ``SEND_TIMEOUT`` until the router has read the jobs this
+    process sent, and log once if it did not.
+
+    A script's last ``.delay()`` returns as soon as its job is queued in the
+    socket; without this the interpreter could exit before ZeroMQ's I/O
+    thread wrote it, or before the router read it (closing the connection
+    with our unread ACKs in it resets it, and the router's unread data goes).
+    A router of ours confirms (:meth:`Client.confirm_read`); for another,
+    waiting until ZeroMQ wrote everything is the best there is. Sockets of
+    threads still running (daemon threads) are not ours to close: they are
+    named in a log line instead.
+    """
+    ctx = _context_made
+    if ctx is None or _context_pid != os.getpid():
+        return
+    current = threading.current_thread()
+    busy: set[str] = set()
+    flushed: set[str] = set()
+    lost: set[str] = set()
+    for client in list(_clients):
+        if client.channel.socket.closed:
+            continue
+        if client._thread is not current and client._thread.is_alive():
+            busy.add(client.addr)
+            continue
+        flushed.add(client.addr)
+        # Closing right after the last write is not enough: the router must have
+        # read it, or the reset of our closing connection discards it.
+        if client.confirm_read(client._linger_ms / 1000) is False:
+            lost.add(client.addr)
+            client.channel.close()  # it was given SEND_TIMEOUT already
+        else:
+            client.close()
+    if busy:
+        # term() would wait for their sockets for ever.
+        logger.warning(
+            "at exit, client sockets of threads still running were not flushed: jobs they "
+            "queued may not have reached the router at %s",
+            ", ".join(sorted(busy)),
+        )
+    else:
+        # term() returns once every socket's queued messages are written, or its
+        # linger (SEND_TIMEOUT) ran out: only then does it take that long.
+        started = time.monotonic()
+        ctx.term()
+        if (time.monotonic() - started) * 1000 >= _flush_ms - _FLUSH_SLACK_MS:
+            lost |= flushed or {"(sockets closed earlier)"}
+    if lost:
+        logger.warning(
+            "at exit, jobs this process sent to the router at %s may be lost: it did not "
+            "take them within SEND_TIMEOUT=%gs (is it running and reading?)",
+            ", ".join(sorted(lost)),
+            _flush_ms / 1000,
+        )
 
 
 def _poll_ms(deadline: float | None) -> int | None:
@@ -486,6 +671,14 @@ def get_client(addr: str, *, send_timeout: float = 5.0) -> Client:
         )
         client = clients[addr] = Client(addr, send_timeout=send_timeout, options=options)
     return client
+
+
+def existing_client(addr: str) -> Client | None:
+    """This thread's client for ``addr`` if it has one (none is made)."""
+    if getattr(_local, "pid", None) != os.getpid():
+        return None
+    clients: dict[str, Client] = getattr(_local, "clients", None) or {}
+    return clients.get(addr)
 
 
 def close_clients() -> None:

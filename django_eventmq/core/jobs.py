@@ -140,9 +140,13 @@ class Job(Generic[P, R]):
         """Queue the job; returns its handle, which is its msgid (a ``str``).
 
         Arguments must be JSON-serialisable: anything else raises
-        ``TypeError`` here, before anything is sent. With ``EAGER`` (or no
-        ``BROKER_ADDR``) the job runs now, in this process. A ``guarantee``
-        job returns once the router has acknowledged (stored) it.
+        ``TypeError`` (:class:`SerializationError`) here, before anything is
+        sent. With ``EAGER`` (or no ``BROKER_ADDR``) the job runs now, in
+        this process. Otherwise it returns once the job is queued toward a
+        connected router, and raises :class:`BrokerUnavailable` when none is
+        connected within ``SEND_TIMEOUT``; a ``guarantee`` job returns once
+        the router has acknowledged (stored) it, and raises
+        :class:`BrokerUnavailable` when it did not after ``ACK_RETRIES`` resends.
         """
         return self.send(args, kwargs)
 

@@ -359,6 +359,9 @@ PUSH = zmq.PUSH
 SNDTIMEO = zmq.SNDTIMEO
 LINGER = zmq.LINGER
 SNDHWM = zmq.SNDHWM  # the router's frontend queues fewer messages per client than it reads
+#: A DEALER with it queues only toward connected peers: with none, a send waits
+#: (up to SNDTIMEO) and then fails instead of keeping the message for later.
+IMMEDIATE = zmq.IMMEDIATE
 Again = zmq.Again
 ContextTerminated = zmq.ContextTerminated
 ZMQError = zmq.ZMQError
