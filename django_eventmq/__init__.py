@@ -12,17 +12,33 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from .core.handles import JobHandle, ResultNotReady
     from .core.jobs import Job, job
     from .core.progress import progress
     from .core.pubsub import publish, subscriber
     from .core.schedule_api import schedule, unschedule
     from .core.schedules import crontab, every
-    from .errors import EventMQError
+    from .errors import (
+        BrokerUnavailable,
+        EventMQError,
+        JobError,
+        JobRejected,
+        ResultTimeout,
+        SerializationError,
+    )
 
 _LAZY = {
     "Job": ("django_eventmq.core.jobs", "Job"),
     "job": ("django_eventmq.core.jobs", "job"),
+    "JobHandle": ("django_eventmq.core.handles", "JobHandle"),
+    "ResultNotReady": ("django_eventmq.core.handles", "ResultNotReady"),
+    # What .delay(), .wait() and friends raise (errors.py loads neither zmq nor Django).
     "EventMQError": ("django_eventmq.errors", "EventMQError"),
+    "BrokerUnavailable": ("django_eventmq.errors", "BrokerUnavailable"),
+    "JobError": ("django_eventmq.errors", "JobError"),
+    "JobRejected": ("django_eventmq.errors", "JobRejected"),
+    "ResultTimeout": ("django_eventmq.errors", "ResultTimeout"),
+    "SerializationError": ("django_eventmq.errors", "SerializationError"),
     "schedule": ("django_eventmq.core.schedule_api", "schedule"),
     "unschedule": ("django_eventmq.core.schedule_api", "unschedule"),
     "every": ("django_eventmq.core.schedules", "every"),
@@ -33,8 +49,15 @@ _LAZY = {
 }
 
 __all__ = [
+    "BrokerUnavailable",
     "EventMQError",
     "Job",
+    "JobError",
+    "JobHandle",
+    "JobRejected",
+    "ResultNotReady",
+    "ResultTimeout",
+    "SerializationError",
     "__version__",
     "crontab",
     "every",

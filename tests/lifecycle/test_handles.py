@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 
 import pytest
 
@@ -17,6 +19,7 @@ from django_eventmq.errors import EventMQError, JobError, JobRejected, ResultTim
 from django_eventmq.protocol import Ack, Cancel, Heartbeat, Reject, Reply, new_msgid
 from tests.lifecycle import jobs
 from tests.lifecycle.conftest import receive_request
+from tests.support import ROOT
 
 
 def reply(channel, identity, job_msgid, payload) -> None:
@@ -154,3 +157,26 @@ def test_eager_handle_waits_for_nothing(eventmq_settings):
     assert isinstance(handle, EagerHandle)
     assert handle.wait() == 42
     handle.cancel()  # already ran: nothing to do, no error
+
+
+def test_the_errors_and_the_handle_are_importable_from_the_package_without_django():
+    code = (
+        "import sys\n"
+        "from django_eventmq import (BrokerUnavailable, JobError, JobHandle, JobRejected,\n"
+        "    ResultNotReady, ResultTimeout, SerializationError)\n"
+        "from django_eventmq import errors\n"
+        "from django_eventmq.core import handles\n"
+        "assert (BrokerUnavailable, JobError, JobRejected, ResultTimeout) == (\n"
+        "    errors.BrokerUnavailable, errors.JobError, errors.JobRejected, errors.ResultTimeout)\n"
+        "assert SerializationError is errors.SerializationError\n"
+        "assert (JobHandle, ResultNotReady) == (handles.JobHandle, handles.ResultNotReady)\n"
+        "print('django' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert (done.returncode, done.stdout) == (0, "False\n"), done.stderr
+    import django_eventmq
+
+    for name in django_eventmq.__all__:  # every public name resolves
+        assert getattr(django_eventmq, name) is not None, name
