@@ -6,7 +6,9 @@ thread's client socket, where the router sends it for ``reply_requested``
 jobs (no database polling); ``.stream()`` reads the job's partial replies
 (:mod:`.progress`) from the same socket, then ends at its outcome.
 ``.status`` and ``.result`` read the results table through a reader the
-Django app installs (:mod:`.integration`).
+Django app installs (:mod:`.integration`), unless the handle already read
+the job's outcome (``.wait()``, ``.stream()``): then they say what it said,
+without a query (the table is written in batches, so it may lag).
 """
 
 from __future__ import annotations
@@ -18,12 +20,45 @@ from typing import Any, ClassVar
 from ..errors import EventMQError, JobError, JobRejected, ProtocolError, ResultTimeout
 from ..protocol import Reject, decode_json
 from . import integration
-from .client import Outcome, get_client
+from .client import Outcome, existing_client, get_client
 from .config import get_settings
 
 
 class ResultNotReady(LookupError, EventMQError):
     """The job has no final result yet (or none was recorded)."""
+
+
+# The results table's statuses an outcome stands for (the names of
+# results_models.JobStatus, which core cannot import), and REJECTED, which only
+# a handle that read the router's REJECT reports (no row is written for it).
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+TIMED_OUT = "timed_out"
+CANCELLED = "cancelled"
+REJECTED = "rejected"
+
+
+def outcome_status(outcome: Outcome) -> str:
+    """The status of a job whose outcome is ``outcome``."""
+    if isinstance(outcome, Reject):
+        return REJECTED
+    try:
+        reply = decode_json(outcome.payload)
+    except ProtocolError:
+        return FAILED  # as outcome_value raises for it
+    if not isinstance(reply, dict):
+        return FAILED
+    error = reply.get("error")
+    if not error:
+        return SUCCEEDED
+    kind = error.get("type") if isinstance(error, dict) else None
+    if kind == "Cancelled":
+        return CANCELLED
+    # A job manager's timeout reply (outcomes.timeout_payload); a job that raised
+    # TimeoutError itself has its message as the value.
+    if kind == "TimeoutError" and reply.get("value") == "TimeoutError":
+        return TIMED_OUT
+    return FAILED
 
 
 def outcome_value(outcome: Outcome) -> Any:
@@ -115,18 +150,38 @@ class JobHandle(str):
                 "use @job(reply_requested=True) or read .status"
             )
 
+    def _seen(self) -> Outcome | None:
+        """The outcome this thread's ``.wait()`` / ``.stream()`` already read, if any."""
+        client = existing_client(get_settings().broker_addr)  # no socket made to look
+        return None if client is None else client.seen(str(self))
+
     @property
     def status(self) -> str | None:
-        """The recorded status (``queued``, ``running``, ``succeeded``...), ``None`` if none."""
+        """The job's status: ``queued``, ``running``, ``succeeded``, ``failed``,
+        ``timed_out``, ``retrying``, ``cancelled``; ``None`` if none is recorded.
+
+        Once ``.wait()`` or ``.stream()`` read the outcome (in this thread) it
+        is the status that outcome stands for, ``rejected`` included (the
+        router refused the job; the table has no row for it). Otherwise it is
+        the results table's.
+        """
+        seen = self._seen()
+        if seen is not None:
+            return outcome_status(seen)
         return integration.results_reader().status(str(self))
 
     @property
     def result(self) -> Any:
-        """The recorded return value; :class:`JobError` if the job failed.
+        """The job's return value; :class:`JobError` if it failed, :class:`JobRejected`
+        if the router refused it (as ``.wait()`` raises).
 
-        :class:`ResultNotReady` while the job has not finished (or nothing
-        was recorded for it).
+        The outcome ``.wait()`` / ``.stream()`` read (in this thread), else the
+        results table's: :class:`ResultNotReady` while the job has not
+        finished (or nothing was recorded for it).
         """
+        seen = self._seen()
+        if seen is not None:
+            return outcome_value(seen)
         return integration.results_reader().result(str(self))
 
     def cancel(self) -> None:
@@ -166,6 +221,15 @@ class EagerHandle(JobHandle):
         return handle
 
     def wait(self, timeout: float | None = None) -> Any:
+        return self._value
+
+    @property
+    def status(self) -> str:
+        """``succeeded``: it ran in ``.delay()`` (a failure raised there)."""
+        return SUCCEEDED
+
+    @property
+    def result(self) -> Any:
         return self._value
 
     def stream(self, timeout: float | None = None) -> Iterator[Any]:
