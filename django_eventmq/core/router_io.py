@@ -23,7 +23,7 @@ MEMORY = 4096
 
 #: Messages ZeroMQ queues for one client before a send to it raises ``Again``; the
 #: rest waits in the router's :class:`Outbox`, where it is counted (ZeroMQ's queue
-#: is not: about 1.2 KB per ACK, so this bounds it near 1.2 MiB per client).
+#: is not: a few hundred bytes per ACK, so this bounds it well under 1 MiB per client).
 CLIENT_SNDHWM = 1000
 #: Bytes counted per queued frame besides its data (the Python objects holding it).
 FRAME_COST = 64

@@ -105,9 +105,9 @@ class Settings:
     queue_high_water_mark: int = 0
     #: Router: bytes of messages (ACKs, replies, REJECTs) it keeps queued for all the
     #: clients that read slower than it sends; past it the heaviest are cut off.
-    outbox_budget: int = 256 * 1024 * 1024
+    outbox_budget: int = 64 * 1024 * 1024
     #: Router: the same bound for one client.
-    outbox_peer_bytes: int = 64 * 1024 * 1024
+    outbox_peer_bytes: int = 16 * 1024 * 1024
     #: Router: a job whose worker died this many times while running it is set aside
     #: as poisoned (listed by STATUS and MONITOR) instead of being handed out again.
     poison_after: int = 3
