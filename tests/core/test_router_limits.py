@@ -4,7 +4,7 @@ outside them gets REJECT with the reason, is warned about once, and the router g
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +13,9 @@ import zmq
 
 from django_eventmq.core.router_cli import ask
 from django_eventmq.protocol import JobBody
+from django_eventmq.protocol.batch import pack_jobs
 from tests.core.test_router import JOB, ROUTER_LOG, Harness, Peer, make_settings, warnings
-from tests.ops.conftest import start_router
+from tests.ops.conftest import start_router as router_process
 from tests.support import Proc, python_module, wait_for
 
 #: Small enough that a test body is over it; the default job body is well under it.
@@ -155,7 +156,7 @@ def test_a_flooded_unserved_queue_holds_back_only_its_own_jobs(tmp_path: Path) -
     then refused with REJECT; once a job manager serves it, the held ones are
     accepted and run."""
     out = tmp_path / "ran.txt"
-    router, (frontend, backend, admin) = start_router(
+    router, (frontend, backend, admin) = router_process(
         env={
             "EMQ_HIGH_WATER_MARK": "60",
             "EMQ_QUEUE_HIGH_WATER_MARK": str(QUEUE_MARK),
@@ -212,3 +213,26 @@ def jobmanager(backend: str, queue: str) -> Proc:
 
 def ran(out: Path) -> list[str]:
     return [line.split()[0] for line in out.read_text().splitlines()] if out.exists() else []
+
+
+def test_a_batch_for_a_full_queue_is_held_whole_while_other_queues_are_served(
+    start_router: Callable[..., Harness],
+) -> None:
+    h = start_router(queue_high_water_mark=2, queue_window=10)
+    client = h.peer("frontend", "client")
+    for _ in range(2):
+        h.request(client, "stuck")
+    jobs = [(b"b-%d" % i, b"stuck", b"", JOB.encode()) for i in range(3)]
+    client.send_raw([b"", V, b"BATCH", b"batch-1", pack_jobs(jobs)])
+    # No ACK for the batch; the same client's job for another queue is ACKed.
+    h.request(client, "default")
+    assert h.ask("MONITOR")["held"] == {"stuck": 3}
+    assert h.ask("STATUS")["waiting_messages_by_queue"]["stuck"] == 2
+
+    worker = h.worker("w", '[[10, "stuck"]]', ready=0)
+    for _ in range(5):
+        worker.send("READY")
+    assert client.expect("ACK")[2] == "batch-1"
+    handed = {worker.expect("REQUEST")[1] for _ in range(5)}
+    assert handed >= {"b-0", "b-1", "b-2"}
+    assert h.ask("MONITOR")["held"] == {}

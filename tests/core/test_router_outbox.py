@@ -21,7 +21,7 @@ from django_eventmq.core.router import Router
 from django_eventmq.core.router_cli import ask
 from django_eventmq.protocol import parse_headers
 from tests.core.test_router import make_settings
-from tests.ops.conftest import start_router
+from tests.ops.conftest import start_router as router_process
 from tests.support import wait_for
 
 WORKER = b"worker-1"
@@ -145,7 +145,7 @@ def test_clients_that_never_read_are_cut_off_at_the_budget_and_the_router_serves
     named in one warning; the queued bytes stay within the budget; a reading client
     is served; a cut-off client's jobs stay stored, and one it sends again once it
     reads gets its ACK."""
-    router, (frontend, _backend, admin) = start_router(env={"EMQ_OUTBOX_BUDGET": str(BUDGET)})
+    router, (frontend, _backend, admin) = router_process(env={"EMQ_OUTBOX_BUDGET": str(BUDGET)})
     ctx = zmq.Context()
     try:
         silent = [silent_client(ctx, frontend, f"silent-{i}") for i in range(8)]
@@ -198,7 +198,7 @@ def test_clients_that_never_read_are_cut_off_at_the_budget_and_the_router_serves
 
 def test_one_client_past_outbox_peer_bytes_is_cut_off() -> None:
     """OUTBOX_PEER_BYTES bounds one client's queue, however little the others hold."""
-    router, (frontend, _backend, admin) = start_router(
+    router, (frontend, _backend, admin) = router_process(
         env={"EMQ_OUTBOX_PEER_BYTES": str(BUDGET // 4)}
     )
     ctx = zmq.Context()
