@@ -54,6 +54,10 @@ def test_queue_forms(value, queues):
         ({"CONCURRENCY": "four"}, "CONCURRENCY: expected a whole number"),
         ({"EAGER": "maybe"}, "EAGER: expected true or false"),
         ({"HEARTBEAT_TIMEOUT": 1, "HEARTBEAT_INTERVAL": 3}, "must be longer than"),
+        ({"CANCEL_POLICY": "nobody"}, "CANCEL_POLICY: expected 'owner' or 'any'"),
+        ({"QUEUE_HIGH_WATER_MARK": -1}, "QUEUE_HIGH_WATER_MARK: expected a whole number >= 0"),
+        ({"OUTBOX_BUDGET": 0}, "OUTBOX_BUDGET: expected a whole number > 0"),
+        ({"OUTBOX_PEER_BYTES": "lots"}, "OUTBOX_PEER_BYTES: expected a whole number"),
     ],
 )
 def test_bad_values_say_what_to_fix(mapping, message):
