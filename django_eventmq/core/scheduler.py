@@ -56,6 +56,11 @@ T = TypeVar("T")
 RECONNECT_MIN_DELAY = 0.1
 #: Longest the loop blocks, so a stop request is seen quickly.
 MAX_WAIT = 0.25
+#: HEARTBEAT_TIMEOUTs without a HEARTBEAT (while other messages come) after which
+#: the router is taken to have forgotten us. A router that forgot us stays so, so
+#: waiting longer costs little; a router that is only late (a long journal commit,
+#: one slow turn of its loop) gets a whole timeout more.
+FORGOTTEN_AFTER = 2
 
 
 @dataclass(slots=True)
@@ -258,15 +263,19 @@ class Scheduler:
             identity=self.name.encode(),
             options=self._options,
         )
-        self._inform_id = new_msgid()
-        self.channel.send(Inform(msgid=self._inform_id, peer_type=C.PEER_SCHEDULER))
-        self._inform_sent = mono
+        self._inform(mono)
         self.liveness = Liveness(
             now=mono,
             interval=self.settings.heartbeat_interval,
             timeout=self.settings.heartbeat_timeout,
         )
         logger.debug("scheduler: INFORM sent to %s", self.settings.broker_addr)
+
+    def _inform(self, mono: float) -> None:
+        assert self.channel is not None
+        self._inform_id = new_msgid()
+        self.channel.send(Inform(msgid=self._inform_id, peer_type=C.PEER_SCHEDULER))
+        self._inform_sent = mono
 
     def _lost(self, why: str) -> None:
         """Drop the connection and try again after a growing delay."""
@@ -291,11 +300,20 @@ class Scheduler:
         if self.liveness.expired(mono):
             self._lost("router silent for longer than HEARTBEAT_TIMEOUT")
             return
-        if mono - self._known_at > self.settings.heartbeat_timeout:
+        forgotten = FORGOTTEN_AFTER * self.settings.heartbeat_timeout
+        if mono - self._known_at > forgotten:
             # Alive (it ACKs our REQUESTs) but it stopped heartbeating us, as a
             # router does for a scheduler it dropped or never met (it restarted)
             # and did not take back on our HEARTBEAT (the reference router does not).
-            self._lost("the router no longer heartbeats us: it forgot this scheduler")
+            # INFORM again on this connection: nothing queued is dropped, and a
+            # router that still knows us (ours, only late) takes it as a refresh.
+            logger.warning(
+                "scheduler: the router answers but sent no HEARTBEAT for %ss "
+                "(it forgot this scheduler?): INFORM again",
+                forgotten,
+            )
+            self._inform(mono)
+            self._known_at = mono  # one more window for its ACK
             return
         if self.liveness.due(mono):
             self._send(Heartbeat(msgid=new_msgid(), timestamp=time.time()))
@@ -337,9 +355,13 @@ class Scheduler:
     def handle(self, message: Message, now: datetime | None = None) -> None:
         """React to one message from the router (``now``: controlled time for tests)."""
         if isinstance(message, Ack):
-            if message.ack_msgid == self._inform_id and not self.acked:
+            if message.ack_msgid != self._inform_id:
+                return  # a REQUEST's: the liveness already heard it
+            self._known_at = time.monotonic()
+            if self.acked:  # our INFORM again on this connection
+                logger.info("scheduler: registered again with %s", self.settings.broker_addr)
+            else:
                 self.acked = True
-                self._known_at = time.monotonic()
                 self._reconnect_delay = RECONNECT_MIN_DELAY
                 self.waiting.connected()
                 logger.debug("scheduler: registered with %s", self.settings.broker_addr)

@@ -399,8 +399,11 @@ def _keeps_firing_while_registered(stack: Stack, trace: Path, runs: int) -> None
 def test_a_busy_scheduler_stays_registered_and_unschedule_still_reaches_it(
     busy_stack: Stack, tmp_path: Path
 ) -> None:
-    """A 1-second schedule: only REQUESTs, no HEARTBEAT. The router counts them as the
-    scheduler's heartbeat, so after three heartbeat timeouts an UNSCHEDULE still works."""
+    """A 1-second schedule, heartbeats slower than that: over three heartbeat timeouts
+    the scheduler stays registered (neither side drops, reconnects or INFORMs again),
+    and an UNSCHEDULE still reaches it. (The router counting a known scheduler's
+    REQUESTs as its heartbeat is in tests/core/test_router.py: ours also sends a
+    HEARTBEAT every interval, however busy.)"""
     stack = busy_stack
     scheduler = stack.scheduler()
     trace = tmp_path / "busy"
@@ -410,7 +413,9 @@ def test_a_busy_scheduler_stays_registered_and_unschedule_still_reaches_it(
     unschedule(jobs.touch, args=[str(trace)])
     wait_for(lambda: stack.schedules() == [], 30, "the schedule removed by UNSCHEDULE")
     assert "dropped" not in stack.router.output()
-    assert "reconnecting" not in scheduler.output()  # nor did it think itself forgotten
+    # Nor did it think itself forgotten.
+    assert "reconnecting" not in scheduler.output()
+    assert "INFORM again" not in scheduler.output()
 
 
 def test_a_busy_scheduler_a_restarted_router_forgot_registers_again(

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -264,22 +265,59 @@ def test_heartbeats_and_reconnects_when_the_router_goes_silent(
     wait_for(lambda: (scheduler.loop_once(timeout=0.01), scheduler.connected)[1], 5, "reconnected")
 
 
+def acks_to(router: FakeRouter, identity: bytes, scheduler: Scheduler) -> Callable[[], None]:
+    """A tick: the router ACKs something (as it ACKs REQUESTs), the scheduler runs a turn."""
+
+    def tick() -> None:
+        router.send(identity, Ack(msgid=new_msgid(), ack_msgid=new_msgid()))
+        scheduler.loop_once(timeout=0.01)
+
+    return tick
+
+
 def test_a_router_that_acks_but_no_longer_heartbeats_it_gets_a_new_inform(
     router: FakeRouter, scheduler: Scheduler, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """ACKs keep it alive, but without HEARTBEAT (nor SCHEDULE) past the timeout the
-    router has forgotten it (as a restarted reference router would): it INFORMs again."""
+    """ACKs keep it alive, but without HEARTBEAT (nor SCHEDULE) for two timeouts the
+    router has forgotten it (as a restarted reference router would): it INFORMs again,
+    on the same connection (nothing it queued is dropped), and stays connected."""
+    caplog.set_level(logging.INFO, logger="django_eventmq.scheduler")
     identity = connect(router, scheduler)
-
-    def acks_only() -> None:
-        if scheduler.connected:  # (a closed socket's identity is unreachable)
-            router.send(identity, Ack(msgid=new_msgid(), ack_msgid=new_msgid()))
-        scheduler.loop_once(timeout=0.01)
-
+    channel = scheduler.channel
+    acks_only = acks_to(router, identity, scheduler)
     router.wait_for(Inform, 2, tick=acks_only)
-    assert "the router no longer heartbeats us: it forgot this scheduler" in caplog.text
+    assert "sent no HEARTBEAT for 1.2s (it forgot this scheduler?): INFORM again" in caplog.text
+    assert scheduler.channel is channel and scheduler.connected
+    assert "reconnecting" not in caplog.text
     router.ack_informs()
-    wait_for(lambda: (scheduler.loop_once(timeout=0.01), scheduler.connected)[1], 5, "reconnected")
+    wait_for(lambda: (acks_only(), "registered again" in caplog.text)[1], 5, "its ACK")
+    assert scheduler.channel is channel
+
+
+def test_a_router_that_heartbeats_late_is_not_taken_for_one_that_forgot_it(
+    router: FakeRouter, scheduler: Scheduler, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A slow router (a long journal commit) ACKs on time but heartbeats late, here
+    every 1.5 timeouts: the scheduler neither INFORMs again nor reconnects."""
+    identity = connect(router, scheduler)
+    channel = scheduler.channel
+    ack = acks_to(router, identity, scheduler)
+    late = 1.5 * scheduler.settings.heartbeat_timeout
+    beats = {"sent": 0, "at": time.monotonic()}
+
+    def slow_router() -> bool:
+        if time.monotonic() - beats["at"] >= late:
+            router.send(identity, Heartbeat(msgid=new_msgid(), timestamp=0.0))
+            beats["sent"] += 1
+            beats["at"] = time.monotonic()
+        ack()
+        return beats["sent"] >= 4
+
+    wait_for(slow_router, 15, "four late heartbeats")
+    router.pump(10)
+    assert len(router.of(Inform)) == 1
+    assert scheduler.channel is channel and scheduler.connected
+    assert "INFORM again" not in caplog.text and "reconnecting" not in caplog.text
 
 
 def test_disconnect_gets_kbai_and_a_reply_is_recorded(
