@@ -124,13 +124,16 @@ class Outbox:
         return self.send_frames(frames)
 
     def send_frames(self, frames: Sequence[bytes]) -> bool:
-        """Send (``frames[0]`` is the client's identity) or queue it; False when it
-        is lost: the client is gone or cut off."""
+        """Send (``frames[0]`` is the client's identity) or queue it. True once
+        ZeroMQ took it; False when it waits here or is lost (the client is gone
+        or cut off). A queued message may yet be dropped (its client cut off)
+        while later ones reach the client: a BATCH's ACK must not follow a
+        REJECT that is only queued (see ``_reject_now``)."""
         identity = frames[0]
         queue = self._queues.get(identity)
         if queue is not None:
             self._queue(identity, queue, frames)
-            return identity in self._queues
+            return False
         try:
             self.channel.send_frames(frames, flags=transport.NOBLOCK)
         except transport.Again:
@@ -140,7 +143,7 @@ class Outbox:
             queue = self._queues[identity] = deque()
             self._sizes[identity] = 0
             self._queue(identity, queue, frames)
-            return identity in self._queues
+            return False
         except transport.ZMQError as exc:
             if exc.errno != transport.EHOSTUNREACH:
                 raise

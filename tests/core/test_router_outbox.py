@@ -20,6 +20,7 @@ import zmq
 from django_eventmq.core.router import Router
 from django_eventmq.core.router_cli import ask
 from django_eventmq.protocol import parse_headers
+from django_eventmq.protocol.batch import pack_jobs
 from tests.core.test_router import make_settings
 from tests.ops.conftest import start_router as router_process
 from tests.support import wait_for
@@ -216,3 +217,53 @@ def test_one_client_past_outbox_peer_bytes_is_cut_off() -> None:
     finally:
         ctx.destroy(linger=0)
         router.stop()
+
+
+class ClientPipe:
+    """The frontend's send, with one client's ZeroMQ pipe full or not (a pipe that
+    fills only once the kernel's buffers do cannot be had at will): what went out."""
+
+    def __init__(self, router: Router, identity: bytes) -> None:
+        self.identity = identity
+        self.full = True
+        self.got: list[tuple[bytes, bytes]] = []  # (ACK or REJECT, the msgid it answers)
+        self._send = router.frontend.send_frames
+
+    def send_frames(self, frames: Any, *, flags: int = 0) -> None:
+        if frames[0] != self.identity:
+            self._send(frames, flags=flags)
+        elif self.full:
+            raise zmq.Again()
+        else:
+            self.got.append((frames[3], frames[5]))
+
+
+def test_a_batch_whose_reject_waits_in_the_outbox_gets_no_ack(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A BATCH's ACK says every job not REJECTed is stored, so it may go only behind
+    its REJECTs. One that waits in the outbox may be dropped with it when the
+    client is cut off, while the ACK, sent once the client reads again, would
+    reach it: the job refused would be taken as stored. So the batch gets no
+    ACK; sent again into a free pipe, it gets the REJECT, then the ACK."""
+    router = Router(make_settings(outbox_peer_bytes=10_000))
+    router.start()
+    try:
+        pipe = ClientPipe(router, b"client-1")
+        monkeypatch.setattr(router.frontend, "send_frames", pipe.send_frames)
+        jobs = [(b"good", b"default", b"", BODY), (b"bad", b"default", b"", b"not a job")]
+        batch = [b"client-1", b"", V, b"BATCH", b"batch-1", pack_jobs(jobs)]
+        router._fast_batch(list(batch), time.monotonic())  # its REJECT waits
+        router.outbox.send_frames([b"client-1", b"x" * 20_000])  # over the cap: cut off
+        assert router.outbox.as_dict()["clients_cut_off"] == 1
+
+        pipe.full = False  # it reads again
+        router._sync(force=True)
+        assert (b"ACK", b"batch-1") not in pipe.got
+
+        router._fast_batch(list(batch), time.monotonic())  # sent again
+        router._sync(force=True)
+        assert pipe.got == [(b"REJECT", b"bad"), (b"ACK", b"batch-1")]
+        assert router.book.duplicates == 1  # the good job, stored once
+    finally:
+        router.close()
