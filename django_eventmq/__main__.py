@@ -94,11 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_router(settings: Settings) -> int:
-    """Run a router until SIGTERM/SIGINT."""
+def run_router(settings: Settings, *, journal_recover: bool = False) -> int:
+    """Run a router until SIGTERM/SIGINT (``journal_recover``: see ``--journal-recover``)."""
     from .core.router import Router
 
-    router = Router(settings)
+    router = Router(settings, journal_recover=journal_recover)
     install_signal_handlers(router.stop)
     router.run()
     return 0
@@ -189,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(options.log_level)
     try:
         if options.command == "router":
-            return run_router(settings)
+            return run_router(settings, journal_recover=bool(options.journal_recover))
         if options.command == "pubsub":
             return run_pubsub(settings, options.hwm)
         if options.command == "subscribe":

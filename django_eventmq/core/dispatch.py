@@ -50,7 +50,16 @@ from ..protocol.extensions import (
 )
 from ..protocol.headers import Headers
 from .dedup import FinishedWindow
-from .journal import DELAYED, LEASED, POISONED, WAITING, Journal, new_row, parcel_digest
+from .journal import (
+    DELAYED,
+    LEASED,
+    POISONED,
+    WAITING,
+    Journal,
+    JournalUnavailable,
+    new_row,
+    parcel_digest,
+)
 from .logs import job_debug, job_fields
 from .outcomes import backoff
 from .queues import Job, Routing, Worker
@@ -158,21 +167,25 @@ class Book:
                 sum(self.poisoned.values()),
             )
 
-    def _load(self, queue: str, after: Key | None, limit: int) -> list[Job]:
+    def _load(self, queue: str, after: Key | None, limit: int) -> list[Job] | None:
         """The next ``limit`` waiting jobs of ``queue`` on disk after ``after``,
-        opening the parcels that hold any of them (see :meth:`accept_parcel`)."""
+        opening the parcels that hold any of them (see :meth:`accept_parcel`).
+        None while the journal cannot be written: a read would miss what it keeps."""
         journal = self.journal
-        rows = journal.waiting(queue, after, limit)
-        while True:
-            # Parcels whose first job comes before the last row read hold jobs
-            # that come first; one parcel at a time, so a long queue of parcels
-            # is not all opened at once.
-            upto = (rows[-1].nprio, rows[-1].seq) if len(rows) == limit else None
-            seq = journal.next_parcel(queue, upto)
-            if seq is None:
-                break
-            self._open_parcel(seq)
+        try:
             rows = journal.waiting(queue, after, limit)
+            while True:
+                # Parcels whose first job comes before the last row read hold jobs
+                # that come first; one parcel at a time, so a long queue of parcels
+                # is not all opened at once.
+                upto = (rows[-1].nprio, rows[-1].seq) if len(rows) == limit else None
+                seq = journal.next_parcel(queue, upto)
+                if seq is None:
+                    break
+                self._open_parcel(seq)
+                rows = journal.waiting(queue, after, limit)
+        except JournalUnavailable:
+            return None
         now = time.monotonic()
         return [job_from_row(row, now) for row in rows]
 
@@ -184,6 +197,12 @@ class Book:
             self.routing.waiting.queue(queue).forget_on_disk(dropped)
 
     # -- accepting ---------------------------------------------------------------
+    @property
+    def last_seq(self) -> int:
+        """The seq of the newest job accepted (every job up to it is stored once the
+        journal commit that follows returned)."""
+        return self._seq
+
     def backlog(self) -> int:
         """Jobs accepted and not handed out (waiting + delayed)."""
         return self.routing.waiting.total() + sum(self.delayed.values())
@@ -596,23 +615,28 @@ class Book:
 
     # -- delayed jobs ------------------------------------------------------------------
     def next_due(self) -> float | None:
-        return self._next_due
+        """When a delayed job is due (None too while the journal cannot be written:
+        they are promoted once it can)."""
+        return None if self.journal.failure is not None else self._next_due
 
     def promote_due(self, wall: float, now: float) -> None:
         """Delayed jobs whose time has come start waiting (or run)."""
-        if self._next_due is None or wall < self._next_due:
+        if self._next_due is None or wall < self._next_due or self.journal.failure is not None:
             return
         queues: set[str] = set()
-        while True:
-            rows = self.journal.take_due(wall)
-            for row in rows:
-                job = job_from_row(row, now)
-                self.delayed[job.queue] -= 1
-                self.routing.waiting.push(job)
-                queues.add(job.queue)
-            if len(rows) < 1000:
-                break
-        self._next_due = self.journal.next_due()
+        try:
+            while True:
+                rows = self.journal.take_due(wall)
+                for row in rows:
+                    job = job_from_row(row, now)
+                    self.delayed[job.queue] -= 1
+                    self.routing.waiting.push(job)
+                    queues.add(job.queue)
+                if len(rows) < 1000:
+                    break
+            self._next_due = self.journal.next_due()
+        except JournalUnavailable:
+            pass  # _next_due stays: tried again once the journal can be written
         self.pump(now, sorted(queues))
 
     # -- cancelling --------------------------------------------------------------------
@@ -629,11 +653,15 @@ class Book:
         if job is not None:
             self.routing.waiting.queue(job.queue).discard(job)
         else:
-            found = self.journal.find(msgid)
-            if found is None:
-                for seq in self.journal.parcels_holding(msgid):
-                    self._open_parcel(seq)
+            try:
                 found = self.journal.find(msgid)
+                if found is None:
+                    for seq in self.journal.parcels_holding(msgid):
+                        self._open_parcel(seq)
+                    found = self.journal.find(msgid)
+            except JournalUnavailable as exc:
+                log.warning("CANCEL for msgid %s not applied: journal: %s", msgid, exc.reason)
+                return None
             if found is None:
                 log.debug("CANCEL for msgid %s: not held", msgid)
                 return None

@@ -46,11 +46,31 @@ Two small tables beside the jobs: the msgids of recently finished jobs
 (``finished``, pruned by age and count inside a commit) so a REQUEST resent
 after a restart is still recognised, and the SCHEDULE / UNSCHEDULE messages
 acknowledged while no scheduler could take them (``schedules``).
+
+Write failures (disk full, read-only or immutable file, I/O error, the write
+lock held by another connection past ``busy_timeout``): the open transaction
+is rolled back and nothing it held is lost. The writes it had applied are
+logged (``_log``) and replayed, with the writes still kept in memory, by the
+next :meth:`commit`, which returns True only once COMMIT returned: the
+router releases an ACK or a hand-out only after that. Meanwhile
+:attr:`Journal.failure` says why, kept writes go on piling up in memory, a
+write that must happen at once raises :class:`JournalUnavailable`, and so do
+the reads whose answer would miss the kept writes (the router then hands out
+only what it holds in memory). A retry runs at most every ``RETRY_INTERVAL``.
+
+Damage: every ``MARK_INTERVAL`` seconds (and at close) a commit also counts
+itself in the ``meta`` table, and once it returned ``PATH.mark`` records
+that count: the journal reached it. SQLite silently ignores a deleted, truncated or garbled
+``-wal`` file; a journal whose count is below its mark lost committed writes,
+and :func:`open_journal` refuses it, as it refuses one that fails
+``PRAGMA quick_check``. :func:`salvage` copies what SQLite can still read
+into a new journal and moves the damaged files aside.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import logging
@@ -64,7 +84,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, EventMQError
 from ..protocol.batch import unpack_jobs
 
 log = logging.getLogger("django_eventmq.router")
@@ -123,6 +143,9 @@ CREATE TABLE IF NOT EXISTS finished (
     msgid TEXT NOT NULL,
     at REAL NOT NULL                -- unix time finished
 );
+-- commits made (see the module doc: a journal below its mark lost committed writes)
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('commits', 0);
 -- SCHEDULE / UNSCHEDULE accepted while no scheduler could take them, in arrival order
 CREATE TABLE IF NOT EXISTS schedules (
     seq INTEGER PRIMARY KEY,
@@ -135,6 +158,45 @@ CREATE TABLE IF NOT EXISTS schedules (
 
 #: Seconds between two prunings of the finished msgids (done inside a commit).
 PRUNE_INTERVAL = 1.0
+#: Seconds between two tries to write while the journal cannot be written.
+RETRY_INTERVAL = 1.0
+#: Seconds between two "still cannot write" log lines.
+REMIND_INTERVAL = 60.0
+#: Seconds between two writes of the mark file (PATH.mark).
+MARK_INTERVAL = 2.0
+#: Tables :func:`salvage` copies, with the column that orders their rows.
+_TABLES = ("jobs", "parcels", "finished", "schedules")
+
+
+class JournalUnavailable(EventMQError):
+    """The journal cannot be written (or read consistently) now; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class JournalDamaged(ConfigurationError):
+    """The journal failed its checks at start-up; the message says what to do."""
+
+
+def describe(exc: BaseException) -> str:
+    """A short cause for a SQLite or OS error, for the one log line an operator reads."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    if name.startswith("SQLITE_FULL") or getattr(exc, "errno", None) == 28:
+        return "disk full"
+    if name.startswith("SQLITE_BUSY") or name.startswith("SQLITE_LOCKED"):
+        return "locked by another connection (an sqlite3 shell, a backup, a VACUUM?)"
+    if (
+        name.startswith("SQLITE_READONLY")
+        or isinstance(exc, PermissionError)
+        or getattr(exc, "errno", None) == errno.EROFS
+    ):
+        return "not writable (read-only or immutable file or directory)"
+    if name.startswith("SQLITE_IOERR"):
+        return f"I/O error ({exc})"
+    return str(exc) or type(exc).__name__
+
 
 _INSERT_JOB = (
     "INSERT OR IGNORE INTO jobs (seq, msgid, queue, nprio, state, due, guarantee, headers,"
@@ -176,6 +238,8 @@ def new_row(
         owner,
     ]
 
+
+_INSERT_FINISHED = "INSERT INTO finished (seq, msgid, at) VALUES (?, ?, ?)"
 
 #: Where a column's value sits in a new row's INSERT values.
 _COLUMN_AT = {"state": 4, "due": 5, "deaths": 11, "attempts": 12, "reason": 13}
@@ -226,17 +290,39 @@ def resolve_path(template: str, frontend_address: str) -> str:
 class Journal:
     """The job store. Every method runs in the router's thread."""
 
-    def __init__(self, path: str, *, sync: str = "full") -> None:
+    def __init__(
+        self, path: str, *, sync: str = "full", busy_timeout: float = 5.0, check: bool = True
+    ) -> None:
+        """Open (or create, mode 0600) the journal at ``path``.
+
+        ``busy_timeout``: seconds a write waits for another connection's lock
+        before it fails (then the journal retries later). ``check``: refuse a
+        damaged journal (:class:`JournalDamaged`) and one that cannot be
+        written (:class:`ConfigurationError`), each with one clear message.
+        """
         self.path = path
         self.syncs = 0
         #: Row changes not yet committed.
         self.pending = 0
+        #: Why the journal cannot be written now (None: it can).
+        self.failure: str | None = None
+        #: Writes applied to the open transaction, replayed after a failed one
+        #: (``(sql, params, many)``; see the module doc).
+        self._log: list[tuple[str, Any, bool]] = []
+        self._failed_since = 0.0
+        self._retry_at = 0.0
+        self._remind_at = 0.0
+        self._mark_at = 0.0
         self._lock: IO[bytes] | None = None
-        if path != MEMORY:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            self._lock = _exclusive_lock(path)
         try:
-            self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            if path != MEMORY:
+                if check:
+                    check_file(path)
+                _create_private(path)
+                self._lock = _exclusive_lock(path)
+            self.db = sqlite3.connect(
+                path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
+            )
             if path == MEMORY:
                 self.db.execute("PRAGMA journal_mode=OFF")
                 self.db.execute("PRAGMA synchronous=OFF")
@@ -246,8 +332,26 @@ class Journal:
             self.db.execute("PRAGMA temp_store=MEMORY")
             self.db.executescript(_SCHEMA)
             _add_owner_column(self.db)
+            self.commits = int(
+                self.db.execute("SELECT value FROM meta WHERE key = 'commits'").fetchone()[0]
+            )
+            if check and path != MEMORY:
+                # A write probe: one clear line now rather than failing later.
+                self.db.execute("BEGIN")
+                self.db.execute("UPDATE meta SET value = value + 1 WHERE key = 'commits'")
+                self.db.execute("COMMIT")
+                self.commits += 1
+                self._write_mark()
+        except sqlite3.DatabaseError as exc:
+            self._close_db()
+            if _is_damage(exc):
+                raise JournalDamaged(damaged_message(path, str(exc))) from None
+            raise ConfigurationError(_unwritable_message(path, exc)) from None
+        except OSError as exc:
+            self._close_db()
+            raise ConfigurationError(_unwritable_message(path, exc)) from None
         except BaseException:
-            self._unlock()
+            self._close_db()
             raise
         self._in_tx = False
         self._closed = False
@@ -276,24 +380,75 @@ class Journal:
 
     # -- transactions ------------------------------------------------------
     def _begin(self, changes: int = 1) -> None:
-        if not self._in_tx:
+        if not self._in_tx and self.failure is None:
             self._execute("BEGIN")
             self._in_tx = True
         self.pending += changes
 
-    def _write(self, sql: str, params: tuple[Any, ...]) -> int:
-        self._begin()
-        return self._execute(sql, params).rowcount
+    def _now(
+        self, sql: str, params: Any, *, many: bool = False, changes: int = 0
+    ) -> sqlite3.Cursor:
+        """Apply one write at once (logged for a replay should the transaction fail);
+        :class:`JournalUnavailable` if it cannot be written."""
+        return self._now_all([(sql, params, many)], changes)[-1]
 
-    def _flush(self) -> None:
-        """Apply the writes kept in memory (inside the open transaction)."""
+    def _now_all(self, writes: list[tuple[str, Any, bool]], changes: int) -> list[sqlite3.Cursor]:
+        """:meth:`_now` for writes that stand or fall together."""
+        if self.failure is not None:
+            raise JournalUnavailable(self.failure)
+        self._begin(0)
+        cursors = []
+        try:
+            for sql, params, many in writes:
+                cursors.append(
+                    self.db.executemany(sql, params) if many else self._execute(sql, params)
+                )
+        except sqlite3.Error as exc:
+            self._fail(exc)
+            raise JournalUnavailable(self.failure or describe(exc)) from None
+        self._log.extend(writes)
+        self.pending += changes
+        return cursors
+
+    def _fresh(self) -> None:
+        """Before a read whose answer must include the kept writes:
+        :class:`JournalUnavailable` if they cannot be written."""
+        if not self._flush():
+            raise JournalUnavailable(self.failure or "cannot be written")
+
+    def _select(self, sql: str, params: Any = ()) -> list[Any]:
+        """A read the router's decisions depend on (after :meth:`_fresh`)."""
+        try:
+            return self._execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise JournalUnavailable(describe(exc)) from None
+
+    def _write(self, sql: str, params: tuple[Any, ...]) -> int:
+        return self._now(sql, params, changes=1).rowcount
+
+    def _apply(self, sql: str, params: Any) -> bool:
+        """executemany for :meth:`_flush`: False (the transaction failed) on an error."""
+        try:
+            self.db.executemany(sql, params)
+        except sqlite3.Error as exc:
+            self._fail(exc)
+            return False
+        self._log.append((sql, params, True))
+        return True
+
+    def _flush(self) -> bool:
+        """Apply the writes kept in memory (inside the open transaction); False, and
+        all of them still kept, if the journal cannot be written."""
+        if self.failure is not None:
+            return False
         db = self.db
         if self._new:
             rows = list(self._new.values())
+            before = db.total_changes
+            if not self._apply(_INSERT_JOB, rows):
+                return False
             self._new.clear()
             self._new_msgids.clear()
-            before = db.total_changes
-            db.executemany(_INSERT_JOB, rows)
             ignored = len(rows) - (db.total_changes - before)
             if ignored:  # the router asks holds() first: this is a bug, say so
                 log.error("journal: %d new job(s) not stored: msgid already held", ignored)
@@ -302,44 +457,157 @@ class Journal:
             for seq, columns in self._changed.items():
                 names = tuple(sorted(columns))
                 groups.setdefault(names, []).append((*(columns[n] for n in names), seq))
-            self._changed.clear()
             for names, params in groups.items():
                 assignments = ", ".join(f"{name} = ?" for name in names)
-                db.executemany(f"UPDATE jobs SET {assignments} WHERE seq = ?", params)  # noqa: S608
+                # A group applied twice (after a failure) sets the same values again.
+                if not self._apply(f"UPDATE jobs SET {assignments} WHERE seq = ?", params):  # noqa: S608
+                    return False
+            self._changed.clear()
         if self._gone:
-            db.executemany("DELETE FROM jobs WHERE seq = ?", [(seq,) for seq in self._gone])
+            if not self._apply("DELETE FROM jobs WHERE seq = ?", [(seq,) for seq in self._gone]):
+                return False
             self._gone.clear()
         if self._done:
-            db.executemany("INSERT INTO finished (seq, msgid, at) VALUES (?, ?, ?)", self._done)
-            self._done.clear()
+            # A new list after: the log keeps this one.
+            if not self._apply(_INSERT_FINISHED, self._done):
+                return False
+            self._done = []
+        return True
+
+    def _fail(self, exc: BaseException) -> None:
+        """A write or COMMIT failed: roll the transaction back (its writes stay in
+        ``_log`` and the kept ones in memory) and say so once, then at a slow rate."""
+        if self.db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self._execute("ROLLBACK")
+        self._in_tx = False
+        now = time.monotonic()
+        self._retry_at = now + RETRY_INTERVAL
+        cause = describe(exc)
+        if cause.startswith("I/O error"):
+            cause = self._file_problem() or cause
+        if not self._failed_since:  # the first failure since the last commit
+            self._failed_since = now
+            self._remind_at = now + REMIND_INTERVAL
+            log.error(
+                "journal %s cannot be written: %s. New jobs are not acknowledged (REJECT or "
+                "clients held back, per HWM_POLICY) until it can; stored jobs are still "
+                "handed out. Retrying every %gs.",
+                self.path,
+                cause,
+                RETRY_INTERVAL,
+            )
+        elif now >= self._remind_at:
+            self._remind_at = now + REMIND_INTERVAL
+            log.error(
+                "journal %s still cannot be written (%s) after %.0fs; %d change(s) wait in memory",
+                self.path,
+                cause,
+                now - self._failed_since,
+                self.pending,
+            )
+        self.failure = cause
 
     def commit(self) -> bool:
-        """Make every change so far durable (one sync); False if there was none."""
-        if not self._in_tx:
+        """Make every change so far durable (one sync); False if there was none, or
+        if the journal cannot be written now: then nothing is lost, :attr:`pending`
+        stays, and a later call tries again (at most every ``RETRY_INTERVAL``)."""
+        if not self.pending:
             return False
-        self._flush()
-        if self._finished_added:
-            self._prune_finished(self._finished_clock())
-        self._execute("COMMIT")
+        retrying = self.failure is not None
+        if retrying and (time.monotonic() < self._retry_at or not self._replay()):
+            return False
+        if not self._flush():
+            return False
+        # The commit count is stored only with a commit that a new mark follows.
+        marking = self._lock is not None and time.monotonic() >= self._mark_at
+        try:
+            if self._finished_added:
+                self._prune_finished(self._finished_clock())
+            if marking:
+                self._execute(
+                    "UPDATE meta SET value = ? WHERE key = 'commits'", (self.commits + 1,)
+                )
+            self._execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._fail(exc)
+            return False
         self._in_tx = False
+        self._log.clear()
+        if retrying:
+            log.warning(
+                "journal %s can be written again after %.0fs: %d kept change(s) stored",
+                self.path,
+                time.monotonic() - self._failed_since,
+                self.pending,
+            )
+            self._failed_since = 0.0
         self.pending = 0
         self.syncs += 1
+        if marking:
+            self.commits += 1
+            self._write_mark()
+        return True
+
+    def _replay(self) -> bool:
+        """After a failure: a new transaction with the writes the failed one had applied."""
+        self.failure, cause = None, self.failure
+        try:
+            self._execute("BEGIN")
+            self._in_tx = True
+            for sql, params, many in self._log:
+                if many:
+                    self.db.executemany(sql, params)
+                else:
+                    self._execute(sql, params)
+        except sqlite3.Error as exc:
+            self.failure = cause
+            self._fail(exc)
+            return False
         return True
 
     def close(self) -> None:
-        """Commit and close (idempotent)."""
+        """Commit and close (idempotent). Changes that cannot be written are lost
+        here, as in a crash: nothing that depended on them was released."""
         if self._closed:
             return
         self._closed = True
-        with contextlib.suppress(sqlite3.Error):
-            self.commit()
-            self.db.close()
+        self._retry_at = self._mark_at = 0.0
+        self.commit()
+        self._close_db()
+
+    def _close_db(self) -> None:
+        db = getattr(self, "db", None)
+        if db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
         self._unlock()
 
     def _unlock(self) -> None:
         if self._lock is not None:
             self._lock.close()
             self._lock = None
+
+    def _file_problem(self) -> str | None:
+        """What stops the journal's files being written, if the OS says (SQLite's
+        I/O error does not: an immutable file, a read-only remount)."""
+        if self._lock is None:
+            return None
+        for name in (self.path, self.path + "-wal", self.path + "-shm"):
+            try:
+                os.close(os.open(name, os.O_WRONLY | os.O_APPEND))
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                return f"{describe(exc)}: {name}"
+        return None
+
+    def _write_mark(self) -> None:
+        self._mark_at = time.monotonic() + MARK_INTERVAL
+        try:
+            write_mark(self.path, self.commits)
+        except OSError as exc:  # a full disk: the journal itself says so
+            log.debug("journal %s: mark not written: %s", self.path, exc)
 
     # -- writes ---------------------------------------------------------------
     def add(self, values: list[Any], *, on_disk: bool = False) -> bool:
@@ -354,13 +622,13 @@ class Journal:
         seq, msgid = values[0], values[1]
         if msgid in self._new_msgids:
             return False
-        self._begin()
         # Changes kept for this seq came before the row existed: written in
         # order they would have changed nothing.
         self._changed.pop(seq, None)
         self._gone.discard(seq)
         if on_disk:
-            return self._execute(_INSERT_JOB, values).rowcount == 1
+            return self._now(_INSERT_JOB, values, changes=1).rowcount == 1
+        self._begin()
         self._new[seq] = values
         self._new_msgids.add(msgid)
         return True
@@ -370,11 +638,10 @@ class Journal:
         row whose msgid is held already is not)."""
         if not rows:
             return set()
-        self._flush()  # kept rows first, so the insert sees their msgids
-        self._begin(len(rows))
+        self._fresh()  # kept rows first, so the insert sees their msgids
         db = self.db
         before = db.total_changes
-        db.executemany(_INSERT_JOB, rows)
+        self._now(_INSERT_JOB, rows, many=True, changes=len(rows))
         seqs = [row[0] for row in rows]
         if db.total_changes - before == len(rows):
             return set(seqs)
@@ -438,15 +705,21 @@ class Journal:
         """Store ``count`` jobs of ``queue`` (the JOBS frame ``jobs``, whose jobs
         all carry ``headers``) as one row; they take seqs ``seq .. seq + count - 1``.
         ``digest``: :func:`parcel_digest` of ``jobs``, if already computed."""
-        self._begin(count)
-        self._execute(
-            "INSERT INTO parcels (seq, count, queue, nprio, guarantee, headers, client,"
-            " accepted, jobs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (seq, count, queue, -priority, guarantee, headers, client, accepted, jobs),
-        )
-        self._execute(
-            "INSERT OR IGNORE INTO parcel_digests (seq, digest) VALUES (?, ?)",
-            (seq, parcel_digest(jobs) if digest is None else digest),
+        self._now_all(
+            [
+                (
+                    "INSERT INTO parcels (seq, count, queue, nprio, guarantee, headers, client,"
+                    " accepted, jobs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (seq, count, queue, -priority, guarantee, headers, client, accepted, jobs),
+                    False,
+                ),
+                (
+                    "INSERT OR IGNORE INTO parcel_digests (seq, digest) VALUES (?, ?)",
+                    (seq, parcel_digest(jobs) if digest is None else digest),
+                    False,
+                ),
+            ],
+            count,
         )
         self._parcels[queue] += 1
 
@@ -473,9 +746,11 @@ class Journal:
         ``(nprio, seq)`` is at most ``upto`` (None: whatever it is)."""
         if not self._parcels[queue]:
             return None
-        found = self._execute(
+        self._fresh()
+        rows = self._select(
             "SELECT nprio, seq FROM parcels WHERE queue = ? ORDER BY nprio, seq LIMIT 1", (queue,)
-        ).fetchone()
+        )
+        found = rows[0] if rows else None
         if found is None or (upto is not None and tuple(found) > upto):
             return None
         return int(found[1])
@@ -485,7 +760,8 @@ class Journal:
         open them, then :meth:`find`)."""
         if not self._parcels.total():
             return []
-        cursor = self._execute(
+        self._fresh()
+        cursor = self._select(
             "SELECT seq FROM parcels WHERE instr(jobs, ?) > 0 ORDER BY seq", (msgid.encode(),)
         )
         return [int(seq) for (seq,) in cursor]
@@ -493,12 +769,12 @@ class Journal:
     def open_parcel(self, seq: int, skip: Container[str]) -> tuple[str, int]:
         """Turn parcel ``seq`` into a WAITING row per job. Returns its queue and how
         many jobs were dropped: their msgid was held already, or is in ``skip``."""
-        self._flush()  # kept rows first, so the insert sees their msgids
-        (count, queue, nprio, guarantee, headers, client, accepted, frame) = self._execute(
+        self._fresh()  # kept rows first, so the insert sees their msgids
+        (count, queue, nprio, guarantee, headers, client, accepted, frame) = self._select(
             "SELECT count, queue, nprio, guarantee, headers, client, accepted, jobs"
             " FROM parcels WHERE seq = ?",
             (seq,),
-        ).fetchone()
+        )[0]
         # We stored the frame after checking it: this cannot fail on a good journal.
         jobs = unpack_jobs(frame, max_jobs=count, max_bytes=len(frame))
         rows = [
@@ -507,13 +783,15 @@ class Journal:
             for i, job in enumerate(jobs)
             if (msgid := job[0].decode()) not in skip
         ]  # fmt: skip
-        self._begin(len(rows) + 1)
-        db = self.db
-        before = db.total_changes
-        db.executemany(_INSERT_JOB, rows)
-        stored = db.total_changes - before
-        self._execute("DELETE FROM parcels WHERE seq = ?", (seq,))
-        self._execute("DELETE FROM parcel_digests WHERE seq = ?", (seq,))
+        inserted = self._now_all(
+            [
+                (_INSERT_JOB, rows, True),
+                ("DELETE FROM parcels WHERE seq = ?", (seq,), False),
+                ("DELETE FROM parcel_digests WHERE seq = ?", (seq,), False),
+            ],
+            len(rows) + 1,
+        )
+        stored = inserted[0].rowcount
         self._parcels[queue] -= 1
         return queue, count - stored
 
@@ -616,9 +894,9 @@ class Journal:
     # -- reads -----------------------------------------------------------------
     def waiting(self, queue: str, after: tuple[int, int] | None, limit: int) -> list[Row]:
         """Up to ``limit`` WAITING jobs of ``queue`` in hand-out order, after the key ``after``."""
-        self._flush()
+        self._fresh()
         if after is None:
-            cursor = self._execute(
+            cursor = self._select(
                 "SELECT seq, msgid, queue, nprio, guarantee, headers, body, client,"
                 " accepted, deaths, attempts"
                 " FROM jobs WHERE queue = ? AND state = 0"
@@ -626,7 +904,7 @@ class Journal:
                 (queue, limit),
             )
         else:
-            cursor = self._execute(
+            cursor = self._select(
                 "SELECT seq, msgid, queue, nprio, guarantee, headers, body, client,"
                 " accepted, deaths, attempts"
                 " FROM jobs WHERE queue = ? AND state = 0"
@@ -637,10 +915,10 @@ class Journal:
 
     def take_due(self, now: float, limit: int = 1000) -> list[Row]:
         """DELAYED jobs due at unix time ``now``, made WAITING."""
-        self._flush()
+        self._fresh()
         rows = [
             _row(values)
-            for values in self._execute(
+            for values in self._select(
                 "SELECT seq, msgid, queue, nprio, guarantee, headers, body, client,"
                 " accepted, deaths, attempts"
                 " FROM jobs WHERE state = 3 AND due <= ? ORDER BY due LIMIT ?",
@@ -653,18 +931,19 @@ class Journal:
 
     def next_due(self) -> float | None:
         """When the next DELAYED job is due (unix time), if any."""
-        self._flush()
-        value = self._execute("SELECT MIN(due) FROM jobs WHERE state = 3").fetchone()[0]
+        self._fresh()
+        value = self._select("SELECT MIN(due) FROM jobs WHERE state = 3")[0][0]
         return None if value is None else float(value)
 
     def find(self, msgid: str) -> tuple[int, Row] | None:
         """``(state, row)`` of the job ``msgid``, if held."""
-        self._flush()
-        values = self._execute(
+        self._fresh()
+        found = self._select(
             "SELECT state, seq, msgid, queue, nprio, guarantee, headers, body, client,"
             " accepted, deaths, attempts FROM jobs WHERE msgid = ?",
             (msgid,),
-        ).fetchone()
+        )
+        values = found[0] if found else None
         return None if values is None else (values[0], _row(values[1:]))
 
     def owner_of(self, msgid: str) -> str | None:
@@ -759,7 +1038,8 @@ def _add_owner_column(db: sqlite3.Connection) -> None:
 
 def _exclusive_lock(path: str) -> IO[bytes]:
     """Hold ``path.lock`` for this process: two routers must never share a journal."""
-    handle = open(path + ".lock", "ab")  # noqa: SIM115 - held until close()
+    fd = os.open(path + ".lock", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    handle = os.fdopen(fd, "ab")
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -769,3 +1049,171 @@ def _exclusive_lock(path: str) -> IO[bytes]:
             "journal file"
         ) from None
     return handle
+
+
+# -- files, damage and salvage (see the module doc) ----------------------------------
+def _create_private(path: str) -> None:
+    """Create the journal's directory, and the file itself mode 0600: it holds job
+    bodies, and SQLite gives its -wal and -shm files the database file's mode."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
+def check_file(path: str) -> None:
+    """Refuse a damaged journal (:class:`JournalDamaged`): SQLite's own check of the
+    file, and its commit count against its mark. Read-only, so that a refused
+    journal stays exactly as it was (closing a writer would checkpoint what is
+    left of a damaged -wal file into it and delete that file)."""
+    mark = read_mark(path)
+    if not os.path.exists(path):
+        if mark:
+            raise JournalDamaged(
+                damaged_message(path, f"the file is missing but {path}.mark says {mark} were made")
+            )
+        return
+    try:
+        db = sqlite3.connect(Path(path).absolute().as_uri() + "?mode=ro", uri=True)
+    except sqlite3.Error:
+        return  # the writer's open says what is wrong
+    try:
+        problems = [str(row[0]) for row in db.execute("PRAGMA quick_check(5)")]
+        if problems != ["ok"]:
+            raise JournalDamaged(damaged_message(path, "; ".join(problems)))
+        try:
+            commits = int(db.execute("SELECT value FROM meta WHERE key = 'commits'").fetchone()[0])
+        except (sqlite3.OperationalError, TypeError):
+            commits = 0  # no meta table (yet): none counted
+        if mark is not None and commits < mark:
+            raise JournalDamaged(
+                damaged_message(
+                    path,
+                    f"it holds {commits} commit(s) but {path}.mark says {mark} were made: its "
+                    "-wal file was deleted, truncated or damaged, or the journal file was "
+                    "replaced",
+                )
+            )
+    except sqlite3.DatabaseError as exc:
+        if _is_damage(exc):
+            raise JournalDamaged(damaged_message(path, str(exc))) from None
+    finally:
+        db.close()
+
+
+def _is_damage(exc: sqlite3.DatabaseError) -> bool:
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or not isinstance(
+        exc, sqlite3.OperationalError
+    )
+
+
+def damaged_message(path: str, detail: str) -> str:
+    """What an operator reads when the router refuses a damaged journal."""
+    return (
+        f"JOURNAL_PATH: journal {path} is damaged ({detail}); the router did not start and "
+        "changed nothing. Run the router once with --journal-recover: it copies what SQLite "
+        f"can still read into a new journal and moves the damaged files to "
+        f"{path}.damaged-TIME (its -wal file and mark too). Or move {path}, {path}-wal and "
+        f"{path}.mark away yourself to start with an empty journal."
+    )
+
+
+def _unwritable_message(path: str, exc: BaseException) -> str:
+    return (
+        f"JOURNAL_PATH: cannot write journal {path}: {describe(exc)}. Free space or fix its "
+        "permissions (chmod, chattr -i, a read-only mount), or set JOURNAL_PATH elsewhere, "
+        "and start again."
+    )
+
+
+def read_mark(path: str) -> int | None:
+    """The commit count ``PATH.mark`` says the journal reached (None: no mark)."""
+    try:
+        text = Path(path + ".mark").read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        return int(text.split()[0])
+    except (ValueError, IndexError):
+        return None  # an unreadable mark proves nothing
+
+
+def write_mark(path: str, commits: int) -> None:
+    """Record (mode 0600, replaced whole) that the journal reached ``commits`` commits."""
+    partial = path + ".mark.new"
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(f"{commits}\n")
+    os.replace(partial, path + ".mark")
+
+
+def salvage(path: str) -> tuple[str, dict[str, int], int]:
+    """Move a damaged journal aside and copy into a new one at ``path`` every row
+    SQLite can still read. Returns where the damaged files went, rows copied per
+    table, and rows (or runs of rows) that could not be read."""
+    lock = _exclusive_lock(path)  # no router may be using it
+    try:
+        aside = f"{path}.damaged-{time.strftime('%Y%m%d-%H%M%S')}"
+        for suffix in ("", "-wal", "-shm", ".mark"):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(path + suffix, aside + suffix)
+    finally:
+        lock.close()
+    journal = Journal(path, check=False)
+    copied: dict[str, int] = {}
+    unreadable = 0
+    try:
+        try:
+            # Read-only: the damaged files stay as they were, for a closer look.
+            old = sqlite3.connect(f"file:{aside}?mode=ro", uri=True, isolation_level=None)
+            tables = {row[0] for row in old.execute("SELECT name FROM sqlite_master")}
+        except sqlite3.DatabaseError:
+            return aside, copied, 1  # nothing readable (not a database at all)
+        commits = 0
+        with contextlib.suppress(sqlite3.DatabaseError):
+            commits = int(old.execute("SELECT value FROM meta WHERE key = 'commits'").fetchone()[0])
+        for (table,) in journal.db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name != 'meta'"
+        ).fetchall():
+            if table not in tables:
+                continue
+            columns = [row[1] for row in journal.db.execute(f"PRAGMA table_info({table})")]
+            with contextlib.suppress(sqlite3.DatabaseError):  # an older journal has fewer
+                had = {row[1] for row in old.execute(f"PRAGMA table_info({table})")}
+                columns = [name for name in columns if name in had]
+            copied[table], bad = _copy_table(old, journal.db, table, columns)
+            unreadable += bad
+        old.close()
+        journal.commits = max(commits, read_mark(aside) or 0)
+        journal.db.execute("UPDATE meta SET value = ? WHERE key = 'commits'", (journal.commits,))
+    finally:
+        journal.close()
+    return aside, copied, unreadable
+
+
+def _copy_table(
+    old: sqlite3.Connection, new: sqlite3.Connection, table: str, columns: list[str]
+) -> tuple[int, int]:
+    """Copy ``table`` in rowid order, 500 rows at a time; a run that cannot be read
+    is skipped (a few rowids at a time, then more). Returns (copied, runs skipped)."""
+    names = ", ".join(columns)
+    insert = f"INSERT OR IGNORE INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})"  # noqa: S608
+    select = f"SELECT rowid, {names} FROM {table} WHERE rowid > ? ORDER BY rowid LIMIT 500"  # noqa: S608
+    last, copied, bad, step = -(2**63), 0, 0, 1
+    while bad < 10_000:
+        try:
+            rows = old.execute(select, (last,)).fetchall()
+        except sqlite3.DatabaseError:
+            bad += 1
+            last += step
+            step = min(step * 2, 1 << 20)
+            continue
+        if not rows:
+            break
+        step = 1
+        new.execute("BEGIN")
+        new.executemany(insert, [row[1:] for row in rows])
+        new.execute("COMMIT")
+        copied += len(rows)
+        last = rows[-1][0]
+    return copied, bad

@@ -160,6 +160,11 @@ def router_families(snap: status.Snapshot) -> list[Metric]:
         journal = _gauge("emq_journal_bytes", "Size of the router's journal.")
         journal.add_metric([], m.get("store_bytes", 0))
         families.append(journal)
+        writable = _gauge(
+            "emq_journal_writable", "1 while the router's journal can be written, else 0."
+        )
+        writable.add_metric([], 0 if m.get("journal_failure") else 1)
+        families.append(writable)
         for key, doc in (
             ("syncs", "Journal syncs to storage."),
             ("expired", "Job leases that expired."),

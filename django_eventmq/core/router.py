@@ -23,7 +23,7 @@ import os
 import time
 from collections import OrderedDict
 
-from ..errors import ProtocolError
+from ..errors import ConfigurationError, ProtocolError
 from ..protocol import (
     Ack,
     AdminRequest,
@@ -41,7 +41,14 @@ from ..protocol.packed import pack
 from . import router_admin as admin_json
 from . import security, transport
 from .dispatch import Book
-from .journal import MEMORY, Journal, resolve_path
+from .journal import (
+    MEMORY,
+    Journal,
+    JournalDamaged,
+    JournalUnavailable,
+    resolve_path,
+    salvage,
+)
 from .queues import Routing, Schedulers
 from .router_backend import FEATURES, BackendHandlers
 from .router_frontend import DRAIN_CAP, FrontendHandlers
@@ -89,8 +96,10 @@ class Router(FrontendHandlers, BackendHandlers):
     #: Every job held, made by :meth:`start` (it needs the journal).
     book: Book
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, journal_recover: bool = False) -> None:
         self.settings = settings
+        #: Salvage a damaged journal at start (``--journal-recover``) instead of refusing it.
+        self.journal_recover = journal_recover
         self.schedulers = Schedulers()
         self.frontend_address = ""
         self.backend_address = ""
@@ -101,6 +110,9 @@ class Router(FrontendHandlers, BackendHandlers):
         self._blocked = False
         self._next_tick = 0.0
         self._last_commit = 0.0
+        #: Every job up to this seq is in the journal (a commit returned): only those
+        #: are handed out (see :meth:`_flush_deliveries`).
+        self._durable_seq = 0
         #: When ACKs started waiting for a bigger group commit (None: none waits).
         self._acks_since: float | None = None
         self._tick = settings.heartbeat_interval / 4
@@ -146,13 +158,20 @@ class Router(FrontendHandlers, BackendHandlers):
             self.journal_path = (
                 resolve_path(s.journal_path, self.frontend_address) if s.journal else MEMORY
             )
-            journal = Journal(self.journal_path, sync=s.journal_sync)
+            journal = self._open_journal()
         except BaseException:
             self.close()
             raise
         self.outbox = Outbox(self.frontend, s.outbox_budget, s.outbox_peer_bytes)
         self.book = Book(s, journal, self._deliver, self._to_client)
-        self.book.recover()
+        try:
+            self.book.recover()
+        except JournalUnavailable as exc:
+            self.close()
+            raise ConfigurationError(
+                f"JOURNAL_PATH: cannot write journal {journal.path}: {exc.reason}"
+            ) from None
+        self._durable_seq = self.book.last_seq
         self._recover_schedules()
         self._handlers = {
             self.frontend: ("frontend", False, self._frontend_handlers()),
@@ -168,6 +187,27 @@ class Router(FrontendHandlers, BackendHandlers):
         )
         if s.journal:
             log.info("journal: %s (sync %s)", self.journal_path, s.journal_sync)
+
+    def _open_journal(self) -> Journal:
+        """The journal; a damaged one is refused, or salvaged with ``journal_recover``."""
+        s = self.settings
+        path = self.journal_path
+        try:
+            return Journal(path, sync=s.journal_sync, busy_timeout=s.journal_busy_timeout)
+        except JournalDamaged as exc:
+            if not self.journal_recover:
+                raise
+            log.warning("%s", exc)
+        aside, copied, unreadable = salvage(path)
+        log.warning(
+            "journal %s recovered: the damaged files are now %s*; copied %s; %d unreadable "
+            "run(s) of rows skipped",
+            path,
+            aside,
+            ", ".join(f"{n} {table}" for table, n in copied.items()) or "nothing",
+            unreadable,
+        )
+        return Journal(path, sync=s.journal_sync, busy_timeout=s.journal_busy_timeout)
 
     def _bind(self, addr: str, role: str, *, unpack: bool = False, sndhwm: int = SNDHWM) -> Channel:
         options = security.secure_channel_options(self.settings, role, security.SERVER)
@@ -208,8 +248,8 @@ class Router(FrontendHandlers, BackendHandlers):
         book = getattr(self, "book", None)
         if book is not None and self._channels:
             with contextlib.suppress(Exception):
-                self._flush_deliveries()
                 self._sync(force=True)
+                self._flush_deliveries()
         for channel in self._channels:
             channel.close()
         self._channels.clear()
@@ -219,11 +259,13 @@ class Router(FrontendHandlers, BackendHandlers):
             self._guard = None
         if book is not None:
             journal = book.journal
-            empty = journal.path != MEMORY and journal.is_empty()
+            # Only a committed journal can tell it holds nothing.
+            journal.commit()
+            empty = journal.path != MEMORY and not journal.pending and journal.is_empty()
             journal.close()
             if empty and "{frontend}" in self.settings.journal_path:
                 # A per-address default journal with nothing in it: leave no litter.
-                for suffix in ("", "-wal", "-shm", ".lock"):
+                for suffix in ("", "-wal", "-shm", ".lock", ".mark"):
                     with contextlib.suppress(OSError):
                         os.unlink(journal.path + suffix)
 
@@ -269,12 +311,23 @@ class Router(FrontendHandlers, BackendHandlers):
             return
         if journal.pending and (
             self._acks
+            or self._outbox
             or force
             or t - self._last_commit >= COMMIT_INTERVAL
             or journal.pending > 50_000
         ):
+            last = self.book.last_seq
             journal.commit()
             self._last_commit = t
+            if journal.pending:
+                # Not written (journal.failure says why; it is retried): nothing
+                # that depends on it leaves, neither ACKs nor new jobs' hand-outs.
+                return
+            self._durable_seq = last
+        elif not journal.pending:
+            self._durable_seq = self.book.last_seq
+        if self._outbox:
+            self._flush_deliveries()  # the jobs this commit stored
         self._acks_since = None
         if self._acks:
             acks, self._acks = self._acks, []
@@ -296,11 +349,19 @@ class Router(FrontendHandlers, BackendHandlers):
 
     # -- back-pressure -----------------------------------------------------------------
     def _check_high_water(self) -> None:
-        """Policy ``block``: stop reading clients above the mark, start again below 90%."""
+        """Policy ``block``: stop reading clients above the mark, or while the journal
+        cannot be written; start again below 90% (and once it can)."""
         if self.settings.hwm_policy != "block" or self._poller is None:
             return
         backlog = self.book.backlog()
         mark = self.settings.high_water_mark
+        failure = self.book.journal.failure
+        if failure is not None:
+            if not self._blocked:
+                self._blocked = True
+                self._poller.unregister(self.frontend)
+                log.warning("journal cannot be written (%s): not reading clients", failure)
+            return
         if not self._blocked and backlog >= mark:
             self._blocked = True
             self._poller.unregister(self.frontend)
@@ -376,11 +437,13 @@ class Router(FrontendHandlers, BackendHandlers):
             body = admin_json.status(self.routing, now)
             body["poisoned_messages"] = admin_json.poisoned(self.book)
             body.update(self.book.stats.as_dict())
+            body["journal_failure"] = self.book.journal.failure
         elif msg.action == C.ROUTER_SHOW_WORKERS:
             body = admin_json.show_workers(self.routing)
         elif msg.action == C.MONITOR:
             body = admin_json.monitor(self.book)
             body["blocked"] = self._blocked
+            body["journal_failure"] = self.book.journal.failure
             body.update(self.outbox.as_dict())
             body["held"] = self.held_counts()
             body["cancels_refused"] = self.cancels_refused

@@ -78,6 +78,8 @@ class BackendHandlers:
     _told: OrderedDict[bytes, float]
     #: Jobs handed out and not sent yet (see :meth:`_deliver`).
     _outbox: list[tuple[Worker, Job]]
+    #: Jobs up to this seq are in the journal (see :meth:`_flush_deliveries`).
+    _durable_seq: int
 
     if TYPE_CHECKING:
 
@@ -269,17 +271,24 @@ class BackendHandlers:
         self._outbox.append((worker, job))
 
     def _flush_deliveries(self) -> None:
-        """Send the queued jobs; a job its worker cannot take now waits again (at the front)."""
+        """Send the queued jobs that are in the journal; a job its worker cannot take
+        now waits again (at the front). A job accepted since the last journal
+        commit stays queued until a commit returned (the router's :meth:`_sync`):
+        a job manager never runs a job the journal may not have."""
         if not self._outbox:
             return
         outbox, self._outbox = self._outbox, []
-        for index in range(len(outbox)):
+        durable = self._durable_seq
+        ready = [entry for entry in outbox if entry[1].seq <= durable]
+        if len(ready) < len(outbox):
+            self._outbox = [entry for entry in outbox if entry[1].seq > durable]
+        for index in range(len(ready)):
             try:
-                self._send_delivery(outbox, index)
+                self._send_delivery(ready, index)
             except BaseException:
                 # Unexpected (the caller logs it): the jobs after this one must not
                 # be stranded, leased but never sent. They go out next time.
-                self._outbox[:0] = outbox[index + 1 :]
+                self._outbox[:0] = ready[index + 1 :]
                 raise
 
     def _send_delivery(self, outbox: list[tuple[Worker, Job]], index: int) -> None:
@@ -307,7 +316,7 @@ class BackendHandlers:
                 raise
             book.undo(job)
             self._undo_unsent(identity, outbox[index + 1 :])
-            book.worker_failed(identity, "unreachable")
+            self._worker_failed(identity, "unreachable")  # and its jobs still queued
             self._retry = True
             return
         worker.last_sent = job.dispatched_at

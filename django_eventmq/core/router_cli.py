@@ -58,6 +58,13 @@ def add_durability_arguments(parser: argparse.ArgumentParser) -> None:
         help="keep jobs in memory only: a router restart loses the jobs it holds",
     )
     group.add_argument(
+        "--journal-recover",
+        action="store_true",
+        help="if the journal fails its checks at start (damaged file, lost -wal content), "
+        "move its files aside to PATH.damaged-TIME, copy every job SQLite can still read "
+        "into a new journal, then start",
+    )
+    group.add_argument(
         "--journal-sync",
         choices=("full", "normal"),
         help="'full': ACK once the job is on stable storage (survives a power cut); "
@@ -227,6 +234,7 @@ def format_monitor(info: Mapping[str, Any]) -> str:
         "messages_dropped",
         "cancels_refused",
         "journal",
+        "journal_failure",
     )
     lines = [f"{key}: {info.get(key)}" for key in keys if key in info]
     for queue, counts in sorted(info.get("per_queue", {}).items()):

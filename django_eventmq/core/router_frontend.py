@@ -64,6 +64,7 @@ from ..protocol.limits import Limits, OverLimit
 from ..protocol.packed import PACKED
 from . import security, transport
 from .dispatch import Accepting, Book
+from .journal import JournalUnavailable
 from .queues import Scheduler, Schedulers
 from .router_holds import QueueMarks
 from .router_io import Handler, Outbox, WarnOnce, forward, send, show
@@ -235,7 +236,11 @@ class FrontendHandlers(QueueMarks):
             )
         ):
             return
-        self.book.accept(identity, frames, msgid, queue, headers, now, self._sender)
+        try:
+            self.book.accept(identity, frames, msgid, queue, headers, now, self._sender)
+        except JournalUnavailable as exc:  # it failed with this very insert
+            self.book.reject(identity, msgid, _cannot_store(exc.reason))
+            return
         # New or a duplicate: either way the job is held; the ACK waits for the commit.
         self._acks.append((identity, frames[3], packed))
 
@@ -244,6 +249,9 @@ class FrontendHandlers(QueueMarks):
         is refused, if it is; ``coming``: jobs of its BATCH not stored yet."""
         if frames[6].lstrip()[:1] != b"[":
             return 'bad body: a job is a JSON list such as ["run", {...}]'
+        failure = self.book.journal.failure
+        if failure is not None and not self.book.is_held(msgid):
+            return _cannot_store(failure)
         if (
             self.settings.hwm_policy == "reject"
             and not self.book.is_held(msgid)
@@ -310,6 +318,9 @@ class FrontendHandlers(QueueMarks):
             self.book.accept_many(identity, admitted, now, self._sender)
         except transport.ContextTerminated:
             raise
+        except JournalUnavailable as exc:
+            log.warning("BATCH %s not stored: journal: %s", show(batch_msgid), exc.reason)
+            return
         except Exception:
             # No ACK: the client sends the batch again; the jobs held by then are duplicates.
             log.exception(
@@ -324,7 +335,12 @@ class FrontendHandlers(QueueMarks):
         share queue and headers and plainly pass a REQUEST's checks; False, nothing
         done, otherwise: each job then goes through them one by one."""
         route = shared_route(frame, ends)
-        if route is None or not route[0] or self.queue_full(route[0].decode()):
+        if (
+            route is None
+            or not route[0]
+            or self.queue_full(route[0].decode())
+            or self.book.journal.failure is not None
+        ):
             return False
         sizes = body_sizes(ends)
         # Each body at least "[" and more, within the limit, and a JSON list (a
@@ -439,6 +455,9 @@ class FrontendHandlers(QueueMarks):
         unschedule = isinstance(msg, Unschedule)
         job_key, timing_key = _schedule_keys(msg)
         journal = self.book.journal
+        if journal.failure is not None:
+            self.book.reject(identity, msg.msgid, _cannot_store(journal.failure))
+            return
         peers = self.schedulers
         if unschedule and peers.stored and job_key:
             dropped = journal.drop_schedules(job_key, timing_key)
@@ -468,9 +487,9 @@ class FrontendHandlers(QueueMarks):
     def _flush_schedules(self, now: float) -> None:
         """Hand kept messages to the connected schedulers, oldest first."""
         peers = self.schedulers
-        if not peers.stored or not peers.peers:
-            return
         journal = self.book.journal
+        if not peers.stored or not peers.peers or journal.failure is not None:
+            return
         while peers.stored:
             kept = journal.schedules(SCHEDULES_PER_READ)
             for seq, unschedule, frames in kept:
@@ -538,6 +557,11 @@ class FrontendHandlers(QueueMarks):
 
     def _ignore(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
         log.debug("%s from %s ignored", msg.command, show(identity))
+
+
+def _cannot_store(failure: str) -> str:
+    """The REJECT reason while the journal cannot be written."""
+    return f"router cannot store jobs now (its journal: {failure}); send it again later"
 
 
 def _schedule_keys(msg: Schedule | Unschedule) -> tuple[str, str]:

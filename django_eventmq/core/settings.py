@@ -93,6 +93,10 @@ class Settings:
     #: Router: ``full`` acknowledges a job once it is on stable storage (fsync; survives
     #: a power cut), ``normal`` once the OS has it (survives a router crash, not a power cut).
     journal_sync: str = "full"
+    #: Router: seconds a journal write waits for a lock another connection holds (an
+    #: sqlite3 shell, a backup) before the router stops acknowledging new jobs and
+    #: retries each second; at most 1, so heartbeats keep flowing.
+    journal_busy_timeout: float = 0.1
     #: Router: waiting jobs per queue kept in memory; the others wait on disk only.
     queue_window: int = 1000
     #: Router: waiting + delayed jobs (all queues) at which new REQUESTs are held back.
@@ -228,6 +232,12 @@ class Settings:
         _positive("scheduler_run_retention", self.scheduler_run_retention)
         if not self.journal_path:
             raise ConfigurationError("JOURNAL_PATH is empty: name the router's journal file")
+        _positive("journal_busy_timeout", self.journal_busy_timeout, allow_zero=True)
+        if self.journal_busy_timeout > 1:
+            raise ConfigurationError(
+                f"JOURNAL_BUSY_TIMEOUT: at most 1 (seconds), got {self.journal_busy_timeout}: "
+                "the router's loop must not wait for seconds"
+            )
         if self.journal_sync not in ("full", "normal"):
             raise ConfigurationError(
                 f"JOURNAL_SYNC: expected 'full' or 'normal', got {self.journal_sync!r}"

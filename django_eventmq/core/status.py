@@ -186,6 +186,7 @@ def summarize(
         "router": snap.admin_addr,
         "reachable": not snap.error,
         "error": snap.error,
+        "journal_failure": status.get("journal_failure"),
         # Queue -> jobs waiting on it that no connected job manager serves.
         "unserved_queues": _ints(status.get("unserved_queues")),
         "queues": queues,
@@ -250,6 +251,8 @@ def render(summary: Mapping[str, Any], *, title: str = "") -> str:
         return f"{head}\n{summary['error']}\n"
     queues = summary["queues"]
     out = [head, ""]
+    if summary.get("journal_failure"):
+        out += [f"JOURNAL CANNOT BE WRITTEN: {summary['journal_failure']}", ""]
     unserved = summary.get("unserved_queues") or {}
     if unserved:
         waiting = ", ".join(f"{q} ({n} waiting)" for q, n in sorted(unserved.items()))

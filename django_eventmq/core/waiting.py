@@ -25,8 +25,9 @@ Key = tuple[int, int]
 #: with equal keys (seq 0: built without a journal) from being compared.
 Entry = tuple[int, int, int, "Job"]
 _ties = itertools.count()
-#: ``load(queue, after_key, limit)``: waiting jobs on disk after ``after_key``, in order.
-Loader = Callable[[str, "Key | None", int], "list[Job]"]
+#: ``load(queue, after_key, limit)``: waiting jobs on disk after ``after_key``, in order;
+#: None: the disk cannot be read now (nothing changes, a later pop tries again).
+Loader = Callable[[str, "Key | None", int], "list[Job] | None"]
 
 
 @dataclass(slots=True, eq=False)
@@ -153,7 +154,10 @@ class WaitQueue:
 
     def _refill(self) -> bool:
         assert self._load is not None
-        jobs = [job for job in self._load(self.name, self.boundary, self.window) if not job.gone]
+        loaded = self._load(self.name, self.boundary, self.window)
+        if loaded is None:
+            return False
+        jobs = [job for job in loaded if not job.gone]
         self.boundary = None if len(jobs) < self.window else jobs[-1].key
         if not jobs:
             # Nothing more on disk: whatever we counted is not there (after a cancel).

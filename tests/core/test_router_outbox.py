@@ -75,7 +75,7 @@ def test_a_job_that_was_sent_still_counts_a_death_when_its_worker_is_dropped(
     router: Router,
 ) -> None:
     hand_out_one(router, "m-2")
-    router._flush_deliveries()  # sent: the worker may have started it
+    router._sync(force=True)  # stored, then sent: the worker may have started it
 
     router._worker_failed(WORKER, "silent for more than 5s")
 
@@ -103,7 +103,7 @@ def test_an_unexpected_send_error_strands_no_job_after_it(
 
     monkeypatch.setattr(router.backend, "send_frames", first_send_fails)
     with pytest.raises(zmq.ZMQError):
-        router._flush_deliveries()
+        router._sync(force=True)  # the commit, then the hand-outs it stored
     assert [job.msgid for _w, job in router._outbox] == ["m-4"]  # kept, not stranded
 
     router._flush_deliveries()

@@ -40,7 +40,7 @@ class Command(BaseCommand):
         connections.close_all()
         from ...core.router import Router
 
-        router = Router(settings)
+        router = Router(settings, journal_recover=bool(options.get("journal_recover")))
         server = self._start_metrics(options.get("metrics"), router, settings.admin_addr)
         cli.install_signal_handlers(router.stop)
         try:

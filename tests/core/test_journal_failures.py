@@ -1,0 +1,174 @@
+"""Journal write failures and what the router releases: a failure-injection model test.
+
+A real router (its loop driven step by step in this thread, real sockets, a
+journal file) takes REQUESTs from a client and hands jobs to a job manager
+that finishes them. Its journal's connection is wrapped so that one chosen
+write or COMMIT fails the way SQLite fails it: ``SQLITE_BUSY`` (that
+statement not applied, the transaction kept), ``SQLITE_FULL`` or
+``SQLITE_IOERR`` (the whole transaction rolled back). Every write and commit
+point of the run is tried, with each kind, once and for several points in a
+row. After every loop iteration a second connection (what a restarted
+router would read: committed writes only) must hold every job the client
+got an ACK for and every job the job manager was handed, unless the job
+manager finished it. Should the router's loop raise, it is closed as
+``Router.run`` would close it, and the same must hold.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+
+from django_eventmq.core import journal as journal_module
+from django_eventmq.core.router import Router
+from tests.core.test_router import JOB, Peer, make_settings
+
+#: REQUESTs the client sends in each of the first steps, and the steps with faults.
+PER_STEP = 3
+SENDING_STEPS = 6
+STEPS = 14
+KINDS = {
+    "busy": ("SQLITE_BUSY", "database is locked", False),
+    "full": ("SQLITE_FULL", "database or disk is full", True),
+    "ioerr": ("SQLITE_IOERR_WRITE", "disk I/O error", True),
+}
+_WRITES = ("INSERT", "UPDATE", "DELETE", "COMMIT")
+
+
+class FaultyDB:
+    """A SQLite connection whose write and COMMIT statements are counted ("points");
+    the points in ``plan`` fail with their kind, before the statement runs."""
+
+    def __init__(self, real: sqlite3.Connection, plan: dict[int, str]) -> None:
+        self.real = real
+        self.plan = plan
+        self.points = 0
+
+    def _point(self, sql: str) -> None:
+        if not sql.lstrip().upper().startswith(_WRITES):
+            return
+        self.points += 1
+        kind = self.plan.get(self.points)
+        if kind is None:
+            return
+        name, text, rolls_back = KINDS[kind]
+        if rolls_back and self.real.in_transaction:
+            self.real.execute("ROLLBACK")  # what SQLite does on these errors
+        exc = sqlite3.OperationalError(text)
+        exc.sqlite_errorname = name  # type: ignore[attr-defined]
+        raise exc
+
+    def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+        self._point(sql)
+        return self.real.execute(sql, params)
+
+    def executemany(self, sql: str, params: Any) -> sqlite3.Cursor:
+        self._point(sql)
+        return self.real.executemany(sql, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+@pytest.fixture(autouse=True)
+def _retry_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each loop iteration retries a failed commit (the router waits a second).
+    monkeypatch.setattr(journal_module, "RETRY_INTERVAL", 0.0, raising=False)
+
+
+def restart_view(path: Path) -> tuple[set[str], set[str]]:
+    """The msgids a restarted router would hold, and those it knows finished."""
+    reader = sqlite3.connect(path)
+    try:
+        jobs = {m for (m,) in reader.execute("SELECT msgid FROM jobs")}
+        finished = {m for (m,) in reader.execute("SELECT msgid FROM finished")}
+    finally:
+        reader.close()
+    return jobs, finished
+
+
+def run(ctx: zmq.Context[Any], path: Path, plan: dict[int, str]) -> int:
+    """One run with the faults of ``plan``; asserts the invariant after each step and,
+    once the faults are over, that every REQUEST got its answer. Returns the points."""
+    for suffix in ("", "-wal", "-shm", ".mark", ".lock"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+    router = Router(make_settings(journal=True, journal_path=str(path), poison_after=100))
+    router.start()
+    journal = router.book.journal
+    faulty = FaultyDB(journal.db, plan)
+    journal.db = faulty  # type: ignore[assignment]
+    journal._execute = faulty.execute  # type: ignore[method-assign]
+    client = Peer(ctx, router.frontend_address, b"client")
+    worker = Peer(ctx, router.backend_address, b"worker")
+    acked: set[str] = set()
+    answered: set[str] = set()
+    handed: set[str] = set()
+    finished: set[str] = set()
+    sent: list[str] = []
+    later: list[str] = []  # jobs the worker finishes one step later
+    crashed = False
+    worker.send("INFORM", "default", "worker")
+    try:
+        for step in range(STEPS + 400):
+            if step < SENDING_STEPS:
+                for _ in range(PER_STEP):
+                    sent.append(client.send("REQUEST", "default", "guarantee", JOB))
+            if step == 1:
+                for _ in range(2):
+                    worker.send("READY")
+            for msgid in later:
+                worker.send("DONE", msgid, "ok", "{}")
+                finished.add(msgid)
+            later = []
+            try:
+                router.loop_once(timeout_ms=5)
+            except Exception:
+                router.close()  # as Router.run does when its loop raises
+                crashed = True
+            while client.pending():
+                frames = client.recv_raw()
+                if frames[2] in (b"ACK", b"REJECT"):
+                    answered.add(frames[4].decode())
+                if frames[2] == b"ACK":
+                    acked.add(frames[4].decode())
+            while worker.pending():
+                frames = worker.recv_raw()
+                if frames[2] == b"REQUEST":
+                    msgid = frames[3].decode()
+                    handed.add(msgid)
+                    if len(handed) % 2:
+                        worker.send("DONE", msgid, "ok", "{}")
+                        finished.add(msgid)
+                    else:
+                        later.append(msgid)
+            jobs, done = restart_view(path)
+            lost = sorted(m for m in (acked | handed) - finished if m not in jobs and m not in done)
+            assert not lost, f"step {step}, plan {plan}: released but not stored: {lost}"
+            if crashed:
+                return faulty.points
+            if step >= STEPS and answered >= set(sent) and not journal.pending:
+                break  # the faults are over: the journal wrote what it kept
+        assert answered >= set(sent), f"plan {plan}: never answered: {set(sent) - answered}"
+        assert journal.failure is None
+        return faulty.points
+    finally:
+        client.close()
+        worker.close()
+        router.close()
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_no_ack_or_hand_out_leaves_for_a_job_the_journal_does_not_hold(
+    zctx: zmq.Context[Any], tmp_path: Path, kind: str
+) -> None:
+    path = tmp_path / "journal.sqlite3"
+    points = run(zctx, path, {})
+    assert points > 20  # the run writes: inserts, leases, deletes, finished msgids, commits
+    for first in range(1, points + 1):
+        run(zctx, path, {first: kind})
+        # The same fault for a while: the retries (a replay, then the kept writes) fail too.
+        run(zctx, path, dict.fromkeys(range(first, first + 4), kind))
