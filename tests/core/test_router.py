@@ -7,6 +7,7 @@ import json
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -362,6 +363,40 @@ def test_scheduler_kbai_forgets_it(h: Harness) -> None:
     scheduler.expect("ACK")
     scheduler.send("KBYE")
     wait_for(lambda: not h.ask("ROUTER_SHOW_SCHEDULERS")["connected_schedulers"])
+
+
+def test_a_schedulers_requests_count_as_its_heartbeat(
+    start_router: Callable[..., Harness], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Any message but DISCONNECT is a heartbeat (the spec): a scheduler that only
+    fires REQUESTs stays registered over several timeouts, while one that says
+    nothing is dropped; the dropped one's HEARTBEAT registers it again."""
+    timeout = 0.5
+    h = start_router(heartbeat_interval=0.2, heartbeat_timeout=timeout)
+    busy, quiet = h.peer("frontend", "busy"), h.peer("frontend", "quiet")
+    for scheduler in (busy, quiet):
+        scheduler.send("INFORM", "", "scheduler")
+        scheduler.expect("ACK")
+
+    def connected() -> set[str]:
+        return set(h.ask("ROUTER_SHOW_SCHEDULERS")["connected_schedulers"])
+
+    until: list[float] = []
+
+    def firing() -> bool:
+        h.request(busy)
+        names = connected()
+        assert busy.identity.decode() in names, "the busy scheduler was dropped"
+        if not until and quiet.identity.decode() not in names:
+            # A timeout has passed; fire for three more.
+            until.append(time.monotonic() + 3 * timeout)
+        return bool(until) and time.monotonic() > until[0]
+
+    wait_for(firing, 20, "three heartbeat timeouts of REQUESTs", poll=0.05)
+    assert h.ask("STATUS")["heartbeats_missed"] == 1
+    quiet.send("HEARTBEAT", "1.0")
+    wait_for(lambda: quiet.identity.decode() in connected(), what="the quiet one taken back")
+    assert any("registered again: a HEARTBEAT without INFORM" in w for w in warnings(caplog))
 
 
 # -- heartbeats and dead workers ----------------------------------------------------
