@@ -948,11 +948,12 @@ class Journal:
 
     def owner_of(self, msgid: str) -> str | None:
         """The CURVE key that sent job ``msgid``: None if it is not held, "" if it
-        is held with none known (sent before owners were kept, or in a parcel)."""
-        self._flush()
-        found = self._execute("SELECT owner FROM jobs WHERE msgid = ?", (msgid,)).fetchone()
-        if found is not None:
-            return found[0] or ""
+        is held with none known (sent before owners were kept, or in a parcel).
+        :class:`JournalUnavailable` if its row may be among the kept writes."""
+        self._fresh()
+        found = self._select("SELECT owner FROM jobs WHERE msgid = ?", (msgid,))
+        if found:
+            return found[0][0] or ""
         return "" if self.parcels_holding(msgid) else None
 
     def poisoned(self, limit: int = 100) -> list[tuple[Row, str]]:

@@ -431,7 +431,11 @@ class FrontendHandlers(QueueMarks):
         sender = self._sender or ""
         if sender in self._admin_keys:
             return True
-        owner = self.book.journal.owner_of(job_msgid)
+        try:
+            owner = self.book.journal.owner_of(job_msgid)
+        except JournalUnavailable as exc:  # who sent it is unknown: refuse, it may be held
+            log.warning("CANCEL for msgid %s not applied: journal: %s", job_msgid, exc.reason)
+            return False
         if owner is None or owner == sender:
             return True  # not held (nothing to cancel), or its own
         self.cancels_refused += 1

@@ -9,14 +9,27 @@ for a reply gets the "Cancelled" reply.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from django_eventmq.core import journal as journal_module
 from django_eventmq.core import transport
+from django_eventmq.core.router import Router as RouterLoop
 from django_eventmq.core.transport import Channel
-from django_eventmq.protocol import Ack, Cancel, JobBody, Reply, Request, new_msgid, parse_headers
+from django_eventmq.protocol import (
+    Ack,
+    Cancel,
+    JobBody,
+    Reply,
+    Request,
+    new_msgid,
+    parse_headers,
+)
+from tests.core.test_router import make_settings
+from tests.core.test_router_outbox import BODY
 from tests.security.conftest import Keys
 from tests.security.test_e2e_curve import _client_options, _jobmanager, _ran
 from tests.support import Proc, python_module, tcp_addr, wait_for
@@ -159,3 +172,41 @@ def test_cancel_policy_any_lets_every_client_key_cancel(
         assert "refused" not in router.proc.output()
     finally:
         router.proc.stop()
+
+
+def test_a_cancel_is_refused_while_the_journal_cannot_say_who_sent_the_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sender's key is in the job's journal row. While that row cannot be
+    written (the journal locked by another connection), the router cannot tell
+    the owner, so a CANCEL from another key is refused, not honoured as for a
+    job it does not hold; once the journal is writable again the check holds.
+    A router in this thread; the keys the ZAP handler would have read are set
+    by hand (``_sender``), CURVE itself is exercised by the tests above."""
+    monkeypatch.setattr(journal_module, "RETRY_INTERVAL", 0.0)  # retried at the next commit
+    path = tmp_path / "journal.sqlite3"
+    router = RouterLoop(make_settings(journal=True, journal_path=str(path)))
+    router.start()
+    lock = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        router._owners = True
+        router._sender = "key-A"
+        frames = [b"", b"eMQP/1.0", b"REQUEST", b"m-1", b"default", b"guarantee", BODY]
+        router.book.accept(b"a", frames, "m-1", "default", parse_headers("guarantee"), 0.0, "key-A")
+        lock.execute("BEGIN IMMEDIATE")  # the job's row is not written yet, and now cannot be
+
+        router._sender = "key-B"
+        router._on_cancel(b"b", [], Cancel(msgid=new_msgid(), job_msgid="m-1"), 0.0)
+        assert "m-1" in router.routing.waiting.index  # not cancelled
+
+        lock.execute("ROLLBACK")
+        assert router.book.journal.commit()  # writable again: the row is stored
+        router._on_cancel(b"b", [], Cancel(msgid=new_msgid(), job_msgid="m-1"), 0.0)
+        assert "m-1" in router.routing.waiting.index
+        assert router.cancels_refused == 1
+        router._sender = "key-A"
+        router._on_cancel(b"a", [], Cancel(msgid=new_msgid(), job_msgid="m-1"), 0.0)
+        assert "m-1" not in router.routing.waiting.index  # its owner's CANCEL is honoured
+    finally:
+        lock.close()
+        router.close()
