@@ -46,6 +46,8 @@ BAD: list[tuple[str, list[bytes], str]] = [
     ("frontend", [b"", V, b"READY", b"id"], "unexpected command READY"),
     ("frontend", [b"", V, b"INFORM", b"id", b"", b"worker"], "worker INFORM on the frontend"),
     ("backend", [b"", V, b"READY", b"id"], "READY before INFORM"),
+    # A busy job manager the router dropped says only DONE and READY: told as well.
+    ("backend", [b"", V, b"DONE", b"id", b"job-1", b"ok", b"{}"], "DONE before INFORM"),
     ("backend", [b"0,8,5\nxx"], "packed message: the head's lengths add up to 13 bytes"),
     ("backend", [b"", V, b"INFORM", b"id", b"[[x", b"worker"], "queue list"),
     ("backend", [b"", V, b"INFORM", b"id", b"", b"martian"], "peer type"),

@@ -24,6 +24,7 @@ import pytest
 from tests.support import Proc, wait_for
 
 from .conftest import (
+    OUR_DEADLINE,
     REFERENCE_DEADLINE,
     REFERENCE_MISSING,
     Router,
@@ -34,7 +35,7 @@ from .conftest import (
     start_reference_scheduler,
     wait_records,
 )
-from .refjobs.record import record
+from .refjobs.record import record, record_then_wait
 
 pytestmark = [
     pytest.mark.interop,
@@ -76,6 +77,20 @@ def workers(router: Router) -> list[str]:
 
 def schedulers(router: Router) -> list[str]:
     return list(ask(router, "ROUTER_SHOW_SCHEDULERS")["connected_schedulers"])
+
+
+def a_job_runs(records_file: Path, timeout: float = OUR_DEADLINE) -> list[list[Any]]:
+    """A job sent now (our client, pointed at the router by ``use_broker``) runs;
+    returns the arguments of every job recorded by then."""
+    record.delay("after", out=str(records_file))
+    done: list[list[Any]] = wait_for(
+        lambda: (
+            (runs := [r["args"] for r in read_records(records_file)]) and ["after"] in runs and runs
+        ),
+        timeout,
+        "a job sent after it registered again",
+    )
+    return done
 
 
 def restart(routers: list[Router], env: dict[str, str] | None = None) -> Router:
@@ -129,8 +144,7 @@ def test_our_jobmanager_registers_again_with_a_restarted_router(
     router = restart(routers, SHORT)
     wait_for(lambda: workers(router), 20, "our job manager registered again", poll=0.1)
     use_broker(router.frontend)
-    record.delay("after", out=str(records_file))
-    assert [r["args"] for r in wait_records(records_file)] == [["after"]]
+    assert a_job_runs(records_file) == [["after"]]
 
 
 def test_a_jobmanager_the_router_dropped_registers_again(
@@ -159,8 +173,56 @@ def test_a_jobmanager_the_router_dropped_registers_again(
     )
     assert after.startswith("jm-")
     use_broker(router.frontend)
-    record.delay("after", out=str(records_file))
-    assert [r["args"] for r in wait_records(records_file)] == [["after"]]
+    assert a_job_runs(records_file) == [["after"]]
+
+
+def test_a_busy_jobmanager_the_router_dropped_reports_its_job_and_registers_again(
+    routers: list[Router],
+    procs: list[Proc],
+    records_file: Path,
+    use_broker: Callable[[str], None],
+    tmp_path: Path,
+) -> None:
+    """Dropped (SIGSTOP past the timeout) while it runs a job: once it runs again its
+    job's DONE is taken though the router no longer knows it, and it is told to
+    DISCONNECT and INFORMs again."""
+    router = start_our_router(SHORT)
+    routers.append(router)
+    jobmanager = start_our_jobmanager(router.backend, SHORT)
+    procs.append(jobmanager)
+    (before,) = workers(router)
+    use_broker(router.frontend)
+    gate = tmp_path / "gate"
+    record_then_wait.delay("busy", out=str(records_file), gate=str(gate))
+    wait_records(records_file)  # it runs
+    jobmanager.signal(signal.SIGSTOP)
+    try:
+        router.proc.wait_output(
+            re.escape(f"worker {before} dropped (silent for more than") + r".*1 in-flight job"
+        )
+    finally:
+        gate.touch()  # the job ends while its job manager is stopped
+        jobmanager.signal(signal.SIGCONT)
+    (after,) = wait_for(
+        lambda: (now := workers(router)) and now != [before] and now,
+        20,
+        "the job manager registered again",
+        poll=0.1,
+    )
+    assert after.startswith("jm-")
+    told = rf"(HEARTBEAT|READY|DONE) before INFORM from {re.escape(before)}; told to DISCONNECT"
+    assert re.search(told, router.proc.output())
+    # The job is finished for good, once, in the router's books (its run, or the
+    # copy handed out again: whichever reports first; at least once, not lost).
+    status = wait_for(
+        lambda: (s := ask(router, "STATUS"))["finished_messages_by_queue"] and s,
+        20,
+        "the job finished",
+        poll=0.1,
+    )
+    assert status["finished_messages_by_queue"] == {"default": {"ok": 1}}
+    assert status["waiting_messages_by_queue"] == {} and status["inflight_messages_by_queue"] == {}
+    a_job_runs(records_file)
 
 
 def test_the_reference_jobmanager_registers_again_with_a_restarted_router(
@@ -179,10 +241,7 @@ def test_the_reference_jobmanager_registers_again_with_a_restarted_router(
     router = restart(routers)
     wait_for(lambda: workers(router), REFERENCE_DEADLINE, "it registered again", poll=0.1)
     use_broker(router.frontend)
-    record.delay("after", out=str(records_file))
-    assert [r["args"] for r in wait_records(records_file, timeout=REFERENCE_DEADLINE)] == [
-        ["after"]
-    ]
+    assert a_job_runs(records_file, REFERENCE_DEADLINE) == [["after"]]
     assert jobmanager.popen.poll() is None
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any
 
 from django_eventmq.core.jobs import job
@@ -39,3 +40,13 @@ def record_email(*args: Any, out: str, **kwargs: Any) -> dict[str, Any]:
     """Like :func:`record`, queued on ``email`` and asking for a reply."""
     entry = append_record(out, args, kwargs)
     return {"args": entry["args"], "kwargs": entry["kwargs"]}
+
+
+@job
+def record_then_wait(*args: Any, out: str, gate: str) -> None:
+    """Record the call in ``out``, then keep running until the file ``gate`` exists
+    (at most a minute): a job that keeps its job manager busy for as long as a test needs."""
+    append_record(out, args, {})
+    deadline = time.monotonic() + 60
+    while not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.02)
