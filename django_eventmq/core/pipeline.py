@@ -397,11 +397,24 @@ class Pipeline:
             self._log.debug("FEATURES not sent (the pipe is full): sending REQUESTs only")
 
     def _await_features(self) -> None:
-        """Wait up to ``features_wait`` for the router's FEATURES (once)."""
+        """Wait up to ``features_wait`` for the router's FEATURES (once). Still none:
+        one staged job goes as a REQUEST, and the rest waits for its answer (or
+        for FEATURES). A router that answers REQUESTs only (the reference) then
+        gets them; one of ours that reads nothing (full) gets that one job to
+        find later, not a window of REQUESTs it would store beside the BATCHes
+        of an earlier attempt it holds (those it recognises, REQUESTs not)."""
         deadline = self._clock() + self.features_wait
         while self.router_features is None and self._clock() < deadline:
             self._wait(send_staged=False)
         self._provisional = 0
+        if self.router_features is not None or not self._staged:
+            return
+        msgid = next(iter(self._staged))
+        queue, headers, body = self._staged.pop(msgid)
+        self._staged_bytes -= len(msgid) + len(queue) + len(headers) + len(body) + JOB_OVERHEAD
+        self._send_request(msgid, queue, headers, body)
+        while msgid in self._pending and self.router_features is None:
+            self._wait(send_staged=False)
 
     def _use_features(self, features: Mapping[str, Any]) -> None:
         """The router's FEATURES: batch if it takes BATCH, within its bounds."""
@@ -418,11 +431,11 @@ class Pipeline:
     def _send_staged(self) -> None:
         """Send the jobs waiting for a BATCH as one BATCH (as REQUESTs if the router
         did not say it takes BATCH while we waited for its FEATURES)."""
+        if not self._batch_jobs and self._provisional:
+            self._await_features()
         jobs = self._staged
         if not jobs:
             return
-        if not self._batch_jobs and self._provisional:
-            self._await_features()
         self._staged = {}
         self._staged_bytes = 0
         size = self._batch_jobs

@@ -369,6 +369,22 @@ def test_a_router_that_never_answers_features_gets_the_held_jobs_as_requests() -
     assert sender.counts["email"].acked == 120 and not sender.batching
 
 
+def test_a_router_that_answers_nothing_gets_one_request_not_a_window_of_them() -> None:
+    """A router of ours that reads nothing (full) would store those REQUESTs later,
+    beside the BATCHes of an earlier attempt that it recognises (REQUESTs not)."""
+    with ScriptedRouter(lambda frames, n: []) as peer:
+        sender, channel = pipeline_to(
+            peer.addr, window=200, batch=50, features_wait=0.2, ack_timeout=0.2, give_up=1.0
+        )
+        try:
+            with pytest.raises(BrokerUnavailable, match="answered nothing"):
+                sender.send_requests(jobs(120))
+                sender.flush()
+        finally:
+            channel.close()
+    assert {f[3] for f in peer.received} == {b"j:0"}  # sent again, never another
+
+
 def test_jobs_refused_before_a_resend_are_left_out_of_it() -> None:
     seen: Counter[bytes] = Counter()
 
