@@ -192,6 +192,12 @@ def test_clients_that_never_read_are_cut_off_at_the_budget_and_the_router_serves
 
         wait_for(acked, 20, "the ACK of the job the cut-off client sent again")
         assert ask(admin, "STATUS")["waiting_messages_by_queue"]["default"] == 8 * 5 + 1
+
+        # Clients gone: what waited for them is dropped, and the count is back to 0.
+        for sock in silent:
+            sock.close()
+        wait_for(lambda: ask(admin, "MONITOR")["outbox_clients"] == 0, 20, "an empty outbox")
+        assert ask(admin, "MONITOR")["outbox_bytes"] == 0
     finally:
         ctx.destroy(linger=0)
         router.stop()
