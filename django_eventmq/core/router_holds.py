@@ -118,6 +118,7 @@ class QueueMarks:
         if (
             name not in self._held
             or self._held_jobs[name] < self.settings.queue_window
+            or msgid in self._held_keys  # a copy of a held one: held still, not refused
             or self.book.is_held(msgid)
         ):
             return None

@@ -236,3 +236,26 @@ def test_a_batch_for_a_full_queue_is_held_whole_while_other_queues_are_served(
     handed = {worker.expect("REQUEST")[1] for _ in range(5)}
     assert handed >= {"b-0", "b-1", "b-2"}
     assert h.ask("MONITOR")["held"] == {}
+
+
+def test_a_held_job_sent_again_is_held_still_not_refused(
+    start_router: Callable[..., Harness],
+) -> None:
+    """A sender whose ACK is late sends the job again. While its queue holds all it
+    may (QUEUE_WINDOW), that copy must not be answered REJECT: the job is held
+    and will be accepted and run, so the sender would be told wrong."""
+    h = start_router(queue_high_water_mark=2, queue_window=1)
+    client = h.peer("frontend", "client")
+    for _ in range(2):
+        h.request(client, "stuck")
+    held = [b"", V, b"REQUEST", b"held-1", b"stuck", b"guarantee", JOB.encode()]
+    client.send_raw(held)
+    wait_for(lambda: h.ask("MONITOR")["held"] == {"stuck": 1}, what="the job to be held")
+    client.send_raw(held)  # sent again: its REJECT would come before the next ACK
+    h.request(client, "default")
+    assert h.ask("MONITOR")["held"] == {"stuck": 1}
+
+    worker = h.worker("w", '[[10, "stuck"]]', ready=0)
+    for _ in range(3):
+        worker.send("READY")
+    assert client.expect("ACK")[2] == "held-1"
