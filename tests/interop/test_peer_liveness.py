@@ -93,6 +93,35 @@ def a_job_runs(records_file: Path, timeout: float = OUR_DEADLINE) -> list[list[A
     return done
 
 
+def dropped_while_stopped(
+    router: Router,
+    jobmanager: Proc,
+    meanwhile: Callable[[], object] = lambda: None,
+    running: int = 0,
+) -> str:
+    """Stop the job manager (SIGSTOP) until the router drops it, ``running`` jobs of
+    it handed out again; call ``meanwhile``, let it run (SIGCONT) and wait until it
+    registered again under a new identity. Returns its old identity."""
+    (before,) = workers(router)
+    jobmanager.signal(signal.SIGSTOP)
+    try:
+        dropped = re.escape(f"worker {before} dropped (silent for more than")
+        if running:
+            dropped += rf".*: {running} in-flight job"
+        router.proc.wait_output(dropped)
+        meanwhile()
+    finally:
+        jobmanager.signal(signal.SIGCONT)
+    (after,) = wait_for(
+        lambda: (now := workers(router)) and now != [before] and now,
+        20,
+        "the job manager registered again",
+        poll=0.1,
+    )
+    assert after.startswith("jm-")
+    return before
+
+
 def restart(routers: list[Router], env: dict[str, str] | None = None) -> Router:
     """Stop the last router and start a new one on its addresses."""
     old = routers[-1]
@@ -159,19 +188,7 @@ def test_a_jobmanager_the_router_dropped_registers_again(
     routers.append(router)
     jobmanager = start_our_jobmanager(router.backend, SHORT)
     procs.append(jobmanager)
-    (before,) = workers(router)
-    jobmanager.signal(signal.SIGSTOP)
-    try:
-        router.proc.wait_output(re.escape(f"worker {before} dropped (silent for more than"))
-    finally:
-        jobmanager.signal(signal.SIGCONT)
-    (after,) = wait_for(
-        lambda: (now := workers(router)) and now != [before] and now,
-        20,
-        "the job manager registered again",
-        poll=0.1,
-    )
-    assert after.startswith("jm-")
+    dropped_while_stopped(router, jobmanager)
     use_broker(router.frontend)
     assert a_job_runs(records_file) == [["after"]]
 
@@ -183,33 +200,19 @@ def test_a_busy_jobmanager_the_router_dropped_reports_its_job_and_registers_agai
     use_broker: Callable[[str], None],
     tmp_path: Path,
 ) -> None:
-    """Dropped (SIGSTOP past the timeout) while it runs a job: once it runs again its
-    job's DONE is taken though the router no longer knows it, and it is told to
-    DISCONNECT and INFORMs again."""
+    """Dropped (SIGSTOP past the timeout) while it runs a job, whose run ends while
+    it is stopped: once it runs again it is told to DISCONNECT and INFORMs again,
+    and the job is finished once (its run's DONE or the run of the copy handed out
+    again, whichever comes first), not lost nor left waiting."""
     router = start_our_router(SHORT)
     routers.append(router)
     jobmanager = start_our_jobmanager(router.backend, SHORT)
     procs.append(jobmanager)
-    (before,) = workers(router)
     use_broker(router.frontend)
     gate = tmp_path / "gate"
     record_then_wait.delay("busy", out=str(records_file), gate=str(gate))
     wait_records(records_file)  # it runs
-    jobmanager.signal(signal.SIGSTOP)
-    try:
-        router.proc.wait_output(
-            re.escape(f"worker {before} dropped (silent for more than") + r".*1 in-flight job"
-        )
-    finally:
-        gate.touch()  # the job ends while its job manager is stopped
-        jobmanager.signal(signal.SIGCONT)
-    (after,) = wait_for(
-        lambda: (now := workers(router)) and now != [before] and now,
-        20,
-        "the job manager registered again",
-        poll=0.1,
-    )
-    assert after.startswith("jm-")
+    before = dropped_while_stopped(router, jobmanager, gate.touch, running=1)
     told = rf"(HEARTBEAT|READY|DONE) before INFORM from {re.escape(before)}; told to DISCONNECT"
     assert re.search(told, router.proc.output())
     # The job is finished for good, once, in the router's books (its run, or the
