@@ -28,6 +28,7 @@ from django_eventmq.protocol import (
     new_msgid,
     parse_headers,
 )
+from django_eventmq.protocol.batch import pack_jobs
 from tests.core.test_router import make_settings
 from tests.core.test_router_outbox import BODY
 from tests.security.conftest import Keys
@@ -174,39 +175,74 @@ def test_cancel_policy_any_lets_every_client_key_cancel(
         router.proc.stop()
 
 
+@pytest.fixture
+def owners_router(tmp_path: Path) -> Iterator[RouterLoop]:
+    """A router in this thread, journal on a file, owners kept. The key the ZAP
+    handler would read with each message is set by hand (``_sender``); CURVE
+    itself is exercised by the tests above."""
+    router = RouterLoop(
+        make_settings(journal=True, journal_path=str(tmp_path / "journal.sqlite3"), queue_window=2)
+    )
+    router.start()
+    router._owners = True
+    try:
+        yield router
+    finally:
+        router.close()
+
+
+def cancel(router: RouterLoop, key: str, job_msgid: str) -> None:
+    router._sender = key
+    router._on_cancel(key.encode(), [], Cancel(msgid=new_msgid(), job_msgid=job_msgid), 0.0)
+
+
 def test_a_cancel_is_refused_while_the_journal_cannot_say_who_sent_the_job(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    owners_router: RouterLoop, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The sender's key is in the job's journal row. While that row cannot be
     written (the journal locked by another connection), the router cannot tell
     the owner, so a CANCEL from another key is refused, not honoured as for a
-    job it does not hold; once the journal is writable again the check holds.
-    A router in this thread; the keys the ZAP handler would have read are set
-    by hand (``_sender``), CURVE itself is exercised by the tests above."""
+    job it does not hold; once the journal is writable again the check holds."""
     monkeypatch.setattr(journal_module, "RETRY_INTERVAL", 0.0)  # retried at the next commit
-    path = tmp_path / "journal.sqlite3"
-    router = RouterLoop(make_settings(journal=True, journal_path=str(path)))
-    router.start()
-    lock = sqlite3.connect(path, timeout=0, isolation_level=None)
+    router = owners_router
+    lock = sqlite3.connect(router.book.journal.path, timeout=0, isolation_level=None)
     try:
-        router._owners = True
-        router._sender = "key-A"
         frames = [b"", b"eMQP/1.0", b"REQUEST", b"m-1", b"default", b"guarantee", BODY]
         router.book.accept(b"a", frames, "m-1", "default", parse_headers("guarantee"), 0.0, "key-A")
         lock.execute("BEGIN IMMEDIATE")  # the job's row is not written yet, and now cannot be
 
-        router._sender = "key-B"
-        router._on_cancel(b"b", [], Cancel(msgid=new_msgid(), job_msgid="m-1"), 0.0)
+        cancel(router, "key-B", "m-1")
         assert "m-1" in router.routing.waiting.index  # not cancelled
 
         lock.execute("ROLLBACK")
         assert router.book.journal.commit()  # writable again: the row is stored
-        router._on_cancel(b"b", [], Cancel(msgid=new_msgid(), job_msgid="m-1"), 0.0)
+        cancel(router, "key-B", "m-1")
         assert "m-1" in router.routing.waiting.index
         assert router.cancels_refused == 1
-        router._sender = "key-A"
-        router._on_cancel(b"a", [], Cancel(msgid=new_msgid(), job_msgid="m-1"), 0.0)
+        cancel(router, "key-A", "m-1")
         assert "m-1" not in router.routing.waiting.index  # its owner's CANCEL is honoured
     finally:
         lock.close()
-        router.close()
+
+
+def test_a_batch_behind_a_queue_on_disk_keeps_its_senders_key_per_job(
+    owners_router: RouterLoop,
+) -> None:
+    """A BATCH that would be stored whole (a parcel: its queue waits on disk
+    already) is stored job by job while owners are kept, each row with the
+    sender's key, so another key's CANCEL of one of its jobs (waiting on disk
+    only, not in memory) is refused and the sender's own is honoured."""
+    router = owners_router
+    router._sender = "key-A"
+    for n in range(3):  # past QUEUE_WINDOW (2): the queue waits on disk
+        frames = [b"", b"eMQP/1.0", b"REQUEST", b"r-%d" % n, b"default", b"", BODY]
+        router._fast_request([b"a", *frames], 0.0)
+    jobs = [(b"b-%d" % n, b"default", b"", BODY) for n in range(3)]
+    router._fast_batch([b"a", b"", b"eMQP/1.0", b"BATCH", b"batch-1", pack_jobs(jobs)], 0.0)
+    assert router.book.journal.owner_of("b-1") == "key-A"
+
+    cancel(router, "key-B", "b-1")
+    assert router.cancels_refused == 1
+    cancel(router, "key-A", "b-1")
+    assert router.book.journal.owner_of("b-1") is None  # cancelled: no longer held
+    assert router.book.journal.owner_of("b-2") == "key-A"
