@@ -35,10 +35,18 @@ def test_a_queue_served_within_the_grace_is_not_warned_about() -> None:
     routing.submit(job("r1", "reports"), 0.0)
     unserved = UnservedQueues(grace=10)
     assert unserved.check(routing, 0.0) == []
+    # Served (no free slot yet: the job still waits), then gone again before taking it:
+    # the grace starts again when the queue is unserved again, not from the first look.
     routing.add_worker(b"w", ((10, "reports"),), 5.0)
     assert unserved.check(routing, 5.0) == []
-    routing.ready(b"w", 5.0)  # takes the job
-    assert unserved.check(routing, 20.0) == []
+    routing.remove_worker(b"w")
+    assert unserved.check(routing, 12.0) == []
+    assert unserved.check(routing, 21.9) == []
+    assert unserved.check(routing, 22.0) == [("reports", 1)]
+    # Served and drained within the grace: nothing to say.
+    routing.add_worker(b"w", ((10, "reports"),), 30.0)
+    routing.ready(b"w", 30.0)  # takes the job
+    assert unserved.check(routing, 50.0) == []
 
 
 def test_a_stopping_job_manager_serves_nothing() -> None:
