@@ -417,6 +417,14 @@ class Book:
     def _hand_out(
         self, worker: Worker, job: Job, now: float, *, stored_as_leased: bool = False
     ) -> None:
+        self.lease(job, now)
+        if not stored_as_leased:
+            self.journal.set_state(job.seq, LEASED)
+        job_debug(log, "handed to %s", job.msgid, job.queue, show(worker.identity))
+        self.deliver(worker, job)
+
+    def lease(self, job: Job, now: float) -> None:
+        """Start ``job``'s lease (it runs from ``now``)."""
         s = self.settings
         if job.timeout:
             job.lease_until = now + job.timeout + s.lease_grace
@@ -424,10 +432,6 @@ class Book:
             job.lease_until = now + s.job_lease
         else:
             job.lease_until = math.inf
-        if not stored_as_leased:
-            self.journal.set_state(job.seq, LEASED)
-        job_debug(log, "handed to %s", job.msgid, job.queue, show(worker.identity))
-        self.deliver(worker, job)
 
     def pump(self, now: float, queues: list[str] | None = None) -> None:
         """Hand waiting jobs to free workers (sent at the end of the loop iteration)."""

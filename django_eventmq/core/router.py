@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import time
 from collections import OrderedDict
@@ -113,6 +114,8 @@ class Router(FrontendHandlers, BackendHandlers):
         #: Every job up to this seq is in the journal (a commit returned): only those
         #: are handed out (see :meth:`_flush_deliveries`).
         self._durable_seq = 0
+        #: Seqs of held hand-outs whose leases wait for them to be sent (:meth:`_hold_leases`).
+        self._leases_held: set[int] = set()
         #: When ACKs started waiting for a bigger group commit (None: none waits).
         self._acks_since: float | None = None
         self._tick = settings.heartbeat_interval / 4
@@ -322,12 +325,15 @@ class Router(FrontendHandlers, BackendHandlers):
             if journal.pending:
                 # Not written (journal.failure says why; it is retried): nothing
                 # that depends on it leaves, neither ACKs nor new jobs' hand-outs.
+                self._hold_leases()
                 return
             self._durable_seq = last
         elif not journal.pending:
             self._durable_seq = self.book.last_seq
         if self._outbox:
             self._flush_deliveries()  # the jobs this commit stored
+        if self._leases_held and not self._outbox:
+            self._leases_held.clear()  # those taken back meanwhile get a lease when handed out
         self._acks_since = None
         if self._acks:
             acks, self._acks = self._acks, []
@@ -335,6 +341,14 @@ class Router(FrontendHandlers, BackendHandlers):
             for identity, msgid, packed in acks:
                 ack = [b"", _VERSION, _ACK, new_msgid().encode(), msgid]
                 send_frames([identity, pack(ack)] if packed else [identity, *ack])
+
+    def _hold_leases(self) -> None:
+        """Jobs handed out but held back (not stored yet) do not run: nor do their
+        leases, which start again when they are sent (:meth:`_send_delivery`)."""
+        for _worker, job in self._outbox:
+            if job.lease_until != math.inf:
+                job.lease_until = math.inf
+                self._leases_held.add(job.seq)
 
     def _group_growing(self, now: float) -> bool:
         """True while ACKs may wait for a bigger group commit (see COMMIT_GROUP_WAIT)."""

@@ -9,6 +9,7 @@ module turns messages into calls on it and sends what it hands out.
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
@@ -80,10 +81,14 @@ class BackendHandlers:
     _outbox: list[tuple[Worker, Job]]
     #: Jobs up to this seq are in the journal (see :meth:`_flush_deliveries`).
     _durable_seq: int
+    #: Held jobs whose lease starts when they are sent (the router's ``_hold_leases``).
+    _leases_held: set[int]
 
     if TYPE_CHECKING:
 
         def _handle(self, channel: Channel, raw: list[bytes], now: float) -> None: ...
+
+        def _sync(self, *, force: bool = False, now: float | None = None) -> None: ...
 
     def _backend_handlers(self) -> dict[type, Handler]:
         return {
@@ -321,6 +326,9 @@ class BackendHandlers:
             return
         worker.last_sent = job.dispatched_at
         book.stats.dispatched[job.queue] += 1
+        if self._leases_held and job.seq in self._leases_held:
+            self._leases_held.discard(job.seq)
+            book.lease(job, time.monotonic())  # held back by the journal: its lease starts now
 
     def _worker_failed(self, identity: bytes, why: str) -> None:
         """Drop a worker; its jobs still in the outbox never left, so they wait again
@@ -334,7 +342,10 @@ class BackendHandlers:
                 self.book.undo(job)  # clears job.worker: the flush skips the entry
 
     def _send_to_worker(self, identity: bytes, message: Message, now: float) -> None:
-        self._flush_deliveries()  # a job handed out goes first (a CANCEL may follow it)
+        # A job handed out goes first (a CANCEL may follow it), once it is stored.
+        if any(worker.identity == identity for worker, _job in self._outbox):
+            self._sync(force=True)
+        self._flush_deliveries()
         if send(self.backend, identity, message):
             worker = self.book.routing.workers.get(identity)
             if worker is not None:

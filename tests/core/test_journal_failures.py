@@ -17,6 +17,7 @@ manager finished it. Should the router's loop raise, it is closed as
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ import zmq
 from django_eventmq.core import journal as journal_module
 from django_eventmq.core.router import Router
 from tests.core.test_router import JOB, Peer, make_settings
+from tests.support import wait_for
 
 #: REQUESTs the client sends in each of the first steps, and the steps with faults.
 PER_STEP = 3
@@ -172,3 +174,54 @@ def test_no_ack_or_hand_out_leaves_for_a_job_the_journal_does_not_hold(
         run(zctx, path, {first: kind})
         # The same fault for a while: the retries (a replay, then the kept writes) fail too.
         run(zctx, path, dict.fromkeys(range(first, first + 4), kind))
+
+
+def test_a_job_held_back_by_a_failing_journal_keeps_its_lease_until_it_is_sent(
+    zctx: zmq.Context[Any], tmp_path: Path
+) -> None:
+    """A job handed out but not sent (its commit failed) is not running: its lease
+    must not run out meanwhile, or it would count deaths and end up poisoned."""
+    router = Router(
+        make_settings(journal=True, journal_path=str(tmp_path / "j.sqlite3"), lease_grace=1.0)
+    )
+    router.start()
+    journal = router.book.journal
+    faulty = FaultyDB(journal.db, {})
+    journal.db = faulty  # type: ignore[assignment]
+    journal._execute = faulty.execute  # type: ignore[method-assign]
+    client = Peer(zctx, router.frontend_address, b"client")
+    worker = Peer(zctx, router.backend_address, b"worker")
+    try:
+        worker.send("INFORM", "default", "worker")
+        worker.send("READY")
+        router.loop_once(timeout_ms=200)
+        router.loop_once(timeout_ms=200)
+        assert router.routing.workers
+        faulty.plan = dict.fromkeys(range(faulty.points + 1, faulty.points + 10_000), "busy")
+        msgid = client.send("REQUEST", "default", "guarantee,timeout:2", JOB)
+        now = time.monotonic()
+        for step in range(11):  # 50 s: its lease (2 s + 1 s grace) would run out many times
+            router.loop_once(timeout_ms=50, now=now + 5 * step)
+        assert journal.failure is not None
+        job = router.routing.inflight[msgid]
+        assert job.deaths == 0 and not router.book.poisoned
+        faulty.plan = {}
+        sent_after = time.monotonic()
+        sent: list[bytes] = []
+
+        def handed_out() -> bool:
+            router.loop_once(timeout_ms=50, now=now + 55)
+            while worker.pending():
+                frames = worker.recv_raw()
+                if frames[2] == b"REQUEST":
+                    sent.append(frames[3])
+            return bool(sent)
+
+        wait_for(handed_out, what="the job to go out once stored")
+        assert sent == [msgid.encode()]
+        # Its lease (2 s + 1 s grace) starts when it is sent, not when it was handed out.
+        assert job.deaths == 0 and job.lease_until >= sent_after + 3
+    finally:
+        client.close()
+        worker.close()
+        router.close()
