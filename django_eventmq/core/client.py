@@ -71,9 +71,6 @@ MAX_PARTIAL_JOBS = 10_000
 #: Outcomes already read, kept so that the same handle's next ``.wait()`` or
 #: ``.stream()`` has it at once (the most recent ones).
 MAX_SETTLED_OUTCOMES = 1_000
-#: Seconds the exit flush waits for a router that has not answered our first
-#: FEATURES yet (a reference router never does) before it treats it as one.
-FEATURES_GRACE = 1.0
 
 _VERSION = PROTOCOL_VERSION_B
 _REQUEST = REQUEST.encode()
@@ -116,6 +113,10 @@ class Client:
         self._features_unsent = False
         #: FEATURES answers read (see confirm_read).
         self._features_answers = 0
+        #: When our first FEATURES went out (monotonic), and whether the router
+        #: sent anything else: a router of ours answers that FEATURES first.
+        self._features_sent_at = 0.0
+        self._heard = False
         #: The thread that uses the socket (the exit flush closes no other's).
         self._thread = threading.current_thread()
         # Unlike other sockets, a client's lingers: a thread-per-request server
@@ -156,7 +157,9 @@ class Client:
         """Say what we speak, without waiting: REQUESTs go plain until the answer
         comes (read with the ACKs); a reference router ignores it."""
         self.router_features = None
+        self._heard = False
         self._features_unsent = not self._try_send(_features_frames())
+        self._features_sent_at = time.monotonic()
 
     def _send_features(self) -> None:
         """Send the FEATURES that found no router connected (still first, before
@@ -166,6 +169,7 @@ class Client:
         except transport.Again:
             raise self._unavailable() from None
         self._features_unsent = False
+        self._features_sent_at = time.monotonic()
 
     def _try_send(self, frames: list[bytes]) -> bool:
         """Send without waiting; False if the socket would not take it now."""
@@ -390,6 +394,7 @@ class Client:
 
     def _file(self, frames: list[bytes]) -> None:
         """File one message from the router by msgid."""
+        self._heard = True
         # The common case, an ACK of a job nobody waits on, is skipped undecoded
         # (packed, as the router ACKs a packed REQUEST, or not).
         if not self._awaiting_ack and (
@@ -495,25 +500,36 @@ class Client:
             )
         )
 
-    def confirm_read(self, timeout: float) -> bool | None:
-        """Wait up to ``timeout`` seconds until the router has read every message
-        this client sent: True once it has, False if it did not say so in time.
+    def confirm_read(self, deadline: float) -> bool | None:
+        """Wait until the router has read every message this client sent, at
+        the latest until ``deadline`` (monotonic): True once it has, False if
+        it did not say so in time.
 
         A router of ours answers FEATURES in the order messages come, so the
-        answer to one sent now comes after it read all the others. None for
-        a router that never answered FEATURES (the reference router): it
-        cannot say. Messages read meanwhile are filed as usual.
+        answer to one sent now comes after it read all the others. None when
+        it cannot say: nothing went out (no router ever connected), or the
+        router is not ours (the reference router answers no FEATURES): it
+        sent something else first, or left our first FEATURES unanswered for
+        ``SEND_TIMEOUT``. Messages read meanwhile are filed as usual.
         """
         if self._features_unsent:
-            return None  # no router ever connected (or one to ask again)
-        deadline = time.monotonic() + timeout
-        if self._router_features is None:  # the answer to our first FEATURES is on its way
-            self._read_until(lambda: self._router_features is not None, FEATURES_GRACE)
+            return None
+        if self._router_features is None:
+            # Ours answers our first FEATURES before anything else, within
+            # SEND_TIMEOUT unless it is not reading (then nothing is confirmed).
+            by = min(deadline, self._features_sent_at + self._linger_ms / 1000)
+            self._read_until(lambda: self._heard, by - time.monotonic())
             if self._router_features is None:
                 return None
         answered = self._features_answers
-        if not self._try_send(_features_frames()):
-            return False  # our pipe is full: the router is not reading
+        # Our pipe may be full (a fast sender's last jobs): wait for room.
+        self.channel.socket.setsockopt(
+            transport.SNDTIMEO, max(0, int((deadline - time.monotonic()) * 1000))
+        )
+        try:
+            self.channel.send_frames(_features_frames())
+        except transport.Again:
+            return False  # the router is not reading
         return self._read_until(
             lambda: self._features_answers > answered, deadline - time.monotonic()
         )
@@ -569,12 +585,13 @@ _FLUSH_SLACK_MS = 50
 
 def _context() -> Any:
     """The clients' ZeroMQ context in this process (a new one after fork)."""
-    global _context_made, _context_pid, _clients
+    global _context_made, _context_pid, _clients, _flush_ms
     pid = os.getpid()
     with _context_lock:
         if _context_made is None or _context_pid != pid:
             # After fork the parent's context must not be touched: make our own.
             _context_made, _context_pid, _clients = transport.Context(), pid, weakref.WeakSet()
+            _flush_ms = 0
         return _context_made
 
 
@@ -606,6 +623,8 @@ def _flush_at_exit() -> None:
     busy: set[str] = set()
     flushed: set[str] = set()
     lost: set[str] = set()
+    # One SEND_TIMEOUT for all the clients, not one each.
+    deadline = time.monotonic() + _flush_ms / 1000
     for client in list(_clients):
         if client.channel.socket.closed:
             continue
@@ -613,9 +632,14 @@ def _flush_at_exit() -> None:
             busy.add(client.addr)
             continue
         flushed.add(client.addr)
+        logger.debug(
+            "at exit: waiting up to %gs for the router at %s to read what this process sent",
+            max(0.0, deadline - time.monotonic()),
+            client.addr,
+        )
         # Closing right after the last write is not enough: the router must have
         # read it, or the reset of our closing connection discards it.
-        if client.confirm_read(client._linger_ms / 1000) is False:
+        if client.confirm_read(deadline) is False:
             lost.add(client.addr)
             client.channel.close()  # it was given SEND_TIMEOUT already
         else:
