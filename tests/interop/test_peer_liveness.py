@@ -45,6 +45,9 @@ pytestmark = [
 #: Short heartbeats for our processes: several timeouts pass in seconds.
 INTERVAL, TIMEOUT = 0.5, 1.5
 SHORT = {"EMQ_HEARTBEAT_INTERVAL": str(INTERVAL), "EMQ_HEARTBEAT_TIMEOUT": str(TIMEOUT)}
+#: A job manager that would wait long for a silent router: stopped past the router's
+#: timeout, it learns it was dropped only from the router's answer (DISCONNECT).
+PATIENT = {**SHORT, "EMQ_HEARTBEAT_TIMEOUT": "60"}
 
 
 @pytest.fixture
@@ -98,10 +101,10 @@ def dropped_while_stopped(
     jobmanager: Proc,
     meanwhile: Callable[[], object] = lambda: None,
     running: int = 0,
-) -> str:
+) -> None:
     """Stop the job manager (SIGSTOP) until the router drops it, ``running`` jobs of
     it handed out again; call ``meanwhile``, let it run (SIGCONT) and wait until it
-    registered again under a new identity. Returns its old identity."""
+    registered again under a new identity, told so by the router's DISCONNECT."""
     (before,) = workers(router)
     jobmanager.signal(signal.SIGSTOP)
     try:
@@ -119,7 +122,9 @@ def dropped_while_stopped(
         poll=0.1,
     )
     assert after.startswith("jm-")
-    return before
+    told = rf"(HEARTBEAT|READY|DONE) before INFORM from {re.escape(before)}; told to DISCONNECT"
+    assert re.search(told, router.proc.output())
+    assert "the router sent DISCONNECT; reconnecting" in jobmanager.output()
 
 
 def restart(routers: list[Router], env: dict[str, str] | None = None) -> Router:
@@ -186,7 +191,7 @@ def test_a_jobmanager_the_router_dropped_registers_again(
     message gets DISCONNECT and it INFORMs again (a new socket, so a new identity)."""
     router = start_our_router(SHORT)
     routers.append(router)
-    jobmanager = start_our_jobmanager(router.backend, SHORT)
+    jobmanager = start_our_jobmanager(router.backend, PATIENT)
     procs.append(jobmanager)
     dropped_while_stopped(router, jobmanager)
     use_broker(router.frontend)
@@ -206,15 +211,13 @@ def test_a_busy_jobmanager_the_router_dropped_reports_its_job_and_registers_agai
     again, whichever comes first), not lost nor left waiting."""
     router = start_our_router(SHORT)
     routers.append(router)
-    jobmanager = start_our_jobmanager(router.backend, SHORT)
+    jobmanager = start_our_jobmanager(router.backend, PATIENT)
     procs.append(jobmanager)
     use_broker(router.frontend)
     gate = tmp_path / "gate"
     record_then_wait.delay("busy", out=str(records_file), gate=str(gate))
     wait_records(records_file)  # it runs
-    before = dropped_while_stopped(router, jobmanager, gate.touch, running=1)
-    told = rf"(HEARTBEAT|READY|DONE) before INFORM from {re.escape(before)}; told to DISCONNECT"
-    assert re.search(told, router.proc.output())
+    dropped_while_stopped(router, jobmanager, gate.touch, running=1)
     # The job is finished for good, once, in the router's books (its run, or the
     # copy handed out again: whichever reports first; at least once, not lost).
     status = wait_for(
