@@ -14,6 +14,7 @@ import os
 import sqlite3
 import stat
 import subprocess
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from typing import Any
 import pytest
 import zmq
 
+from django_eventmq.core.client import Client
+from django_eventmq.protocol import new_msgid
 from tests.chaos.support import admin_call
 from tests.core.test_router import JOB, Peer
 from tests.core.test_router_crash import RouterProcess, worker
@@ -331,4 +334,35 @@ def test_status_names_the_journal_failure(
         assert writable.samples[0].value == 0
     finally:
         shell.execute("ROLLBACK")
+        shell.close()
+
+
+def test_a_guaranteed_send_returns_only_once_its_job_is_stored(
+    start: Callable[..., RouterProcess],
+) -> None:
+    """The issue's report: with the lock held, a guaranteed send returned after the busy
+    timeout and the job was never stored. Now it returns once the job is stored."""
+    r = start()
+    shell = sqlite3.connect(r.journal, timeout=0, isolation_level=None, check_same_thread=False)
+    shell.execute("BEGIN IMMEDIATE")
+    released = threading.Event()
+
+    def release_once_refused() -> None:
+        r.proc.wait_output(r"journal .* cannot be written: locked")
+        released.set()  # before the lock goes: an ACK can only come after this
+        shell.execute("ROLLBACK")
+
+    releaser = threading.Thread(target=release_once_refused)
+    releaser.start()
+    client = Client(r.frontend)
+    try:
+        msgid = new_msgid()
+        client.send_request_guaranteed(
+            msgid.encode(), b"default", b"guarantee", JOB.encode(), ack_timeout=5.0, retries=3
+        )
+        assert released.is_set()
+        assert msgid in stored(r.journal)
+    finally:
+        client.close()
+        releaser.join(30)
         shell.close()
