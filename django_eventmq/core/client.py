@@ -230,14 +230,23 @@ class Client:
         """Send a REQUEST and wait for the router's ACK, resending it (same msgid).
 
         Raises :class:`BrokerUnavailable` when ``1 + retries`` sends got no ACK
-        within ``ack_timeout`` seconds each. The router treats the msgid as the
+        within ``ack_timeout`` seconds each, or no router was connected within
+        ``SEND_TIMEOUT`` for the next one (saying, after a first send, that the
+        job may be stored). The router treats the msgid as the
         idempotency key, so a resend of a job it already stored is harmless.
         """
         key = msgid.decode()
         self._awaiting_ack.add(key)
+        sends = 0
         try:
             for _attempt in range(retries + 1):
-                self.send_request_frames(msgid, queue, headers, body)
+                try:
+                    self.send_request_frames(msgid, queue, headers, body)
+                except BrokerUnavailable:
+                    if not sends:
+                        raise  # nothing went out: nothing can be stored
+                    break  # the router went away: what it took before may be stored
+                sends += 1
                 deadline = time.monotonic() + ack_timeout
                 while key not in self._acked:
                     left = deadline - time.monotonic()
@@ -259,8 +268,9 @@ class Client:
         # whoever serves the address now answers again.
         self._ask_features()
         raise BrokerUnavailable(
-            f"the router at {self.addr} did not acknowledge job {key} after {retries + 1} "
-            "sends (is emq_router running?)"
+            f"the router at {self.addr} did not acknowledge job {key} after {sends} "
+            "send(s) (is emq_router running?); it may be stored: sending it again with "
+            "the same msgid is safe"
         )
 
     def send_many(

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import IO
 
@@ -20,6 +21,8 @@ import pytest
 import zmq
 
 from django_eventmq.core import transport
+from django_eventmq.core.client import Client
+from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.protocol import Reply, new_msgid
 from tests.chaos.jobs import RECORD_ENV
 from tests.chaos.support import start_jobmanager, start_router
@@ -230,3 +233,35 @@ def test_a_script_says_at_exit_when_the_router_did_not_take_its_jobs() -> None:
     assert len(warnings) == 1, done.stderr
     assert f"sent to the router at tcp://127.0.0.1:{port} may be lost" in warnings[0]
     assert "within SEND_TIMEOUT=0.5s" in warnings[0]
+
+
+def test_a_guaranteed_job_whose_router_went_away_after_taking_it_may_be_stored() -> None:
+    # The router read the job and went before acknowledging it: the resend finds
+    # no router connected within SEND_TIMEOUT. The error must not say nothing
+    # was queued, since the job may be stored: it says to send it again.
+    addr = tcp_addr()
+    router = transport.Channel(transport.ROUTER, bind=addr)
+    raised: list[BaseException] = []
+
+    def send() -> None:
+        sender = Client(addr, send_timeout=0.3)
+        try:
+            sender.send_request_guaranteed(
+                b"m-sure", b"default", b"guarantee", b"[]", ack_timeout=0.3, retries=3
+            )
+        except BrokerUnavailable as exc:
+            raised.append(exc)
+        finally:
+            sender.close()
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    try:
+        _identity, request = receive_request(router)
+    finally:
+        router.close()
+    thread.join(30)
+    assert request.msgid == "m-sure"
+    assert len(raised) == 1, raised
+    assert "did not acknowledge job m-sure after 1 send(s)" in str(raised[0])
+    assert "sending it again with the same msgid is safe" in str(raised[0])
