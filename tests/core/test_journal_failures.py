@@ -169,7 +169,7 @@ def test_no_ack_or_hand_out_leaves_for_a_job_the_journal_does_not_hold(
 ) -> None:
     path = tmp_path / "journal.sqlite3"
     points = run(zctx, path, {})
-    assert points > 20  # the run writes: inserts, leases, deletes, finished msgids, commits
+    assert points > 10  # the run writes: inserts, leases, deletes, finished msgids, commits
     for first in range(1, points + 1):
         run(zctx, path, {first: kind})
         # The same fault for a while: the retries (a replay, then the kept writes) fail too.
