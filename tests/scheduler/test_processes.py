@@ -418,13 +418,19 @@ def test_a_busy_scheduler_stays_registered_and_unschedule_still_reaches_it(
     assert "INFORM again" not in scheduler.output()
 
 
+#: A scheduler that would wait long for a silent router (its own HEARTBEAT_TIMEOUT):
+#: it does not reconnect by itself while its router restarts or ignores it, so what
+#: registers it again is the router taking it back on its HEARTBEAT.
+PATIENT = {"EMQ_HEARTBEAT_TIMEOUT": "60"}
+
+
 def test_a_busy_scheduler_a_restarted_router_forgot_registers_again(
     busy_stack: Stack, tmp_path: Path
 ) -> None:
     """The new router does not know the scheduler; its next HEARTBEAT (sent every
     interval, however busy it is) registers it again, and UNSCHEDULE reaches it."""
     stack = busy_stack
-    scheduler = stack.scheduler()
+    scheduler = stack.scheduler(env=PATIENT)
     trace = tmp_path / "busy"
     schedule(jobs.touch, interval_secs=1, args=[str(trace)])
     wait_for(lambda: lines(trace), 30, "the first run")
@@ -442,7 +448,7 @@ def test_a_scheduler_the_router_dropped_registers_again(busy_stack: Stack, tmp_p
     """Stopped (SIGSTOP) past the timeout, it is dropped; once it runs again, its
     HEARTBEAT registers it again and an UNSCHEDULE reaches it."""
     stack = busy_stack
-    scheduler = stack.scheduler()
+    scheduler = stack.scheduler(env=PATIENT)
     trace = tmp_path / "busy"
     schedule(jobs.touch, interval_secs=1, args=[str(trace)])
     wait_for(lambda: lines(trace), 30, "the first run")
@@ -453,6 +459,7 @@ def test_a_scheduler_the_router_dropped_registers_again(busy_stack: Stack, tmp_p
     finally:
         scheduler.signal(signal.SIGCONT)
     wait_for(lambda: len(stack.schedulers()) == 1, 30, "the scheduler registered again", poll=0.2)
+    assert "registered again: a HEARTBEAT without INFORM" in stack.router.output()
     unschedule(jobs.touch, args=[str(trace)])
     wait_for(lambda: stack.schedules() == [], 30, "the schedule removed by UNSCHEDULE")
 
