@@ -249,6 +249,13 @@ class Settings:
         _positive("queue_window", self.queue_window, whole=True)
         _positive("high_water_mark", self.high_water_mark, whole=True)
         _positive("queue_high_water_mark", self.queue_high_water_mark, whole=True, allow_zero=True)
+        if self.queue_high_water_mark >= self.high_water_mark:
+            # A queue reaching it would put the whole router at its global mark first.
+            raise ConfigurationError(
+                f"QUEUE_HIGH_WATER_MARK: {self.queue_high_water_mark} is not below "
+                f"HIGH_WATER_MARK ({self.high_water_mark}), so it would never act; set it "
+                "well below (a tenth, say) or 0 to turn it off"
+            )
         _positive("outbox_budget", self.outbox_budget, whole=True)
         _positive("outbox_peer_bytes", self.outbox_peer_bytes, whole=True)
         _positive("poison_after", self.poison_after, whole=True)

@@ -56,6 +56,10 @@ def test_queue_forms(value, queues):
         ({"HEARTBEAT_TIMEOUT": 1, "HEARTBEAT_INTERVAL": 3}, "must be longer than"),
         ({"CANCEL_POLICY": "nobody"}, "CANCEL_POLICY: expected 'owner' or 'any'"),
         ({"QUEUE_HIGH_WATER_MARK": -1}, "QUEUE_HIGH_WATER_MARK: expected a whole number >= 0"),
+        (
+            {"QUEUE_HIGH_WATER_MARK": 500, "HIGH_WATER_MARK": 500},
+            r"QUEUE_HIGH_WATER_MARK: 500 is not below HIGH_WATER_MARK \(500\), so it would never",
+        ),
         ({"OUTBOX_BUDGET": 0}, "OUTBOX_BUDGET: expected a whole number > 0"),
         ({"OUTBOX_PEER_BYTES": "lots"}, "OUTBOX_PEER_BYTES: expected a whole number"),
     ],
