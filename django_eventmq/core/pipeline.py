@@ -576,7 +576,7 @@ class Pipeline:
             f"more jobs wait there than its {over}, so it reads no client until below 90% "
             'of it (its MONITOR says "blocked": true; if not, it is stuck: see its log). '
             "Start a job manager for that queue "
-            f"(emq_jobmanager --queues {queues[0] if queues else 'QUEUE'}), raise "
+            f"(emq_jobmanager --queues {','.join(queues) or 'QUEUE'}), raise "
             "HIGH_WATER_MARK, or wait and send the same jobs again (Spark: the same run_id): "
             "those the router holds already are not stored twice"
         )
