@@ -524,6 +524,7 @@ class Client:
         """
         if self._features_unsent:
             return None
+        self.drain()  # the answer may be waiting, though the time to wait for it is over
         if self._router_features is None:
             # Ours answers our first FEATURES before anything else, within
             # SEND_TIMEOUT unless it is not reading (then nothing is confirmed).

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 from typing import IO
 
@@ -265,3 +266,19 @@ def test_a_guaranteed_job_whose_router_went_away_after_taking_it_may_be_stored()
     assert len(raised) == 1, raised
     assert "did not acknowledge job m-sure after 1 send(s)" in str(raised[0])
     assert "sending it again with the same msgid is safe" in str(raised[0])
+
+
+def test_a_long_running_process_s_exit_finds_the_router_s_unread_answer(start_router) -> None:
+    # Our router's FEATURES answer came after the client last read its socket,
+    # and the process ran on for longer than SEND_TIMEOUT (a web worker): the
+    # exit still finds the answer, and asks this router to confirm.
+    h = start_router()
+    sender = Client(h.router.frontend_address, send_timeout=1.0)
+    try:
+        sender.send_request_frames(b"m-1", b"default", b"", b"[]")
+        wait_for(lambda: sender.channel.poll(0), what="the router's answer, unread")
+        assert sender.router_features is None
+        sender._features_sent_at -= 60  # as if it went out a minute ago
+        assert sender.confirm_read(time.monotonic() + 10) is True
+    finally:
+        sender.close()
