@@ -112,7 +112,7 @@ class QueueMarks:
 
     def _held_refusal(self, queue: bytes, msgid: str) -> str | None:
         """The REJECT reason for a job of a queue that holds all it may."""
-        if not self._held:
+        if not self._held or self._releasing:  # a held job now accepted is not refused
             return None
         name = queue.decode()
         if (

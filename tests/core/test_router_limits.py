@@ -259,3 +259,26 @@ def test_a_held_job_sent_again_is_held_still_not_refused(
     for _ in range(3):
         worker.send("READY")
     assert client.expect("ACK")[2] == "held-1"
+
+
+def test_held_jobs_are_accepted_when_released_though_a_batch_passed_the_bound(
+    start_router: Callable[..., Harness],
+) -> None:
+    """A BATCH held last may take its queue's held jobs past QUEUE_WINDOW. Once
+    the queue has room, every held job is accepted, in order: the one released
+    first, while the others still count past the bound, is not refused."""
+    h = start_router(queue_high_water_mark=2, queue_window=2)
+    client = h.peer("frontend", "client")
+    for _ in range(2):
+        h.request(client, "stuck")
+    single = client.send("REQUEST", "stuck", "guarantee", JOB)
+    jobs = [(b"b-%d" % i, b"stuck", b"", JOB.encode()) for i in range(3)]
+    client.send_raw([b"", V, b"BATCH", b"batch-1", pack_jobs(jobs)])
+    wait_for(lambda: h.ask("MONITOR")["held"] == {"stuck": 4}, what="the jobs to be held")
+
+    worker = h.worker("w", '[[10, "stuck"]]', ready=0)
+    for _ in range(6):
+        worker.send("READY")
+    assert client.expect("ACK")[2] == single
+    assert client.expect("ACK")[2] == "batch-1"
+    assert h.ask("MONITOR")["held"] == {}
