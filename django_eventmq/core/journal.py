@@ -576,6 +576,10 @@ class Journal:
         self.commit()
         self._close_db()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def _close_db(self) -> None:
         db = getattr(self, "db", None)
         if db is not None:

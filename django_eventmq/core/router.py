@@ -260,7 +260,7 @@ class Router(FrontendHandlers, BackendHandlers):
         if self._guard is not None:
             self._guard.stop()
             self._guard = None
-        if book is not None:
+        if book is not None and not book.journal.closed:
             journal = book.journal
             # Only a committed journal can tell it holds nothing.
             journal.commit()
@@ -437,6 +437,8 @@ class Router(FrontendHandlers, BackendHandlers):
             handler(identity, frames, message, now)
         except transport.ContextTerminated:
             raise
+        except JournalUnavailable as exc:  # said once by the journal; no ACK: it comes again
+            log.debug("%s: %s from %s not stored: %s", name, message, show(identity), exc.reason)
         except Exception:
             # A bug of ours must not take the router down with it.
             log.exception("%s: error handling %s from %s", name, message, show(identity))

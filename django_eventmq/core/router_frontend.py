@@ -289,7 +289,11 @@ class FrontendHandlers(QueueMarks):
         if self._hold_batch(identity, raw, ends):
             return
         # A parcel keeps no owner: with owners kept, each job is stored with its own.
-        if not self._owners and self._as_parcel(identity, frame, ends, now):
+        try:
+            as_parcel = not self._owners and self._as_parcel(identity, frame, ends, now)
+        except JournalUnavailable:
+            as_parcel = False  # its insert found the journal unwritable: each job is refused
+        if as_parcel:
             self.batches_received += 1
             self.batch_jobs_received += len(ends) // 4
             self._acks.append((identity, raw[4], False))

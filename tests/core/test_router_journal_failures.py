@@ -15,6 +15,7 @@ import sqlite3
 import stat
 import subprocess
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -67,8 +68,12 @@ def answers(client: Peer, timeout: float = 20.0) -> dict[str, list[str]]:
     return found
 
 
+#: Answers read per client and not asked for yet (one read may bring several).
+_SEEN: weakref.WeakKeyDictionary[Peer, dict[str, list[str]]] = weakref.WeakKeyDictionary()
+
+
 def expect_answer(client: Peer, msgid: str, command: str, timeout: float = 20.0) -> list[str]:
-    seen: dict[str, list[str]] = {}
+    seen = _SEEN.setdefault(client, {})
 
     def arrived() -> bool:
         seen.update(answers(client, 0.05))
