@@ -124,6 +124,7 @@ class Client:
         # thread-local goes) maybe before the connection is even up, and the
         # job must still go out. Bounded by SEND_TIMEOUT, in ZeroMQ's I/O thread.
         self._linger_ms = int(send_timeout * 1000)
+        self._curve = transport.CURVE_SERVERKEY in (options or {})
         self.channel = transport.Channel(
             transport.DEALER,
             connect=addr,
@@ -181,10 +182,16 @@ class Client:
 
     def _unavailable(self) -> BrokerUnavailable:
         """The error of a send the socket did not take within ``SEND_TIMEOUT``."""
+        # A router that refuses our CURVE handshake (or our plain one) is never connected.
+        keys = (
+            " and our CURVE_CLIENT_SECRET_KEY's public key in its CURVE_FRONTEND_CLIENTS"
+            if self._curve
+            else " and does it not require CURVE keys"
+        )
         return BrokerUnavailable(
             f"no router at {self.addr} took the message within SEND_TIMEOUT="
             f"{self._linger_ms / 1000:g}s: none is connected, or it is not taking messages "
-            "(is emq_router running, and BROKER_ADDR right?); nothing was queued"
+            f"(is emq_router running, BROKER_ADDR right{keys}?); nothing was queued"
         )
 
     def send(self, message: Message) -> str:
