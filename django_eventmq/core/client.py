@@ -11,7 +11,7 @@ toward a connected router (``IMMEDIATE``), so with none connected within
 returning a msgid for a job that would go nowhere. What was handed over is
 still in this process's queue until ZeroMQ writes it out; at exit the
 process waits up to ``SEND_TIMEOUT`` for that, and logs once if it could not
-(see :func:`_flush_at_exit`).
+(see :mod:`.client_exit`).
 
 What the router sends back (ACKs, partial replies, job outcomes,
 rejections) arrives on the same socket, interleaved between jobs; the client
@@ -22,12 +22,10 @@ order, and then its outcome.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -53,7 +51,7 @@ from ..protocol import (
 from ..protocol.constants import ACK, PROTOCOL_VERSION_B, REQUEST
 from ..protocol.packed import PACKED, pack_request
 from ..protocol.packed import PREFIX as PACKED_PREFIX
-from . import config, pipeline, security, transport
+from . import client_exit, config, pipeline, security, transport
 
 logger = logging.getLogger("django_eventmq.client")
 
@@ -118,12 +116,12 @@ class Client:
         self._features_sent_at = 0.0
         self._heard = False
         #: The thread that uses the socket (the exit flush closes no other's).
-        self._thread = threading.current_thread()
+        self.thread = threading.current_thread()
         # Unlike other sockets, a client's lingers: a thread-per-request server
         # ends the thread that called .delay() (closing its socket when the
         # thread-local goes) maybe before the connection is even up, and the
         # job must still go out. Bounded by SEND_TIMEOUT, in ZeroMQ's I/O thread.
-        self._linger_ms = int(send_timeout * 1000)
+        self.linger_ms = int(send_timeout * 1000)
         self._curve = transport.CURVE_SERVERKEY in (options or {})
         self.channel = transport.Channel(
             transport.DEALER,
@@ -131,16 +129,16 @@ class Client:
             hwm=CLIENT_SNDHWM,
             options={
                 transport.SNDTIMEO: int(send_timeout * 1000),
-                transport.LINGER: self._linger_ms,
+                transport.LINGER: self.linger_ms,
                 # No router connected: a send waits up to SNDTIMEO for one, then
                 # fails (BrokerUnavailable), rather than queueing a job that a
                 # short script would take with it when it exits.
                 transport.IMMEDIATE: 1,
                 **(options or {}),
             },
-            ctx=_context(),
+            ctx=client_exit.context(),
         )
-        _opened(self)
+        client_exit.opened(self)
         self._ask_features()
 
     @property
@@ -190,7 +188,7 @@ class Client:
         )
         return BrokerUnavailable(
             f"no router at {self.addr} took the message within SEND_TIMEOUT="
-            f"{self._linger_ms / 1000:g}s: none is connected, or it is not taking messages "
+            f"{self.linger_ms / 1000:g}s: none is connected, or it is not taking messages "
             f"(is emq_router running, BROKER_ADDR right{keys}?); nothing was queued"
         )
 
@@ -535,7 +533,7 @@ class Client:
         if self._router_features is None:
             # Ours answers our first FEATURES before anything else, within
             # SEND_TIMEOUT unless it is not reading (then nothing is confirmed).
-            by = min(deadline, self._features_sent_at + self._linger_ms / 1000)
+            by = min(deadline, self._features_sent_at + self.linger_ms / 1000)
             self._read_until(lambda: self._heard, by - time.monotonic())
             if self._router_features is None:
                 return None
@@ -576,7 +574,7 @@ class Client:
 
     def close(self) -> None:
         """Close the socket; jobs still queued go out within ``SEND_TIMEOUT``."""
-        self.channel.close(self._linger_ms)
+        self.channel.close(self.linger_ms)
 
 
 _local = threading.local()
@@ -584,105 +582,6 @@ _local = threading.local()
 
 def _features_frames() -> list[bytes]:
     return encode(Features(msgid=new_msgid(), features=pipeline.CLIENT_FEATURES))
-
-
-# -- one ZeroMQ context for the clients of a process, flushed at exit -------------
-# Not the process-wide one of transport: terminating a context is the only way
-# to wait until queued messages are written out, and that one also holds
-# sockets (a router, a job manager in tests) that stay open.
-_context_lock = threading.Lock()
-_context_pid = 0
-_context_made: Any = None
-#: Clients made in this process (what the exit flush closes).
-_clients: weakref.WeakSet[Client] = weakref.WeakSet()
-#: The longest linger (SEND_TIMEOUT) of those: how long the exit flush may wait.
-_flush_ms = 0
-#: A flush this close to the linger is taken to have run out of it.
-_FLUSH_SLACK_MS = 50
-
-
-def _context() -> Any:
-    """The clients' ZeroMQ context in this process (a new one after fork)."""
-    global _context_made, _context_pid, _clients, _flush_ms
-    pid = os.getpid()
-    with _context_lock:
-        if _context_made is None or _context_pid != pid:
-            # After fork the parent's context must not be touched: make our own.
-            _context_made, _context_pid, _clients = transport.Context(), pid, weakref.WeakSet()
-            _flush_ms = 0
-        return _context_made
-
-
-def _opened(client: Client) -> None:
-    global _flush_ms
-    with _context_lock:
-        _clients.add(client)
-        _flush_ms = max(_flush_ms, client._linger_ms)
-
-
-@atexit.register
-def _flush_at_exit() -> None:
-    """Wait up to ``SEND_TIMEOUT`` until the router has read the jobs this
-    process sent, and log once if it did not.
-
-    A script's last ``.delay()`` returns as soon as its job is queued in the
-    socket; without this the interpreter could exit before ZeroMQ's I/O
-    thread wrote it, or before the router read it (closing the connection
-    with our unread ACKs in it resets it, and the router's unread data goes).
-    A router of ours confirms (:meth:`Client.confirm_read`); for another,
-    waiting until ZeroMQ wrote everything is the best there is. Sockets of
-    threads still running (daemon threads) are not ours to close: they are
-    named in a log line instead.
-    """
-    ctx = _context_made
-    if ctx is None or _context_pid != os.getpid():
-        return
-    current = threading.current_thread()
-    busy: set[str] = set()
-    flushed: set[str] = set()
-    lost: set[str] = set()
-    # One SEND_TIMEOUT for all the clients, not one each.
-    deadline = time.monotonic() + _flush_ms / 1000
-    for client in list(_clients):
-        if client.channel.socket.closed:
-            continue
-        if client._thread is not current and client._thread.is_alive():
-            busy.add(client.addr)
-            continue
-        flushed.add(client.addr)
-        logger.debug(
-            "at exit: waiting up to %gs for the router at %s to read what this process sent",
-            max(0.0, deadline - time.monotonic()),
-            client.addr,
-        )
-        # Closing right after the last write is not enough: the router must have
-        # read it, or the reset of our closing connection discards it.
-        if client.confirm_read(deadline) is False:
-            lost.add(client.addr)
-            client.channel.close()  # it was given SEND_TIMEOUT already
-        else:
-            client.close()
-    if busy:
-        # term() would wait for their sockets for ever.
-        logger.warning(
-            "at exit, client sockets of threads still running were not flushed: jobs they "
-            "queued may not have reached the router at %s",
-            ", ".join(sorted(busy)),
-        )
-    else:
-        # term() returns once every socket's queued messages are written, or its
-        # linger (SEND_TIMEOUT) ran out: only then does it take that long.
-        started = time.monotonic()
-        ctx.term()
-        if (time.monotonic() - started) * 1000 >= _flush_ms - _FLUSH_SLACK_MS:
-            lost |= flushed or {"(sockets closed earlier)"}
-    if lost:
-        logger.warning(
-            "at exit, jobs this process sent to the router at %s may be lost: it did not "
-            "take them within SEND_TIMEOUT=%gs (is it running and reading?)",
-            ", ".join(sorted(lost)),
-            _flush_ms / 1000,
-        )
 
 
 def _poll_ms(deadline: float | None) -> int | None:
