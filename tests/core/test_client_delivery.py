@@ -30,6 +30,8 @@ from tests.chaos.support import start_jobmanager, start_router
 from tests.support import ROOT, clean_environ, receive_request, tcp_addr, wait_for
 
 #: A short script: queue N jobs with .delay() (no guarantee) and end at once.
+#: With "connect" it first waits (up to 30 s) until its socket is connected, so
+#: that a short SEND_TIMEOUT bounds only its exit, not how soon it connects.
 #: With "fill" it waits, once connected, for a line on stdin, then queues jobs
 #: until its socket takes no more (as a sender faster than the router leaves
 #: it at exit); "fill-answered" first sends one job and waits for the router's
@@ -45,9 +47,11 @@ SCRIPT = textwrap.dedent(
     log.setLevel(logging.DEBUG)
     log.addHandler(logging.StreamHandler())
     count, size, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+    fill = mode[:1] in (["fill"], ["fill-answered"])
     sent = 0
     if mode:
-        client.CLIENT_SNDHWM = 100  # a full socket in fewer jobs
+        if fill:
+            client.CLIENT_SNDHWM = 100  # a full socket in fewer jobs
         settings = config.get_settings()
         sender = client.get_client(settings.broker_addr, send_timeout=settings.send_timeout)
         if mode == ["fill-answered"]:
@@ -57,11 +61,13 @@ SCRIPT = textwrap.dedent(
                 sender.channel.poll(1000)
                 sender.drain()
         else:
-            sender.channel.socket.poll(30_000, zmq.POLLOUT)  # connected (IMMEDIATE)
+            # Connected (IMMEDIATE: no room to send before).
+            assert sender.channel.socket.poll(30_000, zmq.POLLOUT), "not connected in 30 s"
+    if fill:
         print("connected", flush=True)
         sys.stdin.readline()
     print("sending", flush=True)
-    if mode:
+    if fill:
         socket = sender.channel.socket
         socket.setsockopt(zmq.SNDTIMEO, 0)  # what it takes now, no more
         while True:
@@ -93,10 +99,10 @@ def script_env(addr: str, send_timeout: float) -> dict[str, str]:
 
 
 def run_script(
-    addr: str, count: int, *, size: int = 0, send_timeout: float = 5.0
+    addr: str, count: int, *mode: str, size: int = 0, send_timeout: float = 5.0
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(count), str(size)],
+        [sys.executable, "-c", SCRIPT, str(count), str(size), *mode],
         cwd=ROOT,
         env=script_env(addr, send_timeout),
         capture_output=True,
@@ -220,13 +226,15 @@ def test_every_job_of_a_short_script_runs_though_the_router_lags_at_its_exit(
 def test_a_script_says_at_exit_when_the_router_did_not_take_its_jobs() -> None:
     # A router that accepts the connection and never reads: the jobs stay queued
     # in the script's socket, and at exit it waits SEND_TIMEOUT, then says so.
+    # The script waits for its connection first ("connect"), however long a
+    # loaded machine takes: the short SEND_TIMEOUT is for its exit.
     stalled = zmq.Context.instance().socket(zmq.ROUTER)
     stalled.setsockopt(zmq.RCVHWM, 1)
     stalled.setsockopt(zmq.RCVBUF, 4096)
     stalled.setsockopt(zmq.LINGER, 0)
     port = stalled.bind_to_random_port("tcp://127.0.0.1")
     try:
-        done = run_script(f"tcp://127.0.0.1:{port}", 300, size=100_000, send_timeout=0.5)
+        done = run_script(f"tcp://127.0.0.1:{port}", 300, "connect", size=100_000, send_timeout=0.5)
     finally:
         stalled.close()
     assert (done.returncode, done.stdout) == (0, "sending\nsent 300\n"), done.stderr
