@@ -116,18 +116,22 @@ def clean_environ() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
 
 
+def run_checked(args: Sequence[str | Path], *, timeout: float = 120, **kwargs: Any) -> str:
+    """Run a command that must succeed and return its stdout (else fail with its output)."""
+    done = subprocess.run(
+        args, capture_output=True, text=True, timeout=timeout, check=False, **kwargs
+    )
+    assert done.returncode == 0, f"{[str(a) for a in args]}:\n{done.stdout}{done.stderr}"
+    return done.stdout
+
+
 def migrated_env(env: dict[str, str]) -> dict[str, str]:
     """Run ``django migrate`` with ``env`` (settings and database) and return ``env``."""
-    done = subprocess.run(
+    run_checked(
         [sys.executable, "-m", "django", "migrate", "--noinput"],
         cwd=ROOT,
         env={**clean_environ(), "PYTHONPATH": str(ROOT), **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
     )
-    assert done.returncode == 0, done.stdout + done.stderr
     return env
 
 

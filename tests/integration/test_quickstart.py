@@ -20,7 +20,6 @@ import json
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import sysconfig
 import venv
@@ -29,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT, Proc, clean_environ, tcp_addr, wait_for
+from tests.support import ROOT, Proc, clean_environ, run_checked, tcp_addr, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -82,10 +81,7 @@ def build_wheel(tmp: Path) -> Path:
     ours = {"./django-eventmq": str(source), "dist": str(dist)}
     args = [ours.get(arg, arg) for arg in shlex.split(command)]
     assert args[:2] == ["pip", "wheel"] and str(source) in args and str(dist) in args, command
-    done = subprocess.run(
-        [sys.executable, "-m", *args], capture_output=True, text=True, timeout=180, check=False
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    run_checked([sys.executable, "-m", *args], timeout=180)
     [wheel] = dist.glob("django_eventmq-*.whl")
     return wheel
 
@@ -95,23 +91,15 @@ def make_venv(tmp: Path, wheel: Path) -> Path:
     env_dir = tmp / "venv"
     venv.create(env_dir, with_pip=False)
     python = env_dir / "bin" / "python"
-    purelib = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    purelib = run_checked(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
+    ).strip()
     # A plain path line (not addsitedir): the checkout's editable-install hook
     # in the test environment's site-packages is NOT activated.
     (Path(purelib) / "test-environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", wheel],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    run_checked(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", wheel]
     )
-    assert done.returncode == 0, done.stdout + done.stderr
     return python
 
 
@@ -176,13 +164,9 @@ def test_readme_quickstart_runs_in_a_new_project_from_the_wheel(tmp_path: Path) 
     assert sorted(requires) == [b"Django", b"croniter", b"pyzmq"], requires
 
     python = make_venv(tmp_path, wheel)
-    where = subprocess.run(
-        [str(python), "-c", "import django_eventmq; print(django_eventmq.__file__)"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=tmp_path,
-    ).stdout
+    where = run_checked(
+        [python, "-c", "import django_eventmq; print(django_eventmq.__file__)"], cwd=tmp_path
+    )
     assert where.startswith(str(tmp_path / "venv")), where
 
     project = tmp_path / "site"
@@ -200,17 +184,7 @@ def test_readme_quickstart_runs_in_a_new_project_from_the_wheel(tmp_path: Path) 
     }
 
     def run(*args: str) -> str:
-        done = subprocess.run(
-            [str(python), *args],
-            cwd=project,
-            env={**clean_environ(), **env},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 0, f"{args}:\n{done.stdout}{done.stderr}"
-        return done.stdout
+        return run_checked([python, *args], cwd=project, env={**clean_environ(), **env})
 
     run("-m", "django", "startproject", "mysite", ".")
     run("manage.py", "startapp", "myapp")
