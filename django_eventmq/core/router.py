@@ -48,8 +48,8 @@ from .journal import (
     JournalDamaged,
     JournalUnavailable,
     resolve_path,
-    salvage,
 )
+from .journal_salvage import salvage
 from .queues import Routing, Schedulers
 from .router_backend import FEATURES, BackendHandlers
 from .router_frontend import DRAIN_CAP, FrontendHandlers

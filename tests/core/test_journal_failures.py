@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import zmq
 
-from django_eventmq.core import journal as journal_module
+from django_eventmq.core import journal_commit as journal_module
 from django_eventmq.core.router import Router
 from django_eventmq.protocol import new_msgid
 from django_eventmq.protocol.batch import pack_jobs, unpack_jobs

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from django_eventmq.core import journal as journal_module
+from django_eventmq.core import journal_commit as journal_module
 from django_eventmq.core import transport
 from django_eventmq.core.router import Router as RouterLoop
 from django_eventmq.core.transport import Channel

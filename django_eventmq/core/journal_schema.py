@@ -1,0 +1,161 @@
+"""The journal's tables: their SQL, the job states, a new job's values and the
+rows read back, and the steps that bring an older journal file up to date."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+WAITING = 0
+LEASED = 1
+POISONED = 2
+DELAYED = 3
+STATE_NAMES = {WAITING: "waiting", LEASED: "leased", POISONED: "poisoned", DELAYED: "delayed"}
+
+#: In-memory journal (``JOURNAL=False``): the same store, nothing on disk.
+MEMORY = ":memory:"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    seq INTEGER PRIMARY KEY,        -- acceptance order
+    msgid TEXT NOT NULL UNIQUE,     -- the client's id: a resent REQUEST is the same job
+    queue TEXT NOT NULL,
+    nprio INTEGER NOT NULL,         -- minus the priority header: ascending = first out
+    state INTEGER NOT NULL,
+    due REAL NOT NULL DEFAULT 0,    -- unix time a DELAYED job becomes WAITING
+    guarantee INTEGER NOT NULL,
+    headers BLOB NOT NULL,
+    body BLOB NOT NULL,
+    client BLOB NOT NULL,           -- routing identity of the client, for its reply
+    accepted REAL NOT NULL,         -- unix time accepted
+    deaths INTEGER NOT NULL DEFAULT 0,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    reason TEXT NOT NULL DEFAULT '',
+    owner TEXT                      -- CURVE key that sent it (CANCEL_POLICY owner), or NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (queue, nprio, seq) WHERE state = 0;
+CREATE INDEX IF NOT EXISTS jobs_delayed ON jobs (due) WHERE state = 3;
+CREATE INDEX IF NOT EXISTS jobs_poisoned ON jobs (seq) WHERE state = 2;
+-- BATCHes stored whole while their queue waits on disk, opened into jobs rows later
+CREATE TABLE IF NOT EXISTS parcels (
+    seq INTEGER PRIMARY KEY,        -- its first job's seq; the jobs take seq .. seq + count - 1
+    count INTEGER NOT NULL,
+    queue TEXT NOT NULL,
+    nprio INTEGER NOT NULL,
+    guarantee INTEGER NOT NULL,
+    headers BLOB NOT NULL,          -- every job's header frame (a parcel's jobs share it)
+    client BLOB NOT NULL,
+    accepted REAL NOT NULL,
+    jobs BLOB NOT NULL              -- the BATCH's JOBS frame as received
+);
+CREATE INDEX IF NOT EXISTS parcels_order ON parcels (queue, nprio, seq);
+-- the SHA-256 of each parcel's JOBS frame: the same BATCH again is a duplicate at once
+CREATE TABLE IF NOT EXISTS parcel_digests (
+    seq INTEGER PRIMARY KEY,        -- its parcel
+    digest BLOB NOT NULL UNIQUE
+);
+-- msgids of finished jobs, for a while: a resent REQUEST is not run twice after a restart
+CREATE TABLE IF NOT EXISTS finished (
+    seq INTEGER PRIMARY KEY,        -- finishing order (pruned oldest first)
+    msgid TEXT NOT NULL,
+    at REAL NOT NULL                -- unix time finished
+);
+-- commits made (see the module doc: a journal below its mark lost committed writes)
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('commits', 0);
+-- SCHEDULE / UNSCHEDULE accepted while no scheduler could take them, in arrival order
+CREATE TABLE IF NOT EXISTS schedules (
+    seq INTEGER PRIMARY KEY,
+    unschedule INTEGER NOT NULL,    -- 1: UNSCHEDULE (goes to every scheduler)
+    job_key TEXT NOT NULL,          -- the job's schedule identity ('' if unreadable)
+    timing_key TEXT NOT NULL,       -- its timing's identity ('' for "every timing")
+    frames BLOB NOT NULL            -- the message as received, length-prefixed frames
+);
+"""
+
+
+INSERT_JOB = (
+    "INSERT OR IGNORE INTO jobs (seq, msgid, queue, nprio, state, due, guarantee, headers,"
+    " body, client, accepted, deaths, attempts, reason, owner)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def new_row(
+    seq: int,
+    msgid: str,
+    queue: str,
+    priority: int,
+    state: int,
+    guarantee: bool,
+    headers: bytes,
+    body: bytes,
+    client: bytes,
+    accepted: float,
+    due: float = 0.0,
+    owner: str | None = None,
+) -> list[Any]:
+    """A new job's values for :meth:`Journal.add` (in ``INSERT_JOB``'s order)."""
+    return [
+        seq,
+        msgid,
+        queue,
+        -priority,
+        state,
+        due,
+        guarantee,
+        headers,
+        body,
+        client,
+        accepted,
+        0,
+        0,
+        "",
+        owner,
+    ]
+
+
+INSERT_FINISHED = "INSERT INTO finished (seq, msgid, at) VALUES (?, ?, ?)"
+
+#: Where a column's value sits in a new row's INSERT values.
+COLUMN_AT = {"state": 4, "due": 5, "deaths": 11, "attempts": 12, "reason": 13}
+
+
+@dataclass(slots=True)
+class Row:
+    """A job as stored (what is needed to hand it out again)."""
+
+    seq: int
+    msgid: str
+    queue: str
+    nprio: int
+    guarantee: bool
+    headers: bytes
+    body: bytes
+    client: bytes
+    accepted: float
+    deaths: int
+    attempts: int
+
+
+def to_row(values: tuple[Any, ...]) -> Row:
+    return Row(
+        values[0],
+        values[1],
+        values[2],
+        values[3],
+        bool(values[4]),
+        values[5],
+        values[6],
+        values[7],
+        values[8],
+        values[9],
+        values[10],
+    )
+
+
+def add_owner_column(db: sqlite3.Connection) -> None:
+    """Schema step: a journal made before jobs kept their sender's key gets the column."""
+    if "owner" not in {row[1] for row in db.execute("PRAGMA table_info(jobs)")}:
+        db.execute("ALTER TABLE jobs ADD COLUMN owner TEXT")
