@@ -297,9 +297,11 @@ class JournalBase:
         """Make every change so far durable (one sync); False if there was none, or
         if the journal cannot be written now: then nothing is lost, :attr:`pending`
         stays, and a later call tries again (at most every ``RETRY_INTERVAL``)."""
-        if not self.pending:
-            return False
         retrying = self.failure is not None
+        if not self.pending and not retrying:
+            return False
+        # A write made at once may fail with nothing kept: it is retried all the same,
+        # or the failure (new jobs refused) would last until something else is written.
         if retrying and (time.monotonic() < self._retry_at or not self._replay()):
             return False
         if not self._flush():

@@ -312,7 +312,7 @@ class Router(FrontendHandlers, BackendHandlers):
         t = time.monotonic() if now is None else now
         if self._acks and not force and self._group_growing(t):
             return
-        if journal.pending and (
+        if (journal.pending or journal.failure is not None) and (
             self._acks
             or self._outbox
             or force

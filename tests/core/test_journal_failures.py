@@ -25,9 +25,11 @@ import pytest
 import zmq
 
 from django_eventmq.core import journal_commit as journal_module
+from django_eventmq.core.journal import Journal, JournalUnavailable
 from django_eventmq.core.router import Router
 from django_eventmq.protocol import new_msgid
 from django_eventmq.protocol.batch import pack_jobs, unpack_jobs
+from tests.core.test_journal import add
 from tests.core.test_router import JOB, Peer, make_settings
 from tests.support import wait_for
 
@@ -274,4 +276,75 @@ def test_a_job_held_back_by_a_failing_journal_keeps_its_lease_until_it_is_sent(
     finally:
         client.close()
         worker.close()
+        router.close()
+
+
+def test_a_write_failing_with_nothing_kept_is_retried_and_clears_the_failure(
+    tmp_path: Path,
+) -> None:
+    """A write made at once (a new job while others wait on disk only) can be the
+    first write after a commit: it fails with nothing kept. The journal must still
+    try again and say it can be written once it can, not refuse new jobs for ever
+    on a router that has nothing else to write."""
+    path = tmp_path / "journal.sqlite3"
+    journal = Journal(str(path), busy_timeout=0.01)
+    other = sqlite3.connect(path)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # another connection holds the write lock
+        with pytest.raises(JournalUnavailable):
+            add(journal, 1, on_disk=True)
+        assert journal.failure is not None and not journal.pending
+        other.rollback()
+        assert journal.commit()  # the retry finds the lock released
+        assert journal.failure is None
+        assert add(journal, 1, on_disk=True) and journal.commit()
+    finally:
+        other.close()
+        journal.close()
+
+
+def test_an_idle_router_whose_insert_failed_takes_new_jobs_again_once_it_can(
+    zctx: zmq.Context[Any], tmp_path: Path
+) -> None:
+    """With jobs waiting on disk only, a new job is inserted at once. Its insert
+    failing (the lock held elsewhere) with nothing else to write must not leave
+    the router refusing new jobs after the lock is released."""
+    path = tmp_path / "journal.sqlite3"
+    router = Router(
+        make_settings(
+            journal=True, journal_path=str(path), queue_window=1, journal_busy_timeout=0.01
+        )
+    )
+    router.start()
+    client = Peer(zctx, router.frontend_address, b"client")
+    other = sqlite3.connect(path)
+
+    def answer(msgid: str) -> str:
+        def came() -> bool:
+            router.loop_once(timeout_ms=10)
+            return client.pending()
+
+        wait_for(came, what=f"an answer to {msgid}")
+        frames = client.recv_raw()
+        assert frames[4].decode() == msgid
+        return frames[2].decode()
+
+    try:
+        for _ in range(3):  # no worker: the first waits in memory, the others on disk only
+            msgid = client.send("REQUEST", "default", "guarantee", JOB)
+            assert answer(msgid) == "ACK"
+        other.execute("BEGIN IMMEDIATE")
+        msgid = client.send("REQUEST", "default", "guarantee", JOB)
+        assert answer(msgid) == "REJECT"
+        assert not router.book.journal.pending
+        other.rollback()
+        wait_for(
+            lambda: router.loop_once(timeout_ms=10) or router.book.journal.failure is None,
+            what="the journal to be found writable again",
+        )
+        msgid = client.send("REQUEST", "default", "guarantee", JOB)
+        assert answer(msgid) == "ACK"
+    finally:
+        other.close()
+        client.close()
         router.close()
