@@ -288,6 +288,10 @@ class Pipeline:
         #: Jobs taken (not counting those already in flight): where BATCHes are cut.
         self._taken = 0
         self._last_answer = clock()
+        # When a job was last answered (or the window last filled from empty):
+        # the answers to our FEATURES probes say the router reads, not that it
+        # takes our jobs.
+        self._last_progress = self._last_answer
         self._probed = 0.0
         self._sends = 0
         self._warned = False
@@ -363,7 +367,7 @@ class Pipeline:
 
     def _send_request(self, msgid: bytes, queue: bytes, headers: bytes, body: bytes) -> None:
         if not self._pending and not self._in_batch:
-            self._last_answer = self._clock()  # the give-up clock starts now
+            self._last_answer = self._last_progress = self._clock()  # the give-up clock starts
         self._send((b"", _VERSION, _REQUEST, msgid, queue, headers, body))
         self._pending[msgid] = (queue, headers, body, self._clock())
         self._sends += 1
@@ -453,7 +457,7 @@ class Pipeline:
         in_batch = self._in_batch
         now = self._clock()
         if not self._pending and not in_batch:
-            self._last_answer = now  # the give-up clock starts now
+            self._last_answer = self._last_progress = now  # the give-up clock starts now
         batch_msgid = new_msgid().encode()
         batch = _Batch(jobs, now)
         # Known before the send, which may wait for (and read) answers.
@@ -541,6 +545,15 @@ class Pipeline:
                 f"the router at {self.addr} answered nothing for {give_up:g}s; "
                 f"{waiting} REQUEST(s) unacknowledged{batches} (is emq_router running?)"
             )
+        if (self._pending or self._batches) and now - self._last_progress > give_up:
+            # It reads (it answered our FEATURES) but takes none of our jobs.
+            raise BrokerUnavailable(
+                f"the router at {self.addr} answers but acknowledged none of "
+                f"{len(self._pending) + len(self._in_batch)} job(s) of queue "
+                f"{self._queues_named()} for {give_up:g}s: it holds them while their queue "
+                "is at its QUEUE_HIGH_WATER_MARK (start a job manager for it), or cannot "
+                "store them (see its log); send them again later with the same msgids"
+            )
 
     def _probe(self, now: float) -> None:
         """A router of ours silent for ``ack_timeout`` while jobs wait is asked for its
@@ -562,11 +575,8 @@ class Pipeline:
         high-water mark. A dead router gives silence and no connection."""
         if not self.channel.peer_connected():
             return
-        queues = sorted(
-            {q.decode() for q, *_ in self._pending.values()}
-            | {q.decode() for b in self._batches.values() for q, *_ in b.jobs.values()}
-        )
-        named = ", ".join(repr(q) for q in queues) or "?"
+        queues = self._queues_waiting()
+        named = self._queues_named()
         features = self.router_features or {}
         mark = features.get("high_water_mark")
         over = f"HIGH_WATER_MARK ({mark:,} jobs)" if isinstance(mark, int) else "HIGH_WATER_MARK"
@@ -580,6 +590,16 @@ class Pipeline:
             "HIGH_WATER_MARK, or wait and send the same jobs again (Spark: the same run_id): "
             "those the router holds already are not stored twice"
         )
+
+    def _queues_waiting(self) -> list[str]:
+        """The queues of the jobs sent and not answered yet."""
+        return sorted(
+            {q.decode() for q, *_ in self._pending.values()}
+            | {q.decode() for b in self._batches.values() for q, *_ in b.jobs.values()}
+        )
+
+    def _queues_named(self) -> str:
+        return ", ".join(repr(q) for q in self._queues_waiting()) or "?"
 
     def _resend_due(self, now: float) -> None:
         pending = self._pending
@@ -622,10 +642,12 @@ class Pipeline:
                 entry = pending.pop(frames[4], None)
                 if entry is not None:
                     self._by_queue[entry[0]].acked += 1
+                    self._last_progress = self._last_answer
                 elif batches:
                     batch = batches.pop(frames[4], None)
                     if batch is not None:
                         self._batch_acked(batch)
+                        self._last_progress = self._last_answer
                 # else: a late ACK of a msgid we resent; the first one counted.
             else:
                 self._other(frames)
@@ -662,6 +684,7 @@ class Pipeline:
             key = message.job_msgid.encode()
             queue = self._refused(key)
             if queue is not None:
+                self._last_progress = self._last_answer
                 counts = self._by_queue[queue]
                 counts.rejected += 1
                 if len(counts.reasons) < REASONS_KEPT and message.reason not in counts.reasons:
@@ -674,6 +697,7 @@ class Pipeline:
             entry = self._pending.pop(message.payload.encode(), None)
             if entry is not None:
                 self._by_queue[entry[0]].acked += 1
+                self._last_progress = self._last_answer
                 return
         elif isinstance(message, Features):
             self._use_features(message.features)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from django_eventmq.core import transport
 from django_eventmq.core.client import Client
 from django_eventmq.core.pipeline import Pipeline
 from django_eventmq.core.router import Router
-from django_eventmq.errors import BrokerUnavailable
+from django_eventmq.errors import BrokerUnavailable, RouterFull
 from django_eventmq.protocol import new_msgid
 from django_eventmq.protocol.batch import MAX_BATCH_JOBS, BatchJob, pack_jobs, unpack_jobs
 from tests.chaos.jobs import RECORD_ENV
@@ -450,6 +451,39 @@ def test_a_batch_the_router_never_acknowledges_gives_a_clear_error() -> None:
         finally:
             channel.close()
     assert sender.counts["email"].acked == 38
+
+
+def test_requests_held_while_the_router_answers_its_features_give_a_clear_error() -> None:
+    """A router of ours that reads (it answers the FEATURES asked when it is
+    silent) but holds a REQUEST (its queue at QUEUE_HIGH_WATER_MARK, or its
+    journal failing): the sender gives up after ``give_up``, naming the queue,
+    instead of waiting for ever (those answers are not answers to jobs)."""
+    started = time.monotonic()
+
+    def bounded() -> None:  # a bound on a hang (10 x give_up), not a timing
+        assert time.monotonic() - started < 10, "flush did not give up"
+
+    with ScriptedRouter(
+        lambda frames, n: features_batch(frames) if frames[2] == b"FEATURES" else [],
+        features_aside=False,
+    ) as peer:
+        sender, channel = pipeline_to(
+            peer.addr,
+            batch=0,
+            router_features={"batch": 1},
+            ack_timeout=0.1,
+            give_up=1.0,
+            on_wait=bounded,
+        )
+        try:
+            with pytest.raises(BrokerUnavailable, match=r"acknowledged none of 3 job\(s\)") as info:
+                sender.send_requests(jobs(3))
+                sender.flush()
+        finally:
+            channel.close()
+    assert "'email'" in str(info.value) and "QUEUE_HIGH_WATER_MARK" in str(info.value)
+    assert not isinstance(info.value, RouterFull)
+    assert sum(f[2] == b"FEATURES" for f in peer.received) >= 2  # it was asked, and answered
 
 
 def test_a_job_too_big_for_a_batch_goes_as_a_request() -> None:
