@@ -15,8 +15,9 @@ router inserts at once (``on_disk=True``) while some jobs are held on disk only.
 Write failures (disk full, read-only or immutable file, I/O error, the write
 lock held by another connection past ``busy_timeout``): the open transaction
 is rolled back and nothing it held is lost. The writes it had applied are
-logged (``_log``) and replayed, with the writes still kept in memory, by the
-next :meth:`commit`, which returns True only once COMMIT returned: the
+logged (``_log``) and replayed (and committed first, alone) by the next
+:meth:`commit`, then the writes still kept in memory; it returns True only
+once their COMMIT returned: the
 router releases an ACK or a hand-out only after that. Meanwhile
 :attr:`Journal.failure` says why, kept writes go on piling up in memory, a
 write that must happen at once raises :class:`JournalUnavailable`, and so do
@@ -304,6 +305,8 @@ class JournalBase:
         # or the failure (new jobs refused) would last until something else is written.
         if retrying and (time.monotonic() < self._retry_at or not self._replay()):
             return False
+        if retrying and self._log and not self._commit_replayed():
+            return False
         if not self._flush():
             return False
         # The commit count is stored only with a commit that a new mark follows.
@@ -334,6 +337,21 @@ class JournalBase:
         if marking:
             self.commits += 1
             self._write_mark()
+        return True
+
+    def _commit_replayed(self) -> bool:
+        """Commit the replayed writes alone before the kept ones join them: while
+        COMMIT keeps failing the kept writes stay merged in memory, and the
+        replay stays what the first failed transaction held (not every change
+        since, one copy each, replayed at every retry)."""
+        try:
+            self._execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._fail(exc)
+            return False
+        self._in_tx = False
+        self._log.clear()
+        self._begin(0)
         return True
 
     def _replay(self) -> bool:

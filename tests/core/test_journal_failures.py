@@ -348,3 +348,43 @@ def test_an_idle_router_whose_insert_failed_takes_new_jobs_again_once_it_can(
         other.close()
         client.close()
         router.close()
+
+
+class FullAtCommit(FaultyDB):
+    """While ``full``, every COMMIT fails with SQLITE_FULL and the writes before it
+    succeed, as on a full disk (a transaction's writes stay in SQLite's cache)."""
+
+    full = False
+
+    def _point(self, sql: str) -> None:
+        if self.full and sql.lstrip().upper().startswith("COMMIT"):
+            self.plan = {self.points + 1: "full"}
+        super()._point(sql)
+
+
+def test_a_long_outage_keeps_the_replayed_writes_bounded(tmp_path: Path) -> None:
+    """While every COMMIT fails, a job changed again and again is one kept change;
+    the writes replayed at each retry must not pile up a copy of every change
+    since the outage began (memory, and a replay growing longer at each retry)."""
+    journal = Journal(str(tmp_path / "journal.sqlite3"))
+    faulty = FullAtCommit(journal.db, {})
+    journal.db = faulty  # type: ignore[assignment]
+    journal._execute = faulty.execute  # type: ignore[method-assign]
+    try:
+        for seq in range(1, 4):
+            add(journal, seq)
+        assert journal.commit()
+        faulty.full = True
+        replayed = []
+        for attempt in range(50):
+            journal.set_state(1 + attempt % 3, attempt % 2)
+            assert not journal.commit()
+            replayed.append(len(journal._log))
+        assert journal.failure is not None
+        assert max(replayed) <= 2, replayed
+        faulty.full = False
+        assert journal.commit() and journal.failure is None
+        states = dict(journal.db.execute("SELECT seq, state FROM jobs").fetchall())
+        assert states == {1: 0, 2: 1, 3: 1}  # the last state of each (attempts 48, 49, 47)
+    finally:
+        journal.close()
