@@ -49,7 +49,8 @@ class ParcelStore(JournalBase):
                     False,
                 ),
                 (
-                    "INSERT OR IGNORE INTO parcel_digests (seq, digest) VALUES (?, ?)",
+                    # REPLACE: a digest left by a parcel lost in a salvage gives way.
+                    "INSERT OR REPLACE INTO parcel_digests (seq, digest) VALUES (?, ?)",
                     (seq, parcel_digest(jobs) if digest is None else digest),
                     False,
                 ),
@@ -63,7 +64,11 @@ class ParcelStore(JournalBase):
         :func:`parcel_digest` is ``digest``: every job of that frame is held."""
         if not self._parcels.total():
             return False
-        found = self._execute("SELECT 1 FROM parcel_digests WHERE digest = ?", (digest,))
+        # Joined: a digest whose parcel --journal-recover could not copy (a big
+        # blob, unreadable) holds nothing; its BATCH sent again must be stored.
+        found = self._execute(
+            "SELECT 1 FROM parcel_digests JOIN parcels USING (seq) WHERE digest = ?", (digest,)
+        )
         return found.fetchone() is not None
 
     def parcel_count(self) -> int:

@@ -358,3 +358,31 @@ def test_a_parcel_is_known_by_its_frame_until_it_is_opened(path: str) -> None:
         assert journal.holds_row("p1")
     finally:
         journal.close()
+
+
+def test_a_digest_whose_parcel_is_gone_does_not_pass_its_batch_for_held(path: str) -> None:
+    """--journal-recover copies the rows it can read: a parcel's big JOBS blob may
+    be lost while its small digest row is copied. The same BATCH sent again (what
+    an operator does to recover it) must then be stored, not ACKed as held."""
+    frame = pack_jobs([(b"p%d" % i, b"email", b"guarantee", b"[]") for i in range(5)])
+    journal = Journal(path)
+    try:
+        journal.add_parcel(10, 5, "email", 0, True, b"guarantee", b"c", 1.0, frame)
+        journal.add_parcel(20, 1, "other", 0, True, b"guarantee", b"c", 1.0, b"x")
+        journal.commit()
+        journal.db.execute("DELETE FROM parcels WHERE seq = 10")  # what salvage lost
+        journal.db.commit()
+    finally:
+        journal.close()
+    journal = Journal(path)
+    try:
+        assert journal.parcel_count() == 1  # another parcel is held
+        assert not journal.holds_parcel(parcel_digest(frame))
+        journal.add_parcel(30, 5, "email", 0, True, b"guarantee", b"c", 2.0, frame)
+        journal.commit()
+        assert journal.holds_parcel(parcel_digest(frame))  # the new parcel is known
+        journal.open_parcel(30, skip=set())
+        journal.commit()
+        assert not journal.holds_parcel(parcel_digest(frame))
+    finally:
+        journal.close()
