@@ -230,6 +230,11 @@ def test_a_cancelled_job_inside_a_parcel_never_runs(start_router: Callable[..., 
     assert client.expect("REPLY")[2:] == [CANCELLED_PAYLOAD, "c-17"]
     info = monitor(h)
     assert (info["parcels"], info["queued"]) == (0, 69)  # opened to find it
+    # Sent again (a Spark task retried): the parcel's digest went when it was
+    # opened, so each job is checked; the cancelled one is finished, not queued.
+    assert [f[2] for f in until_ack(client, send_batch(client, batch))] == [b"ACK"]
+    info = monitor(h)
+    assert (info["parcels"], info["queued"], info["duplicates"]) == (0, 69, 50)
     got = drain(h, 69)
     assert "c-17" not in got and len(set(got)) == 69
     assert monitor(h)["queued"] == 0
