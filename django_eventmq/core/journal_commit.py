@@ -311,19 +311,17 @@ class JournalBase:
             return False
         # The commit count is stored only with a commit that a new mark follows.
         marking = self._lock is not None and time.monotonic() >= self._mark_at
-        try:
+
+        def last_writes() -> None:
             if self._finished_added:
                 self._prune_finished(self._finished_clock())
             if marking:
                 self._execute(
                     "UPDATE meta SET value = ? WHERE key = 'commits'", (self.commits + 1,)
                 )
-            self._execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._fail(exc)
+
+        if not self._end(last_writes):
             return False
-        self._in_tx = False
-        self._log.clear()
         if retrying:
             log.warning(
                 "journal %s can be written again after %.0fs: %d kept change(s) stored",
@@ -344,14 +342,22 @@ class JournalBase:
         COMMIT keeps failing the kept writes stay merged in memory, and the
         replay stays what the first failed transaction held (not every change
         since, one copy each, replayed at every retry)."""
+        if not self._end():
+            return False
+        self._begin(0)
+        return True
+
+    def _end(self, last_writes: Callable[[], None] | None = None) -> bool:
+        """COMMIT the open transaction (after ``last_writes``); False if it failed."""
         try:
+            if last_writes is not None:
+                last_writes()
             self._execute("COMMIT")
         except sqlite3.Error as exc:
             self._fail(exc)
             return False
         self._in_tx = False
         self._log.clear()
-        self._begin(0)
         return True
 
     def _replay(self) -> bool:
