@@ -12,12 +12,17 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 import zmq
 
+from django_eventmq.core.journal import Journal
+from django_eventmq.core.journal_salvage import salvage
+from django_eventmq.core.journal_schema import SCHEMA
+from django_eventmq.protocol.batch import pack_jobs
 from tests.chaos.support import admin_call
 from tests.core.test_router import JOB, Peer
 from tests.core.test_router_crash import RouterProcess
@@ -122,3 +127,42 @@ def test_a_garbage_journal_file_is_refused_and_moved_aside_on_request(tmp_path: 
         proc.stop()
     (aside,) = damaged(tmp_path)
     assert aside.stat().st_size == 50_000
+
+
+def test_recovering_a_journal_made_before_owners_and_parcel_digests(tmp_path: Path) -> None:
+    """An older journal (no jobs.owner column, no parcel_digests table) is salvaged
+    whole: its jobs, parcels and finished msgids, and the new journal opens as usual."""
+    path = tmp_path / "journal.sqlite3"
+    older = SCHEMA.replace(
+        "    reason TEXT NOT NULL DEFAULT '',\n    owner TEXT", "    reason TEXT NOT NULL DEFAULT ''"
+    )
+    older = re.sub(r"CREATE TABLE IF NOT EXISTS parcel_digests \([^;]*\);", "", older)
+    db = sqlite3.connect(path)
+    db.executescript(older)
+    assert "owner" not in {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
+    assert "parcel_digests" not in {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+    db.executemany(
+        "INSERT INTO jobs (seq, msgid, queue, nprio, state, guarantee, headers, body, client,"
+        " accepted) VALUES (?, ?, 'default', 0, 0, 1, x'00', ?, x'63', 1.0)",
+        [(seq, f"m{seq}", JOB.encode()) for seq in (1, 2)],
+    )
+    frame = pack_jobs((b"p1", b"default", b"guarantee", JOB.encode()) for _ in range(1))
+    db.execute(
+        "INSERT INTO parcels (seq, count, queue, nprio, guarantee, headers, client, accepted,"
+        " jobs) VALUES (3, 1, 'default', 0, 1, x'00', x'63', 1.0, ?)",
+        (frame,),
+    )
+    db.execute("INSERT INTO finished (seq, msgid, at) VALUES (1, 'done', 1.0)")
+    db.commit()
+    db.close()
+
+    _aside, copied, unreadable = salvage(str(path))
+    assert unreadable == 0
+    assert copied == {"jobs": 2, "parcels": 1, "finished": 1, "schedules": 0}
+    journal = Journal(str(path))
+    try:
+        assert journal.holds_row("m1") and journal.holds_row("m2")
+        assert journal.owner_of("m1") == ""  # held, no owner known
+        assert journal.parcel_count() == 1
+    finally:
+        journal.close()
