@@ -133,9 +133,7 @@ def test_recovering_a_journal_made_before_owners_and_parcel_digests(tmp_path: Pa
     """An older journal (no jobs.owner column, no parcel_digests table) is salvaged
     whole: its jobs, parcels and finished msgids, and the new journal opens as usual."""
     path = tmp_path / "journal.sqlite3"
-    older = SCHEMA.replace(
-        "    reason TEXT NOT NULL DEFAULT '',\n    owner TEXT", "    reason TEXT NOT NULL DEFAULT ''"
-    )
+    older = re.sub(r",\n    owner TEXT", "", SCHEMA)
     older = re.sub(r"CREATE TABLE IF NOT EXISTS parcel_digests \([^;]*\);", "", older)
     db = sqlite3.connect(path)
     db.executescript(older)
