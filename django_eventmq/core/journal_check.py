@@ -86,7 +86,11 @@ def check_file(path: str) -> None:
     if not os.path.exists(path):
         if mark:
             raise JournalDamaged(
-                damaged_message(path, f"the file is missing but {path}.mark says {mark} were made")
+                damaged_message(
+                    path,
+                    f"the file is missing but {path}.mark says {mark} commit(s) were made; "
+                    f"if you removed it on purpose, remove {path}.mark too",
+                )
             )
         return
     try:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import zmq
 
-from django_eventmq.core.journal import Journal
+from django_eventmq.core.journal import Journal, JournalDamaged
 from django_eventmq.core.journal_salvage import salvage
 from django_eventmq.core.journal_schema import SCHEMA
 from django_eventmq.protocol.batch import pack_jobs
@@ -164,3 +164,17 @@ def test_recovering_a_journal_made_before_owners_and_parcel_digests(tmp_path: Pa
         assert journal.parcel_count() == 1
     finally:
         journal.close()
+
+
+def test_a_journal_removed_on_purpose_with_its_mark_left_says_to_remove_the_mark(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "journal.sqlite3"
+    Journal(str(path)).close()  # its open writes a mark
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    with pytest.raises(JournalDamaged) as refused:
+        Journal(str(path))
+    assert f"if you removed it on purpose, remove {path}.mark too" in str(refused.value)
+    Path(f"{path}.mark").unlink()
+    Journal(str(path)).close()  # then it starts empty
