@@ -274,7 +274,8 @@ class Client:
         self._ask_features()
         raise BrokerUnavailable(
             f"the router at {self.addr} did not acknowledge job {key} after {sends} "
-            "send(s) (is emq_router running?); it may be stored: sending it again with "
+            "send(s) (is emq_router running? does its log say its journal cannot be "
+            "written?); it may be stored: sending it again with "
             "the same msgid is safe"
         )
 

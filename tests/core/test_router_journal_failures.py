@@ -24,6 +24,7 @@ import pytest
 import zmq
 
 from django_eventmq.core.client import Client
+from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.protocol import new_msgid
 from tests.chaos.support import admin_call
 from tests.core.test_router import JOB, Peer
@@ -371,3 +372,43 @@ def test_a_guaranteed_send_returns_only_once_its_job_is_stored(
         client.close()
         releaser.join(30)
         shell.close()
+
+
+def test_a_guaranteed_send_during_a_long_outage_gives_up_and_its_job_is_stored_after(
+    start: Callable[..., RouterProcess],
+) -> None:
+    """HWM_POLICY block: while the journal cannot be written the router reads no
+    client, so a guaranteed send runs out of ACK waits and raises, saying the job
+    may be stored and where to look. What it sent is read once the journal can be
+    written again: the job is stored (and sending it again is a duplicate)."""
+    r = start()
+    shell = sqlite3.connect(r.journal, timeout=0, isolation_level=None)
+    shell.execute("BEGIN IMMEDIATE")
+    client = Client(r.frontend)
+    msgid = new_msgid()
+    try:
+        # A first job makes the router find the lock held (and stop reading clients).
+        first = new_msgid()
+        with pytest.raises(BrokerUnavailable) as first_refused:
+            client.send_request_guaranteed(
+                first.encode(), b"default", b"guarantee", JOB.encode(), ack_timeout=0.3, retries=0
+            )
+        r.proc.wait_output(r"journal .* cannot be written: locked")
+        with pytest.raises(BrokerUnavailable) as refused:
+            client.send_request_guaranteed(
+                msgid.encode(), b"default", b"guarantee", JOB.encode(), ack_timeout=0.3, retries=1
+            )
+        for info in (first_refused, refused):
+            text = str(info.value)
+            assert "it may be stored" in text and "journal" in text
+        assert msgid not in stored(r.journal)
+    finally:
+        shell.execute("ROLLBACK")
+        shell.close()
+    try:
+        wait_for(lambda: {first, msgid} <= stored(r.journal), what="the jobs stored at last")
+        client.send_request_guaranteed(
+            msgid.encode(), b"default", b"guarantee", JOB.encode(), ack_timeout=5.0, retries=3
+        )
+    finally:
+        client.close()
