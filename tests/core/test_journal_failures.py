@@ -19,13 +19,14 @@ from __future__ import annotations
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import zmq
 
 from django_eventmq.core import journal_commit as journal_module
 from django_eventmq.core.journal import Journal, JournalUnavailable
+from django_eventmq.core.journal_commit import JournalBase
 from django_eventmq.core.router import Router
 from django_eventmq.protocol import new_msgid
 from django_eventmq.protocol.batch import pack_jobs, unpack_jobs
@@ -82,6 +83,16 @@ class FaultyDB:
         return getattr(self.real, name)
 
 
+Faulty = TypeVar("Faulty", bound=FaultyDB)
+
+
+def install(journal: JournalBase, faulty: Faulty) -> Faulty:
+    """Make ``journal`` write through ``faulty`` (wrapping its connection)."""
+    journal.db = faulty  # type: ignore[assignment]
+    journal._execute = faulty.execute  # type: ignore[method-assign]
+    return faulty
+
+
 @pytest.fixture(autouse=True)
 def _retry_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     # Each loop iteration retries a failed commit (the router waits a second).
@@ -117,9 +128,7 @@ def run(ctx: zmq.Context[Any], path: Path, plan: dict[int, str], *, on_disk: boo
     router = Router(make_settings(journal=True, journal_path=str(path), poison_after=100, **window))
     router.start()
     journal = router.book.journal
-    faulty = FaultyDB(journal.db, plan)
-    journal.db = faulty  # type: ignore[assignment]
-    journal._execute = faulty.execute  # type: ignore[method-assign]
+    faulty = install(journal, FaultyDB(journal.db, plan))
     client = Peer(ctx, router.frontend_address, b"client")
     worker = Peer(ctx, router.backend_address, b"worker")
     acked: set[str] = set()  # jobs an ACK covered
@@ -238,9 +247,7 @@ def test_a_job_held_back_by_a_failing_journal_keeps_its_lease_until_it_is_sent(
     )
     router.start()
     journal = router.book.journal
-    faulty = FaultyDB(journal.db, {})
-    journal.db = faulty  # type: ignore[assignment]
-    journal._execute = faulty.execute  # type: ignore[method-assign]
+    faulty = install(journal, FaultyDB(journal.db, {}))
     client = Peer(zctx, router.frontend_address, b"client")
     worker = Peer(zctx, router.backend_address, b"worker")
     try:
@@ -338,10 +345,12 @@ def test_an_idle_router_whose_insert_failed_takes_new_jobs_again_once_it_can(
         assert answer(msgid) == "REJECT"
         assert not router.book.journal.pending
         other.rollback()
-        wait_for(
-            lambda: router.loop_once(timeout_ms=10) or router.book.journal.failure is None,
-            what="the journal to be found writable again",
-        )
+
+        def writable() -> bool:
+            router.loop_once(timeout_ms=10)
+            return router.book.journal.failure is None
+
+        wait_for(writable, what="the journal to be found writable again")
         msgid = client.send("REQUEST", "default", "guarantee", JOB)
         assert answer(msgid) == "ACK"
     finally:
@@ -367,9 +376,7 @@ def test_a_long_outage_keeps_the_replayed_writes_bounded(tmp_path: Path) -> None
     the writes replayed at each retry must not pile up a copy of every change
     since the outage began (memory, and a replay growing longer at each retry)."""
     journal = Journal(str(tmp_path / "journal.sqlite3"))
-    faulty = FullAtCommit(journal.db, {})
-    journal.db = faulty  # type: ignore[assignment]
-    journal._execute = faulty.execute  # type: ignore[method-assign]
+    faulty = install(journal, FullAtCommit(journal.db, {}))
     try:
         for seq in range(1, 4):
             add(journal, seq)
