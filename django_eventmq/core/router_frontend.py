@@ -286,11 +286,19 @@ class FrontendHandlers(QueueMarks):
         except ProtocolError as exc:
             self._warn("frontend", identity, exc.reason, "dropped BATCH")
             return
-        if self._hold_batch(identity, raw, ends):
-            return
         # A parcel keeps no owner: with owners kept, each job is stored with its own.
+        parcels = not self._owners and self.book.journal.failure is None
         try:
-            as_parcel = not self._owners and self._as_parcel(identity, frame, ends, now)
+            # A copy of a parcel held whole (a Spark task retried) adds nothing:
+            # acknowledged as held before any check, even while its queue is at
+            # its QUEUE_HIGH_WATER_MARK (held again, it would get no answer).
+            known = parcels and self.book.same_parcel(frame, len(ends) // 4)
+        except JournalUnavailable:
+            known = False
+        if not known and self._hold_batch(identity, raw, ends):
+            return
+        try:
+            as_parcel = known or (parcels and self._as_parcel(identity, frame, ends, now))
         except JournalUnavailable:
             as_parcel = False  # its insert found the journal unwritable: each job is refused
         if as_parcel:
@@ -361,8 +369,6 @@ class FrontendHandlers(QueueMarks):
         except ProtocolError:
             return False
         count = len(sizes)
-        if self.book.same_parcel(frame, count):
-            return True  # sent again: held already, not counted twice (nor refused)
         # The last job would be refused: each job then gets its own answer.
         if self.settings.hwm_policy == "reject" and self._over_high_water(count - 1):
             return False

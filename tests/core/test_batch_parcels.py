@@ -415,3 +415,20 @@ def test_every_job_runs_once_in_order_whether_parcelled_or_not(ops: list[Op]) ->
     assert set(ran) | cancelled == accepted and not set(ran) & cancelled
     assert (book.routing.waiting.total(), book.journal.parcel_count()) == (0, 0)
     assert book.journal.counts()[WAITING] == Counter()
+
+
+def test_a_batch_sent_again_into_a_queue_at_its_own_mark_is_known_not_held(
+    start_router: Callable[..., Harness],
+) -> None:
+    """QUEUE_HIGH_WATER_MARK reached by the parcel itself: its copy (a Spark task
+    retried) adds nothing, so it is acknowledged as duplicates, neither held
+    (unanswered) nor refused past QUEUE_WINDOW, while new jobs are held."""
+    h, client = spilled(start_router, queue_high_water_mark=200)
+    batch = jobs(200, prefix="p")
+    until_ack(client, send_batch(client, batch))
+    info = monitor(h)
+    assert (info["queued"], info["parcels"]) == (220, 1)
+    assert [f[2] for f in until_ack(client, send_batch(client, batch))] == [b"ACK"]
+    info = monitor(h)
+    assert (info["queued"], info["duplicates"], info["parcels"]) == (220, 200, 1)
+    assert not info["held"]
