@@ -589,6 +589,14 @@ class Pipeline:
             f"(emq_jobmanager --queues {','.join(queues) or 'QUEUE'}), raise "
             "HIGH_WATER_MARK, or wait and send the same jobs again (Spark: the same run_id): "
             "those the router holds already are not stored twice"
+            + (
+                ""
+                if self.router_features is not None
+                # Ours answers FEATURES whenever it reads; the reference never.
+                else ". It never answered our FEATURES: if it is the reference eventmq "
+                "router, which answers only a job it hands to a worker at once, no worker "
+                "was free: start more job managers"
+            )
         )
 
     def _queues_waiting(self) -> list[str]:

@@ -210,3 +210,17 @@ def test_with_curve_only_a_sender_with_the_client_key_is_acknowledged(router, mo
             sender.send(b"refused:1", b"email", b"guarantee", BODY)
             sender.flush()
         assert sender.counts["email"].acked == 0
+
+
+def test_a_silent_router_that_never_answered_features_may_be_the_reference():
+    """Connected and silent from the start: a router of ours blocked since, or the
+    reference router, which answers only a job it forwards at once: both named."""
+    with (
+        ScriptedRouter(lambda frames, n: []) as peer,  # like the reference: FEATURES aside
+        PipelinedSender(peer.addr, ack_timeout=0.1, give_up=0.5) as sender,
+    ):
+        sender.send(b"t:1", b"email", b"guarantee", BODY)
+        with pytest.raises(RouterFull, match="is full") as info:
+            sender.flush()
+    assert "reference eventmq router" in str(info.value)
+    assert "start more job managers" in str(info.value)
