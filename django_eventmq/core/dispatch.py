@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sqlite3
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -215,6 +216,17 @@ class Book:
             or msgid in self.routing.waiting.index
         )
 
+    def stored_while_failing(self, msgid: str) -> bool:
+        """While the journal cannot be written: True if ``msgid`` is a job stored on
+        disk only (:meth:`is_held` cannot see it), so that its resend is a duplicate,
+        not refused. A read of committed rows, which a failing journal still answers."""
+        if self.journal.failure is None or not self._some_only_on_disk():
+            return False
+        try:
+            return self.journal.holds_row(msgid)
+        except sqlite3.Error:
+            return False  # unreadable too: refused, and it comes again
+
     def _some_only_on_disk(self) -> bool:
         """True if jobs are held that :meth:`is_held` cannot see: waiting jobs past
         the in-memory window, delayed and poisoned ones."""
@@ -237,7 +249,7 @@ class Book:
     ) -> bool:
         """Store and route a REQUEST; False if it is a duplicate (held or recently finished).
         ``owner``: the CURVE key that sent it, kept to check a CANCEL."""
-        if self.is_held(msgid):
+        if self.is_held(msgid) or self.stored_while_failing(msgid):
             self.duplicates += 1
             return False
         job = self._new_job(identity, frames, msgid, queue, headers, now)

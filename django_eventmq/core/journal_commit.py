@@ -62,6 +62,10 @@ REMIND_INTERVAL = 60.0
 MARK_INTERVAL = 2.0
 
 
+#: A write that changes nothing, to find out whether the journal can be written.
+_PROBE = ("UPDATE meta SET value = value WHERE key = 'commits'", (), False)
+
+
 class JournalUnavailable(EventMQError):
     """The journal cannot be written (or read consistently) now; ``reason`` says why."""
 
@@ -366,7 +370,9 @@ class JournalBase:
         try:
             self._execute("BEGIN")
             self._in_tx = True
-            for sql, params, many in self._log:
+            # Nothing to replay (a write made at once failed): a write all the same,
+            # or an empty COMMIT would pass with the lock still held elsewhere.
+            for sql, params, many in self._log or [_PROBE]:
                 if many:
                     self.db.executemany(sql, params)
                 else:

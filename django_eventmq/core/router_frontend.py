@@ -251,6 +251,8 @@ class FrontendHandlers(QueueMarks):
             return 'bad body: a job is a JSON list such as ["run", {...}]'
         failure = self.book.journal.failure
         if failure is not None and not self.book.is_held(msgid):
+            if self.book.stored_while_failing(msgid):
+                return None  # a duplicate: acknowledged once what is kept is written
             return _cannot_store(failure)
         if (
             self.settings.hwm_policy == "reject"

@@ -310,6 +310,19 @@ def test_a_write_failing_with_nothing_kept_is_retried_and_clears_the_failure(
         journal.close()
 
 
+def answer(router: Router, client: Peer, msgid: str) -> str:
+    """Run the router until ``client`` gets an answer; its command (for ``msgid``)."""
+
+    def came() -> bool:
+        router.loop_once(timeout_ms=10)
+        return client.pending()
+
+    wait_for(came, what=f"an answer to {msgid}")
+    frames = client.recv_raw()
+    assert frames[4].decode() == msgid
+    return frames[2].decode()
+
+
 def test_an_idle_router_whose_insert_failed_takes_new_jobs_again_once_it_can(
     zctx: zmq.Context[Any], tmp_path: Path
 ) -> None:
@@ -326,23 +339,13 @@ def test_an_idle_router_whose_insert_failed_takes_new_jobs_again_once_it_can(
     client = Peer(zctx, router.frontend_address, b"client")
     other = sqlite3.connect(path)
 
-    def answer(msgid: str) -> str:
-        def came() -> bool:
-            router.loop_once(timeout_ms=10)
-            return client.pending()
-
-        wait_for(came, what=f"an answer to {msgid}")
-        frames = client.recv_raw()
-        assert frames[4].decode() == msgid
-        return frames[2].decode()
-
     try:
         for _ in range(3):  # no worker: the first waits in memory, the others on disk only
             msgid = client.send("REQUEST", "default", "guarantee", JOB)
-            assert answer(msgid) == "ACK"
+            assert answer(router, client, msgid) == "ACK"
         other.execute("BEGIN IMMEDIATE")
         msgid = client.send("REQUEST", "default", "guarantee", JOB)
-        assert answer(msgid) == "REJECT"
+        assert answer(router, client, msgid) == "REJECT"
         assert not router.book.journal.pending
         other.rollback()
 
@@ -352,7 +355,7 @@ def test_an_idle_router_whose_insert_failed_takes_new_jobs_again_once_it_can(
 
         wait_for(writable, what="the journal to be found writable again")
         msgid = client.send("REQUEST", "default", "guarantee", JOB)
-        assert answer(msgid) == "ACK"
+        assert answer(router, client, msgid) == "ACK"
     finally:
         other.close()
         client.close()
@@ -395,3 +398,39 @@ def test_a_long_outage_keeps_the_replayed_writes_bounded(tmp_path: Path) -> None
         assert states == {1: 0, 2: 1, 3: 1}  # the last state of each (attempts 48, 49, 47)
     finally:
         journal.close()
+
+
+def test_a_job_stored_on_disk_only_sent_again_during_an_outage_is_not_refused(
+    zctx: zmq.Context[Any], tmp_path: Path
+) -> None:
+    """A job waiting on disk only (past the queue's window) is stored: sent again
+    while the journal cannot be written, it is a duplicate, not a REJECT (its
+    sender would take it for refused and maybe send it anew under a new msgid)."""
+    router = Router(
+        make_settings(
+            journal=True,
+            journal_path=str(tmp_path / "journal.sqlite3"),
+            queue_window=1,
+            journal_busy_timeout=0.01,
+            hwm_policy="reject",
+        )
+    )
+    router.start()
+    client = Peer(zctx, router.frontend_address, b"client")
+    other = sqlite3.connect(tmp_path / "journal.sqlite3")
+    try:
+        sent = []
+        for _ in range(3):  # no worker: the first waits in memory, the others on disk only
+            sent.append(client.send("REQUEST", "default", "guarantee", JOB))
+            assert answer(router, client, sent[-1]) == "ACK"
+        other.execute("BEGIN IMMEDIATE")
+        new = client.send("REQUEST", "default", "guarantee", JOB)
+        assert answer(router, client, new) == "REJECT"  # the journal found unwritable
+        assert router.book.journal.failure is not None
+        client.send("REQUEST", "default", "guarantee", JOB, msgid=sent[-1])
+        assert answer(router, client, sent[-1]) == "ACK"
+    finally:
+        other.rollback()
+        other.close()
+        client.close()
+        router.close()
