@@ -104,3 +104,26 @@ def test_our_send_many_falls_back_to_requests(
     assert len(read_records(records_file)) == 3  # each ran once
     assert router.alive()
     assert "Traceback" not in router.proc.output()
+
+
+def test_our_spark_sender_waits_for_features_then_sends_requests(
+    reference_router_stack: tuple[Router, Proc], records_file: Path
+) -> None:
+    """The Spark sender holds its first jobs for a FEATURES answer (FEATURES_WAIT);
+    the reference never answers, so it sends the first job alone, then the rest,
+    all as REQUESTs, and each is answered (its receipt) and runs once."""
+    from django_eventmq.contrib.spark.sender import PipelinedSender
+
+    router, _ = reference_router_stack
+    wait_free_slots(router.admin())
+    with PipelinedSender(router.frontend, ack_timeout=30.0, give_up=30.0) as sender:
+        for n in range(2):
+            sender.send(str(uuid.uuid4()).encode(), b"default", b"", record_body(records_file, n))
+        sender.flush()
+    counts = sender.counts["default"]
+    assert (counts.sent, counts.acked, counts.resent) == (2, 2, 0)
+    assert sender.router_features is None and not sender.batching
+    records = wait_records(records_file, 2)
+    assert sorted(r["args"][0] for r in records) == [0, 1]
+    assert len(read_records(records_file)) == 2
+    assert router.alive()
