@@ -55,7 +55,8 @@ class BrokerUnavailable(ConnectionError, EventMQError):
 
 class RouterFull(BrokerUnavailable):
     """The router is running but took no job in time: it is full (above its
-    high-water mark, HWM_POLICY ``block``, it reads no client until below 90% of it)."""
+    high-water mark, HWM_POLICY ``block``, it reads no client until below 90% of it),
+    or, blocked the same way, cannot write its journal (MONITOR's ``journal_failure``)."""
 
 
 class SerializationError(TypeError, EventMQError):

@@ -584,9 +584,10 @@ class Pipeline:
             f"the router at {self.addr} is full: it is running (connected) but {what} for "
             f"{self.give_up:g}s while {self.in_flight:,} job(s) of queue {named} waited: "
             f"more jobs wait there than its {over}, so it reads no client until below 90% "
-            'of it (its MONITOR says "blocked": true; if MONITOR does not answer either, it '
-            "is still opening its journal after a start, its sockets bound first, or it is "
-            "stuck: see its log). "
+            'of it (its MONITOR says "blocked": true; with "journal_failure" set, it is '
+            "not full but cannot write its journal: see its log; if MONITOR does not answer "
+            "either, it is still opening its journal after a start, its sockets bound first, "
+            "or it is stuck). "
             "Start a job manager for that queue "
             f"(emq_jobmanager --queues {','.join(queues) or 'QUEUE'}), raise "
             "HIGH_WATER_MARK, or wait and send the same jobs again (Spark: the same run_id): "
