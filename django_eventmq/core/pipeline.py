@@ -519,11 +519,14 @@ class Pipeline:
         """Raise :class:`BrokerUnavailable` once the router has been silent for ``give_up``
         seconds while jobs wait, or has left a BATCH unanswered that long."""
         give_up = self.give_up
+        # It reads (answers something, if only our FEATURES) but took no job of ours.
+        stalled = now - self._last_progress > give_up and now - self._last_answer <= give_up
         for batch_msgid, batch in self._batches.items():
-            if now - batch.first_sent > give_up and self._last_answer > batch.sent_at:
-                # It answers others (since this one was last sent) but never this
-                # one: it refuses it (a router of ours logs why), and sending it
-                # again will not change that. Silent since: full or gone, below.
+            if now - batch.first_sent > give_up and (self._last_answer > batch.sent_at or stalled):
+                # It answers others (since this one was last sent, or at all
+                # while it takes no job) but never this one: it refuses it (a
+                # router of ours logs why), and sending it again will not change
+                # that. Silent since: full or gone, below.
                 queues = sorted({q.decode() for q, *_ in batch.jobs.values()})
                 raise BrokerUnavailable(
                     f"the router at {self.addr} did not acknowledge BATCH "
@@ -545,8 +548,7 @@ class Pipeline:
                 f"the router at {self.addr} answered nothing for {give_up:g}s; "
                 f"{waiting} REQUEST(s) unacknowledged{batches} (is emq_router running?)"
             )
-        if (self._pending or self._batches) and now - self._last_progress > give_up:
-            # It reads (it answered our FEATURES) but takes none of our jobs.
+        if (self._pending or self._batches) and stalled:
             raise BrokerUnavailable(
                 f"the router at {self.addr} answers but acknowledged none of "
                 f"{len(self._pending) + len(self._in_batch)} job(s) of queue "
