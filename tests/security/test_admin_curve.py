@@ -26,7 +26,7 @@ from django_eventmq.core.settings import Settings, from_mapping
 from django_eventmq.core.transport import Channel
 from django_eventmq.errors import BrokerUnavailable
 from tests.security.conftest import Keys
-from tests.support import ROOT, Proc, python_module, tcp_addr
+from tests.support import ROOT, Proc, python_module, tcp_addr, wait_for
 
 #: The status command's own deadline: long, so only a detected refusal ends it early
 #: with the refusal's message (a missed one would end with "no answer ... within").
@@ -137,7 +137,10 @@ def test_the_router_logs_a_refused_admin_key_once(keys: Keys, router: tuple[str,
     for _ in range(2):
         with pytest.raises(BrokerUnavailable, match="refused this tool's CURVE key"):
             router_cli.ask(admin, "STATUS", 10.0, settings=wrong)
-    assert proc.output().count("admin: connection from 127.0.0.1 refused: public key not") == 1
+    line = "admin: connection from 127.0.0.1 refused: public key not"
+    # The refusal can reach us before the router's log line reaches its output.
+    wait_for(lambda: line in proc.output(), 10, "the refusal in the router's log")
+    assert proc.output().count(line) == 1
 
 
 def test_the_routers_own_key_opens_its_admin_socket(keys: Keys, router: tuple[str, Proc]) -> None:
