@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._peers import Admin, Proc, our_command, tcp_addr, wait_until
-from django_eventmq.core.client import Client
+from django_eventmq.client.connection import Client
 
 V = b"eMQP/1.0"
 BODY = json.dumps(
@@ -47,7 +47,7 @@ BODY = json.dumps(
 
 
 class Producer:
-    """Our client (``django_eventmq.core.client.Client``) sending with ``guarantee``:
+    """Our client (``django_eventmq.client.connection.Client``) sending with ``guarantee``:
     its pipelined bulk send, ``Client.send_many``, which is what a user's code gets."""
 
     def __init__(self, frontend: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_eventmq.core.jobs import job
+from django_eventmq.client.jobs import job
 
 
 @job

@@ -12,13 +12,9 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from .core.handles import JobHandle, ResultNotReady
-    from .core.jobs import Job, job
-    from .core.progress import progress
-    from .core.pubsub import publish, subscriber
-    from .core.schedule_api import schedule, unschedule
-    from .core.schedules import crontab, every
-    from .errors import (
+    from django_eventmq.client.handles import JobHandle, ResultNotReady
+    from django_eventmq.client.jobs import Job, job
+    from django_eventmq.errors import (
         BrokerUnavailable,
         EventMQError,
         JobError,
@@ -26,12 +22,16 @@ if TYPE_CHECKING:
         ResultTimeout,
         SerializationError,
     )
+    from django_eventmq.jobmanager.progress import progress
+    from django_eventmq.pubsub.api import publish, subscriber
+    from django_eventmq.scheduling.api import schedule, unschedule
+    from django_eventmq.scheduling.timing import crontab, every
 
 _LAZY = {
-    "Job": ("django_eventmq.core.jobs", "Job"),
-    "job": ("django_eventmq.core.jobs", "job"),
-    "JobHandle": ("django_eventmq.core.handles", "JobHandle"),
-    "ResultNotReady": ("django_eventmq.core.handles", "ResultNotReady"),
+    "Job": ("django_eventmq.client.jobs", "Job"),
+    "job": ("django_eventmq.client.jobs", "job"),
+    "JobHandle": ("django_eventmq.client.handles", "JobHandle"),
+    "ResultNotReady": ("django_eventmq.client.handles", "ResultNotReady"),
     # What .delay(), .wait() and friends raise (errors.py loads neither zmq nor Django).
     "EventMQError": ("django_eventmq.errors", "EventMQError"),
     "BrokerUnavailable": ("django_eventmq.errors", "BrokerUnavailable"),
@@ -39,13 +39,13 @@ _LAZY = {
     "JobRejected": ("django_eventmq.errors", "JobRejected"),
     "ResultTimeout": ("django_eventmq.errors", "ResultTimeout"),
     "SerializationError": ("django_eventmq.errors", "SerializationError"),
-    "schedule": ("django_eventmq.core.schedule_api", "schedule"),
-    "unschedule": ("django_eventmq.core.schedule_api", "unschedule"),
-    "every": ("django_eventmq.core.schedules", "every"),
-    "crontab": ("django_eventmq.core.schedules", "crontab"),
-    "publish": ("django_eventmq.core.pubsub", "publish"),
-    "subscriber": ("django_eventmq.core.pubsub", "subscriber"),
-    "progress": ("django_eventmq.core.progress", "progress"),
+    "schedule": ("django_eventmq.scheduling.api", "schedule"),
+    "unschedule": ("django_eventmq.scheduling.api", "unschedule"),
+    "every": ("django_eventmq.scheduling.timing", "every"),
+    "crontab": ("django_eventmq.scheduling.timing", "crontab"),
+    "publish": ("django_eventmq.pubsub.api", "publish"),
+    "subscriber": ("django_eventmq.pubsub.api", "subscriber"),
+    "progress": ("django_eventmq.jobmanager.progress", "progress"),
 }
 
 __all__ = [

@@ -12,16 +12,20 @@ import os
 import sys
 from collections.abc import Sequence
 
-from .core.cli import (
+from django_eventmq.cli.options import (
     add_jobmanager_arguments,
     add_router_arguments,
     configure_logging,
     install_signal_handlers,
     settings_from_options,
 )
-from .core.pubsub_cli import add_pubsub_arguments, add_subscribe_arguments, pubsub_settings
-from .core.settings import Settings, from_mapping
-from .errors import ConfigurationError, EventMQError
+from django_eventmq.cli.pubsub_options import (
+    add_pubsub_arguments,
+    add_subscribe_arguments,
+    pubsub_settings,
+)
+from django_eventmq.errors import ConfigurationError, EventMQError
+from django_eventmq.runtime.settings import Settings, from_mapping
 
 ROUTER_HELP = "run the router: clients and job managers connect to it; it queues and routes jobs"
 JOBMANAGER_HELP = (
@@ -82,12 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_subscribe_arguments(subscribe)
     subscribe.set_defaults(subparser=subscribe)
     keys = commands.add_parser("keys", help=KEYS_HELP, description=KEYS_HELP + ".")
-    from .core.security import add_keys_arguments
+    from django_eventmq.runtime.security import add_keys_arguments
 
     add_keys_arguments(keys)
     keys.set_defaults(subparser=keys)
     status = commands.add_parser("status", help=STATUS_HELP, description=STATUS_HELP + ".")
-    from .core.status import add_status_arguments
+    from django_eventmq.cli.status import add_status_arguments
 
     add_status_arguments(status)
     status.set_defaults(subparser=status)
@@ -96,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_router(settings: Settings, *, journal_recover: bool = False) -> int:
     """Run a router until SIGTERM/SIGINT (``journal_recover``: see ``--journal-recover``)."""
-    from .core.router import Router
+    from django_eventmq.router.router import Router
 
     router = Router(settings, journal_recover=journal_recover)
     install_signal_handlers(router.stop)
@@ -106,7 +110,7 @@ def run_router(settings: Settings, *, journal_recover: bool = False) -> int:
 
 def run_jobmanager(settings: Settings, hooks: str | None) -> int:
     """Run a job manager until SIGTERM/SIGINT."""
-    from .core.jobmanager import JobManager
+    from django_eventmq.jobmanager.manager import JobManager
 
     manager = JobManager(settings, hooks=hooks)
     install_signal_handlers(manager.stop)
@@ -116,7 +120,7 @@ def run_jobmanager(settings: Settings, hooks: str | None) -> int:
 
 def run_pubsub(settings: Settings, hwm: int) -> int:
     """Run the publisher until SIGTERM/SIGINT."""
-    from .core.publisher import Publisher
+    from django_eventmq.pubsub.publisher import Publisher
 
     publisher = Publisher(settings, hwm=hwm)
     install_signal_handlers(publisher.stop)
@@ -126,7 +130,7 @@ def run_pubsub(settings: Settings, hwm: int) -> int:
 
 def run_subscribe(settings: Settings, modules: Sequence[str]) -> int:
     """Import the handler modules, then run a subscriber consumer until SIGTERM/SIGINT."""
-    from .core.pubsub import Consumer, import_subscriber_modules
+    from django_eventmq.pubsub.api import Consumer, import_subscriber_modules
 
     import_subscriber_modules(modules)
     consumer = Consumer(settings)
@@ -137,7 +141,7 @@ def run_subscribe(settings: Settings, modules: Sequence[str]) -> int:
 
 def run_keys(options: argparse.Namespace, subparser: argparse.ArgumentParser) -> int:
     """Generate key pairs and print what was made (needs no settings)."""
-    from .core.security import make_keys
+    from django_eventmq.runtime.security import make_keys
 
     try:
         lines = make_keys(options.names, options.dir, force=options.force)
@@ -149,7 +153,7 @@ def run_keys(options: argparse.Namespace, subparser: argparse.ArgumentParser) ->
 
 def run_status(options: argparse.Namespace, subparser: argparse.ArgumentParser) -> int:
     """Print the router's status (``--admin``, else EMQ_ADMIN_ADDR, else the default)."""
-    from .core.status import run_options
+    from django_eventmq.cli.status import run_options
 
     admin = options.admin
     if not admin:

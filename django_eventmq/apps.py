@@ -15,10 +15,11 @@ class DjangoEventMQConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, conf, core_hooks
-        from .core import config
+        from django_eventmq import checks, conf
+        from django_eventmq import hooks as core_hooks
+        from django_eventmq.runtime import config
 
-        # Core code (``.delay()``, the job manager) asks core.config for its
+        # Core code (``.delay()``, the job manager) asks runtime.config for its
         # settings; from now on they come from settings.EVENTMQ + EMQ_*.
         config.set_provider(conf.get_settings)
         core_hooks.install()  # .delay_on_commit(), handle.status/.result/.cancel()

@@ -22,15 +22,15 @@ from typing import Any
 
 from django.core import checks
 
-from . import conf
-from .core.settings import (
+from django_eventmq import conf
+from django_eventmq.errors import ConfigurationError
+from django_eventmq.runtime.settings import (
     ENV_PREFIX,
     KNOWN_KEYS,
     Settings,
     from_mapping,
     unknown_settings_message,
 )
-from .errors import ConfigurationError
 
 TAG = "eventmq"
 

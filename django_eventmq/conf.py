@@ -1,6 +1,6 @@
 """Settings from Django: the only module that reads ``django.conf.settings``.
 
-:func:`get_settings` builds the core :class:`~django_eventmq.core.settings.Settings`
+:func:`get_settings` builds the core :class:`~django_eventmq.runtime.settings.Settings`
 from ``settings.EVENTMQ`` (a dict whose keys are the upper-cased field names)
 and ``EMQ_*`` environment variables, which win. The app installs it as the
 core settings provider in ``AppConfig.ready()``; core caches the result until
@@ -15,10 +15,10 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
-from .core import config
-from .core.cli import settings_from_options
-from .core.settings import Settings, from_mapping
-from .errors import ConfigurationError
+from django_eventmq.cli.options import settings_from_options
+from django_eventmq.errors import ConfigurationError
+from django_eventmq.runtime import config
+from django_eventmq.runtime.settings import Settings, from_mapping
 
 #: The Django setting that holds our settings.
 SETTING_NAME = "EVENTMQ"

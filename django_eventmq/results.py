@@ -37,8 +37,8 @@ from typing import Any
 from django.db import connections, router
 from django.utils import timezone
 
-from .errors import JobError
-from .results_models import FINISHED_STATUSES, JobResult, JobStatus
+from django_eventmq.errors import JobError
+from django_eventmq.models.results import FINISHED_STATUSES, JobResult, JobStatus
 
 logger = logging.getLogger("django_eventmq.results")
 
@@ -415,7 +415,7 @@ class TableReader:
         return JobResult.objects.filter(msgid=msgid).values_list("status", flat=True).first()
 
     def result(self, msgid: str) -> Any:
-        from .core.handles import ResultNotReady
+        from django_eventmq.client.handles import ResultNotReady
 
         row = get_row(msgid)
         if row is None:

@@ -1,4 +1,6 @@
-"""The scheduler's store on the Django ORM (:class:`~django_eventmq.core.scheduler.ScheduleStore`).
+"""The scheduler's store on the Django ORM.
+
+It implements :class:`~django_eventmq.scheduling.scheduler.ScheduleStore`.
 
 A run is claimed by inserting a :class:`ScheduleRun` row; the unique
 ``(schedule, fire_time)`` constraint makes that race-free on PostgreSQL and
@@ -17,12 +19,12 @@ from typing import Any, TypeVar
 from django.db import DatabaseError, IntegrityError, close_old_connections, connection, transaction
 from django.db.models import F
 
-from .core.jobs import Job
-from .core.schedule_api import ScheduleSpec, job_body, schedule_identity
-from .core.scheduler import ScheduleState
-from .core.schedules import DuePlan, Periodic
-from .protocol import Headers, parse_headers
-from .scheduling_models import Schedule, ScheduleRun
+from django_eventmq.client.jobs import Job
+from django_eventmq.models.schedules import Schedule, ScheduleRun
+from django_eventmq.protocol import Headers, parse_headers
+from django_eventmq.scheduling.identity import ScheduleSpec, job_body, schedule_identity
+from django_eventmq.scheduling.scheduler import ScheduleState
+from django_eventmq.scheduling.timing import DuePlan, Periodic
 
 logger = logging.getLogger("django_eventmq.scheduler")
 
@@ -214,7 +216,7 @@ def run_now(row: Schedule, *, send: Callable[[str, str, Headers, str], str]) -> 
     """
     from django.utils import timezone
 
-    from .protocol import new_msgid
+    from django_eventmq.protocol import new_msgid
 
     msgid = new_msgid()
     now = timezone.now()

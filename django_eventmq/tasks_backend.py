@@ -35,9 +35,9 @@ from django.tasks.signals import task_enqueued
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from . import results
-from .protocol import Headers, new_msgid
-from .results_models import JobResult, JobStatus
+from django_eventmq import results
+from django_eventmq.models.results import JobResult, JobStatus
+from django_eventmq.protocol import Headers, new_msgid
 
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
@@ -106,7 +106,7 @@ class EventMQBackend(BaseTaskBackend):
             )
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        from .tasks_runner import run_task
+        from django_eventmq.tasks_runner import run_task
 
         self.validate_task(task)
         task_id = new_msgid()

@@ -20,8 +20,8 @@ import traceback
 from datetime import datetime
 from typing import Any
 
-from .core.jobs import job
-from .errors import JobNotAllowed
+from django_eventmq.client.jobs import job
+from django_eventmq.errors import JobNotAllowed
 
 logger = logging.getLogger("django_eventmq.tasks")
 
@@ -79,7 +79,7 @@ def run_task(
     from django.utils import timezone
     from django.utils.json import normalize_json
 
-    from .tasks_backend import EventMQBackend
+    from django_eventmq.tasks_backend import EventMQBackend
 
     task = find_task(module_path)
     started = timezone.now()

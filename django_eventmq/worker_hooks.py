@@ -18,7 +18,7 @@ def setup() -> None:
 
     django.setup()
     # The Tasks backend's dispatcher job must be registered in every worker.
-    from . import tasks_runner
+    from django_eventmq import tasks_runner
 
     tasks_runner.discover_tasks()
 
@@ -44,7 +44,7 @@ def record_results(records: list[Mapping[str, Any]]) -> None:
     not look after: it is looked after here, around each batch, as around a
     job (``CONN_MAX_AGE``, ``CONN_HEALTH_CHECKS``; an unusable one dropped).
     """
-    from .results import record_results as write
+    from django_eventmq.results import record_results as write
 
     _close_old_connections()
     try:

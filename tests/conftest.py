@@ -1,6 +1,6 @@
 """Fixtures shared by every test directory.
 
-Settings are cached by ``django_eventmq.core.config``; every test starts and
+Settings are cached by ``django_eventmq.runtime.config``; every test starts and
 ends with a fresh cache, so a test that changed ``EVENTMQ`` or ``EMQ_*``
 cannot leak into the next one. Client sockets a test opened are closed after it.
 """
@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.core import client, config, pubsub
-from django_eventmq.core.settings import Settings
+from django_eventmq.client import connection as client
+from django_eventmq.pubsub import api as pubsub
+from django_eventmq.runtime import config
+from django_eventmq.runtime.settings import Settings
 
 
 @pytest.fixture(autouse=True)

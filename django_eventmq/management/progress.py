@@ -1,10 +1,10 @@
-"""A :class:`~django_eventmq.core.progressbar.ProgressBar` on a management command's stdout."""
+"""A :class:`~django_eventmq.cli.progressbar.ProgressBar` on a management command's stdout."""
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, OutputWrapper
 
-from ..core.progressbar import ProgressBar
+from django_eventmq.cli.progressbar import ProgressBar
 
 
 class _Unended:

@@ -5,13 +5,21 @@ No sockets, no Django, no clock: callers pass frames in and get frames out.
 
 from __future__ import annotations
 
-from .codec import decode, describe, encode, encode_to, split_identity
-from .extensions import Cancel, Done, Features, Nack, Partial, Reject, Unready
-from .headers import EMPTY_HEADERS, Headers, parse_headers
-from .heartbeat import Liveness
-from .ids import new_msgid
-from .limits import DEFAULT_LIMITS, Limits, OverLimit
-from .messages import (
+from django_eventmq.protocol.codec import decode, describe, encode, encode_to, split_identity
+from django_eventmq.protocol.extensions import (
+    Cancel,
+    Done,
+    Features,
+    Nack,
+    Partial,
+    Reject,
+    Unready,
+)
+from django_eventmq.protocol.headers import EMPTY_HEADERS, Headers, parse_headers
+from django_eventmq.protocol.heartbeat import Liveness
+from django_eventmq.protocol.ids import new_msgid
+from django_eventmq.protocol.limits import DEFAULT_LIMITS, Limits, OverLimit
+from django_eventmq.protocol.messages import (
     Ack,
     AdminRequest,
     Disconnect,
@@ -28,7 +36,7 @@ from .messages import (
     Unschedule,
     parse_queue_spec,
 )
-from .payload import JobBody, decode_json, encode_json, parse_job
+from django_eventmq.protocol.payload import JobBody, decode_json, encode_json, parse_job
 
 __all__ = [
     "DEFAULT_LIMITS",

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import ClassVar
 
-from ..errors import ProtocolError
-from .fields import MAX_DIGITS, field_bounds, join_fields
-from .limits import MAX_MESSAGE_BYTES
-from .messages import MESSAGE_TYPES, Message
+from django_eventmq.errors import ProtocolError
+from django_eventmq.protocol.fields import MAX_DIGITS, field_bounds, join_fields
+from django_eventmq.protocol.limits import MAX_MESSAGE_BYTES
+from django_eventmq.protocol.messages import MESSAGE_TYPES, Message
 
 BATCH = "BATCH"
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..errors import ProtocolError
-from . import constants as C
-from .messages import MESSAGE_TYPES, AdminRequest, Kbai, Message
-from .packed import unpack
+from django_eventmq.errors import ProtocolError
+from django_eventmq.protocol import constants as C
+from django_eventmq.protocol.messages import MESSAGE_TYPES, AdminRequest, Kbai, Message
+from django_eventmq.protocol.packed import unpack
 
 _EMPTY = b""
 _VERSION = C.PROTOCOL_VERSION_B

@@ -57,15 +57,15 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..errors import ProtocolError
+from django_eventmq.errors import ProtocolError
 
 # BATCH lives in its own module (the packing); re-exported with the other extensions.
-from .batch import BATCH as BATCH
-from .batch import MAX_BATCH_JOBS as MAX_BATCH_JOBS
-from .batch import Batch as Batch
-from .batch import pack_jobs as pack_jobs
-from .batch import unpack_jobs as unpack_jobs
-from .messages import MESSAGE_TYPES, Message
+from django_eventmq.protocol.batch import BATCH as BATCH
+from django_eventmq.protocol.batch import MAX_BATCH_JOBS as MAX_BATCH_JOBS
+from django_eventmq.protocol.batch import Batch as Batch
+from django_eventmq.protocol.batch import pack_jobs as pack_jobs
+from django_eventmq.protocol.batch import unpack_jobs as unpack_jobs
+from django_eventmq.protocol.messages import MESSAGE_TYPES, Message
 
 FEATURES = "FEATURES"
 DONE = "DONE"

@@ -14,7 +14,7 @@ import json
 from collections.abc import Sequence
 from itertools import accumulate
 
-from ..errors import ProtocolError
+from django_eventmq.errors import ProtocolError
 
 #: Longest decimal length in the head: 10 digits is more than any frame holds.
 MAX_DIGITS = 10

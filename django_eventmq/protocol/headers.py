@@ -11,7 +11,7 @@ import functools
 import math
 from dataclasses import dataclass, field, replace
 
-from ..errors import ProtocolError
+from django_eventmq.errors import ProtocolError
 
 REPLY_REQUESTED = "reply-requested"
 GUARANTEE = "guarantee"

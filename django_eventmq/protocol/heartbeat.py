@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .constants import HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT
+from django_eventmq.protocol.constants import HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT
 
 
 @dataclass(slots=True)

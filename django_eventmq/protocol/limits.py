@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import ProtocolError
-from . import codec
-from .headers import Headers, parse_headers
-from .messages import Message, Publish, Request, Schedule, Unschedule
-from .payload import MAX_JSON_BYTES, MAX_JSON_DEPTH
+from django_eventmq.errors import ProtocolError
+from django_eventmq.protocol import codec
+from django_eventmq.protocol.headers import Headers, parse_headers
+from django_eventmq.protocol.messages import Message, Publish, Request, Schedule, Unschedule
+from django_eventmq.protocol.payload import MAX_JSON_BYTES, MAX_JSON_DEPTH
 
 #: Frames in one message, routing identity included. eMQP needs at most 10
 #: (identity + a 5-frame SCHEDULE after the 4-frame envelope).

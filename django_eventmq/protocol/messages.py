@@ -13,9 +13,9 @@ import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ..errors import ProtocolError
-from . import constants as C
-from .headers import EMPTY_HEADERS, Headers, parse_headers
+from django_eventmq.errors import ProtocolError
+from django_eventmq.protocol import constants as C
+from django_eventmq.protocol.headers import EMPTY_HEADERS, Headers, parse_headers
 
 QueueSpec = tuple[tuple[int, str], ...]
 """``((weight, name), ...)`` as announced by a worker's INFORM."""

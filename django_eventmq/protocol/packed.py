@@ -29,9 +29,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import pairwise
 
-from ..errors import ProtocolError
-from . import constants as C
-from .fields import field_bounds, join_fields
+from django_eventmq.errors import ProtocolError
+from django_eventmq.protocol import constants as C
+from django_eventmq.protocol.fields import field_bounds, join_fields
 
 #: The FEATURES key that says "send me packed messages, I read them".
 PACKED = "packed"

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InvalidJob, SerializationError
-from .constants import JOB_VERB_RUN
+from django_eventmq.errors import InvalidJob, SerializationError
+from django_eventmq.protocol.constants import JOB_VERB_RUN
 
 #: Bodies nested deeper than this are refused (a cheap guard against
 #: pathological JSON; the decoder itself recurses per level).

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     import django
 
     django.setup()
-    from django_eventmq.results_models import JobResult, JobStatus
+    from django_eventmq.models.results import JobResult, JobStatus
     from example_project.digests.models import DigestSent
 
     events = spark_dir / f"events-{options.rows}-{options.users}-{options.days}.parquet"

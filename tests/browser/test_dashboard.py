@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from django_eventmq.core.client import Client
+from django_eventmq.client.connection import Client
 from django_eventmq.protocol import Request, new_msgid, parse_headers
 from tests.support import ROOT, Proc, free_port
 
@@ -71,7 +71,7 @@ def example_site(tmp_path: Path) -> Iterator[tuple[str, Client]]:
     setup = (
         "from django.contrib.auth.models import User\n"
         f"User.objects.create_superuser('admin', 'admin@example.com', {PASSWORD!r})\n"
-        "from django_eventmq.scheduling_models import Schedule\n"
+        "from django_eventmq.models.schedules import Schedule\n"
         "Schedule(name='nightly digest', path='tests.ops.jobs', callable='noop', "
         "interval=3600, nohaste=True).save()\n"
         "Schedule(name='cache warm-up', path='tests.ops.jobs', callable='noop', args=[1], "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from django_eventmq.core.jobs import job
+from django_eventmq.client.jobs import job
 
 #: Environment variable naming the file every run appends to.
 RECORD_ENV = "EMQ_CHAOS_RECORD"

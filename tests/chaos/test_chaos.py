@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from django_eventmq.core.client import Client
+from django_eventmq.client.connection import Client
 from tests.chaos.jobs import RECORD_ENV
 from tests.chaos.support import (
     admin_call,

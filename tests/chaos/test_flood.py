@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from django_eventmq.core.client import Client
+from django_eventmq.client.connection import Client
 from tests.chaos.support import admin_call, body, memory_kib, start_router
 from tests.support import tcp_addr
 

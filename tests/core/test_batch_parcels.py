@@ -19,11 +19,11 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from django_eventmq.core.dispatch import CANCELLED_PAYLOAD, Book
-from django_eventmq.core.journal import MEMORY, WAITING, Journal
-from django_eventmq.core.queues import Job
 from django_eventmq.protocol import parse_headers
 from django_eventmq.protocol.batch import BatchJob, pack_jobs
+from django_eventmq.router.book import CANCELLED_PAYLOAD, Book
+from django_eventmq.router.journal.store import MEMORY, WAITING, Journal
+from django_eventmq.router.routing import Job
 from tests.chaos.support import admin_call, start_router
 from tests.core.test_batch_send import (
     BODY,

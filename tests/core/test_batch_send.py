@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.core import transport
-from django_eventmq.core.client import Client
-from django_eventmq.core.pipeline import Pipeline
-from django_eventmq.core.router import Router
+from django_eventmq.client.bulk import Pipeline
+from django_eventmq.client.connection import Client
 from django_eventmq.errors import BrokerUnavailable, RouterFull
 from django_eventmq.protocol import new_msgid
 from django_eventmq.protocol.batch import MAX_BATCH_JOBS, BatchJob, pack_jobs, unpack_jobs
+from django_eventmq.router.router import Router
+from django_eventmq.runtime import transport
 from tests.chaos.jobs import RECORD_ENV
 from tests.chaos.support import admin_call, body, start_jobmanager, wait_recorded
 from tests.chaos.support import start_router as start_router_process

@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from django_eventmq.core import cli
-from django_eventmq.core.settings import Settings
+from django_eventmq.cli import options as cli
+from django_eventmq.runtime.settings import Settings
 
 
 def _parse(*argv: str) -> Settings:

@@ -21,10 +21,10 @@ from typing import IO
 import pytest
 import zmq
 
-from django_eventmq.core import transport
-from django_eventmq.core.client import Client
+from django_eventmq.client.connection import Client
 from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.protocol import Reply, new_msgid
+from django_eventmq.runtime import transport
 from tests.chaos.jobs import RECORD_ENV
 from tests.chaos.support import start_jobmanager, start_router
 from tests.support import ROOT, clean_environ, receive_request, tcp_addr, wait_for
@@ -40,7 +40,8 @@ SCRIPT = textwrap.dedent(
     """
     import logging, sys
     import zmq
-    from django_eventmq.core import client, config
+    from django_eventmq.client import connection as client
+    from django_eventmq.runtime import config
     from django_eventmq.errors import BrokerUnavailable
     from tests.chaos.jobs import record
     log = logging.getLogger("django_eventmq.client")

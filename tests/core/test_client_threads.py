@@ -15,7 +15,7 @@ import threading
 
 import zmq
 
-from django_eventmq.core.client import get_client
+from django_eventmq.client.connection import get_client
 from tests.support import wait_for
 
 BODY = b'["run",{"path":"app.jobs","callable":"f","args":[1],"kwargs":{}}]'

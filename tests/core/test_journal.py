@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.core.dedup import FinishedWindow
-from django_eventmq.core.journal import (
+from django_eventmq.errors import ConfigurationError
+from django_eventmq.protocol.batch import pack_jobs
+from django_eventmq.router.dedup import FinishedWindow
+from django_eventmq.router.journal.store import (
     DELAYED,
     LEASED,
     MEMORY,
@@ -20,8 +22,6 @@ from django_eventmq.core.journal import (
     parcel_digest,
     resolve_path,
 )
-from django_eventmq.errors import ConfigurationError
-from django_eventmq.protocol.batch import pack_jobs
 
 
 def add(journal: Journal, seq: int, **overrides: Any) -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from django_eventmq.core.journal import DELAYED, LEASED, POISONED, WAITING, Journal, new_row
+from django_eventmq.router.journal.store import DELAYED, LEASED, POISONED, WAITING, Journal, new_row
 from tests.core.test_journal import add
 
 _COLUMNS = "seq, msgid, queue, nprio, state, due, deaths, attempts, reason"

@@ -24,12 +24,12 @@ from typing import Any, TypeVar
 import pytest
 import zmq
 
-from django_eventmq.core import journal_commit as journal_module
-from django_eventmq.core.journal import Journal, JournalUnavailable
-from django_eventmq.core.journal_commit import JournalBase
-from django_eventmq.core.router import Router
 from django_eventmq.protocol import new_msgid
 from django_eventmq.protocol.batch import pack_jobs, unpack_jobs
+from django_eventmq.router.journal import commit as journal_module
+from django_eventmq.router.journal.commit import JournalBase
+from django_eventmq.router.journal.store import Journal, JournalUnavailable
+from django_eventmq.router.router import Router
 from tests.core.test_journal import add
 from tests.core.test_router import JOB, Peer, make_settings
 from tests.support import wait_for

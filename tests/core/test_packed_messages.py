@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from django_eventmq.core.client import DRAIN_EVERY, Client
+from django_eventmq.client.connection import DRAIN_EVERY, Client
 from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.protocol import Ack, Request, decode
 from django_eventmq.protocol.packed import pack, pack_request

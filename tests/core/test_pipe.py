@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from django_eventmq.core.pipe import READ_SIZE, FrameReader, frame, write_all
+from django_eventmq.jobmanager.pipe import READ_SIZE, FrameReader, frame, write_all
 
 
 def read_frames(reader: FrameReader, n: int) -> list[bytes]:

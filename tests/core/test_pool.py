@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.core import worker
-from django_eventmq.core.pool import Child, Pool, Status
-from django_eventmq.core.settings import Settings
+from django_eventmq.jobmanager import child as worker
+from django_eventmq.jobmanager.pool import Child, Pool, Status
+from django_eventmq.runtime.settings import Settings
 from tests.jobs_fixtures.fake_router import SAMPLE, body
 from tests.jobs_fixtures.record_hooks import read_records
 from tests.support import wait_for
@@ -238,7 +238,7 @@ def test_a_malformed_partial_report_is_dropped_and_the_results_still_read(
     import multiprocessing
     from types import SimpleNamespace
 
-    from django_eventmq.core.pipe import frame, write_all
+    from django_eventmq.jobmanager.pipe import frame, write_all
 
     ours, theirs = multiprocessing.Pipe()
     child = Child(process=SimpleNamespace(pid=4242), conn=ours, started=0.0)  # type: ignore[arg-type]

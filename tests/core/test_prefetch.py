@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.core import cli
-from django_eventmq.core.jobmanager import JobManager
-from django_eventmq.core.pool import Child, Pool, Status
-from django_eventmq.core.prefetch import Prefetch
-from django_eventmq.core.queues import Job, Routing
-from django_eventmq.core.settings import Settings, from_mapping
+from django_eventmq.cli import options as cli
 from django_eventmq.errors import ConfigurationError
+from django_eventmq.jobmanager.manager import JobManager
+from django_eventmq.jobmanager.pool import Child, Pool, Status
+from django_eventmq.jobmanager.prefetch import Prefetch
 from django_eventmq.protocol import Done, Features, Ready, Unready, new_msgid
+from django_eventmq.router.routing import Job, Routing
+from django_eventmq.runtime.settings import Settings, from_mapping
 from tests.jobs_fixtures.fake_router import ROUTER_FEATURES, SAMPLE, FakeRouter, body
 from tests.jobs_fixtures.running import settings_for
 from tests.support import wait_for

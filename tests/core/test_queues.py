@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.core.queues import Job, Routing, Schedulers
+from django_eventmq.router.routing import Job, Routing, Schedulers
 
 DEFAULT = ((10, "default"),)
 _seq = itertools.count(1)

@@ -8,9 +8,9 @@ from contextlib import closing
 
 import pytest
 
-from django_eventmq.core import registry
 from django_eventmq.errors import JobNotAllowed, JobNotFound
 from django_eventmq.protocol import JobBody, Reply
+from django_eventmq.runtime import registry
 from tests.jobs_fixtures.fake_router import SAMPLE, FakeRouter, body
 from tests.jobs_fixtures.running import payload, running, settings_for
 from tests.jobs_registry import registered

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import zmq
 
-from django_eventmq.core.router import Router
-from django_eventmq.core.settings import Settings
 from django_eventmq.protocol import new_msgid
+from django_eventmq.router.router import Router
+from django_eventmq.runtime.settings import Settings
 from tests.support import wait_for
 
 ROUTER_LOG = "django_eventmq.router"

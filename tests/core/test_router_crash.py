@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import zmq
 
-from django_eventmq.core.scheduler import Scheduler
-from django_eventmq.core.settings import Settings
+from django_eventmq.runtime.settings import Settings
+from django_eventmq.scheduling.scheduler import Scheduler
 from tests.chaos.support import admin_call, start_router
 from tests.core.test_router import Peer
 from tests.scheduler.fakes import MemoryStore

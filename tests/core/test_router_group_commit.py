@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import zmq
 
-from django_eventmq.core import router as router_module
-from django_eventmq.core.router import Router
+from django_eventmq.router import router as router_module
+from django_eventmq.router.router import Router
 from tests.core.test_router import JOB, Peer, make_settings
 from tests.support import wait_for
 

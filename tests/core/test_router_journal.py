@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import zmq
 
-from django_eventmq.core import router_frontend
-from django_eventmq.core.dispatch import CANCELLED_PAYLOAD
+from django_eventmq.router import frontend as router_frontend
+from django_eventmq.router.book import CANCELLED_PAYLOAD
 from tests.core.test_router import JOB, Harness, Peer, make_settings
 from tests.support import wait_for
 

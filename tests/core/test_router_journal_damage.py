@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import zmq
 
-from django_eventmq.core.journal import Journal, JournalDamaged
-from django_eventmq.core.journal_salvage import salvage
-from django_eventmq.core.journal_schema import SCHEMA
 from django_eventmq.protocol.batch import pack_jobs
+from django_eventmq.router.journal.salvage import salvage
+from django_eventmq.router.journal.schema import SCHEMA
+from django_eventmq.router.journal.store import Journal, JournalDamaged
 from tests.chaos.support import admin_call
 from tests.core.test_router import JOB, Peer
 from tests.core.test_router_crash import RouterProcess

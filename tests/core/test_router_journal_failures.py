@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import zmq
 
-from django_eventmq.core.client import Client
+from django_eventmq.client.connection import Client
 from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.protocol import new_msgid
 from tests.chaos.support import admin_call
@@ -323,7 +323,7 @@ def test_status_names_the_journal_failure(
     start: Callable[..., RouterProcess], zctx: zmq.Context[Any], peers: list[Peer]
 ) -> None:
     """``emq_status`` says it in its first lines; metrics has emq_journal_writable 0."""
-    from django_eventmq.core import metrics, status
+    from django_eventmq.cli import metrics, status
 
     r = start(EMQ_HWM_POLICY="reject")
     shell = sqlite3.connect(r.journal, timeout=0, isolation_level=None)

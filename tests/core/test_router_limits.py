@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import zmq
 
-from django_eventmq.core.router_cli import ask
+from django_eventmq.cli.admin_client import ask
 from django_eventmq.protocol import JobBody
 from django_eventmq.protocol.batch import pack_jobs
 from tests.core.test_router import JOB, ROUTER_LOG, Harness, Peer, make_settings, warnings

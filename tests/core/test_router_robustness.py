@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import zmq
 
-from django_eventmq.core.router import Router
+from django_eventmq.router.router import Router
 from tests.core.test_router import (
     JOB,
     ROUTER_LOG,

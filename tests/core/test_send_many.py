@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from django_eventmq.core.client import Client
+from django_eventmq.client.connection import Client
 from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.protocol import Reply, Request, new_msgid, parse_headers
 from tests.chaos.support import admin_call, start_router

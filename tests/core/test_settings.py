@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from django_eventmq.core.settings import Settings, from_mapping, parse_queues
 from django_eventmq.errors import ConfigurationError
+from django_eventmq.runtime.settings import Settings, from_mapping, parse_queues
 
 
 def test_defaults_match_the_reference():

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from django_eventmq.core.queues import Routing
-from django_eventmq.core.unserved import UnservedQueues
+from django_eventmq.router.routing import Routing
+from django_eventmq.router.unserved import UnservedQueues
 from tests.core.test_queues import DEFAULT, job
 
 

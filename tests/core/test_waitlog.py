@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from django_eventmq.core.waitlog import RouterWait
+from django_eventmq.runtime.waitlog import RouterWait
 from tests.support import Proc, python_module, tcp_addr, wait_for
 
 LOG = logging.getLogger("tests.waitlog")

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from django_eventmq.core import worker
-from django_eventmq.core.pipe import FrameReader, frame, write_all
-from django_eventmq.core.registry import import_job_modules
-from django_eventmq.core.worker import FAILED, OK, REFUSED, Hooks, JobRunner, load_hooks
+from django_eventmq.jobmanager import child as worker
+from django_eventmq.jobmanager.child import FAILED, OK, REFUSED, Hooks, JobRunner, load_hooks
+from django_eventmq.jobmanager.pipe import FrameReader, frame, write_all
+from django_eventmq.runtime.registry import import_job_modules
 from tests.jobs_fixtures.fake_router import SAMPLE, body
 from tests.support import wait_for
 

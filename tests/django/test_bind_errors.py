@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_eventmq.core import transport
 from django_eventmq.errors import ConfigurationError
+from django_eventmq.runtime import transport
 from tests.django.test_commands import run
 from tests.support import python_module
 

@@ -1,4 +1,4 @@
-"""django_eventmq.core.cli: the options both front ends share, turned into settings."""
+"""django_eventmq.cli.options: the options both front ends share, turned into settings."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import signal
 
 import pytest
 
-from django_eventmq.core import cli
-from django_eventmq.core.settings import Settings
+from django_eventmq.cli import options as cli
+from django_eventmq.runtime.settings import Settings
 from tests.support import wait_for
 
 

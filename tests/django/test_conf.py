@@ -7,8 +7,8 @@ from django.apps import apps
 from django.test import override_settings
 
 from django_eventmq import conf
-from django_eventmq.core import config
 from django_eventmq.errors import ConfigurationError
+from django_eventmq.runtime import config
 
 
 def test_app_config_is_installed_with_its_name():

@@ -8,8 +8,9 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from django_eventmq.core import client, registry, transport
+from django_eventmq.client import connection as client
 from django_eventmq.protocol import Request, parse_job
+from django_eventmq.runtime import registry, transport
 from example_project.shop import jobs
 from example_project.shop.models import Report, SentEmail
 from tests.support import receive_request

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 import pytest
 
 from django_eventmq import job
-from django_eventmq.core import client, transport
+from django_eventmq.client import connection as client
 from django_eventmq.protocol import Request, new_msgid, parse_job
+from django_eventmq.runtime import transport
 from tests.support import receive_request, wait_for
 
 CALLS: list[tuple[str, tuple[object, ...]]] = []

@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 import zmq
 
-from django_eventmq.core import config
-from django_eventmq.core.client import close_clients
+from django_eventmq.client.connection import close_clients
+from django_eventmq.runtime import config
 from tests.support import Proc, python_module, tcp_addr, wait_for
 
 BIN = Path(sys.executable).parent

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import zmq
 
-from django_eventmq.core.client import Client
+from django_eventmq.client.connection import Client
 from django_eventmq.protocol import encode_json
 from tests.support import Proc, wait_for
 

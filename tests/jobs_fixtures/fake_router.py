@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from typing import Any, TypeVar
 
-from django_eventmq.core import transport
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol import (
     Ack,
@@ -22,6 +21,7 @@ from django_eventmq.protocol import (
     new_msgid,
 )
 from django_eventmq.protocol.packed import PACKED, pack
+from django_eventmq.runtime import transport
 
 M = TypeVar("M", bound=Message)
 

@@ -9,8 +9,8 @@ import json
 import logging
 import sys
 
-from django_eventmq.core.jobmanager import JobManager
-from django_eventmq.core.settings import from_mapping
+from django_eventmq.jobmanager.manager import JobManager
+from django_eventmq.runtime.settings import from_mapping
 
 
 def main(argv: list[str]) -> int:

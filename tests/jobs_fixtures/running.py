@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from django_eventmq.core.jobmanager import JobManager
-from django_eventmq.core.settings import Settings
+from django_eventmq.jobmanager.manager import JobManager
 from django_eventmq.protocol import Done, Reply
+from django_eventmq.runtime.settings import Settings
 from tests.jobs_fixtures.fake_router import SAMPLE, FakeRouter
 
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from django_eventmq.core.jobs import job
+from django_eventmq.client.jobs import job
 
 
 @job

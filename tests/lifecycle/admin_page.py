@@ -19,7 +19,7 @@ def main(argv: list[str]) -> int:
     from django.test import Client
     from django.test.utils import setup_test_environment
 
-    from django_eventmq.results_models import JobResult
+    from django_eventmq.models.results import JobResult
 
     setup_test_environment()  # lets the test client's host through ALLOWED_HOSTS
     user, _ = User.objects.get_or_create(

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.core import client, transport
+from django_eventmq.client import connection as client
 from django_eventmq.protocol import Ack, Message, Request, new_msgid
+from django_eventmq.runtime import transport
 from tests.support import receive_request
 
 __all__ = ["ThreadRouter", "ack", "receive_request"]

@@ -91,7 +91,7 @@ def main(scenario: str, log: str, release: str) -> dict[str, Any]:
     if scenario == "redelivery":
         return redelivery(log, release)
     if scenario == "router_down":
-        from django_eventmq.results_models import JobResult
+        from django_eventmq.models.results import JobResult
 
         rows_before = JobResult.objects.count()
         try:

@@ -15,7 +15,7 @@ import django
 django.setup()
 from django.core.management import call_command
 from django_eventmq import admin, results, tasks_runner, worker_hooks
-from django_eventmq.core.handles import JobHandle
+from django_eventmq.client.handles import JobHandle
 tasks_runner.discover_tasks()  # finds nothing to discover, and says nothing
 call_command("migrate", verbosity=0)
 worker_hooks.record_results([{"msgid": "m", "status": "succeeded", "value": 1, "attempt": 1}])

@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from django_eventmq.core import client as client_module
-from django_eventmq.core.handles import EagerHandle, JobHandle, NoReplyHandle
+from django_eventmq.client import connection as client_module
+from django_eventmq.client.handles import EagerHandle, JobHandle, NoReplyHandle
 from django_eventmq.errors import EventMQError, JobError, JobRejected, ResultTimeout
 from django_eventmq.protocol import Ack, Cancel, Heartbeat, Reject, Reply, new_msgid
 from tests.lifecycle import jobs
@@ -137,7 +137,7 @@ def test_send_with_explicit_headers_picks_the_handle(broker):
 
 @pytest.mark.django_db
 def test_cancel_sends_cancel_for_the_job_and_records_it(broker):
-    from django_eventmq.results_models import JobResult
+    from django_eventmq.models.results import JobResult
 
     handle = jobs.add.delay(1, 1)
     receive_request(broker)
@@ -165,7 +165,7 @@ def test_the_errors_and_the_handle_are_importable_from_the_package_without_djang
         "from django_eventmq import (BrokerUnavailable, JobError, JobHandle, JobRejected,\n"
         "    ResultNotReady, ResultTimeout, SerializationError)\n"
         "from django_eventmq import errors\n"
-        "from django_eventmq.core import handles\n"
+        "from django_eventmq.client import handles\n"
         "assert (BrokerUnavailable, JobError, JobRejected, ResultTimeout) == (\n"
         "    errors.BrokerUnavailable, errors.JobError, errors.JobRejected, errors.ResultTimeout)\n"
         "assert SerializationError is errors.SerializationError\n"

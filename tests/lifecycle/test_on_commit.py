@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from django_eventmq.core import integration
 from django_eventmq.errors import ConfigurationError, SerializationError
-from django_eventmq.results_models import JobResult
+from django_eventmq.models.results import JobResult
+from django_eventmq.runtime import hooks as integration
 from tests.lifecycle import jobs
 from tests.lifecycle.conftest import receive_request
 

@@ -8,10 +8,10 @@ import time
 import pytest
 
 from django_eventmq import worker_hooks
-from django_eventmq.core.handles import JobHandle, ResultNotReady
+from django_eventmq.client.handles import JobHandle, ResultNotReady
 from django_eventmq.errors import JobError
+from django_eventmq.models.results import JobResult
 from django_eventmq.results import record_cancel, record_queued, record_results
-from django_eventmq.results_models import JobResult
 from tests.support import result_record
 
 pytestmark = pytest.mark.django_db

@@ -27,11 +27,11 @@ from django.tasks.exceptions import (
 from django.tasks.signals import task_enqueued, task_finished, task_started
 
 from django_eventmq import tasks_runner
-from django_eventmq.core.worker import FAILED, JobRunner
 from django_eventmq.errors import BrokerUnavailable, JobNotAllowed
+from django_eventmq.jobmanager.child import FAILED, JobRunner
+from django_eventmq.models.results import JobResult
 from django_eventmq.protocol import parse_job
 from django_eventmq.results import record_results
-from django_eventmq.results_models import JobResult
 from django_eventmq.tasks_backend import EventMQBackend, WorkerDied
 from tests.lifecycle import tasks
 from tests.lifecycle.conftest import ack
@@ -361,8 +361,8 @@ def test_runner_refuses_what_is_not_a_registered_task(path):
 
 
 def test_the_runner_is_a_registered_job():
-    from django_eventmq.core import registry
     from django_eventmq.protocol import JobBody
+    from django_eventmq.runtime import registry
 
     body = JobBody(path=tasks_runner.RUNNER_PATH, callable=tasks_runner.RUNNER_CALLABLE)
     assert registry.resolve(body) is tasks_runner.run_task.func

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from django_eventmq.core.client import Client
+from django_eventmq.client.connection import Client
 from django_eventmq.protocol import Request, new_msgid, parse_headers
 from tests.support import Proc, python_module
 

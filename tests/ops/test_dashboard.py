@@ -7,9 +7,9 @@ from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 from django.utils import timezone
 
-from django_eventmq import admin_dashboard
-from django_eventmq.results_models import JobResult, JobStatus
-from django_eventmq.scheduling_models import Schedule
+from django_eventmq.admin import dashboard as admin_dashboard
+from django_eventmq.models.results import JobResult, JobStatus
+from django_eventmq.models.schedules import Schedule
 from tests.support import free_port, wait_for
 
 pytestmark = pytest.mark.django_db

@@ -15,8 +15,9 @@ from django.core.management import load_command_class
 from prometheus_client import CollectorRegistry
 
 from django_eventmq.__main__ import build_parser
-from django_eventmq.core import metrics, stats, status
-from django_eventmq.core.logs import job_debug
+from django_eventmq.cli import metrics, status
+from django_eventmq.runtime import stats
+from django_eventmq.runtime.logs import job_debug
 from tests.ops.test_status_render import SCHEDULERS, STATUS, WORKERS
 from tests.support import ROOT
 

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_eventmq.core import router_cli
-from django_eventmq.core.client import Client
-from django_eventmq.core.logs import JobFields, job_debug
+from django_eventmq.cli import admin_client as router_cli
+from django_eventmq.client.connection import Client
+from django_eventmq.runtime.logs import JobFields, job_debug
 from tests.ops.conftest import JOBS, Site, start_router
 from tests.support import Proc, python_module, wait_for
 

@@ -10,8 +10,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from django_eventmq.core import metrics, stats, status
+from django_eventmq.cli import metrics, status
 from django_eventmq.errors import BrokerUnavailable, ConfigurationError
+from django_eventmq.runtime import stats
 from tests.ops.test_status_render import SCHEDULERS, STATUS, WORKERS
 
 

@@ -25,7 +25,7 @@ def manage(*args: str) -> list[str]:
 @pytest.fixture(scope="module")
 def metered() -> Iterator[tuple[Site, str, str]]:
     """Router and job manager, each serving metrics on a free port; their URLs."""
-    from django_eventmq.core.client import Client
+    from django_eventmq.client.connection import Client
 
     procs: list[Proc] = []
     try:

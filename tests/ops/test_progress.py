@@ -14,8 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_eventmq.core import progressbar, router_cli
-from django_eventmq.core.progressbar import ProgressBar
+from django_eventmq.cli import admin_client as router_cli
+from django_eventmq.cli import progressbar
+from django_eventmq.cli.progressbar import ProgressBar
 from tests.ops.conftest import start_router
 from tests.support import ROOT, wait_for
 
@@ -126,7 +127,7 @@ AGED_ROWS = """
 import datetime as dt
 from django.utils import timezone
 from django_eventmq.results import record_results
-from django_eventmq.results_models import JobResult
+from django_eventmq.models.results import JobResult
 record_results([{"msgid": f"old-{n}", "queue": "default", "job": "shop.jobs.x", "args": [],
     "kwargs": {}, "status": "succeeded", "value": n, "error": None, "attempt": 1,
     "jobmanager": "jm", "pid": 1, "started": None, "finished": None} for n in range(ROWS)])

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from django_eventmq.core import router_cli, status
+from django_eventmq.cli import admin_client as router_cli
+from django_eventmq.cli import status
 from tests.support import ROOT, Proc, free_port, python_module, wait_for
 
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from django_eventmq.core import status
-from django_eventmq.core.status import Snapshot
+from django_eventmq.cli import status
+from django_eventmq.cli.status import Snapshot
 from django_eventmq.errors import BrokerUnavailable
 
 STATUS = {
@@ -20,7 +20,7 @@ STATUS = {
     "waiting_since_by_queue": {"email": 65_000},
     "requeued_messages": 2,
     "poisoned_messages": [{"msgid": "m1", "queue": "email"}],
-    # The router's counters (extras of ours, from core/stats.py).
+    # The router's counters (extras of ours, from django_eventmq/runtime/stats.py).
     "received_messages_by_queue": {"email": 46, "default": 5},
     "dispatched_messages_by_queue": {"email": 44, "default": 5},
     "finished_messages_by_queue": {"email": {"ok": 38, "failed": 2}, "default": {"ok": 5}},

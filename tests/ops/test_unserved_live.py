@@ -14,8 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_eventmq.core import router_cli, status
-from django_eventmq.core.client import Client
+from django_eventmq.cli import admin_client as router_cli
+from django_eventmq.cli import status
+from django_eventmq.client.connection import Client
 from tests.support import Proc, python_module, wait_for
 
 from .conftest import JOBS, Site, start_router

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.core.pubsub import close_publish_clients, publish
+from django_eventmq.pubsub.api import close_publish_clients, publish
 from tests.support import Proc, python_module, wait_for
 
 ANY_PORT = "tcp://127.0.0.1:*"

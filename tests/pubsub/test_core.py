@@ -16,8 +16,8 @@ import zmq
 from django_eventmq import publish as lazy_publish
 from django_eventmq import subscriber as lazy_subscriber
 from django_eventmq.__main__ import main
-from django_eventmq.core.publisher import Publisher
-from django_eventmq.core.pubsub import (
+from django_eventmq.errors import ConfigurationError, ProtocolError, SerializationError
+from django_eventmq.pubsub.api import (
     Consumer,
     Subscription,
     close_publish_clients,
@@ -29,8 +29,8 @@ from django_eventmq.core.pubsub import (
     subscriber,
     subscriptions,
 )
-from django_eventmq.core.settings import Settings, from_mapping
-from django_eventmq.errors import ConfigurationError, ProtocolError, SerializationError
+from django_eventmq.pubsub.publisher import Publisher
+from django_eventmq.runtime.settings import Settings, from_mapping
 from tests.support import wait_for
 
 LOOPBACK = "tcp://127.0.0.1:*"

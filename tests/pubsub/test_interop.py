@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-from django_eventmq.core.pubsub import close_publish_clients, publish
+from django_eventmq.pubsub.api import close_publish_clients, publish
 from tests.pubsub.conftest import Publisher, start_consumer, wait_events, wait_subscribed
 from tests.support import Proc, tcp_addr, wait_for
 

@@ -16,7 +16,7 @@ import pytest
 import zmq
 from django.urls import reverse
 
-from django_eventmq.core.pubsub import close_publish_clients, publish
+from django_eventmq.pubsub.api import close_publish_clients, publish
 from tests.pubsub.conftest import (
     Publisher,
     read_events,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from django_eventmq.core.jobs import job
-from django_eventmq.core.schedules import crontab, every
+from django_eventmq.client.jobs import job
+from django_eventmq.scheduling.timing import crontab, every
 
 #: Where the runs leave their trace (set by the test for the job manager).
 TRACE_DIR_ENV = "EMQ_TEST_TRACE_DIR"

@@ -7,12 +7,12 @@ from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from django_eventmq.core import transport
-from django_eventmq.core.schedule_api import ScheduleSpec
-from django_eventmq.core.scheduler import ScheduleState
-from django_eventmq.core.schedules import DuePlan, first_run
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol import Ack, Heartbeat, Inform, Message, new_msgid
+from django_eventmq.runtime import transport
+from django_eventmq.scheduling.identity import ScheduleSpec
+from django_eventmq.scheduling.scheduler import ScheduleState
+from django_eventmq.scheduling.timing import DuePlan, first_run
 from tests.support import wait_for
 
 

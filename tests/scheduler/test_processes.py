@@ -25,9 +25,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from django_eventmq.core import router_cli
-from django_eventmq.core.schedule_api import schedule, unschedule
+from django_eventmq.cli import admin_client as router_cli
 from django_eventmq.protocol import Inform, Request
+from django_eventmq.scheduling.api import schedule, unschedule
 from tests.support import ROOT, Proc, free_port, wait_for
 
 from . import jobs
@@ -245,7 +245,7 @@ class Stack:
 
 def _serving(running: Stack, eventmq_settings: Any) -> Iterator[Stack]:
     """``running``, with this process's client pointed at its router; stopped afterwards."""
-    from django_eventmq.core import client
+    from django_eventmq.client import connection as client
 
     try:
         eventmq_settings(BROKER_ADDR=running.frontend)

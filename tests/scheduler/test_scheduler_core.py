@@ -9,10 +9,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from django_eventmq.core.schedule_api import ScheduleSpec
-from django_eventmq.core.scheduler import Scheduler
-from django_eventmq.core.schedules import Timing
-from django_eventmq.core.settings import Settings
 from django_eventmq.protocol import (
     EMPTY_HEADERS,
     Ack,
@@ -29,6 +25,10 @@ from django_eventmq.protocol import (
     parse_headers,
 )
 from django_eventmq.protocol import constants as C
+from django_eventmq.runtime.settings import Settings
+from django_eventmq.scheduling.identity import ScheduleSpec
+from django_eventmq.scheduling.scheduler import Scheduler
+from django_eventmq.scheduling.timing import Timing
 from tests.support import wait_for
 
 from .fakes import FakeRouter, MemoryStore

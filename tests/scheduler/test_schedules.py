@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from django_eventmq.core.schedules import (
+from django_eventmq.scheduling.timing import (
     CATCHUP_ALL,
     CATCHUP_ONCE,
     CATCHUP_SKIP,

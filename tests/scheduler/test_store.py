@@ -8,14 +8,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import OperationalError, connection
 
-from django_eventmq.core.jobs import Job
-from django_eventmq.core.schedule_api import ScheduleSpec, job_identity
-from django_eventmq.core.scheduler import Scheduler
-from django_eventmq.core.schedules import DuePlan, Timing, crontab, every
-from django_eventmq.core.settings import Settings
+from django_eventmq.client.jobs import Job
 from django_eventmq.models import Schedule, ScheduleRun
 from django_eventmq.protocol import EMPTY_HEADERS, JobBody, Request, parse_headers
+from django_eventmq.runtime.settings import Settings
 from django_eventmq.schedule_store import DjangoScheduleStore, sync_declared
+from django_eventmq.scheduling.identity import ScheduleSpec, job_identity
+from django_eventmq.scheduling.scheduler import Scheduler
+from django_eventmq.scheduling.timing import DuePlan, Timing, crontab, every
 from tests.support import wait_for
 
 from . import jobs

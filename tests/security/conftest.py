@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.core import security
-from django_eventmq.core.settings import Settings, from_mapping
+from django_eventmq.runtime import security
+from django_eventmq.runtime.settings import Settings, from_mapping
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,12 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from django_eventmq import admin_dashboard
-from django_eventmq.core import router_cli, security, transport
-from django_eventmq.core.settings import Settings, from_mapping
-from django_eventmq.core.transport import Channel
+from django_eventmq.admin import dashboard as admin_dashboard
+from django_eventmq.cli import admin_client as router_cli
 from django_eventmq.errors import BrokerUnavailable
+from django_eventmq.runtime import security, transport
+from django_eventmq.runtime.settings import Settings, from_mapping
+from django_eventmq.runtime.transport import Channel
 from tests.security.conftest import Keys
 from tests.support import ROOT, Proc, python_module, tcp_addr, wait_for
 
@@ -163,7 +164,7 @@ def test_emq_status_and_the_metrics_collector_take_keys_from_the_settings(
     call_command("emq_status", json=True, timeout=float(DEADLINE), stdout=out)
     assert json.loads(out.getvalue())["reachable"] is True
 
-    metrics = pytest.importorskip("django_eventmq.core.metrics")
+    metrics = pytest.importorskip("django_eventmq.cli.metrics")
     families = {f.name: f for f in metrics.RouterAdminCollector(admin, timeout=10.0).collect()}
     assert families["emq_router_up"].samples[0].value == 1
 

@@ -15,10 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from django_eventmq.core import journal_commit as journal_module
-from django_eventmq.core import transport
-from django_eventmq.core.router import Router as RouterLoop
-from django_eventmq.core.transport import Channel
 from django_eventmq.protocol import (
     Ack,
     Cancel,
@@ -29,6 +25,10 @@ from django_eventmq.protocol import (
     parse_headers,
 )
 from django_eventmq.protocol.batch import pack_jobs
+from django_eventmq.router.journal import commit as journal_module
+from django_eventmq.router.router import Router as RouterLoop
+from django_eventmq.runtime import transport
+from django_eventmq.runtime.transport import Channel
 from tests.core.test_router import make_settings
 from tests.core.test_router_outbox import BODY
 from tests.security.conftest import Keys

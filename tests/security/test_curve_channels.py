@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import zmq
 
-from django_eventmq.core import security, transport
-from django_eventmq.core.settings import Settings
-from django_eventmq.core.transport import Channel
 from django_eventmq.errors import ConfigurationError
 from django_eventmq.protocol import Heartbeat, Request
+from django_eventmq.runtime import security, transport
+from django_eventmq.runtime.settings import Settings
+from django_eventmq.runtime.transport import Channel
 from tests.security.conftest import Keys
 from tests.support import wait_for
 
@@ -240,7 +240,7 @@ def test_guard_restarts_after_stop(keys: Keys) -> None:
 
 
 def test_plain_settings_need_no_guard_and_add_only_maxmsgsize() -> None:
-    from django_eventmq.core.settings import Settings
+    from django_eventmq.runtime.settings import Settings
 
     plain = Settings(admin_local_only=False)
     for role in security.ROLES:

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.core import security, transport
-from django_eventmq.core.settings import from_mapping
-from django_eventmq.core.transport import Channel
 from django_eventmq.protocol import JobBody, Request
+from django_eventmq.runtime import security, transport
+from django_eventmq.runtime.settings import from_mapping
+from django_eventmq.runtime.transport import Channel
 from tests.security.conftest import Keys
 from tests.support import Proc, python_module, tcp_addr, wait_for
 

@@ -8,9 +8,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_eventmq.core import registry, transport
-from django_eventmq.core.settings import Settings, from_mapping
-from django_eventmq.core.transport import Channel
 from django_eventmq.errors import ConfigurationError, InvalidJob, JobNotAllowed, ProtocolError
 from django_eventmq.protocol import (
     DEFAULT_LIMITS,
@@ -24,6 +21,9 @@ from django_eventmq.protocol import (
     decode_json,
     parse_job,
 )
+from django_eventmq.runtime import registry, transport
+from django_eventmq.runtime.settings import Settings, from_mapping
+from django_eventmq.runtime.transport import Channel
 
 V = b"eMQP/1.0"
 JOB = JobBody(path="tests.jobs_registry.registered", callable="greet", args=("x",)).encode()
@@ -259,7 +259,7 @@ def test_headers_class_still_accepts_large_values_for_wire_compatibility() -> No
 
 
 def test_fast_path_request_check_matches_the_message_check() -> None:
-    from django_eventmq.core.security import limits_from_settings
+    from django_eventmq.runtime.security import limits_from_settings
 
     limits = limits_from_settings(Settings(max_body_bytes=100, max_retry_count=3))
     limits.check_request_frames(b"m", b"retry-count:3,guarantee", b"x" * 100)

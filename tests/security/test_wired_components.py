@@ -16,22 +16,22 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.core import client as client_module
-from django_eventmq.core import config, security
-from django_eventmq.core.client import get_client
-from django_eventmq.core.publisher import Publisher
-from django_eventmq.core.pubsub import (
+from django_eventmq.client import connection as client_module
+from django_eventmq.client.connection import get_client
+from django_eventmq.errors import BrokerUnavailable, ConfigurationError
+from django_eventmq.protocol import Headers, JobBody, Publish, new_msgid
+from django_eventmq.pubsub.api import (
     Consumer,
     PublishClient,
     Subscription,
     close_publish_clients,
     publish,
 )
-from django_eventmq.core.router import Router
-from django_eventmq.core.scheduler import Scheduler
-from django_eventmq.core.settings import Settings, from_mapping
-from django_eventmq.errors import BrokerUnavailable, ConfigurationError
-from django_eventmq.protocol import Headers, JobBody, Publish, new_msgid
+from django_eventmq.pubsub.publisher import Publisher
+from django_eventmq.router.router import Router
+from django_eventmq.runtime import config, security
+from django_eventmq.runtime.settings import Settings, from_mapping
+from django_eventmq.scheduling.scheduler import Scheduler
 from tests.scheduler.fakes import MemoryStore
 from tests.security.conftest import Keys
 from tests.support import wait_for

@@ -11,11 +11,11 @@ import pytest
 import zmq
 from zmq.utils import z85
 
-from django_eventmq.core import security, transport
-from django_eventmq.core.settings import Settings, from_mapping
-from django_eventmq.core.transport import Channel
 from django_eventmq.errors import ConfigurationError
 from django_eventmq.protocol import Heartbeat
+from django_eventmq.runtime import security, transport
+from django_eventmq.runtime.settings import Settings, from_mapping
+from django_eventmq.runtime.transport import Channel
 from tests.security.conftest import Keys
 from tests.support import ROOT, python_module
 

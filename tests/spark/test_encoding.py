@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 
-from django_eventmq.core.jobs import job
+from django_eventmq.client.jobs import job
 from django_eventmq.errors import InvalidJob, SerializationError
 from django_eventmq.protocol import Headers, parse_headers, parse_job
 from tests.support import ROOT

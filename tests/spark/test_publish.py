@@ -2,7 +2,7 @@
 
 Issue 7 asks for a publish API usable from Django code, jobs *and Spark*. The
 executors have pyspark and pyzmq but no Django: they import
-``django_eventmq.core.pubsub`` only. A real publisher process and a real
+``django_eventmq.pubsub.api`` only. A real publisher process and a real
 consumer process (``python -m django_eventmq subscribe``) on loopback; the
 shared local Spark session sends from its executor threads' Python workers.
 """
@@ -27,7 +27,7 @@ def _publish_partition(addr: str) -> Any:
     """What a pipeline runs on each partition (no Django on the executors)."""
 
     def run(rows: Iterator[Any]) -> None:
-        from django_eventmq.core.pubsub import publish
+        from django_eventmq.pubsub.api import publish
 
         for row in rows:
             publish(f"orders.spark.{row.kind}", {"id": row.id, "kind": row.kind}, addr=addr)

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from django_eventmq.contrib.spark.sender import PipelinedSender
-from django_eventmq.core import security
-from django_eventmq.core.settings import from_mapping
 from django_eventmq.errors import BrokerUnavailable, RouterFull
+from django_eventmq.runtime import security
+from django_eventmq.runtime.settings import from_mapping
 from tests.scripted_router import ScriptedRouter
 from tests.support import Proc, python_module, tcp_addr
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.core import client as client_module
-from django_eventmq.core import transport
-from django_eventmq.core.handles import JobHandle
+from django_eventmq.client import connection as client_module
+from django_eventmq.client.handles import JobHandle
 from django_eventmq.errors import EventMQError, JobError, JobRejected, ResultTimeout
 from django_eventmq.protocol import Message, Partial, Reject, Reply, Request, new_msgid
+from django_eventmq.runtime import transport
 from tests.streaming import jobs
 from tests.support import receive_request, wait_for
 

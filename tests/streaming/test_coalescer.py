@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from django_eventmq.core.progress import PARTIAL_INTERVAL, PARTIAL_RATE, Coalescer, PartialGate
+from django_eventmq.jobmanager.progress import (
+    PARTIAL_INTERVAL,
+    PARTIAL_RATE,
+    Coalescer,
+    PartialGate,
+)
 from tests.support import wait_for
 
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.core.client import get_client
-from django_eventmq.core.handles import JobHandle
+from django_eventmq.client.connection import get_client
+from django_eventmq.client.handles import JobHandle
 from django_eventmq.errors import JobRejected, ResultTimeout
 from django_eventmq.protocol import Headers, JobBody, new_msgid
 from tests.streaming import jobs
@@ -85,7 +85,7 @@ def test_twenty_streaming_jobs_outstanding_from_one_thread(stack, use):
 
 
 def refused_handle(body_text: str) -> JobHandle:
-    from django_eventmq.core.config import get_settings
+    from django_eventmq.runtime.config import get_settings
 
     settings = get_settings()
     client = get_client(settings.broker_addr)

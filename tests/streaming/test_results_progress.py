@@ -6,8 +6,8 @@ import time
 
 import pytest
 
+from django_eventmq.models.results import JobResult
 from django_eventmq.results import record_results
-from django_eventmq.results_models import JobResult
 from tests.support import result_record
 
 pytestmark = pytest.mark.django_db

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from django_eventmq import progress
-from django_eventmq.core import worker
-from django_eventmq.core.handles import EagerHandle
-from django_eventmq.core.progress import encode_partial
-from django_eventmq.core.registry import import_job_modules
-from django_eventmq.core.worker import FAILED, OK, JobRunner
+from django_eventmq.client.handles import EagerHandle
 from django_eventmq.errors import SerializationError
+from django_eventmq.jobmanager import child as worker
+from django_eventmq.jobmanager.child import FAILED, OK, JobRunner
+from django_eventmq.jobmanager.progress import encode_partial
 from django_eventmq.protocol.extensions import MAX_PARTIAL_BYTES
+from django_eventmq.runtime.registry import import_job_modules
 from tests.core.test_worker import PipeEnd
 from tests.jobs_fixtures.fake_router import body
 from tests.streaming import jobs

@@ -19,11 +19,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .driver import EnqueueResult, enqueue_dataframe, jobs_dataframe
-    from .encoding import JobTarget, RowEncoder
-    from .progress import Progress
-    from .sender import PipelinedSender, QueueCounts
-    from .session import local_session
+    from django_eventmq.contrib.spark.driver import EnqueueResult, enqueue_dataframe, jobs_dataframe
+    from django_eventmq.contrib.spark.encoding import JobTarget, RowEncoder
+    from django_eventmq.contrib.spark.progress import Progress
+    from django_eventmq.contrib.spark.sender import PipelinedSender, QueueCounts
+    from django_eventmq.contrib.spark.session import local_session
 
 __all__ = [
     "EnqueueResult",

@@ -23,16 +23,16 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 
-from ...protocol import Headers
-from .encoding import JobLike, JobTarget, RowEncoder
-from .progress import Progress, ProgressPush, ProgressReporter
-from .sender import (
+from django_eventmq.contrib.spark.encoding import JobLike, JobTarget, RowEncoder
+from django_eventmq.contrib.spark.progress import Progress, ProgressPush, ProgressReporter
+from django_eventmq.contrib.spark.sender import (
     DEFAULT_ACK_TIMEOUT,
     DEFAULT_GIVE_UP,
     DEFAULT_WINDOW,
     PipelinedSender,
     QueueCounts,
 )
+from django_eventmq.protocol import Headers
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

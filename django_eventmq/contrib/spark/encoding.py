@@ -26,8 +26,8 @@ from typing import Any, Protocol
 import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
 
-from ...errors import InvalidJob, SerializationError
-from ...protocol import Headers, JobBody
+from django_eventmq.errors import InvalidJob, SerializationError
+from django_eventmq.protocol import Headers, JobBody
 
 
 def json_default(value: object) -> object:

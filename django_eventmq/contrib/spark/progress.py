@@ -24,9 +24,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
-from ...core import transport
-from ...core.progressbar import bar, redraw
-from .sender import QueueCounts
+from django_eventmq.cli.progressbar import bar, redraw
+from django_eventmq.contrib.spark.sender import QueueCounts
+from django_eventmq.runtime import transport
 
 if TYPE_CHECKING:
     from pyspark import SparkContext

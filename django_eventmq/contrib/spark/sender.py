@@ -7,7 +7,7 @@ has acknowledged (ACK) or refused (REJECT) every msgid. A REQUEST that is not
 answered within ``ack_timeout`` is sent again *with the same msgid*: the
 router runs a msgid once, so a resend (or a whole Spark task attempt sent
 again) cannot double a job. The window itself is core's
-:class:`~django_eventmq.core.pipeline.Pipeline`; this module gives it a
+:class:`~django_eventmq.client.bulk.Pipeline`; this module gives it a
 socket of its own. Against a router of ours the jobs go in BATCH messages
 (up to ``batch`` jobs each, one ACK per batch) once the router has answered
 the pipeline's FEATURES, which makes a partition's rows much cheaper for the
@@ -23,8 +23,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from ...core import security, transport
-from ...core.pipeline import (
+from django_eventmq.client.bulk import (
     DEFAULT_ACK_TIMEOUT,
     DEFAULT_BATCH,
     DEFAULT_GIVE_UP,
@@ -36,7 +35,8 @@ from ...core.pipeline import (
     QueueCounts,
     check_window,
 )
-from ...core.settings import Settings, from_mapping
+from django_eventmq.runtime import security, transport
+from django_eventmq.runtime.settings import Settings, from_mapping
 
 __all__ = [
     "DEFAULT_ACK_TIMEOUT",

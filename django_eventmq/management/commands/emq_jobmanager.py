@@ -7,9 +7,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from ... import conf
-from ...core import cli
-from ...errors import EventMQError
+from django_eventmq import conf
+from django_eventmq.cli import options as cli
+from django_eventmq.errors import EventMQError
 
 #: Sets Django up in each worker and closes stale DB connections around each job.
 DJANGO_HOOKS = "django_eventmq.worker_hooks"
@@ -41,12 +41,12 @@ class Command(BaseCommand):
         # Worker processes are forked from this one: they must not share its
         # database sockets, so close them before the pool starts.
         connections.close_all()
-        from ...core.jobmanager import JobManager
+        from django_eventmq.jobmanager.manager import JobManager
 
         manager = JobManager(settings, hooks=options["hooks"])
         server = None
         if options.get("metrics"):
-            from ...core import metrics
+            from django_eventmq.cli import metrics
 
             try:
                 server = metrics.start_metrics_server(

@@ -6,8 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...core import security
-from ...errors import EventMQError
+from django_eventmq.errors import EventMQError
+from django_eventmq.runtime import security
 
 
 class Command(BaseCommand):

@@ -6,10 +6,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import conf
-from ...core import cli
-from ...core.pubsub_cli import add_pubsub_arguments, pubsub_settings
-from ...errors import EventMQError
+from django_eventmq import conf
+from django_eventmq.cli import options as cli
+from django_eventmq.cli.pubsub_options import add_pubsub_arguments, pubsub_settings
+from django_eventmq.errors import EventMQError
 
 
 class Command(BaseCommand):
@@ -27,7 +27,7 @@ class Command(BaseCommand):
         add_pubsub_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from ...core.publisher import Publisher
+        from django_eventmq.pubsub.publisher import Publisher
 
         try:
             settings = pubsub_settings(conf.settings_with_options(options), options)

@@ -9,9 +9,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from ...core.config import get_settings
-from ...results_models import JobResult
-from ..progress import command_progress
+from django_eventmq.management.progress import command_progress
+from django_eventmq.models.results import JobResult
+from django_eventmq.runtime.config import get_settings
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([dhms]?)\s*$")
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1, "": 86400}

@@ -7,9 +7,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from ... import conf
-from ...core import cli
-from ...errors import EventMQError
+from django_eventmq import conf
+from django_eventmq.cli import options as cli
+from django_eventmq.errors import EventMQError
 
 
 class Command(BaseCommand):
@@ -38,7 +38,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         cli.configure_logging(options["log_level"])
         connections.close_all()
-        from ...core.router import Router
+        from django_eventmq.router.router import Router
 
         router = Router(settings, journal_recover=bool(options.get("journal_recover")))
         server = self._start_metrics(options.get("metrics"), router, settings.admin_addr)
@@ -54,7 +54,7 @@ class Command(BaseCommand):
     def _start_metrics(self, addr: str | None, router: Any, admin_addr: str) -> Any:
         if not addr:
             return None
-        from ...core import metrics
+        from django_eventmq.cli import metrics
 
         # The router binds its admin address in run(); ask for it on each scrape.
         registry = metrics.router_registry(lambda: getattr(router, "admin_address", admin_addr))

@@ -7,11 +7,12 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from ... import conf
-from ...core import cli, registry
-from ...core.jobs import declared_schedules
-from ...core.scheduler_cli import add_scheduler_arguments, scheduler_settings
-from ...errors import EventMQError
+from django_eventmq import conf
+from django_eventmq.cli import options as cli
+from django_eventmq.cli.scheduler_options import add_scheduler_arguments, scheduler_settings
+from django_eventmq.client.jobs import declared_schedules
+from django_eventmq.errors import EventMQError
+from django_eventmq.runtime import registry
 
 
 class Command(BaseCommand):
@@ -34,8 +35,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from ...core.scheduler import Scheduler
-        from ...schedule_store import DjangoScheduleStore, sync_declared
+        from django_eventmq.schedule_store import DjangoScheduleStore, sync_declared
+        from django_eventmq.scheduling.scheduler import Scheduler
 
         try:
             settings = scheduler_settings(conf.settings_with_options(options), options)

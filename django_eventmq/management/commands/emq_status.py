@@ -6,9 +6,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...core import status
-from ...core.config import get_settings
-from ...errors import EventMQError
+from django_eventmq.cli import status
+from django_eventmq.errors import EventMQError
+from django_eventmq.runtime.config import get_settings
 
 
 class Command(BaseCommand):

@@ -8,10 +8,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections
 from django.utils.module_loading import autodiscover_modules
 
-from ... import conf
-from ...core import cli
-from ...core.pubsub_cli import add_subscribe_arguments, pubsub_settings
-from ...errors import EventMQError
+from django_eventmq import conf
+from django_eventmq.cli import options as cli
+from django_eventmq.cli.pubsub_options import add_subscribe_arguments, pubsub_settings
+from django_eventmq.errors import EventMQError
 
 
 class Command(BaseCommand):
@@ -26,7 +26,7 @@ class Command(BaseCommand):
         add_subscribe_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from ...core.pubsub import Consumer, import_subscriber_modules
+        from django_eventmq.pubsub.api import Consumer, import_subscriber_modules
 
         try:
             settings = pubsub_settings(conf.settings_with_options(options), options)

@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any
 
-from django_eventmq.core.jobs import job
+from django_eventmq.client.jobs import job
 
 
 def append_record(out: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:

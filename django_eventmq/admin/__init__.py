@@ -1,0 +1,9 @@
+"""Django admin for django_eventmq; each feature's admin lives in its own module."""
+
+from __future__ import annotations
+
+from django_eventmq.admin import dashboard as dashboard
+from django_eventmq.admin.results import JobResultAdmin as JobResultAdmin
+from django_eventmq.admin.schedules import ScheduleAdmin
+
+__all__ = ["ScheduleAdmin"]

@@ -1,0 +1,2 @@
+"""Command-line pieces: options shared by every command, the admin-socket client,
+status rendering and the Prometheus endpoint."""

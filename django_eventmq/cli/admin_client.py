@@ -1,0 +1,248 @@
+"""Router command-line pieces: the journal / back-pressure options, and asking a
+running router's admin socket (``emq_status``, the admin dashboard, metrics).
+
+Admin tools connect with the CURVE key the settings give them (see
+:func:`.security.client_secret_setting`); a router that refuses the handshake
+is reported at once, with the setting to change, instead of after the timeout.
+
+Wiring (django_eventmq/cli/options.py): call :func:`add_durability_arguments` from
+``add_router_arguments`` and merge :func:`durability_changes` into the
+settings changes. Never imports Django.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from django_eventmq.errors import BrokerUnavailable
+from django_eventmq.protocol import AdminRequest, Reply, new_msgid
+from django_eventmq.protocol import constants as C
+from django_eventmq.runtime import config, security, transport
+from django_eventmq.runtime.settings import Settings
+
+_DEFAULTS = Settings()
+
+
+def _whole(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def add_durability_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--journal PATH``, ``--no-journal``, ``--journal-sync``, ``--high-water-mark``
+    and ``--hwm-policy`` (all default to None: the setting applies)."""
+    group = parser.add_argument_group("journal and back-pressure")
+    where = group.add_mutually_exclusive_group()
+    where.add_argument(
+        "--journal",
+        dest="journal_path",
+        metavar="PATH",
+        help="file of the on-disk journal that keeps every accepted job until it finished "
+        f"(default: the JOURNAL_PATH setting or EMQ_JOURNAL_PATH, else "
+        f"{_DEFAULTS.journal_path!r}; {{frontend}} becomes the frontend address)",
+    )
+    where.add_argument(
+        "--no-journal",
+        dest="journal",
+        action="store_const",
+        const=False,
+        help="keep jobs in memory only: a router restart loses the jobs it holds",
+    )
+    group.add_argument(
+        "--journal-recover",
+        action="store_true",
+        help="if the journal fails its checks at start (damaged file, lost -wal content), "
+        "move its files aside to PATH.damaged-TIME, copy every job SQLite can still read "
+        "into a new journal, then start",
+    )
+    group.add_argument(
+        "--journal-sync",
+        choices=("full", "normal"),
+        help="'full': ACK once the job is on stable storage (survives a power cut); "
+        "'normal': once the OS has it (survives a router crash) (default: JOURNAL_SYNC, "
+        f"else {_DEFAULTS.journal_sync})",
+    )
+    group.add_argument(
+        "--high-water-mark",
+        type=_whole,
+        metavar="N",
+        help="waiting jobs at which clients are held back (default: HIGH_WATER_MARK, "
+        f"else {_DEFAULTS.high_water_mark})",
+    )
+    group.add_argument(
+        "--hwm-policy",
+        choices=("block", "reject"),
+        help="above the mark: 'block' stops reading clients (their sends wait, nothing is "
+        "lost), 'reject' answers REJECT with a reason (default: HWM_POLICY, else "
+        f"{_DEFAULTS.hwm_policy})",
+    )
+
+
+#: (argparse dest, Settings field) of the options above.
+DURABILITY_FIELDS = (
+    ("journal_path", "journal_path"),
+    ("journal", "journal"),
+    ("journal_sync", "journal_sync"),
+    ("high_water_mark", "high_water_mark"),
+    ("hwm_policy", "hwm_policy"),
+)
+
+
+def durability_changes(options: argparse.Namespace | Mapping[str, Any]) -> dict[str, Any]:
+    """The settings the durability options that were given change."""
+    values = vars(options) if isinstance(options, argparse.Namespace) else options
+    changes = {
+        field: values[dest] for dest, field in DURABILITY_FIELDS if values.get(dest) is not None
+    }
+    if "journal_path" in changes:
+        changes["journal"] = True
+    return changes
+
+
+#: Milliseconds between looks at the handshake while waiting for an answer.
+_HANDSHAKE_CHECK_MS = 50
+#: Failed handshakes that say nothing clear before they count as a verdict (ZeroMQ
+#: retries every 100 ms; a mechanism mismatch is sometimes unclear the first time).
+_UNCLEAR_TRIES = 3
+
+
+def _verdict(failures: list[str], *, final: bool) -> str | None:
+    """The refusal the failed handshakes so far add up to, or None: keep waiting."""
+    for clear in (transport.HANDSHAKE_AUTH, transport.HANDSHAKE_MECHANISM):
+        if clear in failures:
+            return clear
+    if failures and (final or len(failures) >= _UNCLEAR_TRIES):
+        return failures[-1]
+    return None
+
+
+def ask(
+    admin_addr: str, command: str, timeout: float = 5.0, *, settings: Settings | None = None
+) -> dict[str, Any]:
+    """Send one admin command (STATUS, MONITOR, ...) to a router; its JSON answer.
+
+    Speaks CURVE when ``settings`` (default: this process's) give the router's
+    public key. Raises :class:`BrokerUnavailable` when no answer comes within
+    ``timeout`` or, sooner, when the router refuses the connection.
+    """
+    s = config.get_settings() if settings is None else settings
+    options = security.secure_channel_options(s, security.ADMIN, security.CLIENT)
+    channel = transport.Channel(
+        transport.DEALER, connect=admin_addr, options=options, watch_handshake=True
+    )
+    try:
+        channel.send(AdminRequest(msgid=new_msgid(), action=command))
+        deadline = time.monotonic() + timeout
+        failures: list[str] = []
+        while True:
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if channel.poll(max(0, min(left_ms, _HANDSHAKE_CHECK_MS))):
+                break
+            failures += channel.handshake_failures()
+            verdict = _verdict(failures, final=left_ms <= 0)
+            if verdict is not None:
+                raise BrokerUnavailable(refusal(verdict, admin_addr, s))
+            if left_ms <= 0:
+                raise BrokerUnavailable(
+                    f"no answer to {command} from {admin_addr} within {timeout}s"
+                )
+        _identity, _frames, message = channel.recv()
+        if not isinstance(message, Reply):
+            raise BrokerUnavailable(f"unexpected {message.command} from {admin_addr}")
+        answer = json.loads(message.payload)
+        if not isinstance(answer, dict):
+            raise BrokerUnavailable(f"{command} answer from {admin_addr} is not an object")
+        return answer
+    finally:
+        channel.close()
+
+
+def refusal(failure: str, admin_addr: str, settings: Settings) -> str:
+    """What a failed admin handshake (``transport.HANDSHAKE_*``) means, and how to fix it."""
+    keyed = security.client_curve(settings)
+    if failure == transport.HANDSHAKE_AUTH:
+        if keyed:
+            name = security.client_secret_setting(settings, security.ADMIN).upper()
+            public, _secret = security.load_secret_key(getattr(settings, name.lower()), name)
+            return (
+                f"the router at {admin_addr} refused this tool's CURVE key "
+                f"{public.decode('ascii')} (from {name}): add that public key to the "
+                "router's CURVE_ADMIN_CLIENTS, or set CURVE_ADMIN_SECRET_KEY to a key listed "
+                "there; with ADMIN_LOCAL_ONLY on (the default) the router also refuses "
+                "other hosts"
+            )
+        return (
+            f"the router at {admin_addr} refused this connection: ADMIN_LOCAL_ONLY limits its "
+            "admin socket to its own host; run the tool there, or set ADMIN_LOCAL_ONLY=false "
+            "on the router (and give admin tools CURVE keys)"
+        )
+    clear = failure == transport.HANDSHAKE_MECHANISM
+    if keyed:
+        if clear:
+            return (
+                f"the admin socket at {admin_addr} does not speak CURVE but this tool does "
+                "(CURVE_SERVER_PUBLIC_KEY is set): is it the right router? Give the router "
+                "CURVE_SERVER_SECRET_KEY, or unset CURVE_SERVER_PUBLIC_KEY here"
+            )
+        return (
+            f"the CURVE handshake with {admin_addr} failed: CURVE_SERVER_PUBLIC_KEY is "
+            "probably not this router's public key (or the router does not speak CURVE)"
+        )
+    # A plain tool whose handshake fails: the router speaks CURVE. ZeroMQ reports the
+    # mismatch itself only when the server's greeting arrived before it hung up.
+    fix = (
+        "set EMQ_CURVE_SERVER_PUBLIC_KEY to the router's public key and "
+        "EMQ_CURVE_ADMIN_SECRET_KEY to an admin secret key whose public key is in the "
+        "router's CURVE_ADMIN_CLIENTS (make one with 'emq_keys admin')"
+    )
+    if clear:
+        return f"the router at {admin_addr} requires CURVE and this tool has no key: {fix}"
+    return (
+        f"the handshake with {admin_addr} failed; most likely the router requires CURVE "
+        f"and this tool has no key: {fix}"
+    )
+
+
+def format_monitor(info: Mapping[str, Any]) -> str:
+    """MONITOR's answer as ``key: value`` lines (PZQ's monitor format), queues after."""
+    keys = (
+        "queued",
+        "in_flight",
+        "delayed",
+        "poisoned",
+        "store_bytes",
+        "syncs",
+        "expired",
+        "requeued",
+        "duplicates",
+        "rejected",
+        "blocked",
+        "held",
+        "outbox_bytes",
+        "outbox_clients",
+        "outbox_budget",
+        "clients_cut_off",
+        "messages_dropped",
+        "cancels_refused",
+        "journal",
+        "journal_failure",
+    )
+    lines = [f"{key}: {info.get(key)}" for key in keys if key in info]
+    for queue, counts in sorted(info.get("per_queue", {}).items()):
+        shown = " ".join(f"{k}={v}" for k, v in counts.items())
+        lines.append(f"queue {queue}: {shown}")
+    return "\n".join(lines)
+
+
+def monitor(admin_addr: str, timeout: float = 5.0) -> str:
+    """``emq_status --monitor``: the router's journal state as text."""
+    return format_monitor(ask(admin_addr, C.MONITOR, timeout))

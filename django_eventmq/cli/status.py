@@ -1,0 +1,456 @@
+"""What ``emq_status`` shows: a router's admin answers, summarised and drawn as text tables.
+
+:func:`fetch` asks a router's admin socket STATUS, ROUTER_SHOW_WORKERS,
+ROUTER_SHOW_SCHEDULERS (and MONITOR); :func:`summarize` turns two successive
+snapshots into plain rows (throughput needs the previous one); :func:`render`
+draws them. Everything but :func:`fetch` and :func:`watch` is pure, so the
+tables are tested without sockets. Never imports Django.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from django_eventmq.cli import admin_client as router_cli
+from django_eventmq.errors import BrokerUnavailable
+from django_eventmq.protocol import constants as C
+
+#: Clears the terminal and moves the cursor home: each ``--watch`` frame redraws in place.
+CLEAR = "\x1b[H\x1b[2J"
+#: Shown instead of a value the router did not report.
+NONE = "-"
+
+Ask = Callable[[str, str, float], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The router's admin answers at one moment (``taken_at``: local monotonic seconds)."""
+
+    admin_addr: str
+    taken_at: float
+    status: dict[str, Any] = field(default_factory=dict)
+    workers: dict[str, Any] = field(default_factory=dict)
+    schedulers: dict[str, Any] = field(default_factory=dict)
+    monitor: dict[str, Any] | None = None
+    #: Why the router could not be read ("" when it answered).
+    error: str = ""
+
+
+def connectable(addr: str) -> str:
+    """A bound address (``tcp://*:N``, ``tcp://0.0.0.0:N``) as one a client can connect to."""
+    for wildcard in ("tcp://*:", "tcp://0.0.0.0:"):
+        if addr.startswith(wildcard):
+            return "tcp://127.0.0.1:" + addr[len(wildcard) :]
+    return addr
+
+
+def fetch(
+    admin_addr: str,
+    *,
+    timeout: float = 2.0,
+    monitor: bool = False,
+    ask: Ask = router_cli.ask,
+    clock: Callable[[], float] = time.monotonic,
+) -> Snapshot:
+    """Ask the router everything the status view shows; ``error`` says if it did not answer."""
+    addr = connectable(admin_addr)
+    try:
+        return Snapshot(
+            admin_addr=addr,
+            taken_at=clock(),
+            status=ask(addr, C.STATUS, timeout),
+            workers=ask(addr, C.ROUTER_SHOW_WORKERS, timeout),
+            schedulers=ask(addr, C.ROUTER_SHOW_SCHEDULERS, timeout),
+            monitor=ask(addr, C.MONITOR, timeout) if monitor else None,
+        )
+    except (BrokerUnavailable, ValueError) as exc:
+        # ValueError: an answer that is not JSON (json.JSONDecodeError).
+        return Snapshot(admin_addr=addr, taken_at=clock(), error=f"router unreachable: {exc}")
+
+
+# -- summary: plain rows, also the --json output and the dashboard's data -------
+
+
+def _ints(mapping: Any) -> dict[str, int]:
+    if not isinstance(mapping, Mapping):
+        return {}
+    return {str(k): int(v) for k, v in mapping.items() if isinstance(v, int | float)}
+
+
+def _queue_names(snap: Snapshot) -> list[str]:
+    s = snap.status
+    names: set[str] = set()
+    for key in (
+        "waiting_messages_by_queue",
+        "inflight_messages_by_queue",
+        "processed_messages_by_queue",
+        "waiting_since_by_queue",
+    ):
+        names.update(_ints(s.get(key)))
+    names.update(snap.workers.get("connected_queues") or {})
+    if snap.monitor:
+        names.update(snap.monitor.get("per_queue") or {})
+    return sorted(names)
+
+
+def _heartbeat_ago(hb: Any, router_now: float | None) -> float | None:
+    """Seconds since the router last heard a peer, if the router's clock is known."""
+    if router_now is None or not isinstance(hb, int | float):
+        return None
+    ago = router_now - float(hb)
+    # The router's "hb" is its monotonic clock: only comparable on one host.
+    return ago if 0 <= ago < 86_400 else None
+
+
+def summarize(
+    snap: Snapshot, previous: Snapshot | None = None, *, router_now: float | None = None
+) -> dict[str, Any]:
+    """Rows for the queues, job managers and schedulers, and totals, as plain data.
+
+    ``router_now`` is the router's monotonic clock, to say how long ago peers
+    were heard: the answer's ``now`` when the router sends one, else ``taken_at``
+    (right when router and caller share a host). Throughput (jobs/s) is the
+    processed count's change since ``previous``.
+    """
+    status = snap.status
+    waiting = _ints(status.get("waiting_messages_by_queue"))
+    inflight = _ints(status.get("inflight_messages_by_queue"))
+    processed = _ints(status.get("processed_messages_by_queue"))
+    since = _ints(status.get("waiting_since_by_queue"))
+    latency = _ints(status.get("latency_messages_by_queue"))
+    max_latency = _ints(status.get("max_latency_messages_by_queue"))
+    # The router's job counters (STATUS extras of ours; a reference router has none).
+    counters = {
+        key: _ints(status.get(f"{key}_messages_by_queue"))
+        for key in ("received", "dispatched", "failed", "retried")
+    }
+    per_queue_monitor = (snap.monitor or {}).get("per_queue") or {}
+    rates: dict[str, float] = {}
+    elapsed = snap.taken_at - previous.taken_at if previous and not previous.error else 0.0
+    if previous is not None and elapsed > 0:
+        before = _ints(previous.status.get("processed_messages_by_queue"))
+        rates = {q: max(0, n - before.get(q, 0)) / elapsed for q, n in processed.items()}
+    queues = []
+    for name in _queue_names(snap):
+        row: dict[str, Any] = {
+            "queue": name,
+            "waiting": waiting.get(name, 0),
+            "in_flight": inflight.get(name, 0),
+            "waiting_since_ms": since.get(name),
+            "processed": processed.get(name, 0),
+            "jobs_per_s": rates.get(name, 0.0) if rates or elapsed > 0 else None,
+            "age_mean_ms": latency.get(name),
+            "age_max_ms": max_latency.get(name),
+            **{key: counts.get(name, 0) for key, counts in counters.items()},
+        }
+        if name in per_queue_monitor:
+            row["monitor"] = dict(per_queue_monitor[name])
+        queues.append(row)
+
+    clock = router_now if router_now is not None else _router_clock(snap)
+    managers = []
+    for name, info in sorted((snap.workers.get("connected_workers") or {}).items()):
+        managers.append(
+            {
+                "name": name,
+                "queues": [[int(w), str(q)] for w, q in info.get("queues", [])],
+                "free_slots": info.get("available_slots"),
+                "in_flight": info.get("inflight"),
+                "heartbeat_ago_s": _heartbeat_ago(info.get("hb"), clock),
+            }
+        )
+    schedulers = [
+        {"name": name, "heartbeat_ago_s": _heartbeat_ago(info.get("hb"), clock)}
+        for name, info in sorted((snap.schedulers.get("connected_schedulers") or {}).items())
+    ]
+    poisoned = status.get("poisoned_messages") or []
+    totals = {
+        "waiting": sum(waiting.values()),
+        "in_flight": sum(inflight.values()),
+        "processed": sum(processed.values()),
+        "jobs_per_s": sum(rates.values()) if rates or elapsed > 0 else None,
+        "requeued": status.get("requeued_messages", 0),
+        "failed": sum(counters["failed"].values()),
+        "retried": sum(counters["retried"].values()),
+        "heartbeats_missed": status.get("heartbeats_missed", 0),
+        "poisoned": len(poisoned) if isinstance(poisoned, list) else 0,
+        "buffered_schedule_messages": snap.schedulers.get("buffered_schedule_messages", 0),
+    }
+    summary: dict[str, Any] = {
+        "router": snap.admin_addr,
+        "reachable": not snap.error,
+        "error": snap.error,
+        "journal_failure": status.get("journal_failure"),
+        # Queue -> jobs waiting on it that no connected job manager serves.
+        "unserved_queues": _ints(status.get("unserved_queues")),
+        "queues": queues,
+        "job_managers": managers,
+        "schedulers": schedulers,
+        "totals": totals,
+    }
+    if snap.monitor is not None:
+        summary["monitor"] = snap.monitor
+    return summary
+
+
+def _router_clock(snap: Snapshot) -> float | None:
+    now = snap.workers.get("now", snap.status.get("now"))
+    return float(now) if isinstance(now, int | float) else snap.taken_at
+
+
+# -- text ------------------------------------------------------------------------
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """Columns padded to their widest cell; the first column left-aligned, the rest right."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = []
+    for row in cells:
+        parts = [
+            cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i]) for i, cell in enumerate(row)
+        ]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def duration(ms: float | None) -> str:
+    """Milliseconds as a short human duration (``850ms``, ``12.5s``, ``3m04s``, ``2h05m``)."""
+    if ms is None:
+        return NONE
+    if ms < 1000:
+        return f"{int(ms)}ms"
+    seconds = ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def _ago(seconds: float | None) -> str:
+    return NONE if seconds is None else f"{duration(seconds * 1000)} ago"
+
+
+def _rate(value: float | None) -> str:
+    return NONE if value is None else f"{value:.1f}"
+
+
+def render(summary: Mapping[str, Any], *, title: str = "") -> str:
+    """The summary as the ``emq_status`` text: queues, job managers, schedulers, totals."""
+    head = title or f"router {summary['router']}"
+    if not summary["reachable"]:
+        return f"{head}\n{summary['error']}\n"
+    queues = summary["queues"]
+    out = [head, ""]
+    if summary.get("journal_failure"):
+        out += [f"JOURNAL CANNOT BE WRITTEN: {summary['journal_failure']}", ""]
+    unserved = summary.get("unserved_queues") or {}
+    if unserved:
+        waiting = ", ".join(f"{q} ({n} waiting)" for q, n in sorted(unserved.items()))
+        out += [
+            f"WARNING: no connected job manager serves {waiting}: "
+            "start one that names the queue (--queues)",
+            "",
+        ]
+    if queues:
+        out.append(
+            table(
+                (
+                    "QUEUE",
+                    "WAITING",
+                    "IN FLIGHT",
+                    "WAITING SINCE",
+                    "PROCESSED",
+                    "JOBS/S",
+                    "AGE MEAN",
+                    "AGE MAX",
+                ),
+                (
+                    (
+                        q["queue"],
+                        q["waiting"],
+                        q["in_flight"],
+                        duration(q["waiting_since_ms"]),
+                        q["processed"],
+                        _rate(q["jobs_per_s"]),
+                        duration(q["age_mean_ms"]),
+                        duration(q["age_max_ms"]),
+                    )
+                    for q in queues
+                ),
+            )
+        )
+    else:
+        out.append("no queues yet")
+    out.append("")
+    managers = summary["job_managers"]
+    if managers:
+        out.append(
+            table(
+                ("JOB MANAGER", "QUEUES (WEIGHT)", "FREE SLOTS", "IN FLIGHT", "LAST HEARTBEAT"),
+                (
+                    (
+                        m["name"],
+                        ",".join(f"{q}:{w}" for w, q in m["queues"]),
+                        NONE if m["free_slots"] is None else m["free_slots"],
+                        NONE if m["in_flight"] is None else m["in_flight"],
+                        _ago(m["heartbeat_ago_s"]),
+                    )
+                    for m in managers
+                ),
+            )
+        )
+    else:
+        out.append("no job managers connected")
+    out.append("")
+    schedulers = summary["schedulers"]
+    if schedulers:
+        out.append(
+            table(
+                ("SCHEDULER", "LAST HEARTBEAT"),
+                ((s["name"], _ago(s["heartbeat_ago_s"])) for s in schedulers),
+            )
+        )
+    else:
+        out.append("no schedulers connected")
+    t = summary["totals"]
+    out += [
+        "",
+        f"total: {t['waiting']} waiting, {t['in_flight']} in flight, {t['processed']} processed "
+        f"({_rate(t['jobs_per_s'])} jobs/s), {t['failed']} failed, {t['retried']} retried, "
+        f"{t['requeued']} requeued, {t['poisoned']} poisoned",
+    ]
+    if "monitor" in summary:
+        out += ["", "monitor:", router_cli.format_monitor(summary["monitor"])]
+    return "\n".join(out) + "\n"
+
+
+# -- the command -----------------------------------------------------------------
+
+
+def frame(
+    admin_addr: str,
+    previous: Snapshot | None,
+    *,
+    as_json: bool,
+    monitor: bool,
+    timeout: float,
+    ask: Ask = router_cli.ask,
+) -> tuple[str, Snapshot]:
+    """One view of the router (text or one JSON line) and the snapshot it came from."""
+    snap = fetch(admin_addr, timeout=timeout, monitor=monitor, ask=ask)
+    summary = summarize(snap, previous)
+    if as_json:
+        return json.dumps(summary, sort_keys=True) + "\n", snap
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    return render(summary, title=f"router {snap.admin_addr} at {stamp}"), snap
+
+
+def run(
+    admin_addr: str,
+    out: TextIO,
+    *,
+    as_json: bool = False,
+    monitor: bool = False,
+    watch: bool = False,
+    interval: float = 2.0,
+    timeout: float = 2.0,
+    frames: int | None = None,
+    ask: Ask = router_cli.ask,
+) -> int:
+    """Print the status once (exit 1 if the router did not answer), or every ``interval``.
+
+    With ``watch`` on a terminal each frame clears the screen and redraws in
+    place; otherwise frames follow one another (a blank line between text
+    frames, one JSON object per line). Stops on Ctrl-C or after ``frames``.
+    """
+    tty = watch and not as_json and out.isatty()
+    previous: Snapshot | None = None
+    shown = 0
+    try:
+        while True:
+            text, snap = frame(
+                admin_addr, previous, as_json=as_json, monitor=monitor, timeout=timeout, ask=ask
+            )
+            if not watch:
+                out.write(text)
+                out.flush()
+                return 1 if snap.error else 0
+            out.write((CLEAR + text) if tty else text + ("" if as_json else "\n"))
+            out.flush()
+            previous = None if snap.error else snap
+            shown += 1
+            if frames is not None and shown >= frames:
+                return 0
+            time.sleep(interval)  # the refresh period, not a wait for an event
+    except KeyboardInterrupt:
+        return 0
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
+
+
+def add_status_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--admin``, ``--json``, ``--watch``, ``--interval``, ``--monitor``, ``--timeout``."""
+    parser.add_argument(
+        "--admin",
+        metavar="ADDR",
+        help="the router's admin address (default: the ADMIN_ADDR setting or EMQ_ADMIN_ADDR)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print JSON (with --watch: one object per line)"
+    )
+    parser.add_argument(
+        "--watch",
+        action="store_true",
+        help="refresh every --interval seconds (redrawn in place on a terminal) until Ctrl-C",
+    )
+    parser.add_argument(
+        "--interval",
+        type=_positive,
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds between refreshes with --watch (default: 2)",
+    )
+    parser.add_argument(
+        "--monitor",
+        action="store_true",
+        help="also show the journal's state (admin command MONITOR): queued, in flight, "
+        "store size, syncs, expired, poisoned, per queue",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_positive,
+        default=2.0,
+        metavar="SECONDS",
+        help="how long to wait for each answer of the router (default: 2)",
+    )
+
+
+def run_options(options: Mapping[str, Any], admin_addr: str, out: TextIO) -> int:
+    """:func:`run` with the options of :func:`add_status_arguments`."""
+    return run(
+        options.get("admin") or admin_addr,
+        out,
+        as_json=bool(options.get("json")),
+        monitor=bool(options.get("monitor")),
+        watch=bool(options.get("watch")),
+        interval=float(options.get("interval") or 2.0),
+        timeout=float(options.get("timeout") or 2.0),
+    )

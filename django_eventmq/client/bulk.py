@@ -1,0 +1,726 @@
+"""Guaranteed bulk sending: many REQUESTs with a window of them unacknowledged.
+
+:class:`Pipeline` keeps up to ``window`` REQUESTs sent and not yet answered
+on a DEALER channel. Each one stays in the window until the router answers
+it: ACK (stored: our router sends it only once the job is in its journal),
+REJECT (refused, with a reason) or, from a reference router, the REPLY whose
+payload is the msgid. A REQUEST not answered within ``ack_timeout`` is sent
+again *with the same msgid*; the router holds a msgid once, so a resend can
+not double a job. :meth:`Pipeline.flush` returns once every REQUEST was
+answered, and raises :class:`~django_eventmq.errors.BrokerUnavailable` when
+the router said nothing for ``give_up`` seconds while some waited.
+
+It sends as fast as the router acknowledges, where a guaranteed send that
+waits for each ACK in turn pays a round trip (and a journal commit) per job.
+Used by :meth:`.client.Client.send_many` and by the Spark integration.
+
+BATCH (our extension, :mod:`..protocol.batch`): with its first job the
+pipeline sends FEATURES and goes on with REQUESTs without waiting. Once a
+router of ours answers with FEATURES saying ``"batch"``, jobs go in BATCH
+messages of up to ``batch`` jobs, each acknowledged by one ACK of the
+batch's msgid: a router spends far less per job on one frame than on a
+REQUEST's seven, and sends one ACK instead of hundreds. The window still
+counts jobs. A job of a batch that the router refuses gets its own REJECT
+(before the batch's ACK); a batch not acknowledged within ``ack_timeout`` is
+sent again with the same batch msgid and the same job msgids (less those
+refused meanwhile), so nothing runs twice. A router that never answers
+FEATURES (the reference) gets REQUESTs only.
+
+Batches are cut at fixed places of the stream of jobs: after job ``batch``,
+``2 * batch``, ... counted from the first job the pipeline took, whatever
+went as REQUESTs before the router's FEATURES came (or a full byte budget
+cut early). The same jobs sent again in the same order (a Spark task
+retried, an export sent again with the same run_id) therefore make the same
+BATCH messages, which a router of ours recognises as a whole when it holds
+them already (parcels, :meth:`.dispatch.Book.same_parcel`): not counted
+again as waiting, nor toward its high-water mark.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from django_eventmq.errors import BrokerUnavailable, ProtocolError, RouterFull
+from django_eventmq.protocol import Features, Reply, Request, decode, encode, new_msgid
+from django_eventmq.protocol.batch import BATCH, JOB_OVERHEAD, MAX_BATCH_JOBS, pack_jobs
+from django_eventmq.protocol.constants import ACK, PROTOCOL_VERSION_B, REQUEST
+from django_eventmq.protocol.extensions import Reject
+from django_eventmq.protocol.packed import PACKED
+from django_eventmq.runtime import transport
+
+log = logging.getLogger("django_eventmq.client")
+
+#: REQUESTs in flight (sent, not yet answered) per pipeline.
+DEFAULT_WINDOW = 10_000
+#: The window of :meth:`.client.Client.send_many`: enough to keep a router's
+#: group commits full, small enough to resend cheaply after a router restart.
+CLIENT_WINDOW = 2_000
+#: Seconds without an answer after which a REQUEST is sent again (same msgid).
+DEFAULT_ACK_TIMEOUT = 10.0
+#: Seconds without any answer from the router, while REQUESTs wait, before giving up.
+DEFAULT_GIVE_UP = 120.0
+#: Sends between two non-blocking reads of the answers.
+READ_EVERY = 64
+#: REJECT reasons kept per queue (the counts are always complete).
+REASONS_KEPT = 5
+#: Jobs per BATCH once the router said it takes them (0: REQUESTs only). Big
+#: enough that a router's per-message costs vanish, small enough that a
+#: window holds several batches in flight.
+DEFAULT_BATCH = 500
+#: Bytes of one BATCH's jobs at most (less if the router's FEATURES say so); a
+#: job bigger than this alone goes as a REQUEST.
+DEFAULT_BATCH_BYTES = 1024 * 1024
+#: Seconds a Spark task holds its first jobs for the router's FEATURES answer
+#: (``features_wait``): a router of ours answers at once; a reference router
+#: never does, and then costs this once per task.
+FEATURES_WAIT = 1.0
+#: What a client (and a pipeline) tells the router it speaks.
+CLIENT_FEATURES = {"batch": 1, PACKED: 1}
+
+_VERSION = PROTOCOL_VERSION_B
+_REQUEST = REQUEST.encode()
+_BATCH = BATCH.encode()
+_ACK = ACK.encode()
+_NOBLOCK = transport.NOBLOCK
+
+
+class RequestFrames(NamedTuple):
+    """A REQUEST's fields, already encoded (what :class:`Pipeline` sends)."""
+
+    msgid: bytes
+    queue: bytes
+    headers: bytes
+    body: bytes
+
+
+@dataclass(slots=True)
+class QueueCounts:
+    """What happened to the jobs of one queue."""
+
+    #: Distinct msgids sent.
+    sent: int = 0
+    #: msgids the router acknowledged (it holds the job).
+    acked: int = 0
+    #: msgids the router refused (REJECT); not queued.
+    rejected: int = 0
+    #: Sends of a msgid again after ``ack_timeout`` without an answer.
+    resent: int = 0
+    #: Requests whose msgid was already in flight: the same job, not sent again.
+    duplicates: int = 0
+    #: A few REJECT reasons, for the error report.
+    reasons: list[str] = field(default_factory=list)
+
+    def merge(self, other: QueueCounts) -> None:
+        """Add ``other``'s counts to these."""
+        self.sent += other.sent
+        self.acked += other.acked
+        self.rejected += other.rejected
+        self.resent += other.resent
+        self.duplicates += other.duplicates
+        for reason in other.reasons:
+            if len(self.reasons) < REASONS_KEPT and reason not in self.reasons:
+                self.reasons.append(reason)
+
+
+@dataclass(slots=True)
+class SendResult:
+    """What :meth:`.client.Client.send_many` did: counts per queue, and the refused msgids."""
+
+    #: Per queue name.
+    counts: dict[str, QueueCounts] = field(default_factory=dict)
+    #: msgid -> the router's reason, for every REQUEST it refused (REJECT).
+    rejected: dict[str, str] = field(default_factory=dict)
+    #: BATCH messages the jobs went in (0: all went as REQUESTs).
+    batches: int = 0
+
+    def reject(self, msgid: bytes, reason: str) -> None:
+        self.rejected[msgid.decode()] = reason
+
+    @property
+    def sent(self) -> int:
+        """Distinct msgids sent."""
+        return sum(c.sent for c in self.counts.values())
+
+    @property
+    def acked(self) -> int:
+        """msgids the router acknowledged (0 without ``guarantee``: nothing waited)."""
+        return sum(c.acked for c in self.counts.values())
+
+    @property
+    def resent(self) -> int:
+        """Sends of a msgid again after its ACK did not come in time."""
+        return sum(c.resent for c in self.counts.values())
+
+
+def encode_requests(
+    requests: Iterable[Request | tuple[bytes, bytes, bytes, bytes]],
+) -> Iterator[tuple[bytes, bytes, bytes, bytes]]:
+    """``(msgid, queue, headers, body)`` for REQUEST messages or already encoded fields."""
+    for request in requests:
+        if isinstance(request, Request):
+            yield (
+                request.msgid.encode(),
+                request.queue.encode(),
+                request.headers.encode().encode(),
+                request.body_text.encode(),
+            )
+        else:
+            yield request
+
+
+def check_window(window: int, ack_timeout: float, give_up: float, batch: int = 0) -> None:
+    """Raise ``ValueError`` for a window, timeouts or batch size a pipeline cannot work with."""
+    if window < 1:
+        raise ValueError(f"window must be at least 1, got {window}")
+    if ack_timeout <= 0 or give_up <= 0:
+        raise ValueError("ack_timeout and give_up must be positive")
+    if not 0 <= batch <= MAX_BATCH_JOBS:
+        raise ValueError(f"batch must be 0 (REQUESTs only) to {MAX_BATCH_JOBS}, got {batch}")
+
+
+class _Batch:
+    """A BATCH in flight: its jobs not answered yet (msgid -> (queue, headers, body))."""
+
+    __slots__ = ("first_sent", "frame", "jobs", "packed", "sent_at")
+
+    def __init__(self, jobs: dict[bytes, tuple[bytes, bytes, bytes]], now: float) -> None:
+        self.jobs = jobs
+        self.frame = b""
+        #: Jobs in ``frame``; fewer left in ``jobs`` means some were refused since.
+        self.packed = 0
+        self.sent_at = now
+        self.first_sent = now
+
+    def pack(self) -> bytes:
+        """The JOBS frame of the jobs still waiting (packed again only if some left)."""
+        if self.packed != len(self.jobs):
+            self.frame = pack_jobs([(m, *rest) for m, rest in self.jobs.items()])
+            self.packed = len(self.jobs)
+        return self.frame
+
+
+def _whole(value: object, default: int) -> int:
+    """``value`` if it is a whole number >= 1 (from a peer's FEATURES), else ``default``."""
+    return value if type(value) is int and value >= 1 else default
+
+
+class Pipeline:
+    """Up to ``window`` jobs in flight on ``channel`` (a DEALER), resending the silent ones.
+
+    The channel belongs to the caller (made in the thread that uses it, with
+    a send high-water mark of at least ``window``). What the router sends
+    that is not an answer to a job in flight goes to ``on_other``.
+
+    ``batch``: jobs per BATCH once the router says it takes BATCH (0: send
+    REQUESTs only, and ask nothing). ``router_features``: the router's
+    FEATURES if already known (a client keeps them from its last pipeline):
+    no FEATURES is sent and batching starts at once if they allow it.
+    ``features_wait``: seconds to hold the first jobs (staged as for a BATCH)
+    for the answer to our FEATURES before sending them as REQUESTs; with it a
+    router of ours gets BATCHes cut at the same places from the first job on
+    (see the module doc). 0: REQUESTs until the answer comes.
+    """
+
+    def __init__(
+        self,
+        channel: transport.Channel,
+        *,
+        addr: str,
+        window: int = DEFAULT_WINDOW,
+        ack_timeout: float = DEFAULT_ACK_TIMEOUT,
+        give_up: float = DEFAULT_GIVE_UP,
+        batch: int = DEFAULT_BATCH,
+        router_features: Mapping[str, Any] | None = None,
+        features_wait: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+        on_wait: Callable[[], object] | None = None,
+        on_other: Callable[[list[bytes]], object] | None = None,
+        on_reject: Callable[[bytes, str], object] | None = None,
+        logger: logging.Logger = log,
+    ) -> None:
+        check_window(window, ack_timeout, give_up, batch)
+        self.channel = channel
+        self.addr = addr
+        self.window = window
+        self.ack_timeout = ack_timeout
+        self.give_up = give_up
+        self.batch = batch
+        self._clock = clock
+        #: Called whenever the pipeline waits for answers (progress reports).
+        self.on_wait = on_wait
+        #: Called with the frames of every message that answers no job in flight.
+        self.on_other = on_other
+        #: Called with the msgid and reason of every job the router refused.
+        self.on_reject = on_reject
+        self._log = logger
+        #: Per queue name.
+        self.counts: dict[str, QueueCounts] = {}
+        #: The router's FEATURES once known (None: not answered, e.g. a reference router).
+        self.router_features: dict[str, Any] | None = None
+        #: BATCH messages sent (resends not counted).
+        self.batches_sent = 0
+        # msgid -> (queue, headers, body, time sent), oldest first: a resend
+        # moves an entry to the end, so the first entry is always the next due.
+        self._pending: dict[bytes, tuple[bytes, bytes, bytes, float]] = {}
+        # BATCH msgid -> its jobs, oldest first like _pending; job msgid -> BATCH msgid.
+        self._batches: dict[bytes, _Batch] = {}
+        self._in_batch: dict[bytes, bytes] = {}
+        # Jobs for the next BATCH, not sent yet, and their size in the jobs frame.
+        self._staged: dict[bytes, tuple[bytes, bytes, bytes]] = {}
+        self._staged_bytes = 0
+        # Jobs and bytes per BATCH; 0 jobs: REQUESTs (the router has not said "batch").
+        self._batch_jobs = 0
+        self._batch_bytes = DEFAULT_BATCH_BYTES
+        self._asked = batch == 0
+        self.features_wait = features_wait
+        # Jobs per BATCH while the router's answer is awaited (0: not awaited).
+        self._provisional = 0
+        if router_features is not None:
+            self._asked = True
+            self._use_features(router_features)
+        elif not self._asked and features_wait > 0:
+            self._provisional = max(1, min(batch, MAX_BATCH_JOBS, window // 2))
+        self._by_queue: dict[bytes, QueueCounts] = {}
+        #: Jobs taken (not counting those already in flight): where BATCHes are cut.
+        self._taken = 0
+        self._last_answer = clock()
+        # When a job was last answered (or the window last filled from empty):
+        # the answers to our FEATURES probes say the router reads, not that it
+        # takes our jobs.
+        self._last_progress = self._last_answer
+        self._probed = 0.0
+        self._sends = 0
+        self._warned = False
+
+    # -- sending -----------------------------------------------------------------
+    @property
+    def in_flight(self) -> int:
+        """Jobs taken and not yet answered (sent, or waiting to fill a BATCH)."""
+        return len(self._pending) + len(self._in_batch) + len(self._staged)
+
+    @property
+    def batching(self) -> bool:
+        """True once jobs go in BATCH messages (the router said it takes them)."""
+        return self._batch_jobs > 0
+
+    def send(self, msgid: bytes, queue: bytes, headers: bytes, body: bytes) -> None:
+        """Send one job (fields already encoded); waits while the window is full."""
+        self.send_requests(((msgid, queue, headers, body),))
+
+    def send_many(
+        self,
+        msgids: Iterable[bytes],
+        queues: Iterable[bytes],
+        headers: bytes,
+        bodies: Iterable[bytes],
+    ) -> None:
+        """Send jobs for parallel sequences of msgids, queue names and bodies."""
+        self.send_requests(
+            (msgid, queue, headers, body)
+            for msgid, queue, body in zip(msgids, queues, bodies, strict=True)
+        )
+
+    def send_requests(self, requests: Iterable[tuple[bytes, bytes, bytes, bytes]]) -> None:
+        """Send ``(msgid, queue, headers, body)`` jobs, waiting while the window is full.
+
+        Jobs may wait to fill a BATCH: :meth:`flush` sends them.
+        """
+        pending = self._pending
+        in_batch = self._in_batch
+        by_queue = self._by_queue
+        window = self.window
+        if not self._asked:
+            self._ask_features()
+        for msgid, queue, headers, body in requests:
+            counts = by_queue.get(queue) or self._counts_for(queue)
+            staged = self._staged
+            if msgid in pending or msgid in in_batch or msgid in staged:
+                counts.duplicates += 1
+                continue
+            if len(pending) + len(in_batch) + len(staged) >= window:
+                while len(pending) + len(in_batch) + len(self._staged) >= window:
+                    # Answers to what is in flight make room: a BATCH cut here
+                    # would be cut where a resend of the same jobs may not cut.
+                    self._wait(send_staged=not (pending or in_batch))
+                staged = self._staged
+            counts.sent += 1
+            self._taken += 1
+            cut = self._batch_jobs or self._provisional
+            if cut:
+                size = len(msgid) + len(queue) + len(headers) + len(body) + JOB_OVERHEAD
+                if size < self._batch_bytes:
+                    # Staged for the next BATCH, sent once full (by jobs or bytes).
+                    if self._staged_bytes + size >= self._batch_bytes:
+                        self._send_staged()
+                        staged = self._staged
+                    staged[msgid] = (queue, headers, body)
+                    self._staged_bytes += size
+                    if self._taken % cut == 0:
+                        self._send_staged()
+                    continue
+                # Too big for a BATCH: a REQUEST, as without batching.
+            self._send_request(msgid, queue, headers, body)
+
+    def _send_request(self, msgid: bytes, queue: bytes, headers: bytes, body: bytes) -> None:
+        if not self._pending and not self._in_batch:
+            self._last_answer = self._last_progress = self._clock()  # the give-up clock starts
+        self._send((b"", _VERSION, _REQUEST, msgid, queue, headers, body))
+        self._pending[msgid] = (queue, headers, body, self._clock())
+        self._sends += 1
+        if self._sends % READ_EVERY == 0:
+            self._read()
+
+    def flush(self) -> None:
+        """Send the jobs waiting for a BATCH, then wait until the router answered every job
+        (ACK or REJECT).
+
+        Raises :class:`BrokerUnavailable` when the router said nothing for
+        ``give_up`` seconds while jobs were waiting, or left a BATCH unanswered
+        that long while answering others.
+        """
+        while self._staged or self._pending or self._batches:
+            self._wait()
+
+    # -- internals ----------------------------------------------------------------
+    def _counts_for(self, queue: bytes) -> QueueCounts:
+        name = queue.decode()
+        counts = self.counts.setdefault(name, QueueCounts())
+        self._by_queue[queue] = counts
+        return counts
+
+    def _ask_features(self) -> None:
+        """Tell the router we speak BATCH; its FEATURES answer switches us to it."""
+        self._asked = True
+        frames = encode(Features(msgid=new_msgid(), features=CLIENT_FEATURES))
+        if not self._try_send(frames):
+            self._provisional = 0
+            self._log.debug("FEATURES not sent (the pipe is full): sending REQUESTs only")
+
+    def _await_features(self) -> None:
+        """Wait up to ``features_wait`` for the router's FEATURES (once). Still none:
+        one staged job goes as a REQUEST, and the rest waits for its answer (or
+        for FEATURES). A router that answers REQUESTs only (the reference) then
+        gets them; one of ours that reads nothing (full) gets that one job to
+        find later, not a window of REQUESTs it would store beside the BATCHes
+        of an earlier attempt it holds (those it recognises, REQUESTs not)."""
+        deadline = self._clock() + self.features_wait
+        while self.router_features is None and self._clock() < deadline:
+            self._wait(send_staged=False)
+        self._provisional = 0
+        if self.router_features is not None or not self._staged:
+            return
+        msgid = next(iter(self._staged))
+        queue, headers, body = self._staged.pop(msgid)
+        self._staged_bytes -= len(msgid) + len(queue) + len(headers) + len(body) + JOB_OVERHEAD
+        self._send_request(msgid, queue, headers, body)
+        while msgid in self._pending and self.router_features is None:
+            self._wait(send_staged=False)
+
+    def _use_features(self, features: Mapping[str, Any]) -> None:
+        """The router's FEATURES: batch if it takes BATCH, within its bounds."""
+        self.router_features = dict(features)
+        self._provisional = 0
+        if not self.batch or not features.get("batch"):
+            return
+        jobs = _whole(features.get("batch_jobs"), MAX_BATCH_JOBS)
+        # Half the window at most, so that one batch fills while another is in flight.
+        self._batch_jobs = max(1, min(self.batch, jobs, self.window // 2))
+        nbytes = _whole(features.get("batch_bytes"), DEFAULT_BATCH_BYTES)
+        self._batch_bytes = min(DEFAULT_BATCH_BYTES, nbytes - 1)  # 1: the head's newline
+
+    def _send_staged(self) -> None:
+        """Send the jobs waiting for a BATCH as one BATCH (as REQUESTs if the router
+        did not say it takes BATCH while we waited for its FEATURES)."""
+        if not self._batch_jobs and self._provisional:
+            self._await_features()
+        jobs = self._staged
+        if not jobs:
+            return
+        self._staged = {}
+        self._staged_bytes = 0
+        size = self._batch_jobs
+        if not size:  # the router did not say it takes BATCH
+            for msgid, (queue, headers, body) in jobs.items():
+                self._send_request(msgid, queue, headers, body)
+        elif len(jobs) <= size:
+            self._send_batch(jobs)
+        else:  # it takes smaller BATCHes than we staged for
+            items = list(jobs.items())
+            for at in range(0, len(items), size):
+                self._send_batch(dict(items[at : at + size]))
+
+    def _send_batch(self, jobs: dict[bytes, tuple[bytes, bytes, bytes]]) -> None:
+        in_batch = self._in_batch
+        now = self._clock()
+        if not self._pending and not in_batch:
+            self._last_answer = self._last_progress = now  # the give-up clock starts now
+        batch_msgid = new_msgid().encode()
+        batch = _Batch(jobs, now)
+        # Known before the send, which may wait for (and read) answers.
+        self._batches[batch_msgid] = batch
+        for msgid in jobs:
+            in_batch[msgid] = batch_msgid
+        self._send((b"", _VERSION, _BATCH, batch_msgid, batch.pack()))
+        self.batches_sent += 1
+        self._read()
+
+    def _send(self, frames: Sequence[bytes]) -> None:
+        deadline = self._clock() + self.give_up
+        while not self._try_send(frames):
+            # The pipe to the router is full: it is not reading. Wait for
+            # answers (or give up) instead of blocking for ever.
+            if self._clock() > deadline:
+                self._raise_if_full("took no message from us")
+                raise BrokerUnavailable(
+                    f"the router at {self.addr} took no message for {self.give_up:g}s"
+                )
+            self._wait()
+
+    def _try_send(self, frames: Sequence[bytes]) -> bool:
+        try:
+            self.channel.send_frames(frames, flags=_NOBLOCK)
+        except transport.Again:
+            return False
+        return True
+
+    def _oldest_sent(self) -> float | None:
+        """When the job or BATCH due first was sent (None: nothing in flight)."""
+        times = []
+        if self._pending:
+            times.append(next(iter(self._pending.values()))[3])
+        if self._batches:
+            times.append(next(iter(self._batches.values())).sent_at)
+        return min(times) if times else None
+
+    def _wait(self, *, send_staged: bool = True) -> None:
+        """Send the jobs waiting for a BATCH (unless told not to), wait a little for
+        answers, then resend what is overdue."""
+        if send_staged and self._staged:
+            self._send_staged()
+        if self.on_wait is not None:
+            self.on_wait()
+        now = self._clock()
+        timeout = self.ack_timeout
+        oldest = self._oldest_sent()
+        if oldest is not None:
+            timeout = max(0.0, oldest + self.ack_timeout - now)
+        if self.channel.poll(int(min(timeout, 0.1) * 1000) + 1):
+            self._read()
+        now = self._clock()
+        self._check_give_up(now)
+        self._resend_due(now)
+        self._probe(now)
+
+    def _check_give_up(self, now: float) -> None:
+        """Raise :class:`BrokerUnavailable` once the router has been silent for ``give_up``
+        seconds while jobs wait, or has left a BATCH unanswered that long."""
+        give_up = self.give_up
+        # It reads (answers something, if only our FEATURES) but took no job of ours.
+        stalled = now - self._last_progress > give_up and now - self._last_answer <= give_up
+        for batch_msgid, batch in self._batches.items():
+            if now - batch.first_sent > give_up and (self._last_answer > batch.sent_at or stalled):
+                # It answers others (since this one was last sent, or at all
+                # while it takes no job) but never this one: it refuses it (a
+                # router of ours logs why), and sending it again will not change
+                # that. Silent since: full or gone, below.
+                queues = sorted({q.decode() for q, *_ in batch.jobs.values()})
+                raise BrokerUnavailable(
+                    f"the router at {self.addr} did not acknowledge BATCH "
+                    f"{batch_msgid.decode()} ({len(batch.jobs)} job(s)) within "
+                    f"{give_up:g}s though it answered other messages: it refuses it (see "
+                    "its log), or holds it while its queue "
+                    f"({', '.join(queues)}) is at its QUEUE_HIGH_WATER_MARK (start a job "
+                    "manager for it)"
+                )
+        if (self._pending or self._batches) and now - self._last_answer > give_up:
+            self._raise_if_full("answered nothing")
+            waiting = len(self._pending) + len(self._in_batch)
+            batches = (
+                f" ({len(self._in_batch)} of them in {len(self._batches)} BATCH message(s))"
+                if self._batches
+                else ""
+            )
+            raise BrokerUnavailable(
+                f"the router at {self.addr} answered nothing for {give_up:g}s; "
+                f"{waiting} REQUEST(s) unacknowledged{batches} (is emq_router running?)"
+            )
+        if (self._pending or self._batches) and stalled:
+            raise BrokerUnavailable(
+                f"the router at {self.addr} answers but acknowledged none of "
+                f"{len(self._pending) + len(self._in_batch)} job(s) of queue "
+                f"{self._queues_named()} for {give_up:g}s: it holds them while their queue "
+                "is at its QUEUE_HIGH_WATER_MARK (start a job manager for it), or cannot "
+                "store them (see its log); send them again later with the same msgids"
+            )
+
+    def _probe(self, now: float) -> None:
+        """A router of ours silent for ``ack_timeout`` while jobs wait is asked for its
+        FEATURES, which it answers whenever it reads: an answer means it reads (so
+        a BATCH it leaves unanswered is refused), none means it does not."""
+        if (
+            self.router_features is not None
+            and now - self._last_answer >= self.ack_timeout
+            and now - self._probed >= self.ack_timeout
+            and (self._pending or self._batches)
+        ):
+            self._probed = now
+            self._try_send(encode(Features(msgid=new_msgid(), features=CLIENT_FEATURES)))
+
+    def _raise_if_full(self, what: str) -> None:
+        """Raise :class:`RouterFull` if the router is up though it ``what`` for
+        ``give_up`` seconds: connected (a channel made with ``watch_peer``), so it
+        runs and does not read, which a router of ours does only above its
+        high-water mark. A dead router gives silence and no connection."""
+        if not self.channel.peer_connected():
+            return
+        queues = self._queues_waiting()
+        named = self._queues_named()
+        features = self.router_features or {}
+        mark = features.get("high_water_mark")
+        over = f"HIGH_WATER_MARK ({mark:,} jobs)" if isinstance(mark, int) else "HIGH_WATER_MARK"
+        raise RouterFull(
+            f"the router at {self.addr} is full: it is running (connected) but {what} for "
+            f"{self.give_up:g}s while {self.in_flight:,} job(s) of queue {named} waited: "
+            f"more jobs wait there than its {over}, so it reads no client until below 90% "
+            'of it (its MONITOR says "blocked": true; with "journal_failure" set, it is '
+            "not full but cannot write its journal: see its log; if MONITOR does not answer "
+            "either, it is still opening its journal after a start, its sockets bound first, "
+            "or it is stuck). "
+            "Start a job manager for that queue "
+            f"(emq_jobmanager --queues {','.join(queues) or 'QUEUE'}), raise "
+            "HIGH_WATER_MARK, or wait and send the same jobs again (Spark: the same run_id): "
+            "those the router holds already are not stored twice"
+            + (
+                ""
+                if self.router_features is not None
+                # Ours answers FEATURES whenever it reads; the reference never.
+                else ". It never answered our FEATURES: if it is the reference eventmq "
+                "router, which answers only a job it hands to a worker at once, no worker "
+                "was free: start more job managers"
+            )
+        )
+
+    def _queues_waiting(self) -> list[str]:
+        """The queues of the jobs sent and not answered yet."""
+        return sorted(
+            {q.decode() for q, *_ in self._pending.values()}
+            | {q.decode() for b in self._batches.values() for q, *_ in b.jobs.values()}
+        )
+
+    def _queues_named(self) -> str:
+        return ", ".join(repr(q) for q in self._queues_waiting()) or "?"
+
+    def _resend_due(self, now: float) -> None:
+        pending = self._pending
+        while pending:
+            msgid, (queue, headers, body, sent_at) = next(iter(pending.items()))
+            if now - sent_at < self.ack_timeout:
+                break
+            if not self._try_send((b"", _VERSION, _REQUEST, msgid, queue, headers, body)):
+                return  # the pipe is full; the next wait tries again
+            del pending[msgid]
+            pending[msgid] = (queue, headers, body, now)
+            self._by_queue[queue].resent += 1
+        batches = self._batches
+        while batches:
+            batch_msgid, batch = next(iter(batches.items()))
+            if now - batch.sent_at < self.ack_timeout:
+                return
+            if not self._try_send((b"", _VERSION, _BATCH, batch_msgid, batch.pack())):
+                return
+            del batches[batch_msgid]
+            batches[batch_msgid] = batch
+            batch.sent_at = now
+            by_queue = self._by_queue
+            for queue, _headers, _body in batch.jobs.values():
+                by_queue[queue].resent += 1
+
+    def _read(self) -> None:
+        """Take every answer waiting on the socket, without blocking."""
+        recv = self.channel.recv_frames
+        pending = self._pending
+        batches = self._batches
+        while True:
+            try:
+                frames = recv(flags=_NOBLOCK)
+            except transport.Again:
+                return
+            self._last_answer = self._clock()
+            # The hot path: ['', 'eMQP/1.0', 'ACK', <its msgid>, <our msgid>].
+            if len(frames) == 5 and frames[2] == _ACK and frames[1] == _VERSION:
+                entry = pending.pop(frames[4], None)
+                if entry is not None:
+                    self._by_queue[entry[0]].acked += 1
+                    self._last_progress = self._last_answer
+                elif batches:
+                    batch = batches.pop(frames[4], None)
+                    if batch is not None:
+                        self._batch_acked(batch)
+                        self._last_progress = self._last_answer
+                # else: a late ACK of a msgid we resent; the first one counted.
+            else:
+                self._other(frames)
+
+    def _batch_acked(self, batch: _Batch) -> None:
+        """Every job of ``batch`` not refused (REJECT came first) is stored."""
+        in_batch = self._in_batch
+        by_queue = self._by_queue
+        for msgid, (queue, _headers, _body) in batch.jobs.items():
+            del in_batch[msgid]
+            by_queue[queue].acked += 1
+
+    def _refused(self, msgid: bytes) -> bytes | None:
+        """Take a job the router refused out of the window; its queue (None: not ours)."""
+        entry = self._pending.pop(msgid, None)
+        if entry is not None:
+            return entry[0]
+        batch_msgid = self._in_batch.pop(msgid, None)
+        if batch_msgid is None:
+            return None
+        batch = self._batches[batch_msgid]
+        queue = batch.jobs.pop(msgid)[0]
+        if not batch.jobs:
+            del self._batches[batch_msgid]  # all refused: its ACK says nothing more
+        return queue
+
+    def _other(self, frames: list[bytes]) -> None:
+        try:
+            message = decode(frames)
+        except ProtocolError as exc:
+            self._warn_once(f"ignored a malformed message from the router: {exc.reason}")
+            return
+        if isinstance(message, Reject):
+            key = message.job_msgid.encode()
+            queue = self._refused(key)
+            if queue is not None:
+                self._last_progress = self._last_answer
+                counts = self._by_queue[queue]
+                counts.rejected += 1
+                if len(counts.reasons) < REASONS_KEPT and message.reason not in counts.reasons:
+                    counts.reasons.append(message.reason)
+                if self.on_reject is not None:
+                    self.on_reject(key, message.reason)
+                return
+        elif isinstance(message, Reply) and message.reply_to is None:
+            # The reference router's receipt for a REQUEST: REPLY with its msgid.
+            entry = self._pending.pop(message.payload.encode(), None)
+            if entry is not None:
+                self._by_queue[entry[0]].acked += 1
+                self._last_progress = self._last_answer
+                return
+        elif isinstance(message, Features):
+            self._use_features(message.features)
+            return
+        if self.on_other is not None:
+            self.on_other(frames)
+        else:
+            self._log.debug("ignored %s from the router", message.command)
+
+    def _warn_once(self, text: str) -> None:
+        if not self._warned:
+            self._warned = True
+            self._log.warning("%s (further ones are not logged)", text)

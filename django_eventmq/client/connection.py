@@ -1,0 +1,634 @@
+"""Sending jobs to a router: one DEALER socket per process and thread.
+
+The socket is made on first use in the calling thread and remade after a
+fork (pre-fork web servers import the app, then fork workers). Sending never
+waits for the job to run; it waits at most ``SEND_TIMEOUT`` for the socket
+to take the message, and for a ``guarantee`` job until the router ACKs it.
+
+A job is never kept for a router that is not there: the socket queues only
+toward a connected router (``IMMEDIATE``), so with none connected within
+``SEND_TIMEOUT`` a send raises :class:`BrokerUnavailable` instead of
+returning a msgid for a job that would go nowhere. What was handed over is
+still in this process's queue until ZeroMQ writes it out; at exit the
+process waits up to ``SEND_TIMEOUT`` for that, and logs once if it could not
+(see :mod:`.client_exit`).
+
+What the router sends back (ACKs, partial replies, job outcomes,
+rejections) arrives on the same socket, interleaved between jobs; the client
+files it by job msgid so that each
+:class:`~django_eventmq.client.handles.JobHandle` finds its own partials, in
+order, and then its outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from django_eventmq.client import bulk as pipeline
+from django_eventmq.client import exit as client_exit
+from django_eventmq.errors import BrokerUnavailable, ProtocolError
+from django_eventmq.protocol import (
+    EMPTY_HEADERS,
+    Ack,
+    Cancel,
+    Features,
+    Headers,
+    Message,
+    Partial,
+    Reject,
+    Reply,
+    Request,
+    Schedule,
+    Unschedule,
+    decode,
+    encode,
+    new_msgid,
+)
+from django_eventmq.protocol.constants import ACK, PROTOCOL_VERSION_B, REQUEST
+from django_eventmq.protocol.packed import PACKED, pack_request
+from django_eventmq.protocol.packed import PREFIX as PACKED_PREFIX
+from django_eventmq.runtime import config, security, transport
+
+logger = logging.getLogger("django_eventmq.client")
+
+#: Messages a client may queue in its socket before ``.delay()`` blocks.
+CLIENT_SNDHWM = 100_000
+#: Sends between two reads of what the router sent us (ACKs we don't wait for).
+DRAIN_EVERY = 256
+#: Outcomes (REPLY/REJECT) kept for handles that have not waited yet; the
+#: oldest are dropped beyond this, so un-awaited replies cannot grow memory.
+MAX_KEPT_OUTCOMES = 10_000
+#: Unread partials kept per job (the oldest are dropped beyond this), and jobs
+#: with unread partials (the job with the oldest is dropped beyond this).
+MAX_KEPT_PARTIALS = 1_000
+MAX_PARTIAL_JOBS = 10_000
+#: Outcomes already read, kept so that the same handle's next ``.wait()`` or
+#: ``.stream()`` has it at once (the most recent ones).
+MAX_SETTLED_OUTCOMES = 1_000
+
+_VERSION = PROTOCOL_VERSION_B
+_REQUEST = REQUEST.encode()
+_ACK = ACK.encode()
+#: How a packed message starts when its command is three letters long: only ACK is.
+_PACKED_ACK_HEAD = b"%s%d," % (PACKED_PREFIX, len(ACK))
+
+#: What a handle may receive for its job: a REPLY (the outcome) or a REJECT.
+Outcome = Reply | Reject
+
+
+class Client:
+    """A connection to a router's frontend."""
+
+    def __init__(
+        self,
+        addr: str,
+        *,
+        send_timeout: float = 5.0,
+        options: Mapping[int, Any] | None = None,
+    ) -> None:
+        """Connect to ``addr``; ``options`` are extra socket options (CURVE keys,
+        from :func:`~.security.secure_channel_options`)."""
+        self.addr = addr
+        self.pid = os.getpid()
+        self._sends = 0
+        #: Outcomes by job msgid, oldest first (dicts keep insertion order).
+        self._outcomes: dict[str, Outcome] = {}
+        #: Unread partial values by job msgid, oldest job first.
+        self._partials: dict[str, deque[Any]] = {}
+        #: Outcomes already read by a handle, most recent last.
+        self._settled: dict[str, Outcome] = {}
+        #: msgids of guarantee jobs sent and not yet acknowledged.
+        self._awaiting_ack: set[str] = set()
+        self._acked: set[str] = set()
+        #: REQUESTs go packed (see router_features).
+        self._packed = False
+        self._router_features: dict[str, Any] | None = None
+        #: Our FEATURES could not go yet (no router connected): sent before the next send.
+        self._features_unsent = False
+        #: FEATURES answers read (see confirm_read).
+        self._features_answers = 0
+        #: When our first FEATURES went out (monotonic), and whether the router
+        #: sent anything else: a router of ours answers that FEATURES first.
+        self._features_sent_at = 0.0
+        self._heard = False
+        #: The thread that uses the socket (the exit flush closes no other's).
+        self.thread = threading.current_thread()
+        # Unlike other sockets, a client's lingers: a thread-per-request server
+        # ends the thread that called .delay() (closing its socket when the
+        # thread-local goes) maybe before the connection is even up, and the
+        # job must still go out. Bounded by SEND_TIMEOUT, in ZeroMQ's I/O thread.
+        self.linger_ms = int(send_timeout * 1000)
+        self._curve = transport.CURVE_SERVERKEY in (options or {})
+        self.channel = transport.Channel(
+            transport.DEALER,
+            connect=addr,
+            hwm=CLIENT_SNDHWM,
+            options={
+                transport.SNDTIMEO: int(send_timeout * 1000),
+                transport.LINGER: self.linger_ms,
+                # No router connected: a send waits up to SNDTIMEO for one, then
+                # fails (BrokerUnavailable), rather than queueing a job that a
+                # short script would take with it when it exits.
+                transport.IMMEDIATE: 1,
+                **(options or {}),
+            },
+            ctx=client_exit.context(),
+        )
+        client_exit.opened(self)
+        self._ask_features()
+
+    @property
+    def router_features(self) -> dict[str, Any] | None:
+        """The router's FEATURES once it answered ours (None: not yet, or a reference
+        router). A packed REQUEST needs ``"packed"``; send_many batches with ``"batch"``."""
+        return self._router_features
+
+    @router_features.setter
+    def router_features(self, features: dict[str, Any] | None) -> None:
+        self._router_features = features
+        self._packed = bool(features and features.get(PACKED))
+
+    def _ask_features(self) -> None:
+        """Say what we speak, without waiting: REQUESTs go plain until the answer
+        comes (read with the ACKs); a reference router ignores it."""
+        self.router_features = None
+        self._heard = False
+        self._features_unsent = not self._try_send(_features_frames())
+        self._features_sent_at = time.monotonic()
+
+    def _send_features(self) -> None:
+        """Send the FEATURES that found no router connected (still first, before
+        any job), waiting up to ``SEND_TIMEOUT`` for one."""
+        try:
+            self.channel.send_frames(_features_frames())
+        except transport.Again:
+            raise self._unavailable() from None
+        self._features_unsent = False
+        self._features_sent_at = time.monotonic()
+
+    def _try_send(self, frames: list[bytes]) -> bool:
+        """Send without waiting; False if the socket would not take it now."""
+        try:
+            self.channel.send_frames(frames, flags=transport.NOBLOCK)
+        except transport.Again:
+            return False
+        return True
+
+    def _unavailable(self) -> BrokerUnavailable:
+        """The error of a send the socket did not take within ``SEND_TIMEOUT``."""
+        # A router that refuses our CURVE handshake (or our plain one) is never connected.
+        keys = (
+            " and our CURVE_CLIENT_SECRET_KEY's public key in its CURVE_FRONTEND_CLIENTS"
+            if self._curve
+            else " and does it not require CURVE keys"
+        )
+        return BrokerUnavailable(
+            f"no router at {self.addr} took the message within SEND_TIMEOUT="
+            f"{self.linger_ms / 1000:g}s: none is connected, or it is not taking messages "
+            f"(is emq_router running, BROKER_ADDR right{keys}?); nothing was queued"
+        )
+
+    def send(self, message: Message) -> str:
+        """Send ``message``; returns its msgid.
+
+        Raises :class:`BrokerUnavailable` when no router took it within ``SEND_TIMEOUT``.
+        """
+        if self._features_unsent:
+            self._send_features()
+        try:
+            self.channel.send(message)
+        except transport.Again:
+            raise self._unavailable() from None
+        self.drain()
+        return message.msgid
+
+    def send_request_frames(self, msgid: bytes, queue: bytes, headers: bytes, body: bytes) -> None:
+        """Send a REQUEST from already-encoded fields (the ``.delay()`` fast path)."""
+        if self._features_unsent:
+            self._send_features()
+        try:
+            if self._packed:
+                self.channel.send_frames([pack_request(msgid, queue, headers, body)])
+            else:
+                self.channel.send_frames([b"", _VERSION, _REQUEST, msgid, queue, headers, body])
+        except transport.Again:
+            raise self._unavailable() from None
+        self._sends += 1
+        # Until the router's FEATURES answer is in, look for it after every send.
+        if self._sends % DRAIN_EVERY == 0 or self._router_features is None:
+            self.drain()
+
+    def send_request_guaranteed(
+        self,
+        msgid: bytes,
+        queue: bytes,
+        headers: bytes,
+        body: bytes,
+        *,
+        ack_timeout: float,
+        retries: int,
+    ) -> None:
+        """Send a REQUEST and wait for the router's ACK, resending it (same msgid).
+
+        Raises :class:`BrokerUnavailable` when ``1 + retries`` sends got no ACK
+        within ``ack_timeout`` seconds each, or no router was connected within
+        ``SEND_TIMEOUT`` for the next one (saying, after a first send, that the
+        job may be stored). The router treats the msgid as the
+        idempotency key, so a resend of a job it already stored is harmless.
+        """
+        key = msgid.decode()
+        self._awaiting_ack.add(key)
+        sends = 0
+        try:
+            for _attempt in range(retries + 1):
+                try:
+                    self.send_request_frames(msgid, queue, headers, body)
+                except BrokerUnavailable:
+                    if not sends:
+                        raise  # nothing went out: nothing can be stored
+                    break  # the router went away: what it took before may be stored
+                sends += 1
+                deadline = time.monotonic() + ack_timeout
+                while key not in self._acked:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not self.channel.poll(max(1, int(left * 1000))):
+                        break
+                    self._receive_one()
+                if key in self._acked:
+                    return
+                logger.warning(
+                    "no ACK from the router at %s for msgid=%s within %ss; sending again",
+                    self.addr,
+                    key,
+                    ack_timeout,
+                )
+        finally:
+            self._awaiting_ack.discard(key)
+            self._acked.discard(key)
+        # Maybe not the router that answered our FEATURES: plain REQUESTs until
+        # whoever serves the address now answers again.
+        self._ask_features()
+        raise BrokerUnavailable(
+            f"the router at {self.addr} did not acknowledge job {key} after {sends} "
+            "send(s) (is emq_router running? does its log say its journal cannot be "
+            "written?); it may be stored: sending it again with "
+            "the same msgid is safe"
+        )
+
+    def send_many(
+        self,
+        requests: Iterable[Request | tuple[bytes, bytes, bytes, bytes]],
+        *,
+        guarantee: bool = True,
+        window: int = pipeline.CLIENT_WINDOW,
+        ack_timeout: float = 2.0,
+        give_up: float = pipeline.DEFAULT_GIVE_UP,
+        batch: int = pipeline.DEFAULT_BATCH,
+    ) -> pipeline.SendResult:
+        """Send many REQUESTs (messages, or encoded ``(msgid, queue, headers, body)``).
+
+        With ``guarantee`` it returns once the router answered each one, with
+        up to ``window`` unacknowledged at a time; one not acknowledged within
+        ``ack_timeout`` seconds is sent again with the same msgid. REQUESTs
+        the router refused are in the result's ``rejected`` (msgid: reason).
+        Raises :class:`BrokerUnavailable` when no router is connected within
+        ``SEND_TIMEOUT``, or the router answered nothing for ``give_up``
+        seconds. A router of ours gets them in BATCH messages of up
+        to ``batch`` jobs (0: REQUESTs only; see :mod:`.pipeline`). Without
+        ``guarantee`` it sends as ``.delay()`` does and waits for nothing.
+        """
+        encoded = pipeline.encode_requests(requests)
+        result = pipeline.SendResult()
+        if not guarantee:
+            for msgid, queue, headers, body in encoded:
+                self.send_request_frames(msgid, queue, headers, body)
+                result.counts.setdefault(queue.decode(), pipeline.QueueCounts()).sent += 1
+            return result
+        sender = pipeline.Pipeline(
+            self.channel,
+            addr=self.addr,
+            window=window,
+            ack_timeout=ack_timeout,
+            give_up=give_up,
+            batch=batch,
+            router_features=self.router_features,
+            on_other=self._file,  # outcomes for handles are kept as usual
+            on_reject=result.reject,
+        )
+        if self._features_unsent:
+            # Waits for the router's connection (as .delay() does), so that our
+            # FEATURES go first and batching can start at its answer.
+            self._send_features()
+        result.counts = sender.counts
+        try:
+            sender.send_requests(encoded)
+            sender.flush()
+        except BrokerUnavailable:
+            # Maybe not the router that answered our FEATURES: ask again.
+            self._ask_features()
+            raise
+        if sender.router_features is not None:
+            self.router_features = sender.router_features
+        result.batches = sender.batches_sent
+        return result
+
+    def cancel(self, job_msgid: str) -> str:
+        """Ask the router to cancel ``job_msgid``; returns the CANCEL's msgid."""
+        return self.send(Cancel(msgid=new_msgid(), job_msgid=job_msgid))
+
+    # -- receiving ---------------------------------------------------------
+    def outcome(self, job_msgid: str, timeout: float | None) -> Outcome | None:
+        """The REPLY or REJECT for ``job_msgid``, waiting up to ``timeout`` seconds.
+
+        ``None`` when it did not arrive in time. Outcomes for other jobs that
+        arrive meanwhile are kept for their own handles.
+        """
+        found = self._settled.get(job_msgid) or self._outcomes.pop(job_msgid, None)
+        if found is not None:
+            return self._settle(job_msgid, found)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait_ms = _poll_ms(deadline)
+            if wait_ms is None:
+                return None
+            if not self.channel.poll(wait_ms):
+                continue
+            while self.channel.poll(0):
+                self._receive_one()
+            found = self._outcomes.pop(job_msgid, None)
+            if found is not None:
+                return self._settle(job_msgid, found)
+
+    def seen(self, job_msgid: str) -> Outcome | None:
+        """The outcome of ``job_msgid`` a handle already read (the most recent
+        ``MAX_SETTLED_OUTCOMES``), without waiting; None if none did."""
+        return self._settled.get(job_msgid)
+
+    def _settle(self, job_msgid: str, outcome: Outcome) -> Outcome:
+        """``outcome`` was read: keep it for the handle's next look, drop unread partials."""
+        self._partials.pop(job_msgid, None)
+        settled = self._settled
+        settled[job_msgid] = outcome
+        if len(settled) > MAX_SETTLED_OUTCOMES:
+            del settled[next(iter(settled))]
+        return outcome
+
+    def next_part(self, job_msgid: str, timeout: float | None) -> tuple[bool, Any] | None:
+        """The next thing a stream of ``job_msgid`` reads, waiting up to ``timeout`` seconds.
+
+        ``(True, value)`` for the next partial value (in the order the job
+        reported them), ``(False, outcome)`` once they are read and the
+        outcome is there (kept for ``.wait()``), ``None`` when nothing came
+        in time. Messages for other jobs that arrive meanwhile are filed for
+        their own handles.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            queued = self._partials.get(job_msgid)
+            if queued:
+                value = queued.popleft()
+                if not queued:
+                    del self._partials[job_msgid]
+                return True, value
+            outcome = self._settled.get(job_msgid) or self._outcomes.pop(job_msgid, None)
+            if outcome is not None:
+                return False, self._settle(job_msgid, outcome)
+            wait_ms = _poll_ms(deadline)
+            if wait_ms is None:
+                return None
+            if self.channel.poll(wait_ms):
+                while self.channel.poll(0):
+                    self._receive_one()
+
+    def _receive_one(self) -> None:
+        """Read one message from the router and file it by msgid."""
+        self._file(self.channel.recv_frames())
+
+    def _file(self, frames: list[bytes]) -> None:
+        """File one message from the router by msgid."""
+        self._heard = True
+        # The common case, an ACK of a job nobody waits on, is skipped undecoded
+        # (packed, as the router ACKs a packed REQUEST, or not).
+        if not self._awaiting_ack and (
+            (len(frames) > 2 and frames[2] == _ACK)
+            or (len(frames) == 1 and frames[0].startswith(_PACKED_ACK_HEAD))
+        ):
+            return
+        try:
+            message = decode(frames)
+        except ProtocolError as exc:
+            logger.warning("ignored a malformed message from the router at %s: %s", self.addr, exc)
+            return
+        if isinstance(message, Ack):
+            if message.ack_msgid in self._awaiting_ack:
+                self._acked.add(message.ack_msgid)
+        elif isinstance(message, Reply):
+            if message.reply_to is None:
+                # The reference router's receipt for a forwarded REQUEST:
+                # REPLY whose payload is the job's msgid. As good as an ACK.
+                if message.payload in self._awaiting_ack:
+                    self._acked.add(message.payload)
+            else:
+                self._keep(message.reply_to, message)
+        elif isinstance(message, Partial):
+            self._keep_partial(message)
+        elif isinstance(message, Reject):
+            logger.info("router rejected msgid=%s: %s", message.job_msgid, message.reason)
+            self._keep(message.job_msgid, message)
+        elif isinstance(message, Features):
+            # The answer to our FEATURES (or to a send_many's, after it returned).
+            self.router_features = dict(message.features)
+            self._features_answers += 1
+        # HEARTBEAT, DISCONNECT and others need nothing from a client.
+
+    def _keep(self, job_msgid: str, message: Outcome) -> None:
+        outcomes = self._outcomes
+        outcomes[job_msgid] = message
+        if len(outcomes) > MAX_KEPT_OUTCOMES:
+            oldest = next(iter(outcomes))
+            del outcomes[oldest]
+            logger.warning(
+                "dropped the unclaimed outcome of msgid=%s (more than %d kept)",
+                oldest,
+                MAX_KEPT_OUTCOMES,
+            )
+
+    def _keep_partial(self, message: Partial) -> None:
+        partials = self._partials
+        queued = partials.get(message.job_msgid)
+        if queued is None:
+            queued = partials[message.job_msgid] = deque(maxlen=MAX_KEPT_PARTIALS)
+            if len(partials) > MAX_PARTIAL_JOBS:
+                oldest = next(iter(partials))
+                del partials[oldest]
+                logger.debug("dropped the unread partials of msgid=%s", oldest)
+        queued.append(message.value)
+
+    def request(
+        self, queue: str, body_text: str, headers: Headers = EMPTY_HEADERS, msgid: str | None = None
+    ) -> str:
+        """Send a REQUEST; returns its msgid."""
+        return self.send(
+            Request(msgid=msgid or new_msgid(), queue=queue, headers=headers, body_text=body_text)
+        )
+
+    def schedule(
+        self,
+        queue: str,
+        body_text: str,
+        *,
+        interval: int | None = None,
+        cron: str | None = None,
+        headers: Headers = EMPTY_HEADERS,
+    ) -> str:
+        return self.send(
+            Schedule(
+                msgid=new_msgid(),
+                queue=queue,
+                headers=headers,
+                body_text=body_text,
+                interval=interval,
+                cron=cron,
+            )
+        )
+
+    def unschedule(
+        self,
+        queue: str,
+        body_text: str,
+        *,
+        interval: int | None = None,
+        cron: str | None = None,
+        headers: Headers = EMPTY_HEADERS,
+    ) -> str:
+        return self.send(
+            Unschedule(
+                msgid=new_msgid(),
+                queue=queue,
+                headers=headers,
+                body_text=body_text,
+                interval=interval,
+                cron=cron,
+            )
+        )
+
+    def confirm_read(self, deadline: float) -> bool | None:
+        """Wait until the router has read every message this client sent, at
+        the latest until ``deadline`` (monotonic): True once it has, False if
+        it did not say so in time.
+
+        A router of ours answers FEATURES in the order messages come, so the
+        answer to one sent now comes after it read all the others. None when
+        it cannot say: nothing went out (no router ever connected), or the
+        router is not ours (the reference router answers no FEATURES): it
+        sent something else first, or left our first FEATURES unanswered for
+        ``SEND_TIMEOUT``. Messages read meanwhile are filed as usual.
+        """
+        if self._features_unsent:
+            return None
+        self.drain()  # the answer may be waiting, though the time to wait for it is over
+        if self._router_features is None:
+            # Ours answers our first FEATURES before anything else, within
+            # SEND_TIMEOUT unless it is not reading (then nothing is confirmed).
+            by = min(deadline, self._features_sent_at + self.linger_ms / 1000)
+            self._read_until(lambda: self._heard, by - time.monotonic())
+            if self._router_features is None:
+                return None
+        answered = self._features_answers
+        # Our pipe may be full (a fast sender's last jobs): wait for room.
+        self.channel.socket.setsockopt(
+            transport.SNDTIMEO, max(0, int((deadline - time.monotonic()) * 1000))
+        )
+        try:
+            self.channel.send_frames(_features_frames())
+        except transport.Again:
+            return False  # the router is not reading
+        return self._read_until(
+            lambda: self._features_answers > answered, deadline - time.monotonic()
+        )
+
+    def _read_until(self, done: Callable[[], bool], timeout: float) -> bool:
+        """File what the router sends until ``done()``, for up to ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while not done():
+            wait_ms = _poll_ms(deadline)
+            if wait_ms is None:
+                return False
+            if self.channel.poll(wait_ms):
+                self.drain()
+        return True
+
+    def drain(self) -> int:
+        """Read what the router sent us without waiting; returns how many messages.
+
+        ACKs nobody waits on are dropped; outcomes are kept for their handles.
+        """
+        count = 0
+        while self.channel.poll(0):
+            self._receive_one()
+            count += 1
+        return count
+
+    def close(self) -> None:
+        """Close the socket; jobs still queued go out within ``SEND_TIMEOUT``."""
+        self.channel.close(self.linger_ms)
+
+
+_local = threading.local()
+
+
+def _features_frames() -> list[bytes]:
+    return encode(Features(msgid=new_msgid(), features=pipeline.CLIENT_FEATURES))
+
+
+def _poll_ms(deadline: float | None) -> int | None:
+    """Milliseconds to poll before ``deadline`` (monotonic; None: 1 s slices), None once past."""
+    if deadline is None:
+        return 1000
+    left = deadline - time.monotonic()
+    return None if left <= 0 else max(1, int(left * 1000))
+
+
+def get_client(addr: str, *, send_timeout: float = 5.0) -> Client:
+    """This thread's client for ``addr`` (a new one after fork).
+
+    Its socket speaks CURVE as the current settings say (the router's
+    frontend role), so every client of this process uses the same key pair.
+    """
+    clients: dict[str, Client] | None = getattr(_local, "clients", None)
+    pid = os.getpid()
+    if clients is None or getattr(_local, "pid", None) != pid:
+        # After fork the inherited sockets belong to the parent: never use
+        # or close them here, just forget them.
+        clients = _local.clients = {}
+        _local.pid = pid
+    client = clients.get(addr)
+    if client is None:
+        options = security.secure_channel_options(
+            config.get_settings(), security.FRONTEND, security.CLIENT
+        )
+        client = clients[addr] = Client(addr, send_timeout=send_timeout, options=options)
+    return client
+
+
+def existing_client(addr: str) -> Client | None:
+    """This thread's client for ``addr`` if it has one (none is made)."""
+    if getattr(_local, "pid", None) != os.getpid():
+        return None
+    clients: dict[str, Client] = getattr(_local, "clients", None) or {}
+    return clients.get(addr)
+
+
+def close_clients() -> None:
+    """Close this thread's client sockets (tests, shutdown)."""
+    clients: dict[str, Any] = getattr(_local, "clients", None) or {}
+    if getattr(_local, "pid", None) == os.getpid():
+        for client in clients.values():
+            client.close()
+    _local.clients = {}

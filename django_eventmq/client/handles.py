@@ -1,0 +1,248 @@
+"""What ``.delay()`` returns: the job's msgid, as a string that can also wait.
+
+A :class:`JobHandle` *is* the msgid (a ``str`` subclass), so code that stored
+the msgid keeps working. ``.wait()`` reads the job's outcome from this
+thread's client socket, where the router sends it for ``reply_requested``
+jobs (no database polling); ``.stream()`` reads the job's partial replies
+(:mod:`.progress`) from the same socket, then ends at its outcome.
+``.status`` and ``.result`` read the results table through a reader the
+Django app installs (:mod:`.integration`), unless the handle already read
+the job's outcome (``.wait()``, ``.stream()``): then they say what it said,
+without a query (the table is written in batches, so it may lag).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import GeneratorType
+from typing import Any, ClassVar
+
+from django_eventmq.client.connection import Outcome, existing_client, get_client
+from django_eventmq.errors import EventMQError, JobError, JobRejected, ProtocolError, ResultTimeout
+from django_eventmq.protocol import Reject, decode_json
+from django_eventmq.runtime import hooks as integration
+from django_eventmq.runtime.config import get_settings
+
+
+class ResultNotReady(LookupError, EventMQError):
+    """The job has no final result yet (or none was recorded)."""
+
+
+# The results table's statuses an outcome stands for (the names of
+# results_models.JobStatus, which core cannot import), and REJECTED, which only
+# a handle that read the router's REJECT reports (no row is written for it).
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+TIMED_OUT = "timed_out"
+CANCELLED = "cancelled"
+REJECTED = "rejected"
+
+
+def outcome_status(outcome: Outcome) -> str:
+    """The status of a job whose outcome is ``outcome``."""
+    if isinstance(outcome, Reject):
+        return REJECTED
+    try:
+        reply = decode_json(outcome.payload)
+    except ProtocolError:
+        return FAILED  # as outcome_value raises for it
+    if not isinstance(reply, dict):
+        return FAILED
+    error = reply.get("error")
+    if not error:
+        return SUCCEEDED
+    kind = error.get("type") if isinstance(error, dict) else None
+    if kind == "Cancelled":
+        return CANCELLED
+    # A job manager's timeout reply (outcomes.timeout_payload); a job that raised
+    # TimeoutError itself has its message as the value.
+    if kind == "TimeoutError" and reply.get("value") == "TimeoutError":
+        return TIMED_OUT
+    return FAILED
+
+
+def outcome_value(outcome: Outcome) -> Any:
+    """The return value an outcome carries, or the error it stands for, raised."""
+    if isinstance(outcome, Reject):
+        raise JobRejected(outcome.reason)
+    try:
+        reply = decode_json(outcome.payload)
+    except ProtocolError as exc:
+        raise ProtocolError(f"the reply to msgid={outcome.reply_to} is not JSON: {exc}") from exc
+    if not isinstance(reply, dict):
+        raise ProtocolError(f"the reply to msgid={outcome.reply_to} is not a JSON object")
+    error = reply.get("error")
+    if error:
+        if not isinstance(error, dict):
+            raise JobError("Error", str(error))
+        raise JobError(
+            str(error.get("type") or "Error"),
+            str(error.get("message", "")),
+            str(error.get("traceback") or ""),
+        )
+    return reply.get("value")
+
+
+class JobHandle(str):
+    """A queued job's msgid, with ways to wait for, inspect and cancel the job."""
+
+    __slots__ = ()
+    #: False for jobs sent without ``reply_requested``: no outcome will come.
+    expects_reply: ClassVar[bool] = True
+
+    @property
+    def msgid(self) -> str:
+        return str(self)
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """The job's return value, once the router sends it.
+
+        Raises :class:`JobError` (with the remote exception's class, message
+        and traceback) when the job failed, timed out or was cancelled,
+        :class:`JobRejected` when the router refused it, and
+        :class:`ResultTimeout` after ``timeout`` seconds. Call it in the
+        thread that queued the job: the outcome comes back on that thread's
+        socket.
+        """
+        self._check_reply()
+        settings = get_settings()
+        client = get_client(settings.broker_addr, send_timeout=settings.send_timeout)
+        outcome = client.outcome(str(self), timeout)
+        if outcome is None:
+            raise ResultTimeout(f"no outcome for job {self} within {timeout}s")
+        return outcome_value(outcome)
+
+    def stream(self, timeout: float | None = None) -> Iterator[Any]:
+        """Yield the job's partial replies as they arrive, in order; end at its outcome.
+
+        Partials are what the job reported with ``progress(value)`` or
+        yielded as a generator (at most ``PARTIAL_RATE`` a second; faster
+        reports are coalesced, the latest kept). The iteration ends when the
+        outcome arrives: ``.wait()`` then returns the final value at once.
+        A failed, refused or cancelled job raises here as ``.wait()`` would
+        (:class:`JobError`, :class:`JobRejected`). ``timeout`` bounds the wait
+        for each next partial or the outcome (:class:`ResultTimeout`), not the
+        whole stream. Partials are best effort: one lost on the way (the
+        router restarted, the client's pipe was full) is not sent again.
+        Call it in the thread that queued the job.
+        """
+        self._check_reply()  # now, not at the first next()
+        return self._parts(timeout)
+
+    def _parts(self, timeout: float | None) -> Iterator[Any]:
+        settings = get_settings()
+        client = get_client(settings.broker_addr, send_timeout=settings.send_timeout)
+        msgid = str(self)
+        while True:
+            got = client.next_part(msgid, timeout)
+            if got is None:
+                raise ResultTimeout(f"nothing from job {self} within {timeout}s")
+            partial, item = got
+            if not partial:
+                outcome_value(item)  # raises for a failure or a rejection
+                return
+            yield item
+
+    def _check_reply(self) -> None:
+        if not self.expects_reply:
+            raise EventMQError(
+                f"job {self} was sent without reply_requested, so no outcome will arrive; "
+                "use @job(reply_requested=True) or read .status"
+            )
+
+    def _seen(self) -> Outcome | None:
+        """The outcome this thread's ``.wait()`` / ``.stream()`` already read, if any."""
+        client = existing_client(get_settings().broker_addr)  # no socket made to look
+        return None if client is None else client.seen(str(self))
+
+    @property
+    def status(self) -> str | None:
+        """The job's status: ``queued``, ``running``, ``succeeded``, ``failed``,
+        ``timed_out``, ``retrying``, ``cancelled``; ``None`` if none is recorded.
+
+        Once ``.wait()`` or ``.stream()`` read the outcome (in this thread) it
+        is the status that outcome stands for, ``rejected`` included (the
+        router refused the job; the table has no row for it). Otherwise it is
+        the results table's.
+        """
+        seen = self._seen()
+        if seen is not None:
+            return outcome_status(seen)
+        return integration.results_reader().status(str(self))
+
+    @property
+    def result(self) -> Any:
+        """The job's return value; :class:`JobError` if it failed, :class:`JobRejected`
+        if the router refused it (as ``.wait()`` raises).
+
+        The outcome ``.wait()`` / ``.stream()`` read (in this thread), else the
+        results table's: :class:`ResultNotReady` while the job has not
+        finished (or nothing was recorded for it).
+        """
+        seen = self._seen()
+        if seen is not None:
+            return outcome_value(seen)
+        return integration.results_reader().result(str(self))
+
+    def cancel(self) -> None:
+        """Cancel the job: dropped if still queued, its process stopped if running."""
+        cancel(str(self))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {str(self)!r}>"
+
+
+class NoReplyHandle(JobHandle):
+    """Handle of a job sent without ``reply_requested`` (``.wait()`` refuses)."""
+
+    __slots__ = ()
+    expects_reply: ClassVar[bool] = False
+
+
+class EagerHandle(JobHandle):
+    """Handle of a job that already ran inline (``EAGER`` or no broker)."""
+
+    _value: Any
+    _partials: list[Any]
+
+    @classmethod
+    def ran(cls, msgid: str, value: Any) -> EagerHandle:
+        """The handle of a job that returned ``value`` (a generator job is run to its end)."""
+        handle = cls(msgid)
+        handle._partials = []
+        if isinstance(value, GeneratorType):
+            while True:
+                try:
+                    handle._partials.append(next(value))
+                except StopIteration as stop:
+                    value = stop.value
+                    break
+        handle._value = value
+        return handle
+
+    def wait(self, timeout: float | None = None) -> Any:
+        return self._value
+
+    @property
+    def status(self) -> str:
+        """``succeeded``: it ran in ``.delay()`` (a failure raised there)."""
+        return SUCCEEDED
+
+    @property
+    def result(self) -> Any:
+        return self._value
+
+    def stream(self, timeout: float | None = None) -> Iterator[Any]:
+        """The values a generator job yielded (``progress()`` reports are not kept inline)."""
+        return iter(self._partials)
+
+
+def cancel(job_msgid: str) -> None:
+    """Cancel a job by msgid: it never runs if queued, its process is stopped if running."""
+    settings = get_settings()
+    if settings.run_inline:
+        return  # it already ran
+    get_client(settings.broker_addr, send_timeout=settings.send_timeout).cancel(job_msgid)
+    recorder = integration.cancel_recorder()
+    if recorder is not None:
+        recorder(job_msgid)

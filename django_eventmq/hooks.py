@@ -1,0 +1,33 @@
+"""Installs the Django-side hooks core uses (called from ``AppConfig.ready()``).
+
+Core never imports Django; it asks :mod:`django_eventmq.runtime.hooks`
+for these instead: ``transaction.on_commit`` for ``.delay_on_commit()``,
+the results table for ``handle.status`` / ``handle.result``, and the
+recording of a cancellation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.db import transaction
+
+from django_eventmq.runtime import hooks as integration
+
+
+def _on_commit(callback: Callable[[], object]) -> None:
+    # The default database's transaction: the one a view's writes are in.
+    transaction.on_commit(callback)
+
+
+def _record_cancel(msgid: str) -> None:
+    from django_eventmq.results import record_cancel
+
+    record_cancel(msgid)
+
+
+def install() -> None:
+    """Point core at Django's transactions and our results table."""
+    from django_eventmq.results import TableReader
+
+    integration.install(on_commit=_on_commit, results=TableReader(), record_cancel=_record_cancel)

@@ -1,0 +1,2 @@
+"""The job manager (``emq_jobmanager``): its link to the router, the life of a job,
+and the pool of worker children that run jobs."""

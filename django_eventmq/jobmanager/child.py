@@ -1,0 +1,406 @@
+"""The worker child: a long-lived process that runs jobs the job manager hands it.
+
+It talks to its job manager over one pipe of length-prefixed frames
+(:mod:`.pipe`) instead of manager proxies. The child imports job modules once
+at start-up; a job that names anything not registered with ``@job`` (or in
+``ALLOWED_JOB_MODULES``) is refused and never imported or run.
+
+Frames, parent -> child (first byte says what):
+
+- ``J<seq>\\n<job body JSON>``: run a job (several may come in one write);
+- ``C<seq>``: cancel job ``seq`` if it has not started (answered with a
+  ``cancelled`` result; ignored when it already ran);
+- ``X``: exit once the jobs before it are done.
+
+Outcome records come on a pipe of their own, ``R<JSON list>`` frames for
+``hooks.record_results``, each answered ``A`` on the job pipe. A thread of the
+child writes them, so a record (a job's RUNNING row, its progress) never
+waits for the job the child is running.
+
+Child -> parent: ``U`` once ready (``Ur`` if the hooks module records
+results), ``F<why>`` when start-up failed (then it exits), ``A`` after a
+records batch, ``P<seq>\\n<{"value": ...} JSON>`` for a partial a running
+job reports (:mod:`.progress`; at most ``PARTIAL_RATE`` a second per job), and
+per job ``D<seq>\\n<status>\\n<payload JSON>`` where status
+is ``ok`` (payload is the reply ``{"value": ...}``), ``failed`` or ``refused``
+(payload describes the error: ``{"job", "type", "path", "message", "traceback"}``) or
+``cancelled`` (skipped, empty payload). A result is written as soon as its job
+ends: the job manager times the next job from it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import select
+import signal
+import sys
+import threading
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from types import GeneratorType, ModuleType
+from typing import Any
+
+from django_eventmq.errors import InvalidJob, JobNotAllowed, SerializationError
+from django_eventmq.jobmanager import progress
+from django_eventmq.jobmanager.pipe import FrameReader, frame, write_all
+from django_eventmq.protocol import encode_json, parse_job
+from django_eventmq.protocol.payload import MAX_JSON_BYTES, MAX_JSON_DEPTH
+from django_eventmq.runtime import registry
+from django_eventmq.runtime.settings import Settings
+
+logger = logging.getLogger("django_eventmq.worker")
+
+# Frame kinds (first byte).
+JOB = b"J"
+CANCEL = b"C"
+RECORDS = b"R"
+EXIT = b"X"
+UP = b"U"
+FAIL = b"F"
+RESULT = b"D"
+PARTIAL = b"P"
+RECORDED = b"A"
+#: After UP: the hooks module has ``record_results``.
+CAN_RECORD = b"r"
+
+OK = "ok"
+FAILED = "failed"
+REFUSED = "refused"
+CANCELLED = "cancelled"
+STATUSES = frozenset({OK, FAILED, REFUSED, CANCELLED})
+
+
+def _noop() -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Hooks:
+    """The optional functions of a hooks module (missing ones do nothing)."""
+
+    setup: Callable[[], object] = _noop
+    before_job: Callable[[], object] = _noop
+    after_job: Callable[[], object] = _noop
+    #: Called with batches of outcome records; None when the module has none.
+    record_results: Callable[[list[dict[str, Any]]], object] | None = None
+
+
+def load_hooks(path: str | None) -> Hooks:
+    """Import the hooks module at ``path`` and pick up its optional functions."""
+    if not path:
+        return Hooks()
+    module: ModuleType = importlib.import_module(path)
+    return Hooks(
+        setup=getattr(module, "setup", _noop),
+        before_job=getattr(module, "before_job", _noop),
+        after_job=getattr(module, "after_job", _noop),
+        record_results=getattr(module, "record_results", None),
+    )
+
+
+# -- frame codec (used by both sides) -------------------------------------------
+def encode_job(seq: int, body_text: str) -> bytes:
+    return b"J%d\n%s" % (seq, body_text.encode())
+
+
+def encode_result(seq: bytes, status: str, payload: str) -> bytes:
+    return b"D%s\n%s\n%s" % (seq, status.encode(), payload.encode())
+
+
+def encode_partial(seq: bytes, payload: str) -> bytes:
+    return b"P%s\n%s" % (seq, payload.encode())
+
+
+def decode_partial(data: bytes) -> tuple[int, str]:
+    """``(seq, payload)`` from a child's ``P`` frame."""
+    seq, payload = data[1:].split(b"\n", 1)
+    return int(seq), payload.decode()
+
+
+def decode_result(data: bytes) -> tuple[int, str, str]:
+    """``(seq, status, payload)`` from a child's ``D`` frame."""
+    seq, status, payload = data[1:].split(b"\n", 2)
+    return int(seq), status.decode(), payload.decode()
+
+
+def encode_records(records: list[dict[str, Any]]) -> bytes:
+    return RECORDS + json.dumps(records, separators=(",", ":"), default=repr).encode()
+
+
+# -- running one job ----------------------------------------------------------
+class JobRunner:
+    """Runs job bodies: parse, check the registry, call, encode the outcome."""
+
+    def __init__(
+        self,
+        allowed_modules: tuple[str, ...] = (),
+        hooks: Hooks | None = None,
+        *,
+        max_json_depth: int = MAX_JSON_DEPTH,
+        max_body_bytes: int = MAX_JSON_BYTES,
+    ) -> None:
+        self.allowed_modules = allowed_modules
+        self.hooks = hooks or Hooks()
+        #: Bounds on the body (``MAX_JSON_DEPTH`` / ``MAX_BODY_BYTES``): a body past
+        #: them is refused before it is parsed further.
+        self.max_json_depth = max_json_depth
+        self.max_body_bytes = max_body_bytes
+
+    def run(
+        self, body: bytes | str, report: Callable[[str], object] | None = None
+    ) -> tuple[str, str]:
+        """Run one job; returns ``(status, payload JSON)``. Never raises.
+
+        ``report`` takes each partial the job reports (:func:`.progress.progress`,
+        or each value of a generator job, whose ``return`` value is the result).
+        """
+        name = "?"
+        try:
+            job = parse_job(body, max_depth=self.max_json_depth, max_bytes=self.max_body_bytes)
+            name = job.name
+            func = registry.resolve(job, self.allowed_modules)
+        except (InvalidJob, JobNotAllowed) as exc:
+            # Not run: the router's port must not be a remote code execution port.
+            return REFUSED, _error_payload(name, exc, with_traceback=False)
+        except Exception as exc:  # JobNotFound, or a class constructor that raised
+            return FAILED, _error_payload(name, exc)
+        try:
+            self.hooks.before_job()
+            progress.set_reporter(report)
+            try:
+                value = func(*job.args, **job.kwargs)
+                if isinstance(value, GeneratorType):
+                    value = _run_generator(value)
+            finally:
+                progress.set_reporter(None)
+                self.hooks.after_job()
+        except BaseException as exc:  # a job's SystemExit must not end the child
+            if isinstance(exc, GeneratorExit):
+                raise
+            # KeyboardInterrupt too: children ignore SIGINT, so the job raised it
+            # itself; it fails that job, as any exception does, not the child.
+            return FAILED, _error_payload(name, exc)
+        try:
+            return OK, encode_json({"value": value})
+        except SerializationError as exc:
+            return FAILED, _error_payload(
+                name,
+                SerializationError(f"return value of {name} is not JSON-serialisable: {exc}"),
+                with_traceback=False,
+            )
+
+
+def _run_generator(gen: GeneratorType[Any, None, Any]) -> Any:
+    """Report each value a generator job yields; its ``return`` value is the result."""
+    while True:
+        try:
+            part = next(gen)
+        except StopIteration as stop:
+            return stop.value
+        progress.progress(part)
+
+
+def _error_payload(name: str, exc: BaseException, *, with_traceback: bool = True) -> str:
+    text = "".join(traceback.format_exception(exc)) if with_traceback else ""
+    kind = type(exc)
+    return encode_json(
+        {
+            "job": name,
+            "type": kind.__name__,
+            # The importable class (a Django task's TaskError.exception_class_path).
+            "path": f"{kind.__module__}.{kind.__qualname__}",
+            "message": str(exc),
+            "traceback": text,
+        }
+    )
+
+
+# -- the child process --------------------------------------------------------
+def child_main(
+    conn: Connection,
+    settings: Settings,
+    hooks: str | None,
+    log_level: int,
+    records: Connection,
+) -> None:
+    """Entry point of a worker child (started with the ``spawn`` method).
+
+    ``records`` is the read end of the records pipe.
+    """
+    # Ctrl-C reaches the whole process group; only the job manager decides.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    fd = conn.fileno()
+    try:
+        loaded = load_hooks(hooks)
+        loaded.setup()
+        if not logging.getLogger().handlers:
+            # Spawned children start with no logging set up; the hooks (Django)
+            # may have configured it, otherwise mirror the parent's level.
+            logging.basicConfig(
+                level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+            )
+        registry.import_job_modules(settings.job_modules)
+    except BaseException as exc:
+        write_all(fd, frame(FAIL + f"{type(exc).__name__}: {exc}".encode()))
+        conn.close()
+        sys.exit(1)
+    runner = JobRunner(
+        settings.allowed_job_modules,
+        loaded,
+        max_json_depth=settings.max_json_depth,
+        max_body_bytes=settings.max_body_bytes,
+    )
+    can_record = loaded.record_results is not None
+    write_all(fd, frame(UP + (CAN_RECORD if can_record else b"")))
+    try:
+        serve(fd, runner, records.fileno() if can_record else None)
+    finally:
+        conn.close()
+
+
+def serve(fd: int, runner: JobRunner, records_fd: int | None = None) -> None:
+    """Run jobs arriving on ``fd`` until it closes or says exit.
+
+    Everything waiting in the pipe is read before each job starts, so a
+    cancel for a queued job is seen before that job would run. Records
+    batches arriving on ``records_fd`` are written meanwhile, by a thread.
+    """
+    # A thread a job started may still report while we write a result: one
+    # writer at a time keeps the frames whole.
+    writing = threading.Lock()
+
+    def send(data: bytes) -> bool:
+        try:
+            with writing:
+                write_all(fd, frame(data))
+        except OSError:
+            return False
+        return True
+
+    gate = progress.PartialGate(lambda seq, payload: send(encode_partial(seq, payload)))
+    recording = None
+    if records_fd is not None:
+        recording = Recording(records_fd, runner.hooks, send)
+        recording.start()
+    try:
+        _serve(fd, runner, gate, send)
+    finally:
+        if recording is not None:
+            recording.finish()
+
+
+def _serve(
+    fd: int, runner: JobRunner, gate: progress.PartialGate, send: Callable[[bytes], bool]
+) -> None:
+    reader = FrameReader(fd)
+    waiting = select.poll()
+    waiting.register(fd, select.POLLIN)
+    jobs: deque[tuple[bytes, bytes] | None] = deque()  # (seq, body); None: exit here
+    while True:
+        if not jobs or waiting.poll(0):
+            try:
+                frames = reader.read()
+            except (EOFError, OSError):
+                return  # the job manager went away
+            for data in frames:
+                if not _take(data, jobs, send):
+                    return
+            continue
+        item = jobs.popleft()
+        if item is None:
+            return
+        seq, body = item
+        gate.start(seq)
+        status, payload = runner.run(body, gate.report)
+        gate.finish()
+        if not send(encode_result(seq, status, payload)):
+            return
+
+
+def _take(
+    data: bytes, jobs: deque[tuple[bytes, bytes] | None], send: Callable[[bytes], bool]
+) -> bool:
+    """Handle one frame from the job manager; False when the child should stop."""
+    kind = data[:1]
+    if kind == JOB:
+        seq, _, body = data[1:].partition(b"\n")
+        jobs.append((seq, body))
+    elif kind == CANCEL:
+        seq = data[1:]
+        for item in jobs:
+            if item is not None and item[0] == seq:
+                jobs.remove(item)
+                return send(encode_result(seq, CANCELLED, ""))
+    elif kind == EXIT:
+        jobs.append(None)
+    else:
+        logger.error("worker got an unknown frame from the job manager: %r", data[:40])
+    return True
+
+
+def _record(hooks: Hooks, text: bytes) -> None:
+    """Pass a batch of outcome records to the hooks (a failure is logged, not fatal)."""
+    if hooks.record_results is None:
+        return
+    try:
+        records = json.loads(text)
+        hooks.record_results(records)
+    except Exception:
+        logger.exception("record_results failed for a batch of %d byte(s)", len(text))
+
+
+class Recording:
+    """Writes the records batches that arrive on their own pipe, in a thread.
+
+    The job manager's RUNNING and progress records must not wait until the
+    child's job ends. ``finish`` writes what is already waiting when the child
+    stops (it was sent before the child was told to), under the same lock, so
+    one batch is never read by two threads; with a poll object of its own, as
+    one may not be polled by two threads at once.
+    """
+
+    def __init__(self, fd: int, hooks: Hooks, send: Callable[[bytes], bool]) -> None:
+        self._reader = FrameReader(fd)
+        self._readable = select.poll()
+        self._readable.register(fd, select.POLLIN)
+        self._left = select.poll()
+        self._left.register(fd, select.POLLIN)
+        self._hooks = hooks
+        self._send = send
+        self._lock = threading.Lock()
+        self._done = False
+        self._thread = threading.Thread(target=self._run, name="emq-records", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self._readable.poll()  # no GIL held while it waits
+            with self._lock:
+                if self._done or not self._take():
+                    return
+
+    def _take(self) -> bool:
+        """Write the batches one read brings; False once the pipe closed."""
+        try:
+            frames = self._reader.read()
+        except (EOFError, OSError):
+            return False
+        for data in frames:
+            if data[:1] == RECORDS:
+                _record(self._hooks, data[1:])
+                if not self._send(RECORDED):
+                    return False
+        return True
+
+    def finish(self) -> None:
+        with self._lock:
+            self._done = True
+            while self._left.poll(0) and self._take():
+                pass

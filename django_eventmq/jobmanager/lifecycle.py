@@ -1,0 +1,497 @@
+"""The life of a job inside a job manager: queued, handed to a child, running, over.
+
+:class:`Lifecycle` keeps the jobs a job manager accepted and drives them
+through its worker pool: hands them to children (several per pipe write),
+reads results, kills a child whose job ran past its ``timeout:N`` or was
+cancelled, retries failures, and hands back the jobs queued behind a job
+whose child died or was stopped, so none is lost. It does not talk to the
+router: every outcome goes to the ``report``/``nack`` callbacks, and the job
+manager decides how the router hears of it (DONE, or READY + REPLY).
+
+Timing without extra messages: a child runs its jobs in order and writes
+each result as the job ends, so a job starts when the result before it
+arrives (or when it was handed to an idle child).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django_eventmq.jobmanager import child as worker
+from django_eventmq.jobmanager import outcomes
+from django_eventmq.jobmanager.outcomes import Recorder
+from django_eventmq.jobmanager.pool import Child, Pool, Status
+from django_eventmq.jobmanager.progress import Coalescer
+from django_eventmq.protocol import Headers
+from django_eventmq.protocol import extensions as X
+from django_eventmq.runtime.logs import job_debug, job_fields, job_name
+from django_eventmq.runtime.retry import backoff
+from django_eventmq.runtime.settings import Settings
+from django_eventmq.runtime.stats import Stats
+
+logger = logging.getLogger("django_eventmq.jobmanager")
+
+#: Outcomes of jobs that did not run (not timed).
+_UNTIMED = frozenset({X.STATUS_REFUSED, X.STATUS_CANCELLED})
+
+#: Why a job was asked to be skipped in its child.
+SKIP_CANCEL = "cancel"
+SKIP_NACK = "nack"
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    """A job this job manager accepted and has not finished."""
+
+    msgid: str
+    queue: str
+    body_text: str
+    reply_requested: bool
+    timeout: int = 0
+    retry_count: int = 0
+    attempt: int = 1
+    #: Outcome records are kept for it (reply requested, or RECORD_ALL_RESULTS).
+    record: bool = False
+    child: Child | None = None
+    started: float | None = None  # unix time, for records
+    pid: int | None = None
+    #: Its child was asked to skip it: SKIP_CANCEL or SKIP_NACK.
+    skip: str = ""
+    #: Monotonic time it became its child's running job, as far as we saw (0: not seen).
+    began: float = 0.0
+
+
+def attempt_of(headers: Headers) -> int:
+    """The attempt a REQUEST is, from an ``attempt:K`` header a router may add (else 1)."""
+    for item in headers.extra:
+        name, _, value = item.partition(":")
+        if name == "attempt" and value.isdigit() and int(value) > 0:
+            return int(value)
+    return 1
+
+
+Report = Callable[[Job, str, str], None]
+Nack = Callable[[Job, str], None]
+#: Sends one partial (``{"value": ...}`` JSON) of a running job on to the router.
+SendPartial = Callable[[Job, str], None]
+
+
+class Lifecycle:
+    """Jobs of one job manager, from acceptance to outcome."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        pool: Pool,
+        recorder: Recorder,
+        *,
+        report: Report,
+        nack: Nack,
+        router_retries: Callable[[], bool],
+        partial: SendPartial | None = None,
+    ) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.recorder = recorder
+        #: Jobs received, dispatched, finished, retried and timed, for metrics.
+        self.stats = Stats()
+        #: Reports an outcome: held partials go first, then it is counted.
+        self._report = self._counted(self._after_partials(report))
+        self._send_partial = partial or (lambda job, payload: None)
+        #: At most PARTIAL_RATE partials per second per job go on; the rest coalesce.
+        self.partials: Coalescer[Job] = Coalescer(self._partial)
+        self._nack = nack
+        self._router_retries = router_retries
+        self.jobs: dict[int, Job] = {}
+        self.pending: deque[int] = deque()  # accepted, waiting for a free child
+        self._retries: list[tuple[float, int]] = []  # (due, seq) held for a local retry
+        self._seq = 0
+        self.wake_supervisor: Callable[[], None] = lambda: None
+        #: Takes records batches back from a child that was stopped.
+        self.resend_records: Callable[[list[bytes]], None] = lambda batches: None
+
+    # -- taking jobs in and handing them out ----------------------------------------
+    def accept(self, job: Job) -> None:
+        """Take a job; :meth:`dispatch` hands it to a child."""
+        self._seq += 1
+        self.jobs[self._seq] = job
+        self.pending.append(self._seq)
+
+    def dispatch(self, now: float) -> None:
+        """Hand pending jobs to children that can take them, one write per child."""
+        pending, jobs, pool = self.pending, self.jobs, self.pool
+        touched: list[Child] = []
+        while pending:
+            job = jobs.get(pending[0])
+            if job is None or job.child is not None:  # cancelled, or a stale entry
+                pending.popleft()
+                continue
+            child = pool.pick(len(job.body_text) + 16)
+            if child is None:
+                break
+            seq = pending.popleft()
+            job.child = child
+            idle = not child.inflight
+            pool.assign(child, seq, job.msgid, job.body_text, now)
+            self.stats.dispatched[job.queue] += 1
+            if len(child.outgoing) == 1:
+                touched.append(child)
+            if idle:
+                job.began = now
+            if idle and job.record:
+                self._started(job, child)
+        for child in touched:
+            try:
+                pool.flush(child)
+            except OSError:
+                self.wake_supervisor()  # it died under us; reaping hands its jobs back
+
+    def receive(self, child: Child, now: float) -> bool:
+        """Take in what ``child`` wrote and settle the jobs it finished (True if any)."""
+        results = self.pool.receive(child, now)
+        if child.partials:
+            self._take_partials(child, now)
+        if not results:
+            return False
+        self.finish(results, now)
+        head = child.head
+        if head is not None:
+            job = self.jobs.get(head)
+            if job is not None and not job.began:
+                job.began = now
+            if job is not None and job.record and job.started is None:
+                self._started(job, child)
+        if child.status is Status.RETIRING:
+            self.wake_supervisor()  # let it go and start its replacement now
+        return True
+
+    # -- partials (see .progress) -----------------------------------------------------
+    def _take_partials(self, child: Child, now: float) -> None:
+        jobs, offer = self.jobs, self.partials.offer
+        for seq, payload in child.partials:
+            job = jobs.get(seq)
+            if job is not None and job.child is child:
+                offer(job, payload, now)
+        child.partials.clear()
+
+    def _partial(self, job: Job, payload: str) -> None:
+        """A partial let through: on to the router, and onto the job's record."""
+        if job.record:
+            if job.started is None and job.child is not None:
+                self._started(job, job.child)  # its RUNNING record goes first
+            try:
+                value = json.loads(payload)["value"]
+            except (ValueError, KeyError, TypeError):
+                value = None
+            self._add_record(job, outcomes.RUNNING, None, time.monotonic(), progress=value)
+        self._send_partial(job, payload)
+
+    def _counted(self, report: Report) -> Report:
+        """``report``, after counting the outcome and timing the run in :attr:`stats`."""
+        stats = self.stats
+
+        def report_counted(job: Job, status: str, payload: str) -> None:
+            if status != X.STATUS_RETRY:  # a retry is counted by _retry, the job goes on
+                ran: float | None = None  # refused or cancelled: not timed
+                if job.began:
+                    ran = time.monotonic() - job.began
+                elif job.child is not None and status not in _UNTIMED:
+                    ran = 0.0  # not seen running: it ran between two reads of its child
+                stats.finish(job.queue, status, ran)
+                job_debug(logger, "%s", job.msgid, job.queue, status, body=job.body_text)
+            report(job, status, payload)
+
+        return report_counted
+
+    def _after_partials(self, report: Report) -> Report:
+        """``report``, after the job's held partial (its outcome comes after its partials)."""
+
+        def report_last(job: Job, status: str, payload: str) -> None:
+            self.partials.flush(job)
+            report(job, status, payload)
+
+        return report_last
+
+    # -- outcomes ---------------------------------------------------------------------
+    def finish(self, results: list[tuple[int, str, str]], now: float) -> None:
+        """Report the outcome of each finished job."""
+        jobs = self.jobs
+        for seq, status, payload in results:
+            job = jobs.pop(seq, None)
+            if job is None:
+                continue
+            if status == worker.OK:
+                if job.record:
+                    value = json.loads(payload).get("value")
+                    self._record(job, outcomes.SUCCEEDED, now, value=value)
+                self._report(job, X.STATUS_OK, payload)
+            elif status == worker.CANCELLED:
+                self._skipped(job)
+            elif status == worker.FAILED and job.attempt <= job.retry_count:
+                self._retry(seq, job, payload, now)
+            else:
+                self._failed(job, status, payload, now)
+
+    def refuse(self, job: Job, name: str, reason: str, now: float) -> None:
+        """Answer a job that is not held (nor run) with ``refused``, as a child would."""
+        detail = {"job": name, "type": "JobNotAllowed", "message": reason, "traceback": ""}
+        self._failed(job, worker.REFUSED, json.dumps(detail), now)
+
+    def _failed(self, job: Job, status: str, payload: str, now: float) -> None:
+        name, error = outcomes.parse_failure(payload)
+        if status == worker.REFUSED:
+            logger.warning(
+                "refused job msgid=%s job=%s queue=%s: %s",
+                job.msgid,
+                name,
+                job.queue,
+                error["message"],
+                extra=job_fields(job.msgid, job.queue, name),
+            )
+        else:
+            logger.warning(
+                "job failed msgid=%s job=%s queue=%s attempt=%d: %s: %s",
+                job.msgid,
+                name,
+                job.queue,
+                job.attempt,
+                error["type"],
+                error["message"],
+                extra=job_fields(job.msgid, job.queue, name),
+            )
+            if error["traceback"]:
+                logger.debug("traceback of job msgid=%s:\n%s", job.msgid, error["traceback"])
+        if job.record:
+            self._record(job, outcomes.FAILED, now, error=error)
+        done = X.STATUS_REFUSED if status == worker.REFUSED else X.STATUS_FAILED
+        self._report(
+            job, done, outcomes.error_payload(error["type"], error["message"], error["traceback"])
+        )
+
+    def _retry(self, seq: int, job: Job, payload: str, now: float) -> None:
+        """A failed job with retries left: the router retries it, or we do after a back-off."""
+        name, error = outcomes.parse_failure(payload)
+        self.stats.retried[job.queue] += 1
+        logger.warning(
+            "job failed msgid=%s job=%s queue=%s attempt=%d of %d, will retry: %s: %s",
+            job.msgid,
+            name,
+            job.queue,
+            job.attempt,
+            job.retry_count + 1,
+            error["type"],
+            error["message"],
+            extra=job_fields(job.msgid, job.queue, name),
+        )
+        if job.record:
+            self._record(job, outcomes.RETRYING, now, error=error)
+        if self._router_retries():
+            self._report(job, X.STATUS_RETRY, outcomes.retry_payload(job.attempt, error))
+            return
+        s = self.settings
+        delay = backoff(job.attempt, s.retry_backoff_base, s.retry_backoff_cap)
+        job.attempt += 1
+        job.child = None
+        job.started = job.pid = None
+        job.began = 0.0
+        self.jobs[seq] = job  # keeps its slot while it waits
+        heapq.heappush(self._retries, (now + delay, seq))
+
+    def _skipped(self, job: Job) -> None:
+        """Its child skipped it as asked."""
+        if job.skip == SKIP_NACK:
+            self._nack(job, "stopping")
+        else:
+            self._cancelled(job)
+
+    def _cancelled(self, job: Job) -> None:
+        if job.record:
+            self._record(job, outcomes.CANCELLED, time.monotonic())
+        self._report(job, X.STATUS_CANCELLED, outcomes.cancelled_payload())
+
+    # -- records ------------------------------------------------------------------
+    def _started(self, job: Job, child: Child) -> None:
+        job.started = time.time()
+        job.pid = child.pid
+        self._add_record(job, outcomes.RUNNING, None, time.monotonic())
+
+    def _record(
+        self,
+        job: Job,
+        status: str,
+        now: float,
+        *,
+        value: object = None,
+        error: dict[str, str] | None = None,
+    ) -> None:
+        self._add_record(job, status, time.time(), now, value=value, error=error)
+
+    def _add_record(
+        self,
+        job: Job,
+        status: str,
+        finished: float | None,
+        now: float,
+        *,
+        value: object = None,
+        error: dict[str, str] | None = None,
+        progress: object = None,
+    ) -> None:
+        self.recorder.add(
+            msgid=job.msgid,
+            queue=job.queue,
+            body_text=job.body_text,
+            status=status,
+            attempt=job.attempt,
+            pid=job.pid,
+            started=job.started if job.started is not None else finished,
+            finished=finished,
+            value=value,
+            error=error,
+            now=now,
+            progress=progress,
+        )
+
+    # -- supervision: retries due, timeouts, children that died -----------------------------
+    def due_retries(self, now: float) -> None:
+        """Queue held jobs whose back-off has passed."""
+        retries, jobs = self._retries, self.jobs
+        while retries and retries[0][0] <= now:
+            _, seq = heapq.heappop(retries)
+            job = jobs.get(seq)
+            if job is not None and job.child is None:
+                self.pending.append(seq)
+
+    def next_retry(self) -> float | None:
+        return self._retries[0][0] if self._retries else None
+
+    def check_timeouts(self, now: float) -> None:
+        """Stop children whose running job is past its ``timeout:N``."""
+        for child in list(self.pool.children.values()):
+            if not child.inflight or child.status not in (Status.UP, Status.RETIRING):
+                continue
+            job = self.jobs.get(child.head or 0)
+            if job is None or not job.timeout or now - child.head_since < job.timeout:
+                continue
+            self.receive(child, now)  # it may have just finished
+            seq = child.head
+            if seq is None or self.jobs.get(seq) is not job:
+                continue
+            name = job_name(job.body_text)
+            logger.warning(
+                "job timed out msgid=%s job=%s queue=%s after %ds; stopping worker pid=%d",
+                job.msgid,
+                name,
+                job.queue,
+                job.timeout,
+                child.pid,
+                extra=job_fields(job.msgid, job.queue, name),
+            )
+            self.stop_child(child, now)
+            del self.jobs[seq]
+            if job.record:
+                error = outcomes.error_info("TimeoutError", f"timeout of {job.timeout}s")
+                self._record(job, outcomes.TIMED_OUT, now, error=error)
+            self._report(job, X.STATUS_TIMEOUT, outcomes.timeout_payload(job.timeout))
+
+    def stop_child(self, child: Child, now: float) -> None:
+        """Kill ``child``; its queued jobs and unhandled records go to other children."""
+        taken = self.pool.kill(child, now)
+        self._hand_back(taken.queued)
+        self.resend_records(taken.records)
+        self.wake_supervisor()
+
+    def _hand_back(self, seqs: list[int]) -> None:
+        """Queue jobs again (first in line, in order) that a child never started."""
+        for seq in reversed(seqs):
+            job = self.jobs.get(seq)
+            if job is None:
+                continue
+            job.child = None
+            if job.skip:
+                del self.jobs[seq]
+                self._skipped(job)
+            else:
+                self.pending.appendleft(seq)
+
+    def lost(self, now: float) -> int:
+        """Reap children that exited: report the job each was running, requeue the rest."""
+        lost = self.pool.reap(now)
+        requeue: list[int] = []
+        for item in lost:
+            if not item.started:
+                requeue.append(item.seq)
+                continue
+            job = self.jobs.pop(item.seq, None)
+            if job is None:
+                continue
+            message = f"worker process pid={item.pid} exited with code {item.exitcode} running it"
+            name = job_name(job.body_text)
+            logger.warning(
+                "job lost msgid=%s job=%s queue=%s: %s",
+                job.msgid,
+                name,
+                job.queue,
+                message,
+                extra=job_fields(job.msgid, job.queue, name),
+            )
+            if job.record:
+                # Our router hands it out again (a new run, in another process);
+                # a reference router takes the death as the job's failure.
+                redelivered = self._router_retries()
+                status = outcomes.RETRYING if redelivered else outcomes.FAILED
+                error = outcomes.error_info("WorkerDied", message)
+                self._record(job, status, now, error=error)
+            self._report(job, X.STATUS_DIED, outcomes.error_payload("WorkerDied", message))
+        self._hand_back(requeue)
+        return len(lost)
+
+    # -- cancel and shutdown ---------------------------------------------------------
+    def find(self, msgid: str) -> tuple[int, Job] | None:
+        for seq, job in self.jobs.items():
+            if job.msgid == msgid:
+                return seq, job
+        return None
+
+    def cancel(self, msgid: str, now: float) -> None:
+        """Cancel a job: drop it if not started, stop its child if running."""
+        found = self.find(msgid)
+        if found is None:
+            logger.debug("cancel for job msgid=%s that we do not hold", msgid)
+            return
+        seq, job = found
+        child = job.child
+        if child is None:  # waiting for a child, or for a retry
+            del self.jobs[seq]
+            self._cancelled(job)
+            return
+        self.receive(child, now)  # settle what it already finished
+        if self.jobs.get(seq) is not job:
+            return  # it finished meanwhile and was reported
+        if child.head != seq:
+            job.skip = SKIP_CANCEL
+            self.pool.cancel(child, seq)
+            return
+        logger.info("cancelling running job msgid=%s: stopping worker pid=%d", msgid, child.pid)
+        self.stop_child(child, now)
+        del self.jobs[seq]
+        self._cancelled(job)
+
+    def hand_back_unstarted(self) -> None:
+        """Give back every job that has not started (graceful stop with our router)."""
+        for seq, job in list(self.jobs.items()):
+            child = job.child
+            if child is None:
+                del self.jobs[seq]
+                self._nack(job, "stopping")
+            elif child.head != seq and not job.skip:
+                job.skip = SKIP_NACK
+                self.pool.cancel(child, seq)
+        self.pending.clear()
+        self._retries.clear()

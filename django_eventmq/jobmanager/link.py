@@ -1,0 +1,171 @@
+"""A job manager's connection to the router: INFORM, heartbeats, reconnect with back-off.
+
+One DEALER socket to the router's backend, replaced (with a new identity and
+a fresh INFORM) when the router goes quiet or says goodbye. What travels over
+it is the job manager's business; this module only keeps it alive.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+import zmq
+
+from django_eventmq.errors import ProtocolError
+from django_eventmq.protocol import (
+    Ack,
+    Heartbeat,
+    Inform,
+    Kbai,
+    Liveness,
+    Message,
+    encode,
+    new_msgid,
+)
+from django_eventmq.protocol import constants as C
+from django_eventmq.protocol.packed import pack
+from django_eventmq.runtime import security, transport
+from django_eventmq.runtime.settings import Settings
+from django_eventmq.runtime.waitlog import RouterWait
+
+logger = logging.getLogger("django_eventmq.jobmanager")
+
+#: First reconnect delay in seconds; doubles per failed attempt up to
+#: ``RECONNECT_MAX_DELAY``.
+RECONNECT_MIN_DELAY = 0.1
+
+
+class RouterLink:
+    """The socket to the router and its liveness."""
+
+    def __init__(self, settings: Settings, poller: zmq.Poller) -> None:
+        self.settings = settings
+        self.addr = settings.worker_addr
+        self._poller = poller
+        self.channel: transport.Channel | None = None
+        self.connected = False  # our INFORM was ACKed on the current socket
+        #: Send packed messages (the router's FEATURES said it reads them); per socket.
+        self.packed = False
+        self.heard_any = False
+        #: Times a router we had heard on a socket went silent past the heartbeat timeout.
+        self.heartbeats_missed = 0
+        self._inform_msgid = ""
+        self._liveness: Liveness | None = None
+        self._backoff = RECONNECT_MIN_DELAY
+        self._reconnect_at: float | None = None
+        self.waiting = RouterWait(logger, "jobmanager", self.addr)
+        # Built once: a bad key setting fails at start-up, naming the setting.
+        self._options = security.secure_channel_options(settings, security.BACKEND, security.CLIENT)
+
+    def connect(self, now: float) -> None:
+        """A new socket (new identity) and an INFORM on it."""
+        channel = transport.Channel(
+            transport.DEALER,
+            connect=self.addr,
+            identity=transport.new_identity("jm-"),
+            # CURVE keys when the router asks for them (its backend role), and
+            # MAXMSGSIZE always: a router cannot flood us with one huge frame.
+            options=self._options,
+            unpack=True,  # a router of ours hands jobs out packed once we said we read them
+        )
+        self.channel = channel
+        self._poller.register(channel.socket, zmq.POLLIN)
+        self.connected = False
+        self.packed = False
+        self.heard_any = False
+        self._reconnect_at = None
+        self._liveness = Liveness(
+            now, interval=self.settings.heartbeat_interval, timeout=self.settings.heartbeat_timeout
+        )
+        inform = Inform(msgid=new_msgid(), queues=self.settings.queues, peer_type=C.PEER_WORKER)
+        self._inform_msgid = inform.msgid
+        channel.send(inform)
+
+    def is_our_ack(self, message: Ack) -> bool:
+        """True for the first ACK of our INFORM on this socket (then we are connected)."""
+        if message.ack_msgid != self._inform_msgid or self.connected:
+            return False
+        self.connected = True
+        self._backoff = RECONNECT_MIN_DELAY
+        self.waiting.connected()
+        logger.info("jobmanager connected to %s", self.addr)
+        return True
+
+    def messages(self, now: float) -> Iterator[Message]:
+        """Every message waiting on the socket (malformed ones are logged and dropped)."""
+        channel = self.channel
+        while channel is not None and self.channel is channel:
+            try:
+                _identity, _frames, message = channel.recv(flags=transport.NOBLOCK)
+            except transport.Again:
+                return
+            except ProtocolError as exc:
+                logger.warning("dropped a malformed message from the router: %s", exc)
+                continue
+            assert self._liveness is not None
+            self._liveness.heard(now)
+            self.heard_any = True
+            yield message
+
+    def send(self, message: Message) -> None:
+        """Send on the connected socket (dropped while not connected)."""
+        channel = self.channel
+        if channel is None or not self.connected:
+            return
+        if self.packed:
+            channel.send_frames([pack(encode(message))])
+        else:
+            channel.send(message)
+        assert self._liveness is not None
+        self._liveness.sent(time.monotonic())
+
+    def close(self) -> None:
+        channel, self.channel = self.channel, None
+        self.connected = False
+        if channel is not None:
+            self._poller.unregister(channel.socket)
+            channel.close()
+
+    def lose(self, now: float, why: str) -> None:
+        """Drop the socket and plan a reconnect with back-off."""
+        if self.heard_any:
+            logger.warning("lost the router at %s: %s; reconnecting", self.addr, why)
+            self._backoff = RECONNECT_MIN_DELAY
+            self.waiting.lost(now)
+        else:
+            logger.debug("no answer from the router at %s: %s; retrying", self.addr, why)
+            self.waiting.no_answer(now)
+        self.close()
+        self._reconnect_at = now + self._backoff
+        self._backoff = min(self._backoff * 2, self.settings.reconnect_max_delay)
+
+    def keepalive(self, now: float) -> bool:
+        """Heartbeat, notice a silent router, reconnect when it is time.
+
+        Returns True when a new socket was made (the caller resets its state).
+        """
+        if self.channel is None:
+            if self._reconnect_at is not None and now >= self._reconnect_at:
+                self.connect(now)
+                return True
+            return False
+        liveness = self._liveness
+        assert liveness is not None
+        if liveness.expired(now):
+            self.heartbeats_missed += self.heard_any
+            self.lose(now, f"silent for more than {self.settings.heartbeat_timeout}s")
+        elif liveness.due(now):
+            self.channel.send(Heartbeat(msgid=new_msgid(), timestamp=time.time()))
+            liveness.sent(now)
+        return False
+
+    def goodbye(self) -> None:
+        """KBYE (the spelling the reference router forgets a worker on), if we can."""
+        if self.channel is None:
+            return
+        try:
+            self.channel.send(Kbai(msgid=new_msgid(), kbye=True), flags=transport.NOBLOCK)
+        except transport.ZMQError:
+            logger.debug("could not send KBYE to the router")

@@ -1,0 +1,498 @@
+"""The job manager: takes jobs from the router and runs them in worker children.
+
+One DEALER socket to the router's backend and one pipe per worker child
+(:mod:`.pool`), all waited on by one ``zmq.Poller``. The job manager announces
+``concurrency`` + its current prefetch free slots with READY (the prefetch
+follows how long jobs run, :mod:`.prefetch`), hands each REQUEST to a child
+(:mod:`.lifecycle`), reports each outcome, and announces the freed slot. It
+heartbeats and reconnects with back-off when the router goes quiet
+(:mod:`.routerlink`), and stops gracefully on SIGTERM.
+
+Two ways to report, chosen per connection:
+
+* Reference mode (the router never sent FEATURES): REPLY when the client
+  asked for one, then READY for the freed slot, exactly as the reference job
+  manager does. A failed job with ``retry-count`` is retried here.
+* DONE mode (our router sent FEATURES right after its ACK): one ``DONE`` per
+  job carries the status and reply and frees the slot; ``retry`` lets the
+  router requeue it; unstarted jobs go back with ``NACK`` when we stop; the
+  router may ``CANCEL`` a job; a running job's partials go as ``PARTIAL``
+  (coalesced, :mod:`.progress`) when its FEATURES said ``"partial"``.
+
+Until the mode is known (just after the ACK, or while disconnected) outcomes
+wait in an outbox, and their slots are not offered.
+
+Choices worth knowing:
+
+* READY is sent after the router ACKs our INFORM (the reference router drops a
+  READY from a worker it does not know), and only once the mode is settled:
+  our answer to FEATURES goes before the first READY, so our router knows at
+  once that we report with DONE. With a reference router the first READY
+  waits for its first message after the ACK, or ``FEATURES_WAIT`` at most.
+* ``QUEUE_ALLOWED_JOBS`` is checked here, before a job reaches a child: a job
+  not allowed on its queue is answered ``refused`` and never runs.
+* A REQUEST for a queue we did not announce is run anyway (the registry still
+  decides whether it may run); the router chose us, and dropping it would lose
+  the job.
+* We say goodbye with the ``KBYE`` spelling of KBAI: the reference router only
+  forgets a worker on KBYE; ours accepts both.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+import zmq
+
+from django_eventmq.errors import InvalidJob
+from django_eventmq.jobmanager.lifecycle import Job, Lifecycle, attempt_of
+from django_eventmq.jobmanager.link import RouterLink
+from django_eventmq.jobmanager.outcomes import Recorder
+from django_eventmq.jobmanager.pool import Pool
+from django_eventmq.protocol import (
+    Ack,
+    Cancel,
+    Disconnect,
+    Done,
+    Features,
+    Heartbeat,
+    Kbai,
+    Message,
+    Nack,
+    Partial,
+    Ready,
+    Reply,
+    Request,
+    Unready,
+    new_msgid,
+    parse_job,
+)
+from django_eventmq.protocol.packed import PACKED
+from django_eventmq.runtime import registry, transport
+from django_eventmq.runtime.logs import job_debug
+from django_eventmq.runtime.settings import Settings
+
+logger = logging.getLogger("django_eventmq.jobmanager")
+
+#: Seconds between supervision passes (reap / check / respawn) when nothing
+#: prompts one sooner.
+SUPERVISE_EVERY = 0.2
+
+#: Seconds after the ACK to wait for FEATURES before settling on reference mode
+#: (ours sends it right after the ACK; any other message settles it sooner).
+FEATURES_WAIT = 0.5
+
+#: What we tell a router of ours we speak, in answer to its FEATURES.
+OUR_FEATURES = dict.fromkeys(
+    ("done", "nack", "cancel", "timeout", "retry", "partial", "unready", PACKED), 1
+)
+
+REFERENCE = "reference"
+DONE = "done"
+
+#: Outbox entries that are a NACK (not a DONE status).
+_NACK = "nack"
+
+
+@dataclass(slots=True)
+class _Pending:
+    """An outcome waiting for a connection whose mode is known."""
+
+    job: Job
+    status: str  # a DONE status, or _NACK
+    payload: str  # the reply payload, or the NACK reason
+
+
+class JobManager:
+    """Runs jobs from one router in a pool of worker processes."""
+
+    def __init__(
+        self, settings: Settings, *, hooks: str | None = None, name: str | None = None
+    ) -> None:
+        self.settings = settings
+        self.hooks = hooks
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.addr = settings.worker_addr
+        self._stopping = False
+        self._poller = zmq.Poller()
+        self.pool = Pool(settings, hooks=hooks, watch=self._watch, unwatch=self._unwatch)
+        #: How many jobs we take beyond the free processes (the pool times the jobs).
+        self.prefetch = self.pool.prefetch
+        self.recorder = Recorder(self.name)
+        self.lifecycle = Lifecycle(
+            settings,
+            self.pool,
+            self.recorder,
+            report=self._report,
+            nack=self._nack,
+            router_retries=lambda: self.mode == DONE,
+            partial=self._partial,
+        )
+        self.lifecycle.wake_supervisor = self._wake_supervisor
+        self.lifecycle.resend_records = self._resend_records
+        self.jobs = self.lifecycle.jobs
+        self.link = RouterLink(settings, self._poller)
+        #: "", REFERENCE or DONE: how outcomes are reported on this connection.
+        self.mode = ""
+        self.router_features: dict[str, object] = {}
+        self._features_early = False
+        self._decide_by = 0.0
+        self._credit = 0  # slots the router holds for us on this socket
+        self._outbox: list[_Pending] = []
+        self._next_supervise = 0.0
+        self._started = False
+
+    # -- lifecycle -------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask the job manager to stop (safe to call from a signal handler)."""
+        self._stopping = True
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def start(self, now: float | None = None) -> None:
+        """Start the worker children and connect to the router."""
+        now = time.monotonic() if now is None else now
+        self.pool.respawn(now)
+        queues = ",".join(f"{name}:{weight}" for weight, name in self.settings.queues)
+        logger.info(
+            "jobmanager ready: broker=%s queues=%s concurrency=%d pid=%d",
+            self.addr,
+            queues,
+            self.settings.concurrency,
+            os.getpid(),
+        )
+        self._connect(now)
+        self._started = True
+
+    def run(self) -> None:
+        """Serve until :meth:`stop` (or SIGTERM/SIGINT), then shut down gracefully."""
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda _signum, _frame: self.stop())
+        self.start()
+        try:
+            timeout = max(1, int(min(self.settings.heartbeat_interval / 4, 0.25) * 1000))
+            while not self._stopping:
+                self.loop_once(self._wait_ms(timeout))
+            self._drain(timeout)
+        except transport.ContextTerminated:
+            pass
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the children and close the socket (idempotent)."""
+        self.pool.close()
+        self.link.close()
+
+    # -- the loop --------------------------------------------------------------
+    def loop_once(self, timeout_ms: int, now: float | None = None) -> None:
+        """Wait up to ``timeout_ms`` for messages and results, then handle them."""
+        if not self._started:
+            self.start(now)
+        events = self._poller.poll(timeout_ms)
+        now = time.monotonic() if now is None else now
+        lifecycle, children = self.lifecycle, self.pool.children
+        router_ready = finished = False
+        # Results first: their DONE/READY lets the router send the next job
+        # while we read what it already sent.
+        for fd, _ in events:
+            if isinstance(fd, int):
+                child = children.get(fd)
+                if child is not None:
+                    finished = lifecycle.receive(child, now) or finished
+            else:
+                router_ready = True
+        if finished:
+            self._top_up()
+        if router_ready:
+            self._read_router(now)
+        if lifecycle.pending:
+            lifecycle.dispatch(now)
+        if lifecycle.partials:
+            lifecycle.partials.flush_due(now)
+        if events:
+            self._top_up()
+        if now >= self._next_supervise:
+            self._supervise(now)
+        if self.recorder.waiting:
+            self._send_records(now)
+        self._keepalive(now)
+
+    def _wait_ms(self, timeout_ms: int) -> int:
+        """The poll timeout: shorter when a retry falls due sooner."""
+        due = self.lifecycle.next_retry()
+        partial_due = self.lifecycle.partials.next_due()
+        if partial_due is not None and (due is None or partial_due < due):
+            due = partial_due
+        if due is None:
+            return timeout_ms
+        return max(0, min(timeout_ms, int((due - time.monotonic()) * 1000) + 1))
+
+    def _read_router(self, now: float) -> None:
+        """Handle every message waiting on the router socket."""
+        for message in self.link.messages(now):
+            self._handle(message, now)
+
+    def _handle(self, message: Message, now: float) -> None:
+        if self.connected and not self.mode and not isinstance(message, Features):
+            # Ours sends FEATURES right after the ACK: anything else first means
+            # a router that does not speak our extensions.
+            self._set_mode(REFERENCE)
+        if isinstance(message, Request):
+            # Below 0 only after UNREADY: slots the router owes us back.
+            if self._credit > 0 or self._can_unready():
+                self._credit -= 1
+            self._accept(message)
+        elif isinstance(message, Ack):
+            if self.link.is_our_ack(message):
+                self._decide_by = now + FEATURES_WAIT
+                if self._features_early:
+                    self._set_mode(DONE)
+                self._top_up()
+        elif isinstance(message, Features):
+            self._features(message)
+        elif isinstance(message, Cancel):
+            self.lifecycle.cancel(message.job_msgid, now)
+        elif isinstance(message, Disconnect):
+            self._lose_router(now, "the router sent DISCONNECT")
+        elif isinstance(message, Kbai):
+            self._lose_router(now, f"the router said {message.wire_command()}")
+        elif isinstance(message, Heartbeat):
+            pass  # heard() above is all a heartbeat does
+        else:
+            logger.debug("ignored %s from the router", message.command)
+
+    def _features(self, message: Features) -> None:
+        self.router_features = dict(message.features)
+        if self.link.channel is not None:
+            self.link.channel.send(Features(msgid=new_msgid(), features=OUR_FEATURES))
+            # After our FEATURES: what we send from now on may go packed.
+            self.link.packed = bool(message.features.get(PACKED))
+        speaks_done = bool(message.features.get("done", 1))
+        if self.connected and not self.mode:
+            self._set_mode(DONE if speaks_done else REFERENCE)
+        elif not self.connected:
+            self._features_early = speaks_done  # settled when the ACK comes
+
+    def _set_mode(self, mode: str) -> None:
+        """Settle how this connection hears of outcomes, and send what waited for it."""
+        self.mode = mode
+        logger.debug("jobmanager reports to %s in %s mode", self.addr, mode)
+        waiting, self._outbox = self._outbox, []
+        for item in waiting:
+            if item.status == _NACK:
+                self._nack(item.job, item.payload)
+            else:
+                self._report(item.job, item.status, item.payload)
+        self._top_up()
+
+    # -- jobs --------------------------------------------------------------------
+    def _accept(self, request: Request) -> None:
+        headers, body = request.headers, request.body_text
+        reply = headers.reply_requested
+        job = Job(
+            request.msgid,
+            request.queue,
+            request.body_text,
+            reply,
+            headers.timeout,
+            headers.retry_count,
+            attempt_of(headers) if headers.extra else 1,
+            (reply or self.settings.record_all_results) and self.pool.can_record is not False,
+        )
+        self.lifecycle.stats.received[job.queue] += 1
+        job_debug(logger, "received, attempt %d", job.msgid, job.queue, job.attempt, body=body)
+        if self._stopping and self.mode == DONE:
+            self._nack(job, "stopping")
+            return
+        if request.queue not in self.settings.queue_names:
+            logger.debug(
+                "job for queue %r that we do not serve: msgid=%s; running it",
+                request.queue,
+                request.msgid,
+            )
+        if self.settings.queue_allowed_jobs and not self._allowed_on_queue(job):
+            return
+        self.lifecycle.accept(job)
+
+    def _allowed_on_queue(self, job: Job) -> bool:
+        """Check ``QUEUE_ALLOWED_JOBS``; a refused job is answered ``refused`` here.
+
+        Checked before a child sees the job, so a refused one never runs. A body
+        that does not parse passes: the child refuses it with the parse error.
+        """
+        s = self.settings
+        try:
+            body = parse_job(job.body_text, max_depth=s.max_json_depth, max_bytes=s.max_body_bytes)
+        except InvalidJob:
+            return True
+        if registry.allowed_on_queue(body.name, job.queue, s.queue_allowed_jobs):
+            return True
+        self.lifecycle.refuse(
+            job,
+            body.name,
+            f"job {body.name!r} is not allowed on queue {job.queue!r} (QUEUE_ALLOWED_JOBS); "
+            "refusing to run it",
+            time.monotonic(),
+        )
+        return False
+
+    def _report(self, job: Job, status: str, payload: str) -> None:
+        """Tell the router a job is over, as this connection's mode says."""
+        if self.mode == DONE:
+            self._send(Done(msgid=new_msgid(), job_msgid=job.msgid, status=status, payload=payload))
+            self._credit += 1  # DONE frees the slot at the router
+        elif self.mode == REFERENCE:
+            if job.reply_requested:
+                self._send(Reply(msgid=new_msgid(), payload=payload, reply_to=job.msgid))
+        else:
+            self._outbox.append(_Pending(job, status, payload))
+
+    def _partial(self, job: Job, payload: str) -> None:
+        """A running job's partial: to a router that speaks PARTIAL, for a client that waits.
+
+        Not kept while disconnected or in reference mode: partials are best effort.
+        """
+        if job.reply_requested and self.mode == DONE and self.router_features.get("partial"):
+            self._send(Partial(msgid=new_msgid(), job_msgid=job.msgid, payload=payload))
+
+    def _nack(self, job: Job, reason: str) -> None:
+        """Give an unstarted job back to the router (or run it, if the router cannot take it)."""
+        if self.mode == DONE:
+            self._send(Nack(msgid=new_msgid(), job_msgid=job.msgid, reason=reason))
+            self._credit += 1
+        elif self.mode == REFERENCE:
+            job.skip = ""
+            self.lifecycle.accept(job)  # a reference router cannot take it back
+        else:
+            self._outbox.append(_Pending(job, _NACK, reason))
+
+    # -- records -----------------------------------------------------------------
+    def _send_records(self, now: float, *, force: bool = False) -> None:
+        """Hand due batches of outcome records to a child (they need Django)."""
+        if self.pool.can_record is False:
+            self.recorder.clear()  # the hooks module has no record_results
+        else:
+            self.recorder.flush(self.pool.send_records, now, force=force)
+
+    def _resend_records(self, batches: list[bytes]) -> None:
+        self.recorder.resend(batches)
+
+    # -- supervision ---------------------------------------------------------------
+    def _supervise(self, now: float) -> None:
+        """Reap dead children, retire worn ones, time jobs out, start replacements."""
+        self._next_supervise = now + SUPERVISE_EVERY
+        pool, lifecycle = self.pool, self.lifecycle
+        pool.check(now)
+        self._resend_records(pool.orphan_records())
+        lifecycle.lost(now)
+        lifecycle.check_timeouts(now)
+        lifecycle.due_retries(now)
+        if not self._stopping:
+            pool.respawn(now)
+        if lifecycle.pending:
+            lifecycle.dispatch(now)
+        self._top_up()
+
+    def _wake_supervisor(self) -> None:
+        self._next_supervise = 0.0
+
+    # -- router connection ---------------------------------------------------------
+    @property
+    def connected(self) -> bool:
+        return self.link.connected
+
+    def _send(self, message: Message) -> None:
+        self.link.send(message)
+
+    @property
+    def slots(self) -> int:
+        """Jobs we take at once: one per worker process plus the current prefetch."""
+        return self.settings.concurrency + self.prefetch.value
+
+    def _can_unready(self) -> bool:
+        return self.mode == DONE and bool(self.router_features.get("unready"))
+
+    def _top_up(self) -> None:
+        """Send READY until the router holds one per free slot; UNREADY for too many.
+
+        Not while stopping, and not before the mode is settled: our FEATURES
+        answer must reach our router before any READY. When the prefetch shrank,
+        a router that speaks UNREADY is told to keep fewer slots for us (a
+        little excess is let be, so a wobbling prefetch does not cost a message
+        per job); others just get no READY until we hold fewer jobs.
+        """
+        if self._stopping or not self.link.connected or not self.mode:
+            return
+        free = self.slots - len(self.jobs) - len(self._outbox)
+        while self._credit < free:
+            self.link.send(Ready(msgid=new_msgid()))
+            self._credit += 1
+        excess = self._credit - free
+        if excess > self.prefetch.value // 4 and self._can_unready():
+            # Below 0 when we hold more jobs than we want: the router then
+            # keeps the slots the next DONEs free instead of sending more.
+            self.link.send(Unready(msgid=new_msgid(), count=excess))
+            self._credit = free
+
+    def _connect(self, now: float) -> None:
+        self.link.connect(now)
+        self._new_connection()
+
+    def _new_connection(self) -> None:
+        """Forget what the previous socket's router knew of us."""
+        self.mode = ""
+        self._features_early = False
+        self._credit = 0
+
+    def _lose_router(self, now: float, why: str) -> None:
+        self.link.lose(now, why)
+        self.mode = ""
+
+    def _keepalive(self, now: float) -> None:
+        """Heartbeat, reconnect, and settle the mode if FEATURES did not come."""
+        if self.link.keepalive(now):
+            self._new_connection()
+        elif self.link.connected and not self.mode and now >= self._decide_by:
+            self._set_mode(REFERENCE)
+
+    # -- shutdown ------------------------------------------------------------------
+    def _drain(self, timeout_ms: int) -> None:
+        """Hand back or finish jobs within the grace period, then say goodbye."""
+        grace = self.settings.shutdown_grace
+        self.loop_once(0)  # take in REQUESTs already delivered: the router counts them as ours
+        if self.mode == DONE:
+            # Our router can give unstarted jobs to someone else right away.
+            self.lifecycle.hand_back_unstarted()
+        if self.jobs:
+            logger.info(
+                "jobmanager stopping: waiting up to %ss for %d job(s)", grace, len(self.jobs)
+            )
+        deadline = time.monotonic() + grace
+        while self.jobs and time.monotonic() < deadline:
+            self.loop_once(self._wait_ms(timeout_ms))
+        if self.jobs:
+            logger.warning(
+                "jobmanager stopping: grace period over, terminating jobs msgid=%s",
+                ",".join(job.msgid for job in self.jobs.values()),
+            )
+        self._send_records(time.monotonic(), force=True)
+        self.link.goodbye()
+        logger.info("jobmanager stopped")
+
+    # -- poller bookkeeping ----------------------------------------------------------
+    def _watch(self, fd: int) -> None:
+        self._poller.register(fd, zmq.POLLIN)
+
+    def _unwatch(self, fd: int) -> None:
+        self._poller.unregister(fd)
+        self._next_supervise = 0.0  # reap it promptly

@@ -1,0 +1,500 @@
+"""A small, explicit supervisor of worker child processes.
+
+One :class:`Child` record per process (pid, status, jobs run, jobs in
+flight). The job manager drives it in separate steps: :meth:`Pool.reap`
+collects children that exited, :meth:`Pool.check` retires children that ran
+``MAX_JOBS_PER_CHILD`` jobs and finishes kills, :meth:`Pool.respawn` starts
+replacements. Children are started with the ``spawn`` method so they inherit
+no ZeroMQ context and no database connection, and live long, so the start-up
+cost (~0.1 s) is paid rarely.
+
+Each child has one pipe (:mod:`.pipe` frames) for jobs and what it says,
+and one for outcome records, which a thread of the child writes while its
+job runs (:class:`.worker.Recording`). The job manager polls the
+job pipe's file descriptor next to its socket, so a result is read the moment it
+is written. Jobs for one child are queued with :meth:`Pool.assign` and written
+together by :meth:`Pool.flush`. A child runs its jobs in order, so the first
+job in :attr:`Child.inflight` is the running one; it started when the result
+before it arrived (or when it was handed to an idle child). The run times so
+measured adapt the job manager's prefetch (:mod:`.prefetch`), which sets how
+many jobs one child may hold (:attr:`Pool.depth`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import fcntl
+import logging
+import multiprocessing
+import os
+import select
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.context import SpawnContext
+from multiprocessing.process import BaseProcess
+
+from django_eventmq.jobmanager import child as worker
+from django_eventmq.jobmanager.pipe import FrameReader, frame, write_all
+from django_eventmq.jobmanager.prefetch import Prefetch
+from django_eventmq.runtime.settings import Settings
+
+logger = logging.getLogger("django_eventmq.pool")
+
+#: Bytes of job bodies queued in one child's pipe beyond the job it runs.
+#: Well below the socket buffer of the pipe, so writing never blocks the loop.
+PIPE_BUDGET = 32 * 1024
+
+#: Bytes of outcome records that may wait in one child's records pipe.
+RECORDS_BUDGET = 64 * 1024
+
+#: Size asked for a records pipe (Linux; more than RECORDS_BUDGET, so writing
+#: records never blocks the job manager even while the child's database is slow).
+RECORDS_PIPE_SIZE = 256 * 1024
+
+#: Longest wait before restarting children that keep failing to start.
+MAX_START_DELAY = 10.0
+
+#: Seconds between SIGTERM and SIGKILL when a child is stopped mid-job.
+KILL_GRACE = 1.0
+
+#: Results of jobs that did not run (skipped or refused): not timed.
+_NOT_RUN = frozenset({worker.CANCELLED, worker.REFUSED})
+
+
+class Status(enum.Enum):
+    """Life of a child: STARTING -> UP -> (RETIRING | KILLING) -> DEAD."""
+
+    STARTING = "starting"  # spawned; importing hooks and job modules
+    UP = "up"  # takes jobs
+    RETIRING = "retiring"  # ran its share of jobs; finishes what it holds, then exits
+    KILLING = "killing"  # stopped mid-job (timeout, cancel); its jobs were taken back
+    DEAD = "dead"  # exited (or its pipe closed); waiting to be reaped
+
+
+@dataclass(eq=False)
+class Child:
+    """What the pool knows about one worker process."""
+
+    process: BaseProcess
+    conn: Connection
+    started: float
+    status: Status = Status.STARTING
+    #: Jobs finished, and jobs handed over (finished + in flight).
+    jobs_run: int = 0
+    assigned: int = 0
+    #: seq -> (msgid, bytes queued in the pipe) of jobs handed over, in order;
+    #: the first one is running (its bytes count 0).
+    inflight: dict[int, tuple[str, int]] = field(default_factory=dict)
+    queued_bytes: int = 0
+    #: monotonic time the running (first) job started.
+    head_since: float = 0.0
+    #: Frames queued by assign(), written by flush().
+    outgoing: list[bytes] = field(default_factory=list)
+    #: Our end of the child's records pipe.
+    records_conn: Connection | None = None
+    #: Records batches written and not yet acknowledged, oldest first.
+    records: list[bytes] = field(default_factory=list)
+    records_bytes: int = 0
+    #: The hooks module has record_results (said in the child's UP frame).
+    can_record: bool = False
+    #: Partials read from the pipe and not yet taken: ``(seq, payload)``, in order.
+    partials: list[tuple[int, str]] = field(default_factory=list)
+    #: Why start-up failed, as the child reported it.
+    failure: str = ""
+    #: It reached UP once; it was told to exit after its share of jobs.
+    was_up: bool = False
+    retired: bool = False
+    kill_at: float = 0.0  # when SIGTERM turns into SIGKILL
+
+    def __post_init__(self) -> None:
+        self.readable = select.poll()
+        self.readable.register(self.conn.fileno(), select.POLLIN)
+        self.reader = FrameReader(self.conn.fileno())
+        self.watched = True
+        self._pid: int = self.process.pid or 0
+        self._exitcode: int | None = None
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    @property
+    def exitcode(self) -> int | None:
+        """Exit code once reaped (``-N`` for signal N), else None."""
+        return self._exitcode
+
+    @property
+    def fd(self) -> int:
+        return self.conn.fileno()
+
+    @property
+    def msgids(self) -> list[str]:
+        return [msgid for msgid, _ in self.inflight.values()]
+
+    def close_pipes(self) -> None:
+        self.conn.close()
+        if self.records_conn is not None:
+            self.records_conn.close()
+
+    @property
+    def head(self) -> int | None:
+        """The seq of the job it is running, if any."""
+        return next(iter(self.inflight), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """A job that was in a child when it died; ``started``: it was running."""
+
+    seq: int
+    msgid: str
+    pid: int
+    exitcode: int | None
+    started: bool
+
+
+@dataclass(slots=True)
+class Taken:
+    """What a stopped child held: jobs not started, records not yet handled."""
+
+    queued: list[int]
+    records: list[bytes]
+
+
+class Pool:
+    """Worker children of one job manager."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        hooks: str | None = None,
+        watch: Callable[[int], None] | None = None,
+        unwatch: Callable[[int], None] | None = None,
+        start_method: str = "spawn",
+        prefetch: Prefetch | None = None,
+    ) -> None:
+        self.settings = settings
+        self.hooks = hooks
+        self.size = settings.concurrency
+        self.max_jobs = settings.max_jobs_per_child
+        #: The job manager's prefetch; the run times measured here adapt it.
+        self.prefetch = prefetch or Prefetch.from_settings(settings)
+        self._watch = watch or (lambda fd: None)
+        self._unwatch = unwatch or (lambda fd: None)
+        self._ctx: SpawnContext = multiprocessing.get_context(start_method)  # type: ignore[assignment]
+        self.children: dict[int, Child] = {}  # by pipe fd
+        self._start_failures = 0
+        self._next_start = 0.0
+        self._failure_logged = False
+        #: True/False once a child said whether the hooks record results.
+        self.can_record: bool | None = None
+
+    # -- starting ----------------------------------------------------------
+    def spawn(self, now: float | None = None) -> Child:
+        """Start one child."""
+        parent_end, child_end = self._ctx.Pipe(duplex=True)
+        records_in, records_out = self._ctx.Pipe(duplex=False)
+        with contextlib.suppress(AttributeError, OSError):  # Linux only; a bigger buffer
+            fcntl.fcntl(records_out.fileno(), fcntl.F_SETPIPE_SZ, RECORDS_PIPE_SIZE)
+        level = logging.getLogger().getEffectiveLevel()
+        process = self._ctx.Process(
+            target=worker.child_main,
+            args=(child_end, self.settings, self.hooks, level, records_in),
+            name="emq-worker",
+            daemon=True,
+        )
+        process.start()
+        child_end.close()  # so the child's exit shows as EOF on our end
+        records_in.close()
+        child = Child(process=process, conn=parent_end, started=_now(now), records_conn=records_out)
+        self.children[child.fd] = child
+        self._watch(child.fd)
+        logger.debug("started worker child pid=%d", child.pid)
+        return child
+
+    def active(self) -> list[Child]:
+        """Children that are or will be taking jobs."""
+        return [c for c in self.children.values() if c.status in (Status.STARTING, Status.UP)]
+
+    def respawn(self, now: float | None = None) -> list[Child]:
+        """Start children until ``concurrency`` are active (unless start-up keeps failing)."""
+        now = _now(now)
+        started = []
+        while len(self.active()) < self.size and now >= self._next_start:
+            started.append(self.spawn(now))
+        return started
+
+    @property
+    def depth(self) -> int:
+        """Jobs one child may hold: the prefetch is spread over the children, so a
+        child has its next job at hand when it finishes one."""
+        return self.prefetch.depth
+
+    # -- talking to children -----------------------------------------------
+    def pick(self, size: int) -> Child | None:
+        """The least busy child that can take a job of ``size`` bytes now, if any."""
+        best: Child | None = None
+        depth = self.prefetch.depth
+        for child in self.children.values():
+            if child.status is not Status.UP:
+                continue
+            n = len(child.inflight)
+            if n == 0:
+                return child
+            fits = n < depth and child.queued_bytes + size <= PIPE_BUDGET
+            if fits and (best is None or n < len(best.inflight)):
+                best = child
+        return best
+
+    def assign(self, child: Child, seq: int, msgid: str, body_text: str, now: float) -> None:
+        """Queue one job for ``child``; :meth:`flush` writes it."""
+        data = frame(worker.encode_job(seq, body_text))
+        if child.inflight:
+            size = len(data)
+            child.queued_bytes += size
+        else:
+            size = 0
+            child.head_since = now
+        child.inflight[seq] = (msgid, size)
+        child.outgoing.append(data)
+        child.assigned += 1
+        if self.max_jobs and child.assigned >= self.max_jobs:
+            child.status = Status.RETIRING
+
+    def send(self, child: Child, seq: int, msgid: str, body_text: str) -> None:
+        """Hand one job to ``child`` now."""
+        self.assign(child, seq, msgid, body_text, time.monotonic())
+        self.flush(child)
+
+    def flush(self, child: Child) -> None:
+        """Write the frames queued for ``child`` in one go (OSError: it died)."""
+        data = b"".join(child.outgoing) if len(child.outgoing) > 1 else child.outgoing[0]
+        child.outgoing.clear()
+        write_all(child.fd, data)
+
+    def cancel(self, child: Child, seq: int) -> None:
+        """Ask ``child`` to skip job ``seq`` if it has not started it."""
+        with contextlib.suppress(OSError):  # if it died, reaping hands the job back
+            write_all(child.fd, frame(b"C%d" % seq))
+
+    def send_records(self, records: bytes) -> bool:
+        """Give a records batch to a child: an idle one, else the one with the fewest.
+
+        A busy child writes it at once too (in its records thread); False
+        when no child can take it now (none up, or all past their budget).
+        """
+        best: Child | None = None
+        for child in self.children.values():
+            if child.status is not Status.UP or not child.can_record:
+                continue
+            if child.records_bytes + len(records) > RECORDS_BUDGET and child.records:
+                continue
+            if not child.inflight:
+                best = child
+                break
+            if best is None or (child.records_bytes, len(child.inflight)) < (
+                best.records_bytes,
+                len(best.inflight),
+            ):
+                best = child
+        if best is None or best.records_conn is None:
+            return False
+        try:
+            write_all(best.records_conn.fileno(), frame(records))
+        except OSError:
+            return False
+        best.records.append(records)
+        best.records_bytes += len(records)
+        return True
+
+    def receive(self, child: Child, now: float | None = None) -> list[tuple[int, str, str]]:
+        """Results waiting in ``child``'s pipe: ``[(seq, status, payload), ...]``.
+
+        Partials read on the way are added to :attr:`Child.partials` (a job's
+        partials are read before its result). Marks the child DEAD when its
+        pipe has closed, and UP when it says so.
+        """
+        results: list[tuple[int, str, str]] = []
+        if child.status is Status.KILLING or not child.readable.poll(0):
+            return results
+        try:
+            frames = child.reader.read()
+        except (EOFError, OSError):
+            self._mark_dead(child)
+            return results
+        inflight = child.inflight
+        at = _now(now)
+        for data in frames:
+            kind = data[:1]
+            if kind == worker.RESULT:
+                seq, status, payload = worker.decode_result(data)
+                entry = inflight.pop(seq, None)
+                if entry is not None and status not in _NOT_RUN:
+                    # A result read together with the one before it ran in between: 0 s.
+                    self.prefetch.observe(at - child.head_since)
+                if entry is not None and inflight:
+                    # The next job is now running, no longer queued in the pipe.
+                    first = next(iter(inflight))
+                    msgid, size = inflight[first]
+                    child.queued_bytes -= size
+                    inflight[first] = (msgid, 0)
+                    child.head_since = at
+                child.jobs_run += 1
+                results.append((seq, status, payload))
+            elif kind == worker.PARTIAL:
+                try:
+                    child.partials.append(worker.decode_partial(data))
+                except ValueError:  # never from our child code; a bad report is not fatal
+                    logger.warning("child %s sent a malformed partial report; dropped", child.pid)
+            elif kind == worker.RECORDED:
+                if child.records:
+                    child.records_bytes -= len(child.records.pop(0))
+            elif kind == worker.UP:
+                self._up(child, data[1:])
+            elif kind == worker.FAIL:
+                child.failure = data[1:].decode(errors="replace")
+        return results
+
+    def _up(self, child: Child, caps: bytes) -> None:
+        if child.status is Status.STARTING:
+            child.status = Status.UP
+        child.was_up = True
+        child.can_record = worker.CAN_RECORD in caps
+        self.can_record = child.can_record
+        self._start_failures = 0
+        self._failure_logged = False
+
+    def _mark_dead(self, child: Child) -> None:
+        if child.status is not Status.DEAD:
+            child.status = Status.DEAD
+            self._stop_watching(child)
+
+    def _stop_watching(self, child: Child) -> None:
+        if child.watched:
+            child.watched = False
+            self._unwatch(child.fd)
+
+    # -- stopping one child mid-job ------------------------------------------
+    def kill(self, child: Child, now: float | None = None) -> Taken:
+        """Stop ``child`` now (SIGTERM, SIGKILL after :data:`KILL_GRACE`).
+
+        Its running job is the caller's to report; the jobs queued behind it
+        and its unhandled records are handed back so nothing is lost.
+        """
+        taken = Taken(queued=list(child.inflight)[1:], records=list(child.records))
+        if child.inflight:  # a job that ran past its timeout (or was cancelled) ran this long
+            self.prefetch.observe(_now(now) - child.head_since)
+        child.inflight.clear()
+        child.records.clear()
+        child.outgoing.clear()
+        child.partials.clear()
+        child.queued_bytes = child.records_bytes = 0
+        child.status = Status.KILLING
+        child.kill_at = _now(now) + KILL_GRACE
+        self._stop_watching(child)
+        with contextlib.suppress(OSError):
+            os.kill(child.pid, signal.SIGTERM)
+        return taken
+
+    # -- supervising ---------------------------------------------------------
+    def check(self, now: float | None = None) -> None:
+        """Tell retiring children that are done to exit; finish kills; notice deaths."""
+        for child in list(self.children.values()):
+            if child.status is Status.RETIRING and not child.inflight:
+                with contextlib.suppress(OSError):
+                    write_all(child.fd, frame(worker.EXIT))
+                child.retired = True
+                self._mark_dead(child)
+            elif child.status is Status.KILLING:
+                if child.process.exitcode is not None:
+                    self._mark_dead(child)
+                elif _now(now) >= child.kill_at:
+                    child.process.kill()
+            elif child.status is not Status.DEAD and child.process.exitcode is not None:
+                self._mark_dead(child)
+
+    def reap(self, now: float | None = None) -> list[Lost]:
+        """Collect children that exited; returns the jobs they still held."""
+        lost: list[Lost] = []
+        for fd, child in list(self.children.items()):
+            if child.status is not Status.DEAD:
+                continue
+            # Its pipe closed, so it is exiting: wait briefly, or reap it next pass.
+            child.process.join(timeout=0.5)
+            if child.process.exitcode is None:
+                continue
+            del self.children[fd]
+            child.close_pipes()
+            code = child._exitcode = child.process.exitcode
+            if not child.was_up:
+                self._start_failed(child, _now(now))
+            elif child.kill_at or (child.retired and not child.inflight):
+                logger.debug("worker child pid=%d stopped after %d jobs", child.pid, child.jobs_run)
+            else:
+                logger.warning(
+                    "worker child pid=%d exited with code %s; replacing it", child.pid, code
+                )
+            head = child.head
+            lost.extend(
+                Lost(seq=seq, msgid=msgid, pid=child.pid, exitcode=code, started=seq == head)
+                for seq, (msgid, _size) in child.inflight.items()
+            )
+            child.process.close()
+        return lost
+
+    def orphan_records(self) -> list[bytes]:
+        """Records batches held by children that died before handling them."""
+        taken: list[bytes] = []
+        for child in self.children.values():
+            if child.status is Status.DEAD and child.records:
+                taken.extend(child.records)
+                child.records.clear()
+                child.records_bytes = 0
+        return taken
+
+    def _start_failed(self, child: Child, now: float) -> None:
+        self._start_failures += 1
+        delay = min(0.5 * 2 ** (self._start_failures - 1), MAX_START_DELAY)
+        self._next_start = now + delay
+        why = child.failure or f"exit code {child.process.exitcode}"
+        if not self._failure_logged:
+            logger.error("worker child pid=%d failed to start: %s", child.pid, why)
+            self._failure_logged = True
+        else:
+            logger.debug("worker child pid=%d failed to start again: %s", child.pid, why)
+
+    # -- stopping ------------------------------------------------------------
+    def busy(self) -> list[Child]:
+        return [c for c in self.children.values() if c.inflight]
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Stop every child: ask politely, then terminate, then kill."""
+        children = list(self.children.values())
+        for child in children:
+            if child.status not in (Status.DEAD, Status.KILLING):
+                with contextlib.suppress(OSError):
+                    write_all(child.fd, frame(worker.EXIT))
+        deadline = time.monotonic() + timeout
+        for child in children:
+            if not child.inflight:
+                child.process.join(max(0.0, deadline - time.monotonic()))
+        for child in children:
+            if child.process.exitcode is None:
+                child.process.terminate()
+        for child in children:
+            child.process.join(1.0)
+            if child.process.exitcode is None:
+                child.process.kill()
+                child.process.join(1.0)
+            self._mark_dead(child)
+            child.close_pipes()
+        self.children.clear()
+
+
+def _now(now: float | None) -> float:
+    return time.monotonic() if now is None else now

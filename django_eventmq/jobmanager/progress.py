@@ -1,0 +1,200 @@
+"""Partial replies: what a running job reports before its final value.
+
+A job reports with :func:`progress` (``django_eventmq.progress(value)``), or
+by being a generator: each value it yields is a partial, its ``return``
+value the final one. At most :data:`PARTIAL_RATE` reports a second per job
+go on, twice bounded: in the worker child (:class:`PartialGate`, so a job
+reporting per row costs a few microseconds a report, not a pipe write) and
+in the job manager (:class:`Coalescer`, so no child can flood the router). A
+report held back is replaced by the next one and sent when its turn comes;
+the last report is always sent, before the job's outcome.
+
+Outside a job manager (a job called directly, ``EAGER``) :func:`progress`
+checks its value and does nothing else.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Callable, Hashable
+from typing import Any, Generic, TypeVar
+
+from django_eventmq.errors import SerializationError
+from django_eventmq.protocol import encode_json
+from django_eventmq.protocol.extensions import MAX_PARTIAL_BYTES
+
+#: Partials per second per job that leave a job manager; faster reports are coalesced.
+PARTIAL_RATE = 20
+PARTIAL_INTERVAL = 1.0 / PARTIAL_RATE
+
+#: Set by the worker child around each job: sends one encoded partial payload.
+_reporter: Callable[[str], object] | None = None
+
+
+def encode_partial(value: Any) -> str:
+    """The PARTIAL payload for ``value``; :class:`SerializationError` if it cannot be sent."""
+    try:
+        text = encode_json({"value": value})
+    except SerializationError as exc:
+        raise SerializationError(f"progress value is {exc}") from None
+    if len(text) > MAX_PARTIAL_BYTES:
+        raise SerializationError(
+            f"progress value is {len(text)} bytes as JSON, more than {MAX_PARTIAL_BYTES}; "
+            "send big results as the job's return value"
+        )
+    return text
+
+
+def progress(value: Any) -> None:
+    """Report progress (or a partial result) of the running job to the client that waits.
+
+    ``value`` must be JSON-serialisable (:class:`SerializationError`
+    otherwise, raised in the job). The client reads the reports with
+    ``handle.stream()``; the last one is also kept on the job's
+    ``JobResult`` row (``progress``). Reports faster than
+    :data:`PARTIAL_RATE` per second are coalesced (the latest wins).
+    Outside a job run by a job manager it does nothing.
+    """
+    text = encode_partial(value)
+    report = _reporter
+    if report is not None:
+        report(text)
+
+
+def set_reporter(report: Callable[[str], object] | None) -> None:
+    """Where :func:`progress` sends from now on (the worker child sets it per job)."""
+    global _reporter
+    _reporter = report
+
+
+class PartialGate:
+    """In a worker child: lets one partial per ``interval`` through to the pipe.
+
+    A report that comes too soon is held (a newer one replaces it); a daemon
+    thread, started on the first hold, sends it when its turn comes, so a job
+    that reports once more and then works for an hour still shows that
+    report. :meth:`finish` sends what is held before the job's result. Sends
+    happen under one lock, so a job's partials stay in order and before its
+    result.
+    """
+
+    def __init__(
+        self, send: Callable[[bytes, str], object], interval: float = PARTIAL_INTERVAL
+    ) -> None:
+        self._send = send
+        self._interval = interval
+        self._cond = threading.Condition()
+        self._seq = b""
+        self._held: str | None = None
+        self._last = -interval
+        self._thread: threading.Thread | None = None
+
+    def start(self, seq: bytes) -> None:
+        """Job ``seq`` starts: its reports go out as its own."""
+        with self._cond:
+            self._seq, self._held, self._last = seq, None, -self._interval
+
+    def report(self, text: str) -> None:
+        """One report of the running job (a :func:`progress` payload)."""
+        now = time.monotonic()
+        with self._cond:
+            if not self._seq:
+                return  # no job runs: a thread a finished job left behind reports late
+            if self._held is None and now - self._last >= self._interval:
+                self._last = now
+                self._send(self._seq, text)
+                return
+            if self._held is None:
+                self._cond.notify()  # the sender waits for something to hold
+            self._held = text
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="emq-partials", daemon=True)
+                self._thread.start()
+
+    def finish(self) -> None:
+        """The job is over: send its held report now (its result follows)."""
+        with self._cond:
+            text, self._held = self._held, None
+            if text is not None:
+                self._send(self._seq, text)
+            self._seq = b""
+
+    def _run(self) -> None:
+        cond = self._cond
+        with cond:
+            while True:
+                while self._held is None:
+                    cond.wait()
+                delay = self._last + self._interval - time.monotonic()
+                if delay > 0:
+                    cond.wait(delay)  # then look again: finish() may have sent it
+                    continue
+                text, self._held = self._held, None
+                self._last = time.monotonic()
+                self._send(self._seq, text)
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+class Coalescer(Generic[K]):
+    """Lets at most one partial per ``interval`` seconds through per key; the rest coalesce.
+
+    Sans-IO: times are passed in. ``send(key, payload)`` is called for each
+    partial let through. A partial that comes too soon is held (a newer one
+    replaces it) until :meth:`flush_due` finds its time has come, or
+    :meth:`flush` sends it early (just before the job's outcome).
+    """
+
+    def __init__(self, send: Callable[[K, str], None], interval: float = PARTIAL_INTERVAL) -> None:
+        self.send = send
+        self.interval = interval
+        self._last: dict[K, float] = {}
+        self._held: dict[K, str] = {}
+        self._due: list[tuple[float, int, K]] = []
+        self._order = itertools.count()
+        #: Partials replaced by a newer one before they were sent.
+        self.coalesced = 0
+
+    def offer(self, key: K, payload: str, now: float) -> None:
+        """A new partial for ``key``: sent now, or held until its turn."""
+        last = self._last.get(key)
+        if key in self._held:
+            self._held[key] = payload
+            self.coalesced += 1
+        elif last is None or now - last >= self.interval:
+            self._last[key] = now
+            self.send(key, payload)
+        else:
+            self._held[key] = payload
+            heapq.heappush(self._due, (last + self.interval, next(self._order), key))
+
+    def flush_due(self, now: float) -> None:
+        """Send held partials whose turn has come."""
+        due = self._due
+        while due and due[0][0] <= now:
+            _, _, key = heapq.heappop(due)
+            payload = self._held.pop(key, None)
+            if payload is not None:
+                self._last[key] = now
+                self.send(key, payload)
+
+    def flush(self, key: K) -> None:
+        """Send ``key``'s held partial now (its outcome follows), and forget the key."""
+        payload = self._held.pop(key, None)
+        self._last.pop(key, None)
+        if payload is not None:
+            self.send(key, payload)
+
+    def next_due(self) -> float | None:
+        """When :meth:`flush_due` next has something to send (None: nothing held)."""
+        due, held = self._due, self._held
+        while due and due[0][2] not in held:
+            heapq.heappop(due)  # flushed early
+        return due[0][0] if due else None
+
+    def __len__(self) -> int:
+        return len(self._held)

@@ -1,0 +1,2 @@
+"""Publish/subscribe: ``publish()`` and ``@subscriber``, the publisher process and the
+subscriber consumer."""

@@ -1,0 +1,140 @@
+"""The JSON the router's admin socket answers with (STATUS, ROUTER_SHOW_*, MONITOR).
+
+Key names and shapes match the reference router so its tools can read ours;
+keys it does not have are extras. Times are milliseconds, as the reference's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from django_eventmq.router.book import Book
+from django_eventmq.router.routing import Routing, Schedulers
+from django_eventmq.runtime.outbox import show
+
+
+def _ms(seconds: float) -> int:
+    return int(seconds * 1000)
+
+
+def status(routing: Routing, now: float) -> dict[str, Any]:
+    """STATUS: in-flight, waiting and processed counts by queue (and worker)."""
+    inflight: Counter[str] = Counter()
+    total_age: Counter[str] = Counter()
+    max_age: dict[str, int] = {}
+    for job in routing.inflight.values():
+        age = _ms(now - job.accepted_at)
+        inflight[job.queue] += 1
+        total_age[job.queue] += age
+        max_age[job.queue] = max(age, max_age.get(job.queue, 0))
+    return {
+        "inflight_messages_by_queue": dict(inflight),
+        # Like the reference: mean and max age (ms since accepted) of in-flight jobs.
+        "latency_messages_by_queue": {q: total_age[q] // n for q, n in inflight.items()},
+        "max_latency_messages_by_queue": max_age,
+        "waiting_messages_by_queue": {q: len(jobs) for q, jobs in routing.waiting.items()},
+        "processed_messages_by_queue": dict(routing.processed_by_queue),
+        "processed_messages_by_worker": {
+            show(i): n for i, n in routing.processed_by_worker.items()
+        },
+        # Extras of ours.
+        # Age of the oldest waiting job in memory (a queue longer than its
+        # window has older ones on disk only).
+        "waiting_since_by_queue": {
+            q: _ms(now - oldest)
+            for q, jobs in routing.waiting.items()
+            if (oldest := jobs.oldest()) is not None
+        },
+        # Jobs waiting on queues no connected job manager serves (they wait for one).
+        "unserved_queues": routing.unserved(),
+        "requeued_messages": routing.requeued,
+    }
+
+
+def show_workers(routing: Routing) -> dict[str, Any]:
+    """ROUTER_SHOW_WORKERS: each worker's queues and free slots, and each queue's workers."""
+    return {
+        "connected_workers": {
+            show(w.identity): {
+                "hb": w.last_heard,
+                "available_slots": w.slots,
+                "queues": [[weight, name] for weight, name in w.queues],
+                "inflight": len(w.inflight),
+                "stopping": w.stopping,
+            }
+            for w in routing.workers.values()
+        },
+        "connected_queues": {
+            queue: [[weight, show(i)] for weight, i in routing.queue_members(queue)]
+            for queue in routing.queue_names()
+        },
+    }
+
+
+def show_schedulers(schedulers: Schedulers) -> dict[str, Any]:
+    """ROUTER_SHOW_SCHEDULERS: connected schedulers and when we last heard them."""
+    return {
+        "connected_schedulers": {
+            show(s.identity): {"hb": s.last_heard} for s in schedulers.peers.values()
+        },
+        # Kept in the journal until a scheduler takes them (the reference's name).
+        "buffered_schedule_messages": schedulers.stored,
+    }
+
+
+def monitor(book: Book) -> dict[str, Any]:
+    """MONITOR: the journal's state and the book's counters, like PZQ's monitor."""
+    routing = book.routing
+    queues: dict[str, dict[str, int]] = {}
+
+    def entry(queue: str) -> dict[str, int]:
+        return queues.setdefault(
+            queue, {"queued": 0, "in_flight": 0, "delayed": 0, "poisoned": 0, "expired": 0}
+        )
+
+    for queue, wait_queue in routing.waiting.items():
+        entry(queue)["queued"] = wait_queue.count
+    for job in routing.inflight.values():
+        entry(job.queue)["in_flight"] += 1
+    for queue, n in book.delayed.items():
+        if n:
+            entry(queue)["delayed"] = n
+    for queue, n in book.poisoned.items():
+        if n:
+            entry(queue)["poisoned"] = n
+    for queue, n in book.expired_by_queue.items():
+        entry(queue)["expired"] = n
+    return {
+        "queued": routing.waiting.total(),
+        "in_memory": routing.waiting.memory(),
+        "parcels": book.journal.parcel_count(),
+        "in_flight": len(routing.inflight),
+        "delayed": sum(book.delayed.values()),
+        "poisoned": sum(book.poisoned.values()),
+        "store_bytes": book.journal.size_bytes(),
+        "syncs": book.journal.syncs,
+        "expired": book.expired,
+        "requeued": routing.requeued,
+        "recovered": book.recovered,
+        "duplicates": book.duplicates,
+        "rejected": book.rejected,
+        "finished_remembered": len(book.finished),
+        "schedules_kept": book.journal.schedule_count(),
+        "journal": book.journal.path,
+        "per_queue": queues,
+    }
+
+
+def poisoned(book: Book, limit: int = 100) -> list[dict[str, Any]]:
+    """STATUS ``poisoned_messages``: jobs set aside, oldest first."""
+    return [
+        {
+            "msgid": row.msgid,
+            "queue": row.queue,
+            "job": row.body.decode(errors="replace"),
+            "deaths": row.deaths,
+            "reason": reason,
+        }
+        for row, reason in book.journal.poisoned(limit)
+    ]

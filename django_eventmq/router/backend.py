@@ -1,0 +1,352 @@
+"""The router's backend: job managers (INFORM, READY, DONE, NACK, REPLY, ...) and
+handing jobs to them.
+
+A mixin of :class:`.router.Router`: the state it uses (sockets, the book)
+belongs to the router. What happens to a job lives in :mod:`.dispatch`; this
+module turns messages into calls on it and sends what it hands out.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from django_eventmq.errors import ProtocolError
+from django_eventmq.protocol import (
+    Ack,
+    Disconnect,
+    Done,
+    Features,
+    Heartbeat,
+    Inform,
+    Kbai,
+    Message,
+    Nack,
+    Partial,
+    Ready,
+    Reply,
+    Unready,
+    decode,
+    new_msgid,
+)
+from django_eventmq.protocol import constants as C
+from django_eventmq.protocol.extensions import DONE_STATUSES
+from django_eventmq.protocol.packed import PACKED, pack
+from django_eventmq.router.book import Book
+from django_eventmq.router.frontend import DRAIN_CAP
+from django_eventmq.router.routing import Job, Worker
+from django_eventmq.runtime import transport
+from django_eventmq.runtime.outbox import MEMORY as WARN_MEMORY
+from django_eventmq.runtime.outbox import Handler, WarnOnce, forward, send, show
+from django_eventmq.runtime.settings import Settings
+from django_eventmq.runtime.transport import Channel
+
+log = logging.getLogger("django_eventmq.router")
+
+#: What our router tells a job manager it speaks, right after the ACK of its INFORM.
+FEATURES = {
+    "cancel": 1,
+    "delay": 1,
+    "done": 1,
+    "nack": 1,
+    PACKED: 1,
+    "partial": 1,
+    "priority": 1,
+    "reject": 1,
+    "unready": 1,
+}
+
+_VERSION = C.PROTOCOL_VERSION_B
+_READY = C.READY.encode()
+_DONE = b"DONE"
+
+
+class BackendHandlers:
+    """Handlers for the backend socket (mixed into the router)."""
+
+    settings: Settings
+    book: Book
+    frontend: Channel
+    backend: Channel
+    _warn: WarnOnce
+    #: A job could not be sent: poll briefly and pump again.
+    _retry: bool
+    #: Workers that said KBAI: their late messages are expected, not an error.
+    _departed: OrderedDict[bytes, None]
+    #: Unknown backend peers we told to DISCONNECT, and when.
+    _told: OrderedDict[bytes, float]
+    #: Jobs handed out and not sent yet (see :meth:`_deliver`).
+    _outbox: list[tuple[Worker, Job]]
+    #: Jobs up to this seq are in the journal (see :meth:`_flush_deliveries`).
+    _durable_seq: int
+    #: Held jobs whose lease starts when they are sent (the router's ``_hold_leases``).
+    _leases_held: set[int]
+
+    if TYPE_CHECKING:
+
+        def _handle(self, channel: Channel, raw: list[bytes], now: float) -> None: ...
+
+        def _sync(self, *, force: bool = False, now: float | None = None) -> None: ...
+
+    def _backend_handlers(self) -> dict[type, Handler]:
+        return {
+            Inform: self._on_backend_inform,
+            Ready: self._on_worker_message,
+            Reply: self._on_worker_message,
+            Heartbeat: self._on_worker_message,
+            Kbai: self._on_worker_message,
+            Ack: self._on_worker_message,
+            Done: self._on_worker_message,
+            Nack: self._on_worker_message,
+            Features: self._on_worker_message,
+            Partial: self._on_worker_message,
+            Unready: self._on_worker_message,
+        }
+
+    def _drain_backend(self, now: float) -> None:
+        """Take what job managers sent, READY and DONE straight from their frames."""
+        recv = self.backend.recv_frames
+        for _ in range(DRAIN_CAP):
+            try:
+                raw = recv(flags=transport.NOBLOCK)
+            except transport.Again:
+                return
+            if raw[1:3] == [b"", _VERSION] and len(raw) >= 5:
+                command = raw[3]
+                if command == _READY and len(raw) == 5 and self._fast_ready(raw[0], now):
+                    continue
+                if command == _DONE and len(raw) == 8 and self._fast_done(raw, now):
+                    continue
+            self._handle(self.backend, raw, now)
+
+    def _on_backend_inform(
+        self, identity: bytes, frames: list[bytes], msg: Message, now: float
+    ) -> None:
+        assert isinstance(msg, Inform)
+        if msg.peer_type != C.PEER_WORKER:
+            self._warn("backend", identity, "scheduler INFORM on the backend (use the frontend)")
+            return
+        queues = msg.effective_queues()
+        routing = self.book.routing
+        self._departed.pop(identity, None)
+        self._told.pop(identity, None)
+        if identity in routing.workers:
+            self._worker_failed(identity, "informed again")
+        routing.add_worker(identity, queues, now)
+        log.info("worker %s connected, queues %s", show(identity), list(queues))
+        self._send_to_worker(identity, Ack(msgid=new_msgid(), ack_msgid=msg.msgid), now)
+        # Only a peer that got FEATURES uses our extensions (a reference job
+        # manager ignores a command it does not know once it has its ACK).
+        self._send_to_worker(identity, Features(msgid=new_msgid(), features=FEATURES), now)
+        self._retry = True  # jobs it had may wait again
+
+    def _fast_ready(self, identity: bytes, now: float) -> bool:
+        worker = self.book.routing.workers.get(identity)
+        if worker is None:
+            return False
+        worker.last_heard = now
+        self.book.ready(identity, now)
+        return True
+
+    def _fast_done(self, raw: list[bytes], now: float) -> bool:
+        """A well-formed DONE read straight from its frames (no message object: it is
+        the one message per job on this socket); False: decode it."""
+        try:
+            job_msgid = raw[5].decode()
+            status = raw[6].decode()
+            payload = raw[7].decode()
+            raw[4].decode()
+        except UnicodeDecodeError:
+            return False
+        if not raw[4] or not job_msgid or status not in DONE_STATUSES:
+            return False
+        identity = raw[0]
+        worker = self.book.routing.workers.get(identity)
+        if worker is None:
+            try:
+                message = decode(raw[1:])
+            except ProtocolError:
+                return False
+            self._from_unknown_worker(identity, raw[1:], message, now)
+            return True
+        worker.last_heard = now
+        self.book.done(identity, job_msgid, status, payload, now)
+        return True
+
+    def _on_worker_message(
+        self, identity: bytes, frames: list[bytes], msg: Message, now: float
+    ) -> None:
+        worker = self.book.routing.workers.get(identity)
+        if worker is None:
+            self._from_unknown_worker(identity, frames, msg, now)
+            return
+        worker.last_heard = now
+        kind = type(msg)
+        if kind is Ready:
+            self.book.ready(identity, now)
+        elif kind is Done:
+            assert isinstance(msg, Done)
+            self.book.done(identity, msg.job_msgid, msg.status, msg.payload, now)
+        elif kind is Partial:
+            assert isinstance(msg, Partial)
+            self._on_partial(identity, frames, msg)
+        elif kind is Reply:
+            self._on_reply(identity, frames, msg)
+        elif kind is Nack:
+            assert isinstance(msg, Nack)
+            worker.features = True
+            self.book.nack(identity, msg.job_msgid, msg.reason, now)
+        elif kind is Features:
+            assert isinstance(msg, Features)
+            worker.features = True
+            worker.packed = bool(msg.features.get(PACKED))
+        elif kind is Unready:
+            assert isinstance(msg, Unready)
+            self.book.routing.unready(identity, msg.count)
+        elif kind is Kbai:
+            self.book.worker_left(identity, now)
+            self._remember_departed(identity)
+            log.info("worker %s said goodbye", show(identity))
+        # HEARTBEAT, ACK: hearing from it was the point.
+
+    def _on_reply(self, identity: bytes, frames: list[bytes], msg: Message) -> None:
+        """The reference's way to report a job: REPLY naming it (then READY)."""
+        assert isinstance(msg, Reply)
+        if msg.reply_to is None:
+            self._warn("backend", identity, "REPLY without the id of the request it answers")
+            return
+        client = self.book.reply(identity, msg.reply_to)
+        if client is None:
+            log.debug("REPLY for msgid %s: no client waits for it", msg.reply_to)
+            return
+        if not forward(self.frontend, client, frames):
+            log.info("REPLY for msgid %s dropped: client %s is gone", msg.reply_to, show(client))
+
+    def _on_partial(self, identity: bytes, frames: list[bytes], msg: Partial) -> None:
+        """A running job's partial: forwarded as it is to the client that asked for a reply.
+
+        Best effort and not journaled: a partial of a job this worker no longer
+        holds, or for a client that cannot take it now, is dropped.
+        """
+        job = self.book.routing.inflight.get(msg.job_msgid)
+        if job is None or job.worker != identity or not job.reply or not job.client:
+            log.debug("PARTIAL for msgid %s dropped: no client waits for it here", msg.job_msgid)
+            return
+        forward(self.frontend, job.client, frames)
+
+    def _from_unknown_worker(
+        self, identity: bytes, frames: list[bytes], msg: Message, now: float
+    ) -> None:
+        # A finished job's report is never thrown away: a job manager that left
+        # (or that a restarted router does not know yet) still finished it.
+        if isinstance(msg, Reply):
+            self._on_reply(identity, frames, msg)
+        elif isinstance(msg, Done):
+            self.book.done(identity, msg.job_msgid, msg.status, msg.payload, now)
+        elif isinstance(msg, Nack):
+            self.book.nack(identity, msg.job_msgid, msg.reason, now)
+        if isinstance(msg, Kbai) or identity in self._departed:
+            log.debug("%s from departed worker %s", msg.command, show(identity))
+            return
+        self._warn("backend", identity, f"{msg.command} before INFORM", "told to DISCONNECT")
+        last = self._told.get(identity)
+        if last is None or now - last >= self.settings.heartbeat_interval:
+            # The spec's answer to an unexpected command; the peer then INFORMs again.
+            self._told[identity] = now
+            if len(self._told) > WARN_MEMORY:
+                self._told.popitem(last=False)
+            send(self.backend, identity, Disconnect(msgid=new_msgid()))
+
+    def _remember_departed(self, identity: bytes) -> None:
+        self._departed[identity] = None
+        if len(self._departed) > WARN_MEMORY:
+            self._departed.popitem(last=False)
+
+    # -- sending to job managers ----------------------------------------------------
+    def _deliver(self, worker: Worker, job: Job) -> None:
+        """Queue a handed-out job for its worker; :meth:`_flush_deliveries` sends it.
+
+        The jobs one loop iteration hands out are sent together: a message
+        written right after another into the same pipe does not wake
+        ZeroMQ's I/O thread again, and that wake-up (a system call) was the
+        largest per-job cost of the router.
+        """
+        self._outbox.append((worker, job))
+
+    def _flush_deliveries(self) -> None:
+        """Send the queued jobs that are in the journal; a job its worker cannot take
+        now waits again (at the front). A job accepted since the last journal
+        commit stays queued until a commit returned (the router's :meth:`_sync`):
+        a job manager never runs a job the journal may not have."""
+        if not self._outbox:
+            return
+        outbox, self._outbox = self._outbox, []
+        durable = self._durable_seq
+        ready = [entry for entry in outbox if entry[1].seq <= durable]
+        if len(ready) < len(outbox):
+            self._outbox = [entry for entry in outbox if entry[1].seq > durable]
+        for index in range(len(ready)):
+            try:
+                self._send_delivery(ready, index)
+            except BaseException:
+                # Unexpected (the caller logs it): the jobs after this one must not
+                # be stranded, leased but never sent. They go out next time.
+                self._outbox[:0] = ready[index + 1 :]
+                raise
+
+    def _send_delivery(self, outbox: list[tuple[Worker, Job]], index: int) -> None:
+        worker, job = outbox[index]
+        book = self.book
+        identity = worker.identity
+        if job.worker != identity:
+            return  # taken back meanwhile (its worker failed): it waits again already
+        if book.routing.workers.get(identity) is not worker:
+            book.undo(job)  # its worker left before the job went out
+            self._retry = True
+            return
+        try:
+            if worker.packed:
+                self.backend.send_frames([identity, pack(job.frames)], flags=transport.NOBLOCK)
+            else:
+                self.backend.send_frames([identity, *job.frames], flags=transport.NOBLOCK)
+        except transport.Again:
+            log.debug("worker %s is not taking messages; msgid %s waits", show(identity), job.msgid)
+            book.undo(job)
+            self._retry = True
+            return
+        except transport.ZMQError as exc:
+            if exc.errno != transport.EHOSTUNREACH:
+                raise
+            book.undo(job)
+            self._undo_unsent(identity, outbox[index + 1 :])
+            self._worker_failed(identity, "unreachable")  # and its jobs still queued
+            self._retry = True
+            return
+        worker.last_sent = job.dispatched_at
+        book.stats.dispatched[job.queue] += 1
+        if self._leases_held and job.seq in self._leases_held:
+            self._leases_held.discard(job.seq)
+            book.lease(job, time.monotonic())  # held back by the journal: its lease starts now
+
+    def _worker_failed(self, identity: bytes, why: str) -> None:
+        """Drop a worker; its jobs still in the outbox never left, so they wait again
+        without a death counted (deaths poison a job)."""
+        self._undo_unsent(identity, self._outbox)
+        self.book.worker_failed(identity, why)
+
+    def _undo_unsent(self, identity: bytes, entries: list[tuple[Worker, Job]]) -> None:
+        for _worker, job in entries:
+            if job.worker == identity:
+                self.book.undo(job)  # clears job.worker: the flush skips the entry
+
+    def _send_to_worker(self, identity: bytes, message: Message, now: float) -> None:
+        # A job handed out goes first (a CANCEL may follow it), once it is stored.
+        if any(worker.identity == identity for worker, _job in self._outbox):
+            self._sync(force=True)
+        self._flush_deliveries()
+        if send(self.backend, identity, message):
+            worker = self.book.routing.workers.get(identity)
+            if worker is not None:
+                worker.last_sent = now

@@ -1,0 +1,697 @@
+"""A job's life in the router: accepted, stored, handed out, finished or handed out again.
+
+:class:`Book` joins the routing state (:mod:`.queues`) and the journal
+(:mod:`.journal`). It sends nothing itself: it calls ``deliver(worker, job)``
+to hand a job to a worker (the router sends it by the end of its loop
+iteration, or calls :meth:`Book.undo` if it cannot) and
+``to_client(identity, message)`` for messages that the router sends once the
+journal is committed (ACKs, replies, REJECTs).
+
+Promises (README "Nothing lost"):
+
+- A job is in the journal before its ACK is sent, and stays there until a
+  job manager reports it finished (DONE, a REPLY naming it, or the READY
+  approximation for job managers that do not send DONE).
+- A job handed out is handed out again when its job manager goes silent,
+  leaves without reporting it, answers NACK, its lease runs out, or the
+  router restarts: delivery is at-least-once for every accepted job.
+- A job whose worker died ``poison_after`` times is set aside (POISONED),
+  the client gets REJECT, and admin STATUS / MONITOR list it.
+- A REQUEST whose msgid is held, or finished recently (``dedup_memory``
+  msgids, ``dedup_window`` seconds; kept in the journal, so across a
+  restart too), is acknowledged again and not run twice.
+
+Attempts: a job retried after DONE status ``retry`` is handed out with an
+``attempt:K`` header (K = 2 for the first retry; any ``attempt:N`` it had is
+replaced) so the job manager records and counts the right attempt. A job
+handed out again after a loss (worker died or silent, lease ran out, NACK,
+router restart) keeps the attempt it had: that run's outcome is unknown, not
+a failure, and deaths are counted apart (``poison_after``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from django_eventmq.protocol import Message, Reply, new_msgid
+from django_eventmq.protocol.extensions import (
+    STATUS_CANCELLED,
+    STATUS_DIED,
+    STATUS_FAILED,
+    STATUS_REFUSED,
+    STATUS_RETRY,
+    Reject,
+    refusal_reason,
+)
+from django_eventmq.protocol.headers import Headers
+from django_eventmq.router.dedup import FinishedWindow
+from django_eventmq.router.journal.store import (
+    DELAYED,
+    LEASED,
+    POISONED,
+    WAITING,
+    Journal,
+    JournalUnavailable,
+    new_row,
+    parcel_digest,
+)
+from django_eventmq.router.routing import Job, Routing, Worker
+from django_eventmq.router.stored import job_from_row
+from django_eventmq.router.waiting import Key
+from django_eventmq.runtime.logs import job_debug, job_fields
+from django_eventmq.runtime.outbox import show
+from django_eventmq.runtime.retry import backoff
+from django_eventmq.runtime.settings import Settings
+from django_eventmq.runtime.stats import Stats
+
+log = logging.getLogger("django_eventmq.router")
+
+#: The NACK reason of a job manager that is shutting down (django_eventmq/jobmanager/lifecycle.py sends it).
+NACK_STOPPING = "stopping"
+
+#: The reply a client that asked for one gets for a job cancelled before it ran.
+CANCELLED_PAYLOAD = (
+    '{"value": null, "error": {"type": "Cancelled", "message": "cancelled before it ran",'
+    ' "traceback": ""}}'
+)
+
+Deliver = Callable[[Worker, Job], None]
+ToClient = Callable[[bytes, Message], None]
+#: A REQUEST to accept: its frames (as a DEALER sent them), msgid, queue and headers.
+Accepting = tuple[list[bytes], str, str, Headers]
+
+
+def job_values(
+    job: Job, state: int, accepted: float, due: float | None, owner: str | None = None
+) -> list[Any]:
+    """A new job's journal row (see :meth:`.journal.Journal.add`); ``owner``: the
+    CURVE key that sent it (CANCEL_POLICY ``owner``)."""
+    frames = job.frames
+    return new_row(
+        job.seq,
+        job.msgid,
+        job.queue,
+        job.priority,
+        state,
+        job.guarantee,
+        frames[5],
+        frames[6],
+        job.client,
+        accepted,
+        due or 0.0,
+        owner,
+    )
+
+
+class Book:
+    """Every job the router holds, in memory (bounded) and in the journal."""
+
+    def __init__(
+        self, settings: Settings, journal: Journal, deliver: Deliver, to_client: ToClient
+    ) -> None:
+        self.settings = settings
+        self.journal = journal
+        self.deliver = deliver
+        self.to_client = to_client
+        self.routing = Routing(settings.queue_window, self._load)
+        self.delayed: Counter[str] = Counter()
+        self.poisoned: Counter[str] = Counter()
+        self.expired = 0
+        self.duplicates = 0
+        self.rejected = 0
+        self.recovered = 0
+        #: Jobs received, handed out, finished, retried; read by admin STATUS and metrics.
+        self.stats = Stats()
+        #: msgids finished recently (kept in the journal too): a resend is not run again.
+        self.finished = FinishedWindow(journal, settings.dedup_memory, settings.dedup_window)
+        #: Leases that ran out, per queue.
+        self.expired_by_queue: Counter[str] = Counter()
+        self._seq = 0
+        self._next_due: float | None = None
+        self._last_digest: tuple[bytes, bytes] | None = None
+
+    # -- start-up ----------------------------------------------------------------
+    def recover(self) -> None:
+        """Load the journal's counts; jobs handed out before a restart wait again."""
+        journal = self.journal
+        self.recovered = journal.recover()
+        counts = journal.counts()
+        for queue, n in counts[WAITING].items():
+            wait_queue = self.routing.waiting.queue(queue)
+            wait_queue.count = n
+            wait_queue.spill_all()
+        self.delayed = counts[DELAYED]
+        self.poisoned = counts[POISONED]
+        self._seq = journal.max_seq()
+        self._next_due = journal.next_due()
+        if self.finished.load():
+            log.info(
+                "journal %s: %d recently finished msgid(s) will not run again if resent",
+                journal.path,
+                len(self.finished),
+            )
+        held = sum(counts[WAITING].values()) + sum(self.delayed.values())
+        if held or self.poisoned:
+            log.warning(
+                "journal %s: %d job(s) waiting (%d of them had been handed out and are handed "
+                "out again), %d delayed, %d poisoned",
+                journal.path,
+                sum(counts[WAITING].values()),
+                self.recovered,
+                sum(self.delayed.values()),
+                sum(self.poisoned.values()),
+            )
+
+    def _load(self, queue: str, after: Key | None, limit: int) -> list[Job] | None:
+        """The next ``limit`` waiting jobs of ``queue`` on disk after ``after``,
+        opening the parcels that hold any of them (see :meth:`accept_parcel`).
+        None while the journal cannot be written: a read would miss what it keeps."""
+        journal = self.journal
+        try:
+            rows = journal.waiting(queue, after, limit)
+            while True:
+                # Parcels whose first job comes before the last row read hold jobs
+                # that come first; one parcel at a time, so a long queue of parcels
+                # is not all opened at once.
+                upto = (rows[-1].nprio, rows[-1].seq) if len(rows) == limit else None
+                seq = journal.next_parcel(queue, upto)
+                if seq is None:
+                    break
+                self._open_parcel(seq)
+                rows = journal.waiting(queue, after, limit)
+        except JournalUnavailable:
+            return None
+        now = time.monotonic()
+        return [job_from_row(row, now) for row in rows]
+
+    def _open_parcel(self, seq: int) -> None:
+        queue, dropped = self.journal.open_parcel(seq, self.finished)
+        if dropped:
+            # Held already or finished recently: counted as waiting, never stored.
+            self.duplicates += dropped
+            self.routing.waiting.queue(queue).forget_on_disk(dropped)
+
+    # -- accepting ---------------------------------------------------------------
+    @property
+    def last_seq(self) -> int:
+        """The seq of the newest job accepted (every job up to it is stored once the
+        journal commit that follows returned)."""
+        return self._seq
+
+    def backlog(self) -> int:
+        """Jobs accepted and not handed out (waiting + delayed)."""
+        return self.routing.waiting.total() + sum(self.delayed.values())
+
+    def is_held(self, msgid: str) -> bool:
+        """Known without a disk read: in memory, or finished recently."""
+        return (
+            msgid in self.finished
+            or msgid in self.routing.inflight
+            or msgid in self.routing.waiting.index
+        )
+
+    def stored_while_failing(self, msgid: str) -> bool:
+        """While the journal cannot be written: True if ``msgid`` is a job stored on
+        disk only (:meth:`is_held` cannot see it), so that its resend is a duplicate,
+        not refused. A read of committed rows, which a failing journal still answers."""
+        if self.journal.failure is None or not self._some_only_on_disk():
+            return False
+        try:
+            return self.journal.holds_row(msgid)
+        except sqlite3.Error:
+            return False  # unreadable too: refused, and it comes again
+
+    def _some_only_on_disk(self) -> bool:
+        """True if jobs are held that :meth:`is_held` cannot see: waiting jobs past
+        the in-memory window, delayed and poisoned ones."""
+        waiting = self.routing.waiting
+        return (
+            waiting.total() > waiting.memory()
+            or any(self.delayed.values())
+            or any(self.poisoned.values())
+        )
+
+    def accept(
+        self,
+        identity: bytes,
+        frames: list[bytes],
+        msgid: str,
+        queue: str,
+        headers: Headers,
+        now: float,
+        owner: str | None = None,
+    ) -> bool:
+        """Store and route a REQUEST; False if it is a duplicate (held or recently finished).
+        ``owner``: the CURVE key that sent it, kept to check a CANCEL."""
+        if self.is_held(msgid) or self.stored_while_failing(msgid):
+            self.duplicates += 1
+            return False
+        job = self._new_job(identity, frames, msgid, queue, headers, now)
+        wall = time.time()
+        due = headers.delay_until
+        delayed = due is not None and due > wall
+        worker = None if delayed else self.routing.free_worker(queue)
+        state = DELAYED if delayed else (LEASED if worker is not None else WAITING)
+        stored = self.journal.add(
+            job_values(job, state, wall, due if delayed else None, owner),
+            on_disk=self._some_only_on_disk(),
+        )
+        if not stored:
+            self.duplicates += 1
+            return False
+        self._route_new(job, due if delayed else None, now, stored_as_leased=state == LEASED)
+        return True
+
+    def accept_many(
+        self, identity: bytes, requests: list[Accepting], now: float, owner: str | None = None
+    ) -> None:
+        """:meth:`accept` for the REQUESTs of one BATCH.
+
+        While some held jobs are on disk only, a kept insert cannot see their
+        msgids, and an insert at once per job costs twice a grouped one: the
+        new jobs are inserted together, and the insert says which were held.
+        """
+        if not self._some_only_on_disk():
+            for frames, msgid, queue, headers in requests:
+                self.accept(identity, frames, msgid, queue, headers, now, owner)
+            return
+        wall = time.time()
+        fresh: list[tuple[Job, float | None]] = []
+        seen: set[str] = set()
+        for frames, msgid, queue, headers in requests:
+            if msgid in seen or self.is_held(msgid):
+                self.duplicates += 1
+                continue
+            seen.add(msgid)
+            due = headers.delay_until
+            fresh.append(
+                (
+                    self._new_job(identity, frames, msgid, queue, headers, now),
+                    due if due is not None and due > wall else None,
+                )
+            )
+        stored = self.journal.add_many(
+            [
+                job_values(job, WAITING if due is None else DELAYED, wall, due, owner)
+                for job, due in fresh
+            ]
+        )
+        for job, due in fresh:
+            if job.seq in stored:
+                self._route_new(job, due, now)
+            else:
+                self.duplicates += 1
+
+    def accept_parcel(
+        self,
+        identity: bytes,
+        jobs_frame: bytes,
+        count: int,
+        queue: str,
+        headers: Headers,
+        headers_frame: bytes,
+        now: float,
+        first_last: tuple[str, str] = ("", ""),
+    ) -> bool:
+        """Store a BATCH's ``count`` jobs, all of ``queue`` with the same ``headers``,
+        as one parcel (see :mod:`.journal`); False, and nothing done, unless its
+        queue waits on disk already so that its jobs would wait on disk only.
+        ``first_last``: the msgids of its first and last job.
+
+        The jobs are not each checked against held or finished msgids here:
+        that costs an index entry per job, more than the rest of storing them.
+        What a retried Spark task or an export sent again brings is caught
+        whole instead, so that it is neither stored nor counted as waiting
+        (nor toward the high-water mark): the same JOBS frame as a parcel
+        held was answered by :meth:`same_parcel`; a batch whose first or last
+        job is held or finished recently goes job by job (False), each
+        checked. A duplicate in any other batch is dropped when its parcel is
+        opened (:meth:`_load`).
+        """
+        wait_queue = self.routing.waiting.queue(queue)
+        due = headers.delay_until
+        if (
+            not wait_queue.after_boundary((-headers.priority, self._seq + 1))
+            or (due is not None and due > time.time())
+            or self.routing.free_worker(queue) is not None
+        ):
+            return False
+        journal = self.journal
+        if any(msgid and (self.is_held(msgid) or journal.holds_row(msgid)) for msgid in first_last):
+            return False
+        seq = self._seq + 1
+        self._seq += count
+        journal.add_parcel(
+            seq,
+            count,
+            queue,
+            headers.priority,
+            headers.guarantee,
+            headers_frame,
+            identity,
+            time.time(),
+            jobs_frame,
+            self._digest(jobs_frame),
+        )
+        wait_queue.wait_on_disk(count)
+        self.stats.received[queue] += count
+        return True
+
+    def same_parcel(self, jobs_frame: bytes, count: int) -> bool:
+        """True if a parcel not opened yet holds this very JOBS frame (the same
+        BATCH sent again): its ``count`` jobs are held, counted as duplicates."""
+        if not self.journal.parcel_count() or not self.journal.holds_parcel(
+            self._digest(jobs_frame)
+        ):
+            return False
+        self.duplicates += count
+        return True
+
+    def _digest(self, jobs_frame: bytes) -> bytes:
+        """:func:`.journal.parcel_digest`, once per frame (asked, then stored)."""
+        last = self._last_digest
+        if last is not None and last[0] is jobs_frame:
+            return last[1]
+        digest = parcel_digest(jobs_frame)
+        self._last_digest = (jobs_frame, digest)
+        return digest
+
+    def _new_job(
+        self,
+        identity: bytes,
+        frames: list[bytes],
+        msgid: str,
+        queue: str,
+        headers: Headers,
+        now: float,
+    ) -> Job:
+        self._seq += 1
+        return Job(
+            msgid,
+            queue,
+            frames,
+            headers.guarantee,
+            now,
+            seq=self._seq,
+            priority=headers.priority,
+            client=identity,
+            reply=headers.reply_requested,
+            retry_count=headers.retry_count,
+            timeout=headers.timeout,
+        )
+
+    def _route_new(
+        self, job: Job, due: float | None, now: float, *, stored_as_leased: bool = False
+    ) -> None:
+        """A stored new job: delayed until ``due``, or to a free worker or the waiting queue."""
+        queue = job.queue
+        self.stats.received[queue] += 1
+        if due is not None:
+            self.delayed[queue] += 1
+            if self._next_due is None or due < self._next_due:
+                self._next_due = due
+            return
+        worker = self.routing.submit(job, now)
+        if worker is not None:
+            self._hand_out(worker, job, now, stored_as_leased=stored_as_leased)
+
+    def reject(self, identity: bytes, msgid: str, reason: str) -> None:
+        self.rejected += 1
+        self.to_client(identity, Reject(msgid=new_msgid(), job_msgid=msgid, reason=reason))
+
+    # -- handing out ---------------------------------------------------------------
+    def _hand_out(
+        self, worker: Worker, job: Job, now: float, *, stored_as_leased: bool = False
+    ) -> None:
+        self.lease(job, now)
+        if not stored_as_leased:
+            self.journal.set_state(job.seq, LEASED)
+        job_debug(log, "handed to %s", job.msgid, job.queue, show(worker.identity))
+        self.deliver(worker, job)
+
+    def lease(self, job: Job, now: float) -> None:
+        """Start ``job``'s lease (it runs from ``now``)."""
+        s = self.settings
+        if job.timeout:
+            job.lease_until = now + job.timeout + s.lease_grace
+        elif s.job_lease:
+            job.lease_until = now + s.job_lease
+        else:
+            job.lease_until = math.inf
+
+    def pump(self, now: float, queues: list[str] | None = None) -> None:
+        """Hand waiting jobs to free workers (sent at the end of the loop iteration)."""
+        routing = self.routing
+        for queue in queues if queues is not None else list(routing.waiting):
+            while (pair := routing.dispatch_waiting(queue, now)) is not None:
+                self._hand_out(*pair, now)
+
+    def undo(self, job: Job) -> None:
+        """Sending ``job`` failed: it waits again (its worker keeps the slot)."""
+        self.routing.undo(job)
+        self.journal.set_state(job.seq, WAITING)
+
+    # -- reports from workers ---------------------------------------------------------
+    def ready(self, identity: bytes, now: float) -> None:
+        finished, job = self.routing.ready(identity, now)
+        for done in finished:
+            job_debug(log, "finished: READY from %s", done.msgid, done.queue, show(identity))
+            self.stats.finish(done.queue, "unknown")  # a reference job manager does not say
+            self._forget_finished(done)
+        if job is not None:
+            self._hand_out(self.routing.workers[identity], job, now)
+
+    def reply(self, identity: bytes, msgid: str) -> bytes | None:
+        """A worker's REPLY (the reference's way) finished ``msgid``; returns its client."""
+        job = self.routing.reply(msgid)
+        if job is None:
+            job = self._requeued_copy(msgid)
+            if job is None:
+                return None
+        job_debug(log, "finished: REPLY from %s", msgid, job.queue, show(identity))
+        self.stats.finish(job.queue, "unknown")
+        self._forget_finished(job)
+        return job.client if job.reply else None
+
+    def done(self, identity: bytes, msgid: str, status: str, payload: str, now: float) -> None:
+        """DONE: the slot is free again; what happens to the job depends on ``status``."""
+        worker = self.routing.workers.get(identity)
+        if worker is not None:
+            job, nxt = self.routing.done(identity, msgid, now)
+            if nxt is not None:
+                self._hand_out(worker, nxt, now)
+        else:
+            job = self.routing.release_msgid(msgid)
+        if job is None:
+            job = self._requeued_copy(msgid)
+            if job is None:
+                log.debug("DONE %s for msgid %s: not held (already finished)", status, msgid)
+                return
+        job_debug(log, "DONE %s from %s", msgid, job.queue, status, show(identity))
+        if status == STATUS_DIED:
+            self._died(job, f"its worker process died ({payload[:200]})")
+        elif status == STATUS_RETRY and job.attempts < job.retry_count:
+            self._retry(job)
+        else:
+            self.routing.count_finished(job, identity)
+            # A retry past its retry-count is a failure; time from hand-out to report.
+            outcome = STATUS_FAILED if status == STATUS_RETRY else status
+            self.stats.finish(job.queue, outcome, now - job.dispatched_at)
+            if status == STATUS_REFUSED:
+                self._refused(job, payload)
+            else:
+                self._finish(job, payload)
+        if worker is not None and job.worker is None and self.routing.waiting.get(job.queue):
+            self.pump(now, [job.queue])
+
+    def nack(self, identity: bytes, msgid: str, reason: str, now: float) -> None:
+        """NACK: the job was not run; it waits again at once (no death counted).
+
+        Reason ``stopping``: the job manager is shutting down, so it gets no
+        more jobs (its free slots vanish); its running jobs stay in flight.
+        """
+        worker = self.routing.workers.get(identity)
+        if worker is not None and reason == NACK_STOPPING and not worker.stopping:
+            log.info("worker %s is stopping: no more jobs for it", show(identity))
+            self.routing.stop_dispatching(identity)
+        if worker is None:
+            job = self.routing.release_msgid(msgid)
+        else:
+            job, nxt = self.routing.done(identity, msgid, now)
+            if nxt is not None:
+                self._hand_out(worker, nxt, now)
+        if job is None:
+            return
+        job_debug(log, "NACK (%s), waits again", msgid, job.queue, reason)
+        self.journal.requeue(job.seq, job.deaths)
+        self.routing.requeued += 1
+        self.routing.waiting.push(job)
+        self.pump(now, [job.queue])
+
+    def _requeued_copy(self, msgid: str) -> Job | None:
+        """A late report for a job that was requeued meanwhile: it did run; take it out."""
+        job = self.routing.waiting.index.get(msgid)
+        if job is not None:
+            self.routing.waiting.queue(job.queue).discard(job)
+        return job
+
+    # -- workers that go away -----------------------------------------------------------
+    def worker_failed(self, identity: bytes, why: str) -> None:
+        """A worker is dead or unreachable: its jobs are handed out again."""
+        jobs = self.routing.remove_worker(identity)
+        for job in jobs:
+            self._died(job, f"its job manager {why}")
+        if jobs:
+            log.warning(
+                "worker %s dropped (%s): %d in-flight job(s) handed out again (msgids %s)",
+                show(identity),
+                why,
+                len(jobs),
+                ", ".join(job.msgid for job in jobs[:20]),
+            )
+        else:
+            log.warning("worker %s dropped (%s)", show(identity), why)
+
+    def worker_left(self, identity: bytes, now: float) -> None:
+        """A worker said KBAI: it finishes its jobs; they are handed out again if it
+        has not reported them within ``shutdown_grace + lease_grace``."""
+        grace = now + self.settings.shutdown_grace + self.settings.lease_grace
+        for job in self.routing.remove_worker(identity):
+            job.lease_until = min(job.lease_until, grace)
+
+    def expire_leases(self, now: float) -> None:
+        for job in [j for j in self.routing.inflight.values() if j.lease_until <= now]:
+            self.expired += 1
+            self.expired_by_queue[job.queue] += 1
+            self.routing.release(job)
+            self._died(job, "its lease ran out")
+
+    # -- outcomes ----------------------------------------------------------------------
+    def _died(self, job: Job, why: str) -> None:
+        job_debug(log, "waits again (%s)", job.msgid, job.queue, why)
+        job.deaths += 1
+        self.routing.release(job)
+        if job.deaths >= self.settings.poison_after:
+            reason = f"poisoned: {why}, {job.deaths} time(s)"
+            self.journal.poison(job.seq, job.deaths, reason)
+            self.poisoned[job.queue] += 1
+            log.warning(
+                "job set aside msgid=%s queue=%s: %s",
+                job.msgid,
+                job.queue,
+                reason,
+                extra=job_fields(job.msgid, job.queue),
+            )
+            if job.client:
+                self.to_client(
+                    job.client, Reject(msgid=new_msgid(), job_msgid=job.msgid, reason=reason)
+                )
+            return
+        self.journal.requeue(job.seq, job.deaths)
+        self.routing.requeued += 1
+        self.routing.waiting.push(job)
+
+    def _retry(self, job: Job) -> None:
+        s = self.settings
+        job.attempts += 1
+        self.stats.retried[job.queue] += 1
+        pause = backoff(job.attempts, s.retry_backoff_base, s.retry_backoff_cap)
+        due = time.time() + pause
+        self.journal.delay(job.seq, due, job.attempts)
+        self.delayed[job.queue] += 1
+        if self._next_due is None or due < self._next_due:
+            self._next_due = due
+        n, of = job.attempts, job.retry_count
+        job_debug(log, "retry %d of %d in %.1fs", job.msgid, job.queue, n, of, pause)
+
+    def _finish(self, job: Job, payload: str | None) -> None:
+        self._forget_finished(job)
+        if job.reply and job.client and payload is not None:
+            self.to_client(
+                job.client, Reply(msgid=new_msgid(), payload=payload, reply_to=job.msgid)
+            )
+
+    def _refused(self, job: Job, payload: str) -> None:
+        """A job manager refused the job (not registered, not allowed, bad body): the
+        client that asked gets REJECT with the reason, not a REPLY."""
+        self._forget_finished(job)
+        if job.reply and job.client:
+            reject = Reject(msgid=new_msgid(), job_msgid=job.msgid, reason=refusal_reason(payload))
+            self.to_client(job.client, reject)
+
+    def _forget_finished(self, job: Job) -> None:
+        self.journal.delete(job.seq)
+        self.finished.add(job.msgid)
+
+    # -- delayed jobs ------------------------------------------------------------------
+    def next_due(self) -> float | None:
+        """When a delayed job is due (None too while the journal cannot be written:
+        they are promoted once it can)."""
+        return None if self.journal.failure is not None else self._next_due
+
+    def promote_due(self, wall: float, now: float) -> None:
+        """Delayed jobs whose time has come start waiting (or run)."""
+        if self._next_due is None or wall < self._next_due or self.journal.failure is not None:
+            return
+        queues: set[str] = set()
+        try:
+            while True:
+                rows = self.journal.take_due(wall)
+                for row in rows:
+                    job = job_from_row(row, now)
+                    self.delayed[job.queue] -= 1
+                    self.routing.waiting.push(job)
+                    queues.add(job.queue)
+                if len(rows) < 1000:
+                    break
+            self._next_due = self.journal.next_due()
+        except JournalUnavailable:
+            pass  # _next_due stays: tried again once the journal can be written
+        self.pump(now, sorted(queues))
+
+    # -- cancelling --------------------------------------------------------------------
+    def cancel(self, msgid: str) -> Job | None:
+        """CANCEL: drop the job if it has not been handed out.
+
+        Returns the job when it is running (the caller forwards CANCEL to its
+        worker if that worker can take it); None otherwise.
+        """
+        running = self.routing.inflight.get(msgid)
+        if running is not None:
+            return running
+        job = self.routing.waiting.index.get(msgid)
+        if job is not None:
+            self.routing.waiting.queue(job.queue).discard(job)
+        else:
+            try:
+                found = self.journal.find(msgid)
+                if found is None:
+                    for seq in self.journal.parcels_holding(msgid):
+                        self._open_parcel(seq)
+                    found = self.journal.find(msgid)
+            except JournalUnavailable as exc:
+                log.warning("CANCEL for msgid %s not applied: journal: %s", msgid, exc.reason)
+                return None
+            if found is None:
+                log.debug("CANCEL for msgid %s: not held", msgid)
+                return None
+            state, row = found
+            if state == LEASED:
+                return None
+            job = job_from_row(row, 0.0)
+            if state == WAITING:
+                self.routing.waiting.queue(row.queue).forget_on_disk()
+            elif state == DELAYED:
+                self.delayed[row.queue] -= 1
+            elif state == POISONED:
+                self.poisoned[row.queue] -= 1
+        self.stats.finish(job.queue, STATUS_CANCELLED)
+        self._finish(job, CANCELLED_PAYLOAD)
+        job_debug(log, "cancelled before it ran", msgid, job.queue)
+        return None

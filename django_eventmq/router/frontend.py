@@ -1,0 +1,590 @@
+"""The router's frontend: clients (REQUEST, BATCH, CANCEL, FEATURES) and schedulers
+(INFORM, SCHEDULE, ...).
+
+A mixin of :class:`.router.Router`: the state it uses (sockets, the book, the
+ACKs waiting for the journal) belongs to the router.
+
+Limits (``MAX_BODY_BYTES``, header bounds; see :mod:`..protocol.limits`): a
+REQUEST, SCHEDULE or UNSCHEDULE outside them is logged once per peer and
+reason and answered with ``REJECT`` naming it, so a client of ours that waits
+for its ACK fails at once with the reason. REJECT is sent to every client,
+like the router's other refusals (bad body, high-water mark): the reference
+client only ever sends on its socket (its ``Sender`` never reads), so a REJECT
+waits unread in its pipe and costs it nothing.
+
+BATCH (many REQUESTs in one message, :mod:`..protocol.batch`): each job gets
+the checks and the REJECT a REQUEST would, then one ACK of the batch's msgid
+follows the journal commit. Its REJECTs are sent at once, so they reach the
+client before that ACK; should one not go out (the client's pipe is full),
+the batch gets no ACK and the client sends it again. A client learns that we
+take BATCH from the FEATURES we answer to its own.
+
+A packed REQUEST (one frame, :mod:`..protocol.packed`) is unpacked here and
+handled as any REQUEST; its ACK goes back packed, so the router keeps no
+per-client state about who reads packed messages.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from itertools import repeat
+from typing import TYPE_CHECKING
+
+from django_eventmq.errors import ProtocolError
+from django_eventmq.protocol import (
+    Ack,
+    Cancel,
+    Disconnect,
+    Features,
+    Heartbeat,
+    Inform,
+    Kbai,
+    Message,
+    Request,
+    Schedule,
+    Unschedule,
+    new_msgid,
+    parse_headers,
+)
+from django_eventmq.protocol import constants as C
+from django_eventmq.protocol.batch import (
+    BATCH,
+    MAX_BATCH_JOBS,
+    Batch,
+    BatchJob,
+    body_sizes,
+    job_bounds,
+    jobs_at,
+    shared_route,
+)
+from django_eventmq.protocol.extensions import Reject
+from django_eventmq.protocol.headers import Headers
+from django_eventmq.protocol.limits import Limits, OverLimit
+from django_eventmq.protocol.packed import PACKED
+from django_eventmq.router.book import Accepting, Book
+from django_eventmq.router.holds import QueueMarks
+from django_eventmq.router.journal.store import JournalUnavailable
+from django_eventmq.router.routing import Scheduler, Schedulers
+from django_eventmq.runtime import security, transport
+from django_eventmq.runtime.outbox import Handler, Outbox, WarnOnce, forward, send, show
+from django_eventmq.runtime.settings import Settings
+from django_eventmq.runtime.transport import Channel
+from django_eventmq.scheduling.identity import ScheduleSpec
+
+log = logging.getLogger("django_eventmq.router")
+
+#: Messages taken from one socket per loop iteration, so no socket starves the others.
+DRAIN_CAP = 256
+#: Kept SCHEDULE/UNSCHEDULE messages read from the journal at a time.
+SCHEDULES_PER_READ = 500
+
+_VERSION = C.PROTOCOL_VERSION_B
+_REQUEST = C.REQUEST.encode()
+_BATCH = BATCH.encode()
+
+
+class FrontendHandlers(QueueMarks):
+    """Handlers for the frontend socket (mixed into the router)."""
+
+    settings: Settings
+    book: Book
+    frontend: Channel
+    #: What clients are sent (ACKs, REJECTs, replies, FEATURES), counted and bounded.
+    outbox: Outbox
+    schedulers: Schedulers
+    _warn: WarnOnce
+    _limits: Limits
+    #: (client identity, REQUEST or SCHEDULE msgid, packed) to ACK once the journal
+    #: is committed; ``packed``: the ACK goes in the form the REQUEST came in.
+    _acks: list[tuple[bytes, bytes, bool]]
+
+    if TYPE_CHECKING:
+
+        def _handle(self, channel: Channel, raw: list[bytes], now: float) -> None: ...
+
+        def _send_to_worker(self, identity: bytes, message: Message, now: float) -> None: ...
+
+    #: CANCEL_POLICY owner with CURVE on: each job keeps the key that sent it, read
+    #: with each message (``_sender``), and a CANCEL must come from it or an admin key.
+    _owners = False
+    _admin_keys: frozenset[str] = frozenset()
+    _sender: str | None = None
+    #: CANCELs refused under that policy (MONITOR).
+    cancels_refused = 0
+
+    def _frontend_handlers(self) -> dict[type, Handler]:
+        s = self.settings
+        self._owners = security.server_curve(s) and s.cancel_policy == "owner"
+        if self._owners:
+            admins = security.allowed_keys(s, security.ADMIN)
+            self._admin_keys = frozenset(key.decode() for key in admins)
+        return {
+            Request: self._on_request,
+            Batch: self._on_batch,
+            Features: self._on_frontend_features,
+            Cancel: self._on_cancel,
+            Schedule: self._on_schedule,
+            Unschedule: self._on_schedule,
+            Inform: self._on_frontend_inform,
+            Heartbeat: self._on_frontend_heartbeat,
+            Kbai: self._on_frontend_kbai,
+            Disconnect: self._ignore,
+            Ack: self._ignore,
+        }
+
+    def _over_high_water(self, coming: int = 0) -> bool:
+        """At the high-water mark, with ``coming`` jobs (of a BATCH) not stored yet."""
+        return self.book.backlog() + coming >= self.settings.high_water_mark
+
+    def _drain_frontend(self, now: float) -> None:
+        """Take what clients sent, REQUESTs straight from their frames."""
+        recv = self.frontend.recv_frames
+        owners = self._owners
+        block = self.settings.hwm_policy == "block"
+        schedulers = self.schedulers.peers
+        for _ in range(DRAIN_CAP):
+            if block and self._over_high_water():
+                return
+            try:
+                if owners:
+                    raw, self._sender = self.frontend.recv_frames_from(flags=transport.NOBLOCK)
+                else:
+                    raw = recv(flags=transport.NOBLOCK)
+            except transport.Again:
+                return
+            if schedulers and (scheduler := schedulers.get(raw[0])) is not None:
+                # Any message from a scheduler counts as its heartbeat (spec): a busy
+                # one sends only REQUESTs.
+                scheduler.last_heard = now
+            packed = len(raw) == 2
+            if packed:
+                raw = self.frontend.unpacked(raw)
+            if (
+                len(raw) == 8
+                and raw[3] == _REQUEST
+                and raw[1] == b""
+                and raw[2] == _VERSION
+                and self._fast_request(raw, now, packed)
+            ):
+                continue
+            if len(raw) == 6 and raw[3] == _BATCH and raw[1] == b"" and raw[2] == _VERSION:
+                self._fast_batch(raw, now)
+                continue
+            self._handle(self.frontend, raw, now)
+
+    def _fast_request(self, raw: list[bytes], now: float, packed: bool = False) -> bool:
+        """A well-formed REQUEST without building a message object; False: decode it."""
+        try:
+            msgid = raw[4].decode()
+            queue = raw[5].decode()
+            headers = parse_headers(raw[6].decode())
+            raw[7].decode()  # the body must be text; it is forwarded as bytes
+        except (UnicodeDecodeError, ProtocolError):
+            return False
+        if not msgid or not queue:
+            return False
+        try:
+            self._limits.check_request_frames(raw[4], raw[6], raw[7])
+        except OverLimit as exc:
+            self._over_limit(raw[0], exc)
+            return True
+        try:
+            self._accept(raw[0], raw[1:], msgid, queue, headers, now, packed=packed)
+        except transport.ContextTerminated:
+            raise
+        except Exception:
+            log.exception("frontend: error handling REQUEST %s from %s", msgid, show(raw[0]))
+        return True
+
+    def _over_limit(self, identity: bytes, exc: OverLimit) -> None:
+        """A client's message outside the limits: warn once, REJECT it (see module doc)."""
+        if not exc.msgid:
+            self._warn("frontend", identity, exc.reason, "dropped")
+            return
+        self._warn("frontend", identity, exc.reason, f"REJECT sent for msgid {exc.msgid}")
+        self.book.reject(identity, exc.msgid, exc.reason)
+
+    def _on_request(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
+        assert isinstance(msg, Request)
+        self._accept(identity, frames, msg.msgid, msg.queue, msg.headers, now)
+
+    def _accept(
+        self,
+        identity: bytes,
+        frames: list[bytes],
+        msgid: str,
+        queue: str,
+        headers: Headers,
+        now: float,
+        *,
+        packed: bool = False,
+    ) -> None:
+        reason = self._refusal(frames, msgid)
+        if reason is not None:
+            self.book.reject(identity, msgid, reason)
+            return
+        if (
+            self.queue_full(queue)
+            and not self.book.is_held(msgid)
+            and self._hold(
+                queue,
+                msgid,
+                1,
+                identity,
+                lambda at: self._accept(identity, frames, msgid, queue, headers, at, packed=packed),
+            )
+        ):
+            return
+        try:
+            self.book.accept(identity, frames, msgid, queue, headers, now, self._sender)
+        except JournalUnavailable as exc:  # it failed with this very insert
+            self.book.reject(identity, msgid, _cannot_store(exc.reason))
+            return
+        # New or a duplicate: either way the job is held; the ACK waits for the commit.
+        self._acks.append((identity, frames[3], packed))
+
+    def _refusal(self, frames: list[bytes], msgid: str, coming: int = 0) -> str | None:
+        """Why a REQUEST (``frames`` as it came, or as a BATCH job would have come)
+        is refused, if it is; ``coming``: jobs of its BATCH not stored yet."""
+        if frames[6].lstrip()[:1] != b"[":
+            return 'bad body: a job is a JSON list such as ["run", {...}]'
+        failure = self.book.journal.failure
+        if failure is not None and not self.book.is_held(msgid):
+            if self.book.stored_while_failing(msgid):
+                return None  # a duplicate: acknowledged once what is kept is written
+            return _cannot_store(failure)
+        if (
+            self.settings.hwm_policy == "reject"
+            and not self.book.is_held(msgid)
+            and self._over_high_water(coming)
+        ):
+            return (
+                f"router is full: over its high-water mark ({self.settings.high_water_mark} "
+                f"jobs waiting); start a job manager for queue {frames[4].decode()}, raise "
+                "HIGH_WATER_MARK, or send it again later with the same msgid (Spark: the "
+                "same run_id)"
+            )
+        return self._held_refusal(frames[4], msgid)
+
+    # -- BATCH -----------------------------------------------------------------------
+    #: BATCH messages taken, and the jobs they carried (tests and diagnostics).
+    batches_received = 0
+    batch_jobs_received = 0
+
+    def _fast_batch(self, raw: list[bytes], now: float) -> None:
+        """A BATCH straight from its frames: ``[identity, '', version, 'BATCH', msgid, JOBS]``."""
+        identity, frame = raw[0], raw[5]
+        try:
+            if not raw[4]:
+                raise ProtocolError("BATCH: msgid is empty")
+            raw[4].decode()
+            ends = job_bounds(
+                frame, max_jobs=MAX_BATCH_JOBS, max_bytes=self.settings.max_message_bytes
+            )
+        except UnicodeDecodeError:
+            self._warn("frontend", identity, "BATCH: msgid is not UTF-8 text", "dropped BATCH")
+            return
+        except ProtocolError as exc:
+            self._warn("frontend", identity, exc.reason, "dropped BATCH")
+            return
+        # A parcel keeps no owner: with owners kept, each job is stored with its own.
+        parcels = not self._owners and self.book.journal.failure is None
+        try:
+            # A copy of a parcel held whole (a Spark task retried) adds nothing:
+            # acknowledged as held before any check, even while its queue is at
+            # its QUEUE_HIGH_WATER_MARK (held again, it would get no answer).
+            known = parcels and self.book.same_parcel(frame, len(ends) // 4)
+        except JournalUnavailable:
+            known = False
+        if not known and self._hold_batch(identity, raw, ends):
+            return
+        try:
+            as_parcel = known or (parcels and self._as_parcel(identity, frame, ends, now))
+        except JournalUnavailable:
+            as_parcel = False  # its insert found the journal unwritable: each job is refused
+        if as_parcel:
+            self.batches_received += 1
+            self.batch_jobs_received += len(ends) // 4
+            self._acks.append((identity, raw[4], False))
+            return
+        self._accept_batch(identity, raw[4], jobs_at(frame, ends), now)
+
+    def _on_batch(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
+        assert isinstance(msg, Batch)
+        self._accept_batch(identity, frames[3], msg.jobs, now)
+
+    def _accept_batch(
+        self, identity: bytes, batch_msgid: bytes, jobs: Sequence[BatchJob], now: float
+    ) -> None:
+        """Each job as a REQUEST; one ACK for the batch unless a REJECT could not be sent."""
+        self.batches_received += 1
+        self.batch_jobs_received += len(jobs)
+        told = True
+        admitted: list[Accepting] = []
+        try:
+            for job in jobs:
+                checked = self._batch_job(identity, job, len(admitted))
+                if isinstance(checked, str):
+                    told = self._reject_now(identity, job[0].decode(), checked) and told
+                else:
+                    admitted.append(checked)
+            self.book.accept_many(identity, admitted, now, self._sender)
+        except transport.ContextTerminated:
+            raise
+        except JournalUnavailable as exc:
+            log.warning("BATCH %s not stored: journal: %s", show(batch_msgid), exc.reason)
+            return
+        except Exception:
+            # No ACK: the client sends the batch again; the jobs held by then are duplicates.
+            log.exception(
+                "frontend: error handling BATCH %s from %s", show(batch_msgid), show(identity)
+            )
+            return
+        if told:
+            self._acks.append((identity, batch_msgid, False))
+
+    def _as_parcel(self, identity: bytes, frame: bytes, ends: list[int], now: float) -> bool:
+        """Store the BATCH as one parcel (:meth:`.Book.accept_parcel`) if its jobs
+        share queue and headers and plainly pass a REQUEST's checks; False, nothing
+        done, otherwise: each job then goes through them one by one."""
+        route = shared_route(frame, ends)
+        if (
+            route is None
+            or not route[0]
+            or self.queue_full(route[0].decode())
+            or self.book.journal.failure is not None
+        ):
+            return False
+        sizes = body_sizes(ends)
+        # Each body at least "[" and more, within the limit, and a JSON list (a
+        # REQUEST's check, without the leading white space it allows).
+        if (
+            min(sizes) < 2
+            or max(sizes) > self._limits.max_body_bytes
+            or not all(map(frame.startswith, repeat(b"["), ends[3::4]))
+        ):
+            return False
+        try:
+            headers = parse_headers(route[1].decode())
+            self._limits.check_headers(headers)
+        except ProtocolError:
+            return False
+        count = len(sizes)
+        # The last job would be refused: each job then gets its own answer.
+        if self.settings.hwm_policy == "reject" and self._over_high_water(count - 1):
+            return False
+        first_last = (frame[ends[0] : ends[1]].decode(), frame[ends[-5] : ends[-4]].decode())
+        return self.book.accept_parcel(
+            identity, frame, count, route[0].decode(), headers, route[1], now, first_last
+        )
+
+    def _batch_job(self, identity: bytes, job: BatchJob, coming: int) -> Accepting | str:
+        """One job of a BATCH through a REQUEST's checks: what to accept, or the REJECT
+        reason. ``coming``: jobs of the batch that passed before it."""
+        msgid_b, queue_b, headers_b, body = job
+        # unpack_jobs checked that every field is UTF-8 text and the msgid is not empty.
+        msgid = msgid_b.decode()
+        queue = queue_b.decode()
+        if not queue:
+            return "REQUEST: queue name is empty"
+        try:
+            headers = parse_headers(headers_b.decode())
+            self._limits.check_request_frames(msgid_b, headers_b, body)
+        except OverLimit as exc:
+            self._warn("frontend", identity, exc.reason, f"REJECT sent for msgid {msgid}")
+            return exc.reason
+        except ProtocolError as exc:
+            return exc.reason
+        frames = [b"", _VERSION, _REQUEST, msgid_b, queue_b, headers_b, body]
+        reason = self._refusal(frames, msgid, coming)
+        return (frames, msgid, queue, headers) if reason is None else reason
+
+    def _reject_now(self, identity: bytes, msgid: str, reason: str) -> bool:
+        """:meth:`Book.reject`, sent at once; False if the client's pipe did not take it."""
+        self.book.rejected += 1
+        return self.outbox.send(identity, Reject(msgid=new_msgid(), job_msgid=msgid, reason=reason))
+
+    def _on_frontend_features(
+        self, identity: bytes, frames: list[bytes], msg: Message, now: float
+    ) -> None:
+        """A client says what it speaks; we answer with what our frontend takes."""
+        features = {
+            PACKED: 1,
+            "batch": 1,
+            "batch_jobs": MAX_BATCH_JOBS,
+            # ZeroMQ drops a peer that sends a bigger frame (MAXMSGSIZE).
+            "batch_bytes": self.settings.max_message_bytes,
+            # Named by a sender that finds us full (not reading: it cannot ask then).
+            "high_water_mark": self.settings.high_water_mark,
+        }
+        self.outbox.send(identity, Features(msgid=new_msgid(), features=features))
+
+    def _on_cancel(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
+        assert isinstance(msg, Cancel)
+        if self._owners and not self._may_cancel(identity, msg.job_msgid):
+            return
+        running = self.book.cancel(msg.job_msgid)
+        if running is None:
+            return
+        worker = self.book.routing.workers.get(running.worker) if running.worker else None
+        if worker is not None and worker.features:
+            self._send_to_worker(
+                worker.identity, Cancel(msgid=new_msgid(), job_msgid=msg.job_msgid), now
+            )
+        else:
+            log.info(
+                "CANCEL for msgid %s: it runs on a job manager that cannot cancel; it runs on",
+                msg.job_msgid,
+            )
+
+    def _may_cancel(self, identity: bytes, job_msgid: str) -> bool:
+        """CANCEL_POLICY owner: the key that sent the job, or an admin key, may cancel it."""
+        sender = self._sender or ""
+        if sender in self._admin_keys:
+            return True
+        try:
+            owner = self.book.journal.owner_of(job_msgid)
+        except JournalUnavailable as exc:  # who sent it is unknown: refuse, it may be held
+            log.warning("CANCEL for msgid %s not applied: journal: %s", job_msgid, exc.reason)
+            return False
+        if owner is None or owner == sender:
+            return True  # not held (nothing to cancel), or its own
+        self.cancels_refused += 1
+        self._warn(
+            "frontend",
+            identity,
+            "CANCEL for a job sent with another CURVE key (CANCEL_POLICY is 'owner': only "
+            "that key or an admin key from CURVE_ADMIN_CLIENTS may cancel it)",
+            f"refused for msgid {job_msgid}",
+        )
+        return False
+
+    # -- schedulers ----------------------------------------------------------------
+    # A SCHEDULE counts as delivered once it is forwarded to a connected
+    # scheduler, which keeps it in its database (it sends no receipt). Until
+    # then it waits in the journal, stored before the client's ACK, so a
+    # router crash or restart does not lose it. An UNSCHEDULE drops the kept
+    # SCHEDULEs it names, and is kept itself for the schedulers' databases.
+    def _on_schedule(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
+        assert isinstance(msg, Schedule | Unschedule)
+        unschedule = isinstance(msg, Unschedule)
+        job_key, timing_key = _schedule_keys(msg)
+        journal = self.book.journal
+        if journal.failure is not None:
+            self.book.reject(identity, msg.msgid, _cannot_store(journal.failure))
+            return
+        peers = self.schedulers
+        if unschedule and peers.stored and job_key:
+            dropped = journal.drop_schedules(job_key, timing_key)
+            peers.stored -= dropped
+            if dropped:
+                log.info("UNSCHEDULE %s dropped %d kept SCHEDULE(s)", msg.msgid, dropped)
+        # Kept ones go first, so a scheduler sees the messages in the order sent.
+        self._flush_schedules(now)
+        if peers.stored or not self._to_schedulers(unschedule, frames, now):
+            journal.add_schedule(
+                frames, unschedule=unschedule, job_key=job_key, timing_key=timing_key
+            )
+            peers.stored += 1
+            log.debug("no scheduler took %s %s: kept in the journal", msg.command, msg.msgid)
+        # The ACK goes once the journal is committed.
+        self._acks.append((identity, frames[3], False))
+
+    def _recover_schedules(self) -> None:
+        """On start: count the SCHEDULE / UNSCHEDULE messages the journal keeps."""
+        self.schedulers.stored = self.book.journal.schedule_count()
+        if self.schedulers.stored:
+            log.warning(
+                "journal: %d SCHEDULE/UNSCHEDULE message(s) wait for a scheduler",
+                self.schedulers.stored,
+            )
+
+    def _flush_schedules(self, now: float) -> None:
+        """Hand kept messages to the connected schedulers, oldest first."""
+        peers = self.schedulers
+        journal = self.book.journal
+        if not peers.stored or not peers.peers or journal.failure is not None:
+            return
+        while peers.stored:
+            kept = journal.schedules(SCHEDULES_PER_READ)
+            for seq, unschedule, frames in kept:
+                if not self._to_schedulers(unschedule, frames, now):
+                    return
+                journal.delete_schedule(seq)
+                peers.stored -= 1
+                log.debug("kept %r %r handed to a scheduler", frames[2], frames[3])
+            if len(kept) < SCHEDULES_PER_READ:
+                peers.stored = 0  # the journal has no more (the count was off)
+                return
+
+    def _to_schedulers(self, broadcast: bool, frames: list[bytes], now: float) -> bool:
+        """SCHEDULE to one scheduler (round robin), UNSCHEDULE to all; False if none took it."""
+        peers = self.schedulers
+        if broadcast:
+            sent = [self._forward_to_scheduler(s, frames, now) for s in list(peers.peers.values())]
+            return any(sent)
+        for _ in range(len(peers.peers)):
+            scheduler = peers.next()
+            if scheduler is not None and self._forward_to_scheduler(scheduler, frames, now):
+                return True
+        return False
+
+    def _forward_to_scheduler(self, scheduler: Scheduler, frames: list[bytes], now: float) -> bool:
+        if forward(self.frontend, scheduler.identity, frames):
+            scheduler.last_sent = now
+            return True
+        return False
+
+    def _on_frontend_inform(
+        self, identity: bytes, frames: list[bytes], msg: Message, now: float
+    ) -> None:
+        assert isinstance(msg, Inform)
+        if msg.peer_type != C.PEER_SCHEDULER:
+            self._warn("frontend", identity, "worker INFORM on the frontend (use the backend)")
+            return
+        if self.schedulers.add(identity, now):
+            log.info("scheduler %s connected", show(identity))
+        send(self.frontend, identity, Ack(msgid=new_msgid(), ack_msgid=msg.msgid))
+        self._flush_schedules(now)
+
+    def _on_frontend_heartbeat(
+        self, identity: bytes, frames: list[bytes], msg: Message, now: float
+    ) -> None:
+        if identity not in self.schedulers.peers:
+            # Only a scheduler sends HEARTBEAT here, and only after its INFORM: this
+            # one was dropped, or this router restarted since. It is taken back as
+            # its INFORM would take it (it waits for no ACK). DISCONNECT, the spec's
+            # way to make a peer INFORM again, would do for ours but makes the
+            # reference scheduler exit.
+            self.schedulers.add(identity, now)
+            log.warning(
+                "scheduler %s registered again: a HEARTBEAT without INFORM "
+                "(dropped earlier, or this router restarted)",
+                show(identity),
+            )
+        self._flush_schedules(now)  # kept messages; a retry, should a send have failed
+
+    def _on_frontend_kbai(
+        self, identity: bytes, frames: list[bytes], msg: Message, now: float
+    ) -> None:
+        if self.schedulers.remove(identity):
+            log.info("scheduler %s said goodbye", show(identity))
+
+    def _ignore(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
+        log.debug("%s from %s ignored", msg.command, show(identity))
+
+
+def _cannot_store(failure: str) -> str:
+    """The REJECT reason while the journal cannot be written."""
+    return f"router cannot store jobs now (its journal: {failure}); send it again later"
+
+
+def _schedule_keys(msg: Schedule | Unschedule) -> tuple[str, str]:
+    """The job's and the timing's identity, as a scheduler matches them ('' if unreadable)."""
+    try:
+        spec = ScheduleSpec.from_message(msg)
+    except Exception:  # the keys only let an UNSCHEDULE drop kept SCHEDULEs early
+        log.debug("%s %s: body or timing unreadable, kept as it is", msg.command, msg.msgid)
+        return "", ""
+    return spec.job_key, (spec.key if spec.timing is not None else "")

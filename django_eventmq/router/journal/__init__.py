@@ -1,0 +1,1 @@
+"""The router's journal: every accepted job on local disk until it finished."""

@@ -1,0 +1,460 @@
+"""The journal's writes: kept in memory, flushed into one transaction, committed
+once per router loop iteration, and kept safe while the file cannot be written.
+
+Writes to the jobs and finished tables are kept in memory until the next
+read or commit and then written with one ``executemany`` per kind (new rows,
+changed columns, deleted rows): a statement per change cost more than the
+change itself. Changes to one row are merged, and a job that is added and
+finished within one commit never reaches the disk. Applying them grouped
+(inserts, then updates, then deletes) is the same as applying them in order,
+because a row's seq is never reused (changes kept for a seq before its row is
+added are dropped: in order, they would have changed nothing). A kept
+:meth:`.journal.Journal.add` cannot see a msgid that is only on disk, so the
+router inserts at once (``on_disk=True``) while some jobs are held on disk only.
+
+Write failures (disk full, read-only or immutable file, I/O error, the write
+lock held by another connection past ``busy_timeout``): the open transaction
+is rolled back and nothing it held is lost. The writes it had applied are
+logged (``_log``) and replayed (and committed first, alone) by the next
+:meth:`commit`, then the writes still kept in memory; it returns True only
+once their COMMIT returned: the
+router releases an ACK or a hand-out only after that. Meanwhile
+:attr:`Journal.failure` says why, kept writes go on piling up in memory, a
+write that must happen at once raises :class:`JournalUnavailable`, and so do
+the reads whose answer would miss the kept writes (the router then hands out
+only what it holds in memory). A retry runs at most every ``RETRY_INTERVAL``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import IO, Any
+
+from django_eventmq.errors import ConfigurationError, EventMQError
+from django_eventmq.router.journal.check import (
+    JournalDamaged,
+    check_file,
+    create_private,
+    damaged_message,
+    describe,
+    exclusive_lock,
+    is_damage,
+    unwritable_message,
+    write_mark,
+)
+from django_eventmq.router.journal.schema import (
+    INSERT_FINISHED,
+    INSERT_JOB,
+    MEMORY,
+    SCHEMA,
+    add_owner_column,
+)
+
+log = logging.getLogger("django_eventmq.router")
+
+#: Seconds between two prunings of the finished msgids (done inside a commit).
+PRUNE_INTERVAL = 1.0
+#: Seconds between two tries to write while the journal cannot be written.
+RETRY_INTERVAL = 1.0
+#: Seconds between two "still cannot write" log lines.
+REMIND_INTERVAL = 60.0
+#: Seconds between two writes of the mark file (PATH.mark).
+MARK_INTERVAL = 2.0
+
+
+#: A write that changes nothing, to find out whether the journal can be written.
+_PROBE = ("UPDATE meta SET value = value WHERE key = 'commits'", (), False)
+
+
+class JournalUnavailable(EventMQError):
+    """The journal cannot be written (or read consistently) now; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class JournalBase:
+    """The open journal: kept writes, transactions, commits and their failures.
+
+    :class:`.journal.Journal` adds the stores on top. Every method runs in the
+    router's thread."""
+
+    def __init__(
+        self, path: str, *, sync: str = "full", busy_timeout: float = 5.0, check: bool = True
+    ) -> None:
+        """Open (or create, mode 0600) the journal at ``path``.
+
+        ``busy_timeout``: seconds a write waits for another connection's lock
+        before it fails (then the journal retries later). ``check``: refuse a
+        damaged journal (:class:`JournalDamaged`) and one that cannot be
+        written (:class:`ConfigurationError`), each with one clear message.
+        """
+        self.path = path
+        self.syncs = 0
+        #: Row changes not yet committed.
+        self.pending = 0
+        #: Why the journal cannot be written now (None: it can).
+        self.failure: str | None = None
+        #: Writes applied to the open transaction, replayed after a failed one
+        #: (``(sql, params, many)``; see the module doc).
+        self._log: list[tuple[str, Any, bool]] = []
+        self._failed_since = 0.0
+        self._retry_at = 0.0
+        self._remind_at = 0.0
+        self._mark_at = 0.0
+        self._lock: IO[bytes] | None = None
+        try:
+            if path != MEMORY:
+                if check:
+                    check_file(path)
+                create_private(path)
+                self._lock = exclusive_lock(path)
+            self.db = sqlite3.connect(
+                path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
+            )
+            if path == MEMORY:
+                self.db.execute("PRAGMA journal_mode=OFF")
+                self.db.execute("PRAGMA synchronous=OFF")
+            else:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=" + ("FULL" if sync == "full" else "NORMAL"))
+            self.db.execute("PRAGMA temp_store=MEMORY")
+            self.db.executescript(SCHEMA)
+            add_owner_column(self.db)
+            self.commits = int(
+                self.db.execute("SELECT value FROM meta WHERE key = 'commits'").fetchone()[0]
+            )
+            if check and path != MEMORY:
+                # A write probe: one clear line now rather than failing later.
+                self.db.execute("BEGIN")
+                self.db.execute("UPDATE meta SET value = value + 1 WHERE key = 'commits'")
+                self.db.execute("COMMIT")
+                self.commits += 1
+                self._write_mark()
+        except sqlite3.DatabaseError as exc:
+            self._close_db()
+            if is_damage(exc):
+                raise JournalDamaged(damaged_message(path, str(exc))) from None
+            raise ConfigurationError(unwritable_message(path, exc)) from None
+        except OSError as exc:
+            self._close_db()
+            raise ConfigurationError(unwritable_message(path, exc)) from None
+        except BaseException:
+            self._close_db()
+            raise
+        self._in_tx = False
+        self._closed = False
+        self._execute = self.db.execute
+        # Writes not yet applied (see the module doc): new rows by seq, their
+        # msgids, column changes by seq, deleted seqs, finished msgids.
+        self._new: dict[int, list[Any]] = {}
+        self._new_msgids: set[str] = set()
+        self._changed: dict[int, dict[str, Any]] = {}
+        self._gone: set[int] = set()
+        self._done: list[tuple[int, str, float]] = []
+        #: Finished msgids kept: at most this many, for at least this many seconds
+        #: (set by :meth:`keep_finished`; 0 keeps none).
+        self.finished_keep = 0
+        self.finished_window = 0.0
+        self._finished_seq = int(
+            self._execute("SELECT COALESCE(MAX(seq), 0) FROM finished").fetchone()[0]
+        )
+        self._prune_after = 0.0
+        self._finished_added = False
+        self._finished_clock: Callable[[], float] = time.time
+        #: Parcels stored, per queue (no query to know a queue has none).
+        self._parcels: Counter[str] = Counter(
+            dict(self._execute("SELECT queue, COUNT(*) FROM parcels GROUP BY queue").fetchall())
+        )
+
+    # -- transactions ------------------------------------------------------
+    def _begin(self, changes: int = 1) -> None:
+        if not self._in_tx and self.failure is None:
+            self._execute("BEGIN")
+            self._in_tx = True
+        self.pending += changes
+
+    def _now(
+        self, sql: str, params: Any, *, many: bool = False, changes: int = 0
+    ) -> sqlite3.Cursor:
+        """Apply one write at once (logged for a replay should the transaction fail);
+        :class:`JournalUnavailable` if it cannot be written."""
+        return self._now_all([(sql, params, many)], changes)[-1]
+
+    def _now_all(self, writes: list[tuple[str, Any, bool]], changes: int) -> list[sqlite3.Cursor]:
+        """:meth:`_now` for writes that stand or fall together."""
+        if self.failure is not None:
+            raise JournalUnavailable(self.failure)
+        self._begin(0)
+        cursors = []
+        try:
+            for sql, params, many in writes:
+                cursors.append(
+                    self.db.executemany(sql, params) if many else self._execute(sql, params)
+                )
+        except sqlite3.Error as exc:
+            self._fail(exc)
+            raise JournalUnavailable(self.failure or describe(exc)) from None
+        self._log.extend(writes)
+        self.pending += changes
+        return cursors
+
+    def _fresh(self) -> None:
+        """Before a read whose answer must include the kept writes:
+        :class:`JournalUnavailable` if they cannot be written."""
+        if not self._flush():
+            raise JournalUnavailable(self.failure or "cannot be written")
+
+    def _select(self, sql: str, params: Any = ()) -> list[Any]:
+        """A read the router's decisions depend on (after :meth:`_fresh`)."""
+        try:
+            return self._execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise JournalUnavailable(describe(exc)) from None
+
+    def _write(self, sql: str, params: tuple[Any, ...]) -> int:
+        return self._now(sql, params, changes=1).rowcount
+
+    def _apply(self, sql: str, params: Any) -> bool:
+        """executemany for :meth:`_flush`: False (the transaction failed) on an error."""
+        try:
+            self.db.executemany(sql, params)
+        except sqlite3.Error as exc:
+            self._fail(exc)
+            return False
+        self._log.append((sql, params, True))
+        return True
+
+    def _flush(self) -> bool:
+        """Apply the writes kept in memory (inside the open transaction); False, and
+        all of them still kept, if the journal cannot be written."""
+        if self.failure is not None:
+            return False
+        db = self.db
+        if self._new:
+            rows = list(self._new.values())
+            before = db.total_changes
+            if not self._apply(INSERT_JOB, rows):
+                return False
+            self._new.clear()
+            self._new_msgids.clear()
+            ignored = len(rows) - (db.total_changes - before)
+            if ignored:  # the router asks holds() first: this is a bug, say so
+                log.error("journal: %d new job(s) not stored: msgid already held", ignored)
+        if self._changed:
+            groups: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+            for seq, columns in self._changed.items():
+                names = tuple(sorted(columns))
+                groups.setdefault(names, []).append((*(columns[n] for n in names), seq))
+            for names, params in groups.items():
+                assignments = ", ".join(f"{name} = ?" for name in names)
+                # A group applied twice (after a failure) sets the same values again.
+                if not self._apply(f"UPDATE jobs SET {assignments} WHERE seq = ?", params):  # noqa: S608
+                    return False
+            self._changed.clear()
+        if self._gone:
+            if not self._apply("DELETE FROM jobs WHERE seq = ?", [(seq,) for seq in self._gone]):
+                return False
+            self._gone.clear()
+        if self._done:
+            # A new list after: the log keeps this one.
+            if not self._apply(INSERT_FINISHED, self._done):
+                return False
+            self._done = []
+        return True
+
+    def _fail(self, exc: BaseException) -> None:
+        """A write or COMMIT failed: roll the transaction back (its writes stay in
+        ``_log`` and the kept ones in memory) and say so once, then at a slow rate."""
+        if self.db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self._execute("ROLLBACK")
+        self._in_tx = False
+        now = time.monotonic()
+        self._retry_at = now + RETRY_INTERVAL
+        cause = describe(exc)
+        if cause.startswith("I/O error"):
+            cause = self._file_problem() or cause
+        if not self._failed_since:  # the first failure since the last commit
+            self._failed_since = now
+            self._remind_at = now + REMIND_INTERVAL
+            log.error(
+                "journal %s cannot be written: %s. New jobs are not acknowledged (REJECT or "
+                "clients held back, per HWM_POLICY) until it can; stored jobs are still "
+                "handed out. Retrying every %gs.",
+                self.path,
+                cause,
+                RETRY_INTERVAL,
+            )
+        elif now >= self._remind_at:
+            self._remind_at = now + REMIND_INTERVAL
+            log.error(
+                "journal %s still cannot be written (%s) after %.0fs; %d change(s) wait in memory",
+                self.path,
+                cause,
+                now - self._failed_since,
+                self.pending,
+            )
+        self.failure = cause
+
+    def commit(self) -> bool:
+        """Make every change so far durable (one sync); False if there was none, or
+        if the journal cannot be written now: then nothing is lost, :attr:`pending`
+        stays, and a later call tries again (at most every ``RETRY_INTERVAL``)."""
+        retrying = self.failure is not None
+        if not self.pending and not retrying:
+            return False
+        # A write made at once may fail with nothing kept: it is retried all the same,
+        # or the failure (new jobs refused) would last until something else is written.
+        if retrying and (time.monotonic() < self._retry_at or not self._replay()):
+            return False
+        if retrying and self._log and not self._commit_replayed():
+            return False
+        if not self._flush():
+            return False
+        # The commit count is stored only with a commit that a new mark follows.
+        marking = self._lock is not None and time.monotonic() >= self._mark_at
+
+        def last_writes() -> None:
+            if self._finished_added:
+                self._prune_finished(self._finished_clock())
+            if marking:
+                self._execute(
+                    "UPDATE meta SET value = ? WHERE key = 'commits'", (self.commits + 1,)
+                )
+
+        if not self._end(last_writes):
+            return False
+        if retrying:
+            log.warning(
+                "journal %s can be written again after %.0fs: %d kept change(s) stored",
+                self.path,
+                time.monotonic() - self._failed_since,
+                self.pending,
+            )
+            self._failed_since = 0.0
+        self.pending = 0
+        self.syncs += 1
+        if marking:
+            self.commits += 1
+            self._write_mark()
+        return True
+
+    def _commit_replayed(self) -> bool:
+        """Commit the replayed writes alone before the kept ones join them: while
+        COMMIT keeps failing the kept writes stay merged in memory, and the
+        replay stays what the first failed transaction held (not every change
+        since, one copy each, replayed at every retry)."""
+        if not self._end():
+            return False
+        self._begin(0)
+        return True
+
+    def _end(self, last_writes: Callable[[], None] | None = None) -> bool:
+        """COMMIT the open transaction (after ``last_writes``); False if it failed."""
+        try:
+            if last_writes is not None:
+                last_writes()
+            self._execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._fail(exc)
+            return False
+        self._in_tx = False
+        self._log.clear()
+        return True
+
+    def _replay(self) -> bool:
+        """After a failure: a new transaction with the writes the failed one had applied."""
+        self.failure, cause = None, self.failure
+        try:
+            self._execute("BEGIN")
+            self._in_tx = True
+            # Nothing to replay (a write made at once failed): a write all the same,
+            # or an empty COMMIT would pass with the lock still held elsewhere.
+            for sql, params, many in self._log or [_PROBE]:
+                if many:
+                    self.db.executemany(sql, params)
+                else:
+                    self._execute(sql, params)
+        except sqlite3.Error as exc:
+            self.failure = cause
+            self._fail(exc)
+            return False
+        return True
+
+    def close(self) -> None:
+        """Commit and close (idempotent). Changes that cannot be written are lost
+        here, as in a crash: nothing that depended on them was released."""
+        if self._closed:
+            return
+        self._closed = True
+        self._retry_at = self._mark_at = 0.0
+        self.commit()
+        self._close_db()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _close_db(self) -> None:
+        db = getattr(self, "db", None)
+        if db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def _file_problem(self) -> str | None:
+        """What stops the journal's files being written, if the OS says (SQLite's
+        I/O error does not: an immutable file, a read-only remount)."""
+        if self._lock is None:
+            return None
+        for name in (self.path, self.path + "-wal", self.path + "-shm"):
+            try:
+                os.close(os.open(name, os.O_WRONLY | os.O_APPEND))
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                return f"{describe(exc)}: {name}"
+        return None
+
+    def _write_mark(self) -> None:
+        self._mark_at = time.monotonic() + MARK_INTERVAL
+        try:
+            write_mark(self.path, self.commits)
+        except OSError as exc:  # a full disk: the journal itself says so
+            log.debug("journal %s: mark not written: %s", self.path, exc)
+
+    def _prune_finished(self, now: float, *, force: bool = False) -> None:
+        """Drop finished msgids past the window or the count (inside the open transaction).
+
+        Both deletes walk the primary key from the oldest end, so they cost
+        the rows they remove; they run at most once per ``PRUNE_INTERVAL``.
+        """
+        if now < self._prune_after and not force:
+            return
+        self._prune_after = now + PRUNE_INTERVAL
+        self._finished_added = False
+        self._execute(
+            "DELETE FROM finished WHERE seq <= ?", (self._finished_seq - self.finished_keep,)
+        )
+        oldest = self._execute("SELECT seq, at FROM finished ORDER BY seq LIMIT 1").fetchone()
+        if oldest is not None and oldest[1] < now - self.finished_window:
+            # Finishing order is time order: find the first row young enough.
+            young = self._execute(
+                "SELECT MIN(seq) FROM finished WHERE seq >= ? AND at >= ?",
+                (oldest[0], now - self.finished_window),
+            ).fetchone()[0]
+            limit = self._finished_seq + 1 if young is None else young
+            self._execute("DELETE FROM finished WHERE seq < ?", (limit,))

@@ -1,0 +1,59 @@
+"""The SCHEDULE / UNSCHEDULE messages acknowledged while no scheduler could
+take them (table ``schedules``), kept in arrival order as received."""
+
+from __future__ import annotations
+
+import struct
+
+from django_eventmq.router.journal.commit import JournalBase
+
+
+class ScheduleStore(JournalBase):
+    """The kept SCHEDULE / UNSCHEDULE messages of :class:`.journal.Journal`."""
+
+    # -- SCHEDULE / UNSCHEDULE waiting for a scheduler ---------------------------
+    def add_schedule(
+        self, frames: list[bytes], *, unschedule: bool, job_key: str, timing_key: str
+    ) -> None:
+        """Keep a SCHEDULE or UNSCHEDULE (its frames as received) for a scheduler."""
+        packed = b"".join(struct.pack(">I", len(frame)) + frame for frame in frames)
+        self._write(
+            "INSERT INTO schedules (unschedule, job_key, timing_key, frames) VALUES (?, ?, ?, ?)",
+            (unschedule, job_key, timing_key, packed),
+        )
+
+    def drop_schedules(self, job_key: str, timing_key: str) -> int:
+        """An UNSCHEDULE's effect on kept SCHEDULEs: drop the job's (all timings if
+        ``timing_key`` is empty). Returns how many were dropped."""
+        if timing_key:
+            return self._write(
+                "DELETE FROM schedules WHERE unschedule = 0 AND job_key = ? AND timing_key = ?",
+                (job_key, timing_key),
+            )
+        return self._write("DELETE FROM schedules WHERE unschedule = 0 AND job_key = ?", (job_key,))
+
+    def schedules(self, limit: int = 1000) -> list[tuple[int, bool, list[bytes]]]:
+        """The oldest ``limit`` kept messages, oldest first: ``(seq, is UNSCHEDULE, frames)``."""
+        return [
+            (seq, bool(unschedule), _unpack(packed))
+            for seq, unschedule, packed in self._execute(
+                "SELECT seq, unschedule, frames FROM schedules ORDER BY seq LIMIT ?", (limit,)
+            )
+        ]
+
+    def delete_schedule(self, seq: int) -> None:
+        self._write("DELETE FROM schedules WHERE seq = ?", (seq,))
+
+    def schedule_count(self) -> int:
+        return int(self._execute("SELECT COUNT(*) FROM schedules").fetchone()[0])
+
+
+def _unpack(packed: bytes) -> list[bytes]:
+    frames = []
+    at = 0
+    while at < len(packed):
+        (size,) = struct.unpack_from(">I", packed, at)
+        at += 4
+        frames.append(packed[at : at + size])
+        at += size
+    return frames

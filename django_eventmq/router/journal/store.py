@@ -1,0 +1,284 @@
+"""The router's journal: every accepted job, on local disk, until it finished.
+
+An embedded SQLite database (standard library, no server) in WAL mode, used
+only by the router's thread. Writes go into one open transaction that the
+router commits once per loop iteration (group commit): many jobs per sync.
+
+Durability promise (``synchronous=FULL``, the default): when the router has
+sent the ACK for a REQUEST, the job is in the WAL file and fsync'ed, so a
+router crash, SIGKILL or power cut does not lose it. With ``normal`` the WAL
+is written but not fsync'ed at each commit: a crash of the router process
+loses nothing, a power cut may lose the last acknowledged jobs.
+
+Rows move through states; a job is deleted when it finished::
+
+    WAITING --dispatch--> LEASED --done--> (deleted)
+       ^                    |  \\--died N times--> POISONED
+       +----requeue---------+
+    DELAYED --due--> WAITING          (delay-until header, retry back-off)
+
+On start :meth:`recover` turns every LEASED row back into WAITING (handed
+out, never reported finished): those jobs are handed out again.
+
+The rest is split by what it does: :mod:`.journal_schema` (tables, states,
+rows), :mod:`.journal_commit` (kept writes, group commit, write failures),
+:mod:`.journal_parcels`, :mod:`.journal_finished` and
+:mod:`.journal_schedules` (the stores beside the jobs), :mod:`.journal_check`
+(file modes, lock, start-up checks, the mark) and :mod:`.journal_salvage`
+(``--journal-recover``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import Counter
+from typing import Any
+
+from django_eventmq.router.journal.check import JournalDamaged, describe, resolve_path
+from django_eventmq.router.journal.commit import JournalUnavailable
+from django_eventmq.router.journal.finished import FinishedStore
+from django_eventmq.router.journal.parcels import ParcelStore, parcel_digest
+from django_eventmq.router.journal.schedules import ScheduleStore
+from django_eventmq.router.journal.schema import (
+    COLUMN_AT,
+    DELAYED,
+    INSERT_JOB,
+    LEASED,
+    MEMORY,
+    POISONED,
+    STATE_NAMES,
+    WAITING,
+    Row,
+    new_row,
+    to_row,
+)
+
+__all__ = [
+    "DELAYED",
+    "LEASED",
+    "MEMORY",
+    "POISONED",
+    "STATE_NAMES",
+    "WAITING",
+    "Journal",
+    "JournalDamaged",
+    "JournalUnavailable",
+    "Row",
+    "describe",
+    "new_row",
+    "parcel_digest",
+    "resolve_path",
+]
+
+
+class Journal(ParcelStore, FinishedStore, ScheduleStore):
+    """The job store. Every method runs in the router's thread; the per-job
+    writes (:meth:`add`, :meth:`set_state`, :meth:`delete`) are on this class."""
+
+    # -- writes ---------------------------------------------------------------
+    def add(self, values: list[Any], *, on_disk: bool = False) -> bool:
+        """Store a new job (its :func:`new_row`); False (nothing stored) when its
+        msgid is held already.
+
+        Kept for the next write unless ``on_disk`` says the msgid may be stored
+        already: then the row is inserted at once, so that the insert finds out
+        (cheaper than a lookup first). Without it a msgid that is only on disk
+        is not seen.
+        """
+        seq, msgid = values[0], values[1]
+        if msgid in self._new_msgids:
+            return False
+        # Changes kept for this seq came before the row existed: written in
+        # order they would have changed nothing.
+        self._changed.pop(seq, None)
+        self._gone.discard(seq)
+        if on_disk:
+            return self._now(INSERT_JOB, values, changes=1).rowcount == 1
+        self._begin()
+        self._new[seq] = values
+        self._new_msgids.add(msgid)
+        return True
+
+    def add_many(self, rows: list[list[Any]]) -> set[int]:
+        """Insert new jobs (:func:`new_row`) at once; the seqs of those stored (a
+        row whose msgid is held already is not)."""
+        if not rows:
+            return set()
+        self._fresh()  # kept rows first, so the insert sees their msgids
+        db = self.db
+        before = db.total_changes
+        self._now(INSERT_JOB, rows, many=True, changes=len(rows))
+        seqs = [row[0] for row in rows]
+        if db.total_changes - before == len(rows):
+            return set(seqs)
+        stored: set[int] = set()
+        for at in range(0, len(seqs), 500):
+            chunk = seqs[at : at + 500]
+            marks = ",".join("?" * len(chunk))
+            stored.update(
+                seq
+                for (seq,) in self._execute(
+                    f"SELECT seq FROM jobs WHERE seq IN ({marks})",  # noqa: S608
+                    chunk,
+                )
+            )
+        return stored
+
+    def _change(self, seq: int, **columns: Any) -> None:
+        self._begin()
+        new = self._new.get(seq)
+        if new is not None:
+            for name, value in columns.items():
+                new[COLUMN_AT[name]] = value
+        else:
+            self._changed.setdefault(seq, {}).update(columns)
+
+    def set_state(self, seq: int, state: int) -> None:
+        self._change(seq, state=state)
+
+    def requeue(self, seq: int, deaths: int) -> None:
+        self._change(seq, state=WAITING, deaths=deaths)
+
+    def delay(self, seq: int, due: float, attempts: int) -> None:
+        self._change(seq, state=DELAYED, due=due, attempts=attempts)
+
+    def poison(self, seq: int, deaths: int, reason: str) -> None:
+        self._change(seq, state=POISONED, deaths=deaths, reason=reason)
+
+    def delete(self, seq: int) -> None:
+        self._begin()
+        new = self._new.pop(seq, None)
+        if new is not None:
+            self._new_msgids.discard(new[1])
+            return
+        self._changed.pop(seq, None)
+        self._gone.add(seq)
+
+    def holds_row(self, msgid: str) -> bool:
+        """True if a job row (not a parcel's job) has ``msgid``: one index lookup."""
+        if msgid in self._new_msgids:
+            return True
+        return self._execute("SELECT 1 FROM jobs WHERE msgid = ?", (msgid,)).fetchone() is not None
+
+    # -- reads -----------------------------------------------------------------
+    def waiting(self, queue: str, after: tuple[int, int] | None, limit: int) -> list[Row]:
+        """Up to ``limit`` WAITING jobs of ``queue`` in hand-out order, after the key ``after``."""
+        self._fresh()
+        if after is None:
+            cursor = self._select(
+                "SELECT seq, msgid, queue, nprio, guarantee, headers, body, client,"
+                " accepted, deaths, attempts"
+                " FROM jobs WHERE queue = ? AND state = 0"
+                " ORDER BY nprio, seq LIMIT ?",
+                (queue, limit),
+            )
+        else:
+            cursor = self._select(
+                "SELECT seq, msgid, queue, nprio, guarantee, headers, body, client,"
+                " accepted, deaths, attempts"
+                " FROM jobs WHERE queue = ? AND state = 0"
+                " AND (nprio, seq) > (?, ?) ORDER BY nprio, seq LIMIT ?",
+                (queue, after[0], after[1], limit),
+            )
+        return [to_row(values) for values in cursor]
+
+    def take_due(self, now: float, limit: int = 1000) -> list[Row]:
+        """DELAYED jobs due at unix time ``now``, made WAITING."""
+        self._fresh()
+        rows = [
+            to_row(values)
+            for values in self._select(
+                "SELECT seq, msgid, queue, nprio, guarantee, headers, body, client,"
+                " accepted, deaths, attempts"
+                " FROM jobs WHERE state = 3 AND due <= ? ORDER BY due LIMIT ?",
+                (now, limit),
+            )
+        ]
+        for row in rows:
+            self.set_state(row.seq, WAITING)
+        return rows
+
+    def next_due(self) -> float | None:
+        """When the next DELAYED job is due (unix time), if any."""
+        self._fresh()
+        value = self._select("SELECT MIN(due) FROM jobs WHERE state = 3")[0][0]
+        return None if value is None else float(value)
+
+    def find(self, msgid: str) -> tuple[int, Row] | None:
+        """``(state, row)`` of the job ``msgid``, if held."""
+        self._fresh()
+        found = self._select(
+            "SELECT state, seq, msgid, queue, nprio, guarantee, headers, body, client,"
+            " accepted, deaths, attempts FROM jobs WHERE msgid = ?",
+            (msgid,),
+        )
+        values = found[0] if found else None
+        return None if values is None else (values[0], to_row(values[1:]))
+
+    def owner_of(self, msgid: str) -> str | None:
+        """The CURVE key that sent job ``msgid``: None if it is not held, "" if it
+        is held with none known (sent before owners were kept, or in a parcel).
+        :class:`JournalUnavailable` if its row may be among the kept writes."""
+        self._fresh()
+        found = self._select("SELECT owner FROM jobs WHERE msgid = ?", (msgid,))
+        if found:
+            return found[0][0] or ""
+        return "" if self.parcels_holding(msgid) else None
+
+    def poisoned(self, limit: int = 100) -> list[tuple[Row, str]]:
+        self._flush()
+        cursor = self._execute(
+            "SELECT seq, msgid, queue, nprio, guarantee, headers, body, client,"
+            " accepted, deaths, attempts, reason FROM jobs"
+            " WHERE state = 2 ORDER BY seq LIMIT ?",
+            (limit,),
+        )
+        return [(to_row(values[:-1]), values[-1]) for values in cursor]
+
+    def counts(self) -> dict[int, Counter[str]]:
+        """state -> queue -> number of jobs."""
+        self._flush()
+        result: dict[int, Counter[str]] = {state: Counter() for state in STATE_NAMES}
+        for state, queue, n in self._execute(
+            "SELECT state, queue, COUNT(*) FROM jobs GROUP BY state, queue"
+        ):
+            result.setdefault(state, Counter())[queue] = n
+        for queue, n in self._execute("SELECT queue, SUM(count) FROM parcels GROUP BY queue"):
+            result[WAITING][queue] += n
+        return result
+
+    def max_seq(self) -> int:
+        self._flush()
+        return int(
+            self._execute(
+                "SELECT MAX((SELECT COALESCE(MAX(seq), 0) FROM jobs),"
+                " (SELECT COALESCE(MAX(seq + count - 1), 0) FROM parcels))"
+            ).fetchone()[0]
+        )
+
+    def recover(self) -> int:
+        """On start: jobs handed out but never reported finished wait again. Returns how many."""
+        self._flush()
+        changed = self._write("UPDATE jobs SET state = 0 WHERE state = 1", ())
+        self.commit()
+        return changed
+
+    def size_bytes(self) -> int:
+        """Bytes on disk (database + write-ahead log)."""
+        if self.path == MEMORY:
+            pages = self._execute("PRAGMA page_count").fetchone()[0]
+            return int(pages) * int(self._execute("PRAGMA page_size").fetchone()[0])
+        total = 0
+        for suffix in ("", "-wal"):
+            with contextlib.suppress(OSError):
+                total += os.stat(self.path + suffix).st_size
+        return total
+
+    def is_empty(self) -> bool:
+        """Nothing kept: no job, no SCHEDULE waiting, no finished msgid to refuse again."""
+        self._flush()
+        return all(
+            self._execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is None  # noqa: S608
+            for table in ("jobs", "parcels", "schedules", "finished")
+        )

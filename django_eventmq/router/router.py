@@ -1,0 +1,523 @@
+"""The router (broker): clients and schedulers on the frontend, job managers on
+the backend, administration on a third socket.
+
+The router forwards raw frames and never parses job bodies; a job's life
+(stored, handed out, finished, handed out again) lives in :mod:`.dispatch`,
+routing decisions in :mod:`.queues`, the store in :mod:`.journal`.
+
+One loop iteration: take what the sockets have, hand jobs out (sent
+together at the end of the iteration), then commit the journal (group
+commit: one sync for everything the iteration changed) and only then send
+the ACKs of the REQUESTs it accepted. Sends never
+block: a peer whose pipe is full or that is gone costs us one message (a
+heartbeat, an ACK the client will ask for again) or puts a REQUEST back to
+the front of its queue, never the router itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import time
+from collections import OrderedDict
+
+from django_eventmq.errors import ConfigurationError, ProtocolError
+from django_eventmq.protocol import (
+    Ack,
+    AdminRequest,
+    Disconnect,
+    Heartbeat,
+    Kbai,
+    Message,
+    Reply,
+    decode,
+    new_msgid,
+)
+from django_eventmq.protocol import constants as C
+from django_eventmq.protocol.limits import OverLimit
+from django_eventmq.protocol.packed import pack
+from django_eventmq.router import admin_socket as admin_json
+from django_eventmq.router.backend import FEATURES, BackendHandlers
+from django_eventmq.router.book import Book
+from django_eventmq.router.frontend import DRAIN_CAP, FrontendHandlers
+from django_eventmq.router.journal.salvage import salvage
+from django_eventmq.router.journal.store import (
+    MEMORY,
+    Journal,
+    JournalDamaged,
+    JournalUnavailable,
+    resolve_path,
+)
+from django_eventmq.router.routing import Routing, Schedulers
+from django_eventmq.router.unserved import UnservedQueues
+from django_eventmq.runtime import security, transport
+from django_eventmq.runtime.outbox import CLIENT_SNDHWM, Handler, Outbox, WarnOnce, send, show
+from django_eventmq.runtime.settings import Settings
+from django_eventmq.runtime.transport import Channel
+
+__all__ = ["COMMIT_INTERVAL", "DRAIN_CAP", "FEATURES", "RETRY_MS", "SNDHWM", "Router"]
+
+log = logging.getLogger("django_eventmq.router")
+
+#: Poll timeout (ms) while a REQUEST waits to be re-sent after a full pipe.
+RETRY_MS = 10
+#: Messages queued per peer before a send to it fails with ``Again`` (bounds memory
+#: when a client never reads its ACKs).
+SNDHWM = 100_000
+#: Changes that only cost a duplicate run if lost (leases, finished jobs) are
+#: committed at least this often (seconds); ACKs force a commit at once.
+COMMIT_INTERVAL = 0.05
+#: While clients keep sending (the frontend has more to read), ACKs wait for a
+#: bigger group commit: a sync costs milliseconds whether it stores 200 jobs or
+#: 5,000, so under load one per loop iteration would spend most of the
+#: router's time waiting for the disk. They wait at most this long (seconds)
+#: and for at most this many uncommitted changes.
+COMMIT_GROUP_WAIT = 0.02
+COMMIT_GROUP_MAX = 8192
+
+_VERSION = C.PROTOCOL_VERSION_B
+_ACK = C.ACK.encode()
+
+
+class Router(FrontendHandlers, BackendHandlers):
+    """The eMQP/1.0 router. ``run()`` in its own thread or process; ``stop()`` from anywhere.
+
+    The frontend's handlers are in :mod:`.router_frontend`, the backend's in
+    :mod:`.router_backend`; this class owns the sockets, the loop, the journal
+    commits, back-pressure, the admin socket and the timers.
+    """
+
+    #: The bound sockets, made by :meth:`start`.
+    frontend: Channel
+    backend: Channel
+    admin: Channel
+    #: Every job held, made by :meth:`start` (it needs the journal).
+    book: Book
+
+    def __init__(self, settings: Settings, *, journal_recover: bool = False) -> None:
+        self.settings = settings
+        #: Salvage a damaged journal at start (``--journal-recover``) instead of refusing it.
+        self.journal_recover = journal_recover
+        self.schedulers = Schedulers()
+        self.frontend_address = ""
+        self.backend_address = ""
+        self.admin_address = ""
+        self.journal_path = ""
+        self._stopping = False
+        self._retry = False
+        self._blocked = False
+        self._next_tick = 0.0
+        self._last_commit = 0.0
+        #: Every job up to this seq is in the journal (a commit returned): only those
+        #: are handed out (see :meth:`_flush_deliveries`).
+        self._durable_seq = 0
+        #: Seqs of held hand-outs whose leases wait for them to be sent (:meth:`_hold_leases`).
+        self._leases_held: set[int] = set()
+        #: When ACKs started waiting for a bigger group commit (None: none waits).
+        self._acks_since: float | None = None
+        self._tick = settings.heartbeat_interval / 4
+        self._warn = WarnOnce()
+        self._limits = security.limits_from_settings(settings)
+        # Job managers reconnecting (after a restart of either side) are not a problem.
+        self._unserved = UnservedQueues(grace=2 * settings.heartbeat_timeout)
+        #: The ZAP policies of our three sockets (CURVE keys, admin local-only), from start().
+        self._guard: security.Guard | None = None
+        self._acks = []
+        self._departed = OrderedDict()
+        self._told = OrderedDict()
+        self._outbox = []
+        self._init_holds()
+        self._channels: list[Channel] = []
+        self._poller: transport.Poller | None = None
+        self._handlers: dict[Channel, tuple[str, bool, dict[type, Handler]]] = {}
+
+    @property
+    def routing(self) -> Routing:
+        return self.book.routing
+
+    # -- lifecycle -------------------------------------------------------------
+    def start(self) -> None:
+        """Bind the three sockets, open the journal and log the ready line."""
+        if self._poller is not None:
+            return
+        s = self.settings
+        try:
+            # ZAP must serve the sockets' domains before they bind: without a
+            # handler ZeroMQ would let any CURVE key in.
+            self._guard = security.Guard(s, (security.FRONTEND, security.BACKEND, security.ADMIN))
+            self._guard.start()
+            # Past CLIENT_SNDHWM, what a client is sent waits in the outbox, counted.
+            self.frontend = self._bind(s.frontend_addr, security.FRONTEND, sndhwm=CLIENT_SNDHWM)
+            # Job managers of ours may pack their messages (the frontend looks
+            # for packed REQUESTs itself, to ACK each in the form it came in).
+            self.backend = self._bind(s.backend_addr, security.BACKEND, unpack=True)
+            self.admin = self._bind(s.admin_addr, security.ADMIN)
+            self.frontend_address = self.frontend.address
+            self.backend_address = self.backend.address
+            self.admin_address = self.admin.address
+            self.journal_path = (
+                resolve_path(s.journal_path, self.frontend_address) if s.journal else MEMORY
+            )
+            journal = self._open_journal()
+        except BaseException:
+            self.close()
+            raise
+        self.outbox = Outbox(self.frontend, s.outbox_budget, s.outbox_peer_bytes)
+        self.book = Book(s, journal, self._deliver, self._to_client)
+        try:
+            self.book.recover()
+        except JournalUnavailable as exc:
+            self.close()
+            raise ConfigurationError(
+                f"JOURNAL_PATH: cannot write journal {journal.path}: {exc.reason}"
+            ) from None
+        self._durable_seq = self.book.last_seq
+        self._recover_schedules()
+        self._handlers = {
+            self.frontend: ("frontend", False, self._frontend_handlers()),
+            self.backend: ("backend", False, self._backend_handlers()),
+            self.admin: ("admin", True, self._admin_handlers()),
+        }
+        self._poller = transport.Poller(*self._channels)
+        log.info(
+            "router ready: frontend=%s backend=%s admin=%s",
+            self.frontend_address,
+            self.backend_address,
+            self.admin_address,
+        )
+        if s.journal:
+            log.info("journal: %s (sync %s)", self.journal_path, s.journal_sync)
+
+    def _open_journal(self) -> Journal:
+        """The journal; a damaged one is refused, or salvaged with ``journal_recover``."""
+        s = self.settings
+        path = self.journal_path
+        try:
+            return Journal(path, sync=s.journal_sync, busy_timeout=s.journal_busy_timeout)
+        except JournalDamaged as exc:
+            if not self.journal_recover:
+                raise
+            log.warning("%s", exc)
+        aside, copied, unreadable = salvage(path)
+        log.warning(
+            "journal %s recovered: the damaged files are now %s*; copied %s; %d unreadable "
+            "run(s) of rows skipped",
+            path,
+            aside,
+            ", ".join(f"{n} {table}" for table, n in copied.items()) or "nothing",
+            unreadable,
+        )
+        return Journal(path, sync=s.journal_sync, busy_timeout=s.journal_busy_timeout)
+
+    def _bind(self, addr: str, role: str, *, unpack: bool = False, sndhwm: int = SNDHWM) -> Channel:
+        options = security.secure_channel_options(self.settings, role, security.SERVER)
+        channel = Channel(
+            transport.ROUTER,
+            bind=addr,
+            hwm=SNDHWM,
+            options={**options, transport.SNDHWM: sndhwm},
+            limits=self._limits,
+            unpack=unpack,
+            bind_setting=f"{role.upper()}_ADDR",  # FRONTEND_ADDR, BACKEND_ADDR, ADMIN_ADDR
+            bind_option=f"--{role}",
+        )
+        self._channels.append(channel)
+        return channel
+
+    def run(self) -> None:
+        """Start, then route until :meth:`stop` (or admin DISCONNECT); sockets closed on exit."""
+        try:
+            self.start()
+            while not self._stopping:
+                self.loop_once()
+        except transport.ContextTerminated:
+            log.info("router stopping: context terminated")
+        finally:
+            self.close()
+
+    def stop(self) -> None:
+        """Ask the loop to stop. Only sets a flag: safe from signal handlers and threads."""
+        self._stopping = True
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def close(self) -> None:
+        """Commit the journal, send what waited on it, close sockets and journal (idempotent)."""
+        book = getattr(self, "book", None)
+        if book is not None and self._channels:
+            with contextlib.suppress(Exception):
+                self._sync(force=True)
+                self._flush_deliveries()
+        for channel in self._channels:
+            channel.close()
+        self._channels.clear()
+        self._poller = None
+        if self._guard is not None:
+            self._guard.stop()
+            self._guard = None
+        if book is not None and not book.journal.closed:
+            journal = book.journal
+            # Only a committed journal can tell it holds nothing.
+            journal.commit()
+            empty = journal.path != MEMORY and not journal.pending and journal.is_empty()
+            journal.close()
+            if empty and "{frontend}" in self.settings.journal_path:
+                # A per-address default journal with nothing in it: leave no litter.
+                for suffix in ("", "-wal", "-shm", ".lock", ".mark"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(journal.path + suffix)
+
+    def loop_once(self, timeout_ms: int = 100, now: float | None = None) -> None:
+        """Wait up to ``timeout_ms`` for messages, handle all that are ready, do any
+        timed work that is due, then commit the journal and send the ACKs."""
+        if self._poller is None:
+            self.start()
+        assert self._poller is not None
+        timeout_ms = min(timeout_ms, max(1, int(self._tick * 1000)))
+        if self._retry or self.outbox:
+            timeout_ms = min(timeout_ms, RETRY_MS)
+        due = self.book.next_due()
+        if due is not None:
+            timeout_ms = max(0, min(timeout_ms, int((due - time.time()) * 1000) + 1))
+        ready = self._poller.poll(timeout_ms)
+        t = time.monotonic() if now is None else now
+        for channel in ready:
+            if channel is self.frontend:
+                self._drain_frontend(t)
+            elif channel is self.backend:
+                self._drain_backend(t)
+            else:
+                self._drain(channel, t)
+        if self._retry:
+            self._retry = False
+            self.book.pump(t)
+        self.book.promote_due(time.time(), t)
+        self.release_held(t)
+        if t >= self._next_tick:
+            self._next_tick = t + self._tick
+            self._housekeeping(t)
+        self._flush_deliveries()
+        self.outbox.flush()
+        self._sync(now=t)
+        self._check_high_water()
+
+    # -- the journal and the ACKs waiting for it ----------------------------------
+    def _sync(self, *, force: bool = False, now: float | None = None) -> None:
+        journal = self.book.journal
+        t = time.monotonic() if now is None else now
+        if self._acks and not force and self._group_growing(t):
+            return
+        if (journal.pending or journal.failure is not None) and (
+            self._acks
+            or self._outbox
+            or force
+            or t - self._last_commit >= COMMIT_INTERVAL
+            or journal.pending > 50_000
+        ):
+            last = self.book.last_seq
+            journal.commit()
+            self._last_commit = t
+            if journal.pending:
+                # Not written (journal.failure says why; it is retried): nothing
+                # that depends on it leaves, neither ACKs nor new jobs' hand-outs.
+                self._hold_leases()
+                return
+            self._durable_seq = last
+        elif not journal.pending:
+            self._durable_seq = self.book.last_seq
+        if self._outbox:
+            self._flush_deliveries()  # the jobs this commit stored
+        if self._leases_held and not self._outbox:
+            self._leases_held.clear()  # those taken back meanwhile get a lease when handed out
+        self._acks_since = None
+        if self._acks:
+            acks, self._acks = self._acks, []
+            send_frames = self.outbox.send_frames
+            for identity, msgid, packed in acks:
+                ack = [b"", _VERSION, _ACK, new_msgid().encode(), msgid]
+                send_frames([identity, pack(ack)] if packed else [identity, *ack])
+
+    def _hold_leases(self) -> None:
+        """Jobs handed out but held back (not stored yet) do not run: nor do their
+        leases, which start again when they are sent (:meth:`_send_delivery`)."""
+        for _worker, job in self._outbox:
+            if job.lease_until != math.inf:
+                job.lease_until = math.inf
+                self._leases_held.add(job.seq)
+
+    def _group_growing(self, now: float) -> bool:
+        """True while ACKs may wait for a bigger group commit (see COMMIT_GROUP_WAIT)."""
+        if self._acks_since is None:
+            self._acks_since = now
+        return (
+            now - self._acks_since < COMMIT_GROUP_WAIT
+            and self.book.journal.pending < COMMIT_GROUP_MAX
+            and not self._blocked
+            and self.frontend.poll(0)
+        )
+
+    # -- back-pressure -----------------------------------------------------------------
+    def _check_high_water(self) -> None:
+        """Policy ``block``: stop reading clients above the mark, or while the journal
+        cannot be written; start again below 90% (and once it can)."""
+        if self.settings.hwm_policy != "block" or self._poller is None:
+            return
+        backlog = self.book.backlog()
+        mark = self.settings.high_water_mark
+        failure = self.book.journal.failure
+        if failure is not None:
+            if not self._blocked:
+                self._blocked = True
+                self._poller.unregister(self.frontend)
+                log.warning("journal cannot be written (%s): not reading clients", failure)
+            return
+        if not self._blocked and backlog >= mark:
+            self._blocked = True
+            self._poller.unregister(self.frontend)
+            log.warning(
+                "high-water mark reached (%d jobs waiting): not reading clients until below %d",
+                backlog,
+                self._low_water(),
+            )
+        elif self._blocked and backlog < self._low_water():
+            self._blocked = False
+            self._poller.register(self.frontend)
+            log.warning(
+                "below the high-water mark again (%d jobs waiting): reading clients", backlog
+            )
+
+    def _low_water(self) -> int:
+        mark = self.settings.high_water_mark
+        return max(1, min(mark - 1, int(mark * 0.9)))
+
+    @property
+    def blocked(self) -> bool:
+        """True while clients are not read (high-water mark, policy ``block``)."""
+        return self._blocked
+
+    # -- receiving -------------------------------------------------------------
+    def _drain(self, channel: Channel, now: float) -> None:
+        for _ in range(DRAIN_CAP):
+            try:
+                raw = channel.recv_frames(flags=transport.NOBLOCK)
+            except transport.Again:
+                return
+            self._handle(channel, raw, now)
+
+    def _handle(self, channel: Channel, raw: list[bytes], now: float) -> None:
+        """Decode one message and call its handler; bad input is logged once."""
+        name, admin_socket, handlers = self._handlers[channel]
+        identity = raw[0]
+        frames = raw[1:]
+        try:
+            if len(raw) < 2:
+                raise ProtocolError(f"expected an identity and a message, got {len(raw)} frame(s)")
+            self._limits.check_frames(raw)
+            message = decode(frames, admin=admin_socket)
+            self._limits.check_message(message)
+        except OverLimit as exc:
+            if channel is self.frontend:
+                self._over_limit(identity, exc)
+            else:
+                self._warn(name, identity, exc.reason, "dropped")
+            return
+        except ProtocolError as exc:
+            self._warn(name, identity, exc.reason, "dropped malformed message")
+            return
+        handler = handlers.get(type(message))
+        if handler is None:
+            self._warn(name, identity, f"unexpected command {message.command or 'admin'}")
+            return
+        try:
+            handler(identity, frames, message, now)
+        except transport.ContextTerminated:
+            raise
+        except JournalUnavailable as exc:  # said once by the journal; no ACK: it comes again
+            log.debug("%s: %s from %s not stored: %s", name, message, show(identity), exc.reason)
+        except Exception:
+            # A bug of ours must not take the router down with it.
+            log.exception("%s: error handling %s from %s", name, message, show(identity))
+
+    # -- admin -------------------------------------------------------------------
+    def _admin_handlers(self) -> dict[type, Handler]:
+        return {AdminRequest: self._on_admin, Disconnect: self._on_admin_disconnect}
+
+    def _on_admin(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
+        assert isinstance(msg, AdminRequest)
+        if msg.action == C.STATUS:
+            body = admin_json.status(self.routing, now)
+            body["poisoned_messages"] = admin_json.poisoned(self.book)
+            body.update(self.book.stats.as_dict())
+            body["journal_failure"] = self.book.journal.failure
+        elif msg.action == C.ROUTER_SHOW_WORKERS:
+            body = admin_json.show_workers(self.routing)
+        elif msg.action == C.MONITOR:
+            body = admin_json.monitor(self.book)
+            body["blocked"] = self._blocked
+            body["journal_failure"] = self.book.journal.failure
+            body.update(self.outbox.as_dict())
+            body["held"] = self.held_counts()
+            body["cancels_refused"] = self.cancels_refused
+        else:
+            body = admin_json.show_schedulers(self.schedulers)
+        send(self.admin, identity, Reply(msgid=new_msgid(), payload=json.dumps(body)))
+
+    def _on_admin_disconnect(
+        self, identity: bytes, frames: list[bytes], msg: Message, now: float
+    ) -> None:
+        log.info("DISCONNECT from the admin socket: saying KBAI to every peer and stopping")
+        send(self.admin, identity, Ack(msgid=new_msgid(), ack_msgid=msg.msgid))
+        for worker_id in list(self.routing.workers):
+            send(self.backend, worker_id, Kbai(msgid=new_msgid()))
+        for scheduler_id in list(self.schedulers.peers):
+            send(self.frontend, scheduler_id, Kbai(msgid=new_msgid()))
+        self.stop()
+
+    # -- sending to clients ----------------------------------------------------------
+    def _to_client(self, identity: bytes, message: Message) -> None:
+        self.outbox.send(identity, message)
+
+    # -- heartbeats, leases ----------------------------------------------------------
+    def _housekeeping(self, now: float) -> None:
+        """Drop silent peers, hand out jobs whose lease ran out, send heartbeats."""
+        s = self.settings
+        book = self.book
+        for identity in self.routing.expired(now, s.heartbeat_timeout):
+            book.stats.heartbeats_missed += 1
+            self._worker_failed(identity, f"silent for more than {s.heartbeat_timeout}s")
+        book.expire_leases(now)
+        for queue, count in self._unserved.check(self.routing, now):
+            log.warning(
+                "%d job(s) wait on queue %r, which no connected job manager serves; "
+                "start one that names it (--queues %s:10 or the QUEUES setting)",
+                count,
+                queue,
+                queue,
+            )
+        if not self._blocked:  # a blocked frontend is not read: schedulers are not silent
+            for identity in self.schedulers.expired(now, s.heartbeat_timeout):
+                book.stats.heartbeats_missed += 1
+                self.schedulers.remove(identity)
+                log.warning(
+                    "scheduler %s dropped: silent for more than %ss",
+                    show(identity),
+                    s.heartbeat_timeout,
+                )
+        for worker in list(self.routing.workers.values()):
+            if now - worker.last_sent >= s.heartbeat_interval:
+                self._send_to_worker(worker.identity, self._heartbeat(), now)
+        for scheduler in list(self.schedulers.peers.values()):
+            if now - scheduler.last_sent >= s.heartbeat_interval and send(
+                self.frontend, scheduler.identity, self._heartbeat()
+            ):
+                scheduler.last_sent = now
+        book.pump(now)
+
+    @staticmethod
+    def _heartbeat() -> Heartbeat:
+        return Heartbeat(msgid=new_msgid(), timestamp=time.time())

@@ -1,0 +1,447 @@
+"""The router's routing state: workers, free slots, waiting and in-flight requests.
+
+Pure bookkeeping: no sockets, no clock (``now`` is passed in, monotonic
+seconds). The router decides what to send; this module decides to whom.
+
+Rules (spec + reference behaviour):
+
+- A worker announces its queues as ``(weight, name)`` pairs and then one READY
+  per free slot. Each READY allows exactly one REQUEST.
+- For a queue, workers that gave it a higher weight are tried first, then the
+  least recently used one (the one whose last dispatch is oldest).
+- When a READY arrives and requests are waiting in that worker's queues, it
+  gets the first request (highest priority, then oldest; see :mod:`.waiting`)
+  of its highest-weight queue that has any (ties: the order the worker listed
+  them).
+- A REQUEST for a queue no free worker serves waits for that queue; it never
+  runs on another queue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+from collections import Counter, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from django_eventmq.protocol.messages import QueueSpec
+from django_eventmq.router.waiting import Job, Loader, Waiting
+
+__all__ = ["Job", "Routing", "Scheduler", "Schedulers", "Worker"]
+
+_NEVER = float("-inf")
+#: Seconds after a worker's first READY during which its READYs announce slots
+#: (the start-up burst, one per process), never finished jobs: a job handed
+#: out on the first READY cannot have finished by the second one of the burst.
+READY_BURST = 0.5
+
+
+@dataclass(slots=True, eq=False)
+class Worker:
+    """A job manager connected to the backend."""
+
+    identity: bytes
+    queues: QueueSpec
+    #: Queue names, highest weight first (ties keep the announced order).
+    order: tuple[str, ...]
+    last_heard: float
+    last_sent: float
+    slots: int = 0
+    #: Most free slots ever announced at once: our estimate of its concurrency.
+    capacity: int = 0
+    last_dispatch: float = _NEVER
+    inflight: deque[Job] = field(default_factory=deque)
+    #: Changes whenever the worker's place in the LRU heaps changes.
+    stamp: int = 0
+    #: It speaks our extensions (sent FEATURES, DONE or NACK): it reports each job.
+    features: bool = False
+    #: Its FEATURES said it reads packed messages: jobs go to it packed.
+    packed: bool = False
+    #: When its first READY came (None: not yet).
+    first_ready: float | None = None
+    #: It is shutting down (NACK "stopping"): no more jobs for it; it keeps its in-flight ones.
+    stopping: bool = False
+    #: Slots it took back with UNREADY while none was free: the next ones it
+    #: frees (DONE, NACK, READY) pay this off instead of becoming free.
+    debt: int = 0
+
+
+def _dedupe(queues: QueueSpec) -> QueueSpec:
+    """Each queue once, with the highest weight it was given, in announced order."""
+    best: dict[str, int] = {}
+    for weight, name in queues:
+        best[name] = max(weight, best.get(name, weight))
+    return tuple((weight, name) for name, weight in best.items())
+
+
+class Routing:
+    """Workers, their free slots, and the requests waiting for or running on them."""
+
+    def __init__(self, window: int = 0, load: Loader | None = None) -> None:
+        self.workers: dict[bytes, Worker] = {}
+        #: Jobs no free worker could take yet (``load`` reads more from disk).
+        self.waiting = Waiting(window, load)
+        #: msgid -> job, for every job dispatched and not known to be finished,
+        #: including those of workers that left (until their lease runs out).
+        self.inflight: dict[str, Job] = {}
+        self.processed_by_queue: Counter[str] = Counter()
+        self.processed_by_worker: Counter[bytes] = Counter()
+        self.requeued = 0
+        # queue -> weight -> heap of (last_dispatch, seq, stamp, identity) for
+        # workers with free slots. Entries are invalidated lazily by ``stamp``.
+        self._heaps: dict[str, dict[int, list[tuple[float, int, int, bytes]]]] = {}
+        # queue -> weight -> number of workers in that tier.
+        self._members: dict[str, Counter[int]] = {}
+        # queue -> weights, highest first.
+        self._weights: dict[str, list[int]] = {}
+        self._seq = itertools.count(1)
+
+    # -- workers ------------------------------------------------------------
+    def add_worker(self, identity: bytes, queues: QueueSpec, now: float) -> list[Job]:
+        """Register a worker (no free slots until it says READY).
+
+        A worker that INFORMs again restarted: its old registration is removed
+        and the jobs it had are returned (see :meth:`remove_worker`).
+        """
+        released = self.remove_worker(identity) if identity in self.workers else []
+        spec = _dedupe(queues)
+        order = tuple(name for _, name in sorted(spec, key=lambda wn: -wn[0]))
+        worker = Worker(
+            identity=identity,
+            queues=spec,
+            order=order,
+            last_heard=now,
+            last_sent=now,
+            stamp=next(self._seq),
+        )
+        self.workers[identity] = worker
+        for weight, name in spec:
+            members = self._members.setdefault(name, Counter())
+            if not members[weight]:
+                self._heaps.setdefault(name, {})[weight] = []
+                self._weights[name] = sorted((*members, weight), reverse=True)
+            members[weight] += 1
+        return released
+
+    def remove_worker(self, identity: bytes) -> list[Job]:
+        """Forget a worker; returns the jobs it had, oldest first.
+
+        They stay in :attr:`inflight` (still handed out) until the caller
+        decides: :meth:`requeue`, :meth:`forget`, or wait for a late report.
+        """
+        worker = self.workers.pop(identity, None)
+        if worker is None:
+            return []
+        for weight, name in worker.queues:
+            members = self._members[name]
+            members[weight] -= 1
+            if not members[weight]:
+                del members[weight]
+                del self._heaps[name][weight]
+                self._weights[name] = sorted(members, reverse=True)
+            if not members:
+                del self._members[name], self._heaps[name], self._weights[name]
+        released = list(worker.inflight)
+        worker.inflight.clear()
+        return released
+
+    def requeue(self, job: Job) -> None:
+        """A handed-out job waits again (at the front: it keeps its place by age)."""
+        self.release(job)
+        self.requeued += 1
+        self.waiting.push(job)
+
+    def stop_dispatching(self, identity: bytes) -> None:
+        """The worker is stopping: its free slots vanish and no slot it frees is used.
+
+        Its in-flight jobs stay with it until it reports them or is lost.
+        """
+        worker = self.workers.get(identity)
+        if worker is None or worker.stopping:
+            return
+        worker.stopping = True
+        worker.slots = 0
+        worker.stamp = next(self._seq)  # invalidates its heap entries
+
+    def heard(self, identity: bytes, now: float) -> None:
+        worker = self.workers.get(identity)
+        if worker is not None:
+            worker.last_heard = now
+
+    def expired(self, now: float, timeout: float) -> list[bytes]:
+        """Workers silent for longer than ``timeout`` seconds."""
+        return [i for i, w in self.workers.items() if now - w.last_heard > timeout]
+
+    # -- jobs ---------------------------------------------------------------
+    def free_worker(self, queue: str) -> Worker | None:
+        """The worker :meth:`submit` would pick for ``queue`` now, if any."""
+        return self._pick(queue)
+
+    def submit(self, job: Job, now: float) -> Worker | None:
+        """Dispatch ``job`` to the best free worker (returned), or make it wait."""
+        worker = self._pick(job.queue)
+        if worker is None:
+            self.waiting.push(job)
+            return None
+        self._dispatch(worker, job, now)
+        return worker
+
+    def ready(self, identity: bytes, now: float) -> tuple[list[Job], Job | None]:
+        """A READY from a known worker: one more slot.
+
+        Returns the jobs this READY implies finished (see below) and a waiting
+        job the worker now runs.
+        """
+        worker = self.workers[identity]
+        finished: list[Job] = []
+        if worker.stopping:
+            return finished, None
+        if worker.debt:
+            worker.debt -= 1  # a job manager that sent UNREADY reports each job itself
+            return finished, None
+        worker.slots += 1
+        if worker.first_ready is None:
+            worker.first_ready = now
+        if now - worker.first_ready <= READY_BURST:
+            worker.capacity = max(worker.capacity, worker.slots + len(worker.inflight))
+        elif worker.slots > worker.capacity:
+            worker.capacity = worker.slots
+        if not worker.features:
+            # APPROXIMATION for job managers without DONE (the reference's): a
+            # READY does not say which job finished. The worker's concurrency is
+            # taken to be its slots + in-flight during its start-up burst of
+            # READYs (READY_BURST), then the most free slots it ever announced
+            # at once, so slots + in-flight can never exceed it; in-flight
+            # beyond that finished, oldest first (FIFO). A READY may so mark the
+            # wrong job finished when jobs finish out of order; that job is then
+            # not handed out again if the worker dies. A REPLY names its job
+            # exactly and is used first (see :meth:`reply`).
+            excess = len(worker.inflight) - (worker.capacity - worker.slots)
+            while excess > 0:
+                job = worker.inflight.popleft()
+                self._finished(job, identity)
+                finished.append(job)
+                excess -= 1
+        return finished, self._after_free_slot(worker, now)
+
+    def done(self, identity: bytes, msgid: str, now: float) -> tuple[Job | None, Job | None]:
+        """A DONE from a known worker: ``msgid`` left it and its slot is free.
+
+        Returns the job (None if it was not handed out: already requeued or
+        finished) and a waiting job the worker now runs.
+        """
+        worker = self.workers[identity]
+        worker.features = True
+        job = self.release_msgid(msgid)
+        if worker.stopping:
+            return job, None
+        if worker.debt:
+            worker.debt -= 1
+            return job, None
+        worker.slots += 1
+        if worker.slots > worker.capacity:
+            worker.capacity = worker.slots
+        return job, self._after_free_slot(worker, now)
+
+    def unready(self, identity: bytes, count: int) -> None:
+        """UNREADY: the worker takes back ``count`` slots (it wants fewer jobs).
+
+        Free slots go first; the rest is owed, paid by the next slots it frees,
+        so jobs already on their way to it (which used slots it counted as
+        free) still add up on both sides.
+        """
+        worker = self.workers.get(identity)
+        if worker is None or worker.stopping or count <= 0:
+            return
+        worker.features = True
+        taken = min(count, worker.slots)
+        worker.slots -= taken
+        worker.debt += count - taken
+        if taken and not worker.slots:
+            worker.stamp = next(self._seq)  # out of the LRU heaps
+
+    def _after_free_slot(self, worker: Worker, now: float) -> Job | None:
+        job = self._take_waiting(worker)
+        if job is not None:
+            self._dispatch(worker, job, now)
+        elif worker.slots == 1:
+            self._push(worker)
+        return job
+
+    def reply(self, msgid: str) -> Job | None:
+        """A worker replied for ``msgid``: that job finished (counted)."""
+        job = self.inflight.get(msgid)
+        if job is None or job.worker is None:
+            return None
+        identity = job.worker
+        self.release(job)
+        self._count(job, identity)
+        return job
+
+    def release_msgid(self, msgid: str) -> Job | None:
+        job = self.inflight.get(msgid)
+        if job is not None:
+            self.release(job)
+        return job
+
+    def release(self, job: Job) -> None:
+        """Take a handed-out job off its worker and out of :attr:`inflight`."""
+        if self.inflight.get(job.msgid) is job:
+            del self.inflight[job.msgid]
+        identity = job.worker
+        worker = self.workers.get(identity) if identity is not None else None
+        if worker is not None:
+            with contextlib.suppress(ValueError):
+                worker.inflight.remove(job)
+        job.worker = None
+
+    def count_finished(self, job: Job, identity: bytes) -> None:
+        self.processed_by_queue[job.queue] += 1
+        self.processed_by_worker[identity] += 1
+
+    def undo(self, job: Job) -> None:
+        """Sending ``job`` to its worker failed: back to the front of its queue.
+
+        The worker keeps its slot; the caller decides whether to drop the worker.
+        """
+        identity = job.worker
+        worker = self.workers.get(identity) if identity is not None else None
+        self.release(job)
+        if worker is not None and not worker.stopping and worker.debt:
+            worker.debt -= 1
+        elif worker is not None and not worker.stopping:
+            worker.slots += 1
+            if worker.slots == 1:
+                self._push(worker)
+        self.waiting.push(job)
+
+    def dispatch_waiting(self, queue: str, now: float) -> tuple[Worker, Job] | None:
+        """Hand the first waiting job of ``queue`` to a free worker, if there is one."""
+        if queue not in self.waiting:
+            return None
+        worker = self._pick(queue)
+        if worker is None:
+            return None
+        job = self.waiting.pop(queue)
+        if job is None:
+            return None
+        self._dispatch(worker, job, now)
+        return worker, job
+
+    # -- views ---------------------------------------------------------------
+    def queue_members(self, queue: str) -> list[tuple[int, bytes]]:
+        """``(weight, identity)`` of the workers serving ``queue``, highest weight first."""
+        pairs = [
+            (weight, w.identity)
+            for w in self.workers.values()
+            for weight, name in w.queues
+            if name == queue
+        ]
+        return sorted(pairs, key=lambda p: -p[0])
+
+    def queue_names(self) -> Iterable[str]:
+        return self._weights.keys()
+
+    def served_queues(self) -> set[str]:
+        """Queues some connected job manager takes jobs of (one that is stopping takes none)."""
+        return {name for w in self.workers.values() if not w.stopping for _, name in w.queues}
+
+    def unserved(self, served: set[str] | None = None) -> dict[str, int]:
+        """Queues with jobs waiting that no job manager serves, and how many wait."""
+        if served is None:
+            served = self.served_queues()
+        return {q: w.count for q, w in self.waiting.items() if w.count and q not in served}
+
+    # -- internals -----------------------------------------------------------
+    def _pick(self, queue: str) -> Worker | None:
+        heaps = self._heaps.get(queue)
+        if not heaps:
+            return None
+        for weight in self._weights[queue]:
+            heap = heaps[weight]
+            while heap:
+                _, _, stamp, identity = heap[0]
+                worker = self.workers.get(identity)
+                if worker is not None and worker.stamp == stamp and worker.slots > 0:
+                    return worker
+                heapq.heappop(heap)
+        return None
+
+    def _push(self, worker: Worker) -> None:
+        """Put a worker with free slots in the LRU heap of each of its tiers."""
+        entry = (worker.last_dispatch, next(self._seq), worker.stamp, worker.identity)
+        for weight, name in worker.queues:
+            heapq.heappush(self._heaps[name][weight], entry)
+
+    def _dispatch(self, worker: Worker, job: Job, now: float) -> None:
+        worker.slots -= 1
+        worker.last_dispatch = now
+        worker.stamp = next(self._seq)  # invalidates its heap entries
+        worker.inflight.append(job)
+        job.worker = worker.identity
+        job.dispatched_at = now
+        self.inflight[job.msgid] = job
+        if worker.slots > 0:
+            self._push(worker)
+
+    def _take_waiting(self, worker: Worker) -> Job | None:
+        for name in worker.order:
+            job = self.waiting.pop(name)
+            if job is not None:
+                return job
+        return None
+
+    def _finished(self, job: Job, identity: bytes) -> None:
+        if self.inflight.get(job.msgid) is job:
+            del self.inflight[job.msgid]
+        self._count(job, identity)
+
+    def _count(self, job: Job, identity: bytes) -> None:
+        self.count_finished(job, identity)
+        job.worker = None
+
+
+@dataclass(slots=True, eq=False)
+class Scheduler:
+    """A scheduler connected to the frontend."""
+
+    identity: bytes
+    last_heard: float
+    last_sent: float
+
+
+class Schedulers:
+    """Connected schedulers, round robin for SCHEDULE, and how many messages wait for one."""
+
+    def __init__(self) -> None:
+        self.peers: dict[bytes, Scheduler] = {}
+        self._turn: deque[bytes] = deque()
+        #: SCHEDULE / UNSCHEDULE messages kept in the journal until a scheduler takes them.
+        self.stored = 0
+
+    def add(self, identity: bytes, now: float) -> bool:
+        """Register (or refresh) a scheduler; True when it is new."""
+        known = identity in self.peers
+        self.peers[identity] = Scheduler(identity, last_heard=now, last_sent=now)
+        if not known:
+            self._turn.append(identity)
+        return not known
+
+    def remove(self, identity: bytes) -> bool:
+        if self.peers.pop(identity, None) is None:
+            return False
+        self._turn.remove(identity)
+        return True
+
+    def next(self) -> Scheduler | None:
+        """The next scheduler in turn (round robin), or None."""
+        if not self._turn:
+            return None
+        identity = self._turn[0]
+        self._turn.rotate(-1)
+        return self.peers[identity]
+
+    def expired(self, now: float, timeout: float) -> list[bytes]:
+        return [i for i, s in self.peers.items() if now - s.last_heard > timeout]

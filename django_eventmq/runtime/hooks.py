@@ -1,0 +1,72 @@
+"""Hooks the Django layer installs into core (core itself never imports Django).
+
+The app's ``ready()`` installs them: how to defer work until the current
+database transaction commits (``.delay_on_commit()``), how to read the
+results table (``handle.status`` / ``handle.result``) and how to record a
+cancellation. Without Django they are absent and the features that need
+them say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from django_eventmq.errors import ConfigurationError
+
+
+class ResultsReader(Protocol):
+    """Reads one job's row of the results table."""
+
+    def status(self, msgid: str) -> str | None: ...
+
+    def result(self, msgid: str) -> Any: ...
+
+
+@dataclass
+class _Installed:
+    on_commit: Callable[[Callable[[], object]], None] | None = None
+    results: ResultsReader | None = None
+    record_cancel: Callable[[str], None] | None = None
+
+
+_installed = _Installed()
+
+
+def install(
+    *,
+    on_commit: Callable[[Callable[[], object]], None] | None = None,
+    results: ResultsReader | None = None,
+    record_cancel: Callable[[str], None] | None = None,
+) -> None:
+    """Install (or with ``None`` keep) the Django-side hooks."""
+    if on_commit is not None:
+        _installed.on_commit = on_commit
+    if results is not None:
+        _installed.results = results
+    if record_cancel is not None:
+        _installed.record_cancel = record_cancel
+
+
+def on_commit() -> Callable[[Callable[[], object]], None]:
+    """The function that runs a callback after the current transaction commits."""
+    if _installed.on_commit is None:
+        raise ConfigurationError(
+            "delay_on_commit() needs the Django app: add 'django_eventmq' to INSTALLED_APPS"
+        )
+    return _installed.on_commit
+
+
+def results_reader() -> ResultsReader:
+    """The results table reader."""
+    if _installed.results is None:
+        raise ConfigurationError(
+            "job results live in the Django database: add 'django_eventmq' to INSTALLED_APPS"
+        )
+    return _installed.results
+
+
+def cancel_recorder() -> Callable[[str], None] | None:
+    """What records a cancellation in the results table (``None`` without Django)."""
+    return _installed.record_cancel

@@ -1,0 +1,526 @@
+"""Runtime settings as one frozen dataclass, with validation that says how to fix.
+
+Built from (lowest to highest precedence) the defaults, a mapping such as
+Django's ``settings.EVENTMQ``, and ``EMQ_*`` environment variables. Command
+line options are applied on top by the commands with :meth:`Settings.replace`.
+This module never imports Django: the router and Spark executors use it bare.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from django_eventmq.errors import ConfigurationError
+from django_eventmq.protocol import constants as C
+
+QueueList = tuple[tuple[int, str], ...]
+
+_ADDRESS = re.compile(
+    r"^(tcp://[^\s:]+:(\d+|\*)|tcp://\[[0-9a-fA-F:.]+\]:(\d+|\*)|ipc://\S+|inproc://\S+)$"
+)
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Every runtime setting. Field names are the ``EVENTMQ`` keys, lower-cased."""
+
+    #: Address the client and scheduler connect to (router frontend); empty
+    #: means no broker, and ``.delay()`` runs jobs inline like ``EAGER``.
+    broker_addr: str = C.DEFAULT_FRONTEND_ADDR
+    #: Address a job manager connects to (router backend).
+    worker_addr: str = C.DEFAULT_BACKEND_ADDR
+    #: Address the router binds for clients and schedulers.
+    frontend_addr: str = C.DEFAULT_FRONTEND_ADDR
+    #: Address the router binds for job managers.
+    backend_addr: str = C.DEFAULT_BACKEND_ADDR
+    #: Address the router binds for administrative commands.
+    admin_addr: str = C.DEFAULT_ADMIN_ADDR
+    #: Queues a job manager serves, ``((weight, name), ...)``; higher weight first.
+    queues: QueueList = ((C.DEFAULT_QUEUE_WEIGHT, C.DEFAULT_QUEUE_NAME),)
+    #: Worker processes per job manager.
+    concurrency: int = 4
+    #: Most jobs handed to a job manager beyond its free processes (READY
+    #: slots), so each worker process has its next jobs at hand instead of
+    #: idling for a round trip to the router. How many it takes below this cap
+    #: follows ``prefetch_budget``. 0: never any, for strict priority order
+    #: (prefetched jobs are already that job manager's; see docs/concepts.md).
+    prefetch: int = 128
+    #: Seconds of queued work per worker process a job manager keeps beyond the
+    #: job each runs: its prefetch is ``prefetch_budget * concurrency / mean job
+    #: run time`` (at most ``prefetch``), deep for short jobs, none for long ones.
+    #: 0: always ``prefetch`` (fixed).
+    prefetch_budget: float = 0.05
+    #: A worker process is replaced after running this many jobs (0: never).
+    max_jobs_per_child: int = 0
+    #: Seconds between heartbeats, and of silence after which a peer is dead.
+    heartbeat_interval: float = C.HEARTBEAT_INTERVAL
+    heartbeat_timeout: float = C.HEARTBEAT_TIMEOUT
+    #: Seconds a stopping job manager lets running jobs finish.
+    shutdown_grace: float = 30.0
+    #: Upper bound of the reconnect back-off, in seconds.
+    reconnect_max_delay: float = 10.0
+    #: Run jobs inline in ``.delay()`` instead of sending them (tests).
+    eager: bool = False
+    #: Modules imported by a job manager at start-up so their ``@job``\\s register.
+    job_modules: tuple[str, ...] = ()
+    #: Modules whose callables may run without ``@job`` (trusted code only).
+    allowed_job_modules: tuple[str, ...] = ()
+    #: Seconds ``.delay()`` waits to hand a message to the socket.
+    send_timeout: float = 5.0
+    #: What a scheduler does with runs that fell due while none ran:
+    #: ``once`` (fire one), ``skip`` (fire none) or ``all`` (fire each).
+    scheduler_catchup: str = "once"
+    #: Seconds between a scheduler's reloads of changed schedules.
+    scheduler_poll_interval: float = 1.0
+    #: Seconds late before a run counts as missed (and the catch-up policy applies).
+    scheduler_misfire_grace: float = 60.0
+    #: Seconds run claims are kept (they stop two schedulers firing a run twice).
+    scheduler_run_retention: float = 604800.0
+    #: Router: keep every accepted job in an on-disk journal until it finished, so a
+    #: router restart or crash loses none (False: the same store, kept in memory).
+    journal: bool = True
+    #: Router: the journal file (SQLite, no server). ``{frontend}`` becomes the bound
+    #: frontend address (``127.0.0.1-47291``), so two routers on one host never share one.
+    journal_path: str = "var/eventmq-journal-{frontend}.sqlite3"
+    #: Router: ``full`` acknowledges a job once it is on stable storage (fsync; survives
+    #: a power cut), ``normal`` once the OS has it (survives a router crash, not a power cut).
+    journal_sync: str = "full"
+    #: Router: seconds a journal write waits for a lock another connection holds (an
+    #: sqlite3 shell, a backup) before the router stops acknowledging new jobs and
+    #: retries each second; at most 1, so heartbeats keep flowing.
+    journal_busy_timeout: float = 0.1
+    #: Router: waiting jobs per queue kept in memory; the others wait on disk only.
+    queue_window: int = 1000
+    #: Router: waiting + delayed jobs (all queues) at which new REQUESTs are held back.
+    high_water_mark: int = 1_000_000
+    #: Router, above the high-water mark: ``block`` (stop reading clients, whose sends
+    #: then wait in ZeroMQ: nothing is lost) or ``reject`` (answer REJECT with a reason).
+    hwm_policy: str = "block"
+    #: Router, policy ``block``: waiting + delayed jobs in one queue at which new jobs
+    #: for that queue are held unacknowledged (0: no per-queue mark); see docs/durability.md.
+    queue_high_water_mark: int = 0
+    #: Router: bytes of messages (ACKs, replies, REJECTs) it keeps queued for all the
+    #: clients that read slower than it sends; past it the heaviest are cut off.
+    outbox_budget: int = 64 * 1024 * 1024
+    #: Router: the same bound for one client.
+    outbox_peer_bytes: int = 16 * 1024 * 1024
+    #: Router: a job whose worker died this many times while running it is set aside
+    #: as poisoned (listed by STATUS and MONITOR) instead of being handed out again.
+    poison_after: int = 3
+    #: Router: seconds a job without a ``timeout`` header may stay handed out before it
+    #: is handed out again (0: no limit; a silent or departed job manager still counts).
+    job_lease: float = 0.0
+    #: Router: seconds added to a job's ``timeout`` header (and to a departing job
+    #: manager's jobs) before its lease runs out.
+    lease_grace: float = 30.0
+    #: Router: first delay, in seconds, before a job that asked to be retried runs
+    #: again; it doubles per attempt up to ``retry_backoff_cap``.
+    retry_backoff_base: float = 1.0
+    retry_backoff_cap: float = 300.0
+    #: Router: msgids of finished jobs remembered so a resent REQUEST does not run twice
+    #: (kept in the journal, so across restarts too; 0: none).
+    dedup_memory: int = 100_000
+    #: Router: seconds a finished job's msgid is remembered (at most ``dedup_memory`` of
+    #: them; 0: none).
+    dedup_window: float = 3600.0
+    #: Seconds a ``guarantee`` job's ``.delay()`` waits for the router's ACK
+    #: before sending the job again (with the same msgid).
+    ack_timeout: float = 2.0
+    #: Times ``.delay()`` resends an unacknowledged ``guarantee`` job before
+    #: raising ``BrokerUnavailable``.
+    ack_retries: int = 3
+    #: Days job results are kept; ``emq_purge_results`` deletes older ones.
+    results_retention_days: float = 7.0
+    #: Publisher: address it binds for PUBLISH messages (``emq_pubsub``).
+    publisher_incoming_addr: str = C.DEFAULT_PUBLISHER_INCOMING_ADDR
+    #: Publisher: address it binds for subscribers (a PUB socket).
+    publisher_outgoing_addr: str = C.DEFAULT_PUBLISHER_OUTGOING_ADDR
+    #: Address ``publish()`` connects to (the publisher's incoming side); empty
+    #: means no publisher, and ``publish()`` runs this process's ``@subscriber``
+    #: handlers inline (so does ``EAGER``).
+    publish_addr: str = C.DEFAULT_PUBLISHER_INCOMING_ADDR
+    #: Address a subscriber (``emq_subscribe``) connects to (the publisher's outgoing side).
+    subscribe_addr: str = C.DEFAULT_PUBLISHER_OUTGOING_ADDR
+    # -- security (docs/security.md) ------------------------------------------------
+    #: Router and publisher: their CURVE secret key, as a Z85 string (40 characters) or
+    #: the path of a key file made by ``emq_keys``. Set it and their sockets encrypt and
+    #: accept only the public keys listed below. From a file or ``EMQ_*``, never the repo.
+    curve_server_secret_key: str = ""
+    #: The server's public key (Z85 or a key file). Set in a client, job manager or
+    #: scheduler, it makes them speak CURVE to that server; derived from the secret if empty.
+    curve_server_public_key: str = ""
+    #: This process's own CURVE secret key (Z85 or a key file), used when it connects.
+    curve_client_secret_key: str = ""
+    #: This process's own public key (Z85 or a key file); derived from the secret if empty.
+    curve_client_public_key: str = ""
+    #: Admin tools (``emq_status``, the admin dashboard, the router's metrics): their own
+    #: CURVE secret key (Z85 or a key file) for the router's admin socket, whose public key
+    #: must be in the router's ``curve_admin_clients``. Empty: ``curve_client_secret_key``,
+    #: else (on the router's host) ``curve_server_secret_key``.
+    curve_admin_secret_key: str = ""
+    #: Router frontend: public keys of the clients and schedulers it accepts (Z85 keys,
+    #: key files or directories of ``*.key`` files; comma separated in ``EMQ_*``).
+    curve_frontend_clients: tuple[str, ...] = ()
+    #: Router backend: public keys of the job managers it accepts.
+    curve_backend_workers: tuple[str, ...] = ()
+    #: Router admin socket: public keys of the admin tools it accepts.
+    curve_admin_clients: tuple[str, ...] = ()
+    #: Publisher: public keys of the publishers and subscribers it accepts
+    #: (empty: the ``curve_frontend_clients``).
+    curve_publisher_clients: tuple[str, ...] = ()
+    #: Router with CURVE on: who may CANCEL a job: ``owner`` (the key that sent it, or
+    #: an admin key from ``curve_admin_clients``) or ``any`` (every client key).
+    cancel_policy: str = "owner"
+    #: Router: accept admin connections from loopback and ``ipc://`` only.
+    admin_local_only: bool = True
+    #: Every socket: bytes in one frame; a peer sending a bigger one is disconnected.
+    max_message_bytes: int = 64 * 1024 * 1024
+    #: Every socket: frames in one message; longer messages are drained and refused.
+    max_frames: int = 32
+    #: Router and job manager: bytes of a job body; bigger ones are refused (REJECT).
+    max_body_bytes: int = 16 * 1024 * 1024
+    #: Job manager: nesting depth of a job body's JSON.
+    max_json_depth: int = 64
+    #: Router: highest ``retry-count`` header accepted.
+    max_retry_count: int = 100
+    #: Router: highest ``timeout`` header accepted, in seconds (7 days).
+    max_timeout: int = 604800
+    #: Job manager: per queue, the jobs that may run on it, e.g.
+    #: ``{"email": ["app.jobs.send", "app.mail.*"]}`` (``"*"`` for queues not
+    #: named). Jobs must be registered as well.
+    queue_allowed_jobs: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: Job manager: record the outcome of every job through the hooks module's
+    #: ``record_results`` (False: only jobs that asked for a reply).
+    record_all_results: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("worker_addr", "frontend_addr", "backend_addr", "admin_addr"):
+            check_address(name, getattr(self, name))
+        if self.broker_addr:  # empty means "no broker": jobs run inline
+            check_address("broker_addr", self.broker_addr)
+        if not self.queues:
+            raise ConfigurationError("QUEUES is empty: name at least one queue, e.g. 'default:10'")
+        for _weight, name in self.queues:
+            if not _QUEUE_NAME.match(name):
+                raise ConfigurationError(
+                    f"QUEUES: queue name {name!r} may only hold letters, digits, '_', '.' and '-'"
+                )
+        _positive("concurrency", self.concurrency, whole=True)
+        _positive("heartbeat_interval", self.heartbeat_interval)
+        _positive("heartbeat_timeout", self.heartbeat_timeout)
+        _positive("shutdown_grace", self.shutdown_grace, allow_zero=True)
+        _positive("reconnect_max_delay", self.reconnect_max_delay)
+        _positive("send_timeout", self.send_timeout)
+        _positive("prefetch", self.prefetch, whole=True, allow_zero=True)
+        _positive("prefetch_budget", self.prefetch_budget, allow_zero=True)
+        _positive("max_jobs_per_child", self.max_jobs_per_child, whole=True, allow_zero=True)
+        if self.scheduler_catchup not in ("once", "skip", "all"):
+            raise ConfigurationError(
+                "SCHEDULER_CATCHUP: expected 'once', 'skip' or 'all', "
+                f"got {self.scheduler_catchup!r}"
+            )
+        _positive("scheduler_poll_interval", self.scheduler_poll_interval)
+        _positive("scheduler_misfire_grace", self.scheduler_misfire_grace, allow_zero=True)
+        _positive("scheduler_run_retention", self.scheduler_run_retention)
+        if not self.journal_path:
+            raise ConfigurationError("JOURNAL_PATH is empty: name the router's journal file")
+        _positive("journal_busy_timeout", self.journal_busy_timeout, allow_zero=True)
+        if self.journal_busy_timeout > 1:
+            raise ConfigurationError(
+                f"JOURNAL_BUSY_TIMEOUT: at most 1 (seconds), got {self.journal_busy_timeout}: "
+                "the router's loop must not wait for seconds"
+            )
+        if self.journal_sync not in ("full", "normal"):
+            raise ConfigurationError(
+                f"JOURNAL_SYNC: expected 'full' or 'normal', got {self.journal_sync!r}"
+            )
+        if self.hwm_policy not in ("block", "reject"):
+            raise ConfigurationError(
+                f"HWM_POLICY: expected 'block' or 'reject', got {self.hwm_policy!r}"
+            )
+        _positive("queue_window", self.queue_window, whole=True)
+        _positive("high_water_mark", self.high_water_mark, whole=True)
+        _positive("queue_high_water_mark", self.queue_high_water_mark, whole=True, allow_zero=True)
+        if self.queue_high_water_mark >= self.high_water_mark:
+            # A queue reaching it would put the whole router at its global mark first.
+            raise ConfigurationError(
+                f"QUEUE_HIGH_WATER_MARK: {self.queue_high_water_mark} is not below "
+                f"HIGH_WATER_MARK ({self.high_water_mark}), so it would never act; set it "
+                "well below (a tenth, say) or 0 to turn it off"
+            )
+        _positive("outbox_budget", self.outbox_budget, whole=True)
+        _positive("outbox_peer_bytes", self.outbox_peer_bytes, whole=True)
+        _positive("poison_after", self.poison_after, whole=True)
+        _positive("job_lease", self.job_lease, allow_zero=True)
+        _positive("lease_grace", self.lease_grace, allow_zero=True)
+        _positive("retry_backoff_base", self.retry_backoff_base)
+        _positive("retry_backoff_cap", self.retry_backoff_cap)
+        _positive("dedup_memory", self.dedup_memory, whole=True, allow_zero=True)
+        _positive("dedup_window", self.dedup_window, allow_zero=True)
+        if self.heartbeat_timeout <= self.heartbeat_interval:
+            raise ConfigurationError(
+                "HEARTBEAT_TIMEOUT must be longer than HEARTBEAT_INTERVAL, or live peers "
+                f"look dead (got {self.heartbeat_timeout} <= {self.heartbeat_interval})"
+            )
+        _positive("ack_timeout", self.ack_timeout)
+        _positive("ack_retries", self.ack_retries, whole=True, allow_zero=True)
+        _positive("results_retention_days", self.results_retention_days)
+        for name in ("publisher_incoming_addr", "publisher_outgoing_addr", "subscribe_addr"):
+            check_address(name, getattr(self, name))
+        if self.publish_addr:  # empty means "no publisher": handlers run inline
+            check_address("publish_addr", self.publish_addr)
+        _check_security(self)
+        if not isinstance(self.record_all_results, bool):
+            raise ConfigurationError(
+                f"RECORD_ALL_RESULTS: expected true or false, got {self.record_all_results!r}"
+            )
+
+    @property
+    def run_inline(self) -> bool:
+        """True when ``.delay()`` should run the job in the calling process."""
+        return self.eager or not self.broker_addr
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with some values changed (and checked)."""
+        return from_mapping(changes, base=self, environ={})
+
+    @property
+    def queue_names(self) -> tuple[str, ...]:
+        return tuple(name for _, name in self.queues)
+
+
+def check_address(name: str, value: object) -> None:
+    """Raise :class:`ConfigurationError` unless ``value`` is a ZeroMQ endpoint."""
+    if not isinstance(value, str) or not _ADDRESS.match(value):
+        raise ConfigurationError(
+            f"{name.upper()}: {value!r} is not a ZeroMQ address; "
+            "use e.g. 'tcp://127.0.0.1:47291' or 'ipc:///run/eventmq.sock'"
+        )
+
+
+def _positive(name: str, value: object, *, whole: bool = False, allow_zero: bool = False) -> None:
+    ok = (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and (isinstance(value, int) or not whole)
+        and (value > 0 or (allow_zero and value == 0))
+    )
+    if not ok:
+        bound = ">= 0" if allow_zero else "> 0"
+        kind = "a whole number" if whole else "a number"
+        raise ConfigurationError(f"{name.upper()}: expected {kind} {bound}, got {value!r}")
+
+
+def parse_queues(value: object) -> QueueList:
+    """Parse a queue list: ``"email:30,default:10"``, ``["email", "default"]`` or
+    ``[(30, "email"), ...]`` / ``[["email", 30], ...]``. A name without a weight
+    gets the default weight."""
+    items: list[Any]
+    if isinstance(value, str):
+        items = [part.strip() for part in value.replace(" ", ",").split(",") if part.strip()]
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        raise ConfigurationError(f"QUEUES: expected 'name:weight,...' or a list, got {value!r}")
+    queues: list[tuple[int, str]] = []
+    for item in items:
+        if isinstance(item, str):
+            name, sep, weight_text = item.partition(":")
+            try:
+                weight = int(weight_text) if sep else C.DEFAULT_QUEUE_WEIGHT
+            except ValueError:
+                raise ConfigurationError(
+                    f"QUEUES: weight of {name!r} must be a whole number, got {weight_text!r}"
+                ) from None
+        elif isinstance(item, list | tuple) and len(item) == 2:
+            a, b = item
+            weight, name = (a, b) if isinstance(a, int) else (b, a)
+            if not isinstance(weight, int) or not isinstance(name, str):
+                raise ConfigurationError(f"QUEUES: entry {item!r} is not (weight, name)")
+        else:
+            raise ConfigurationError(
+                f"QUEUES: entry {item!r} is not 'name:weight' or (weight, name)"
+            )
+        if weight < 0:
+            raise ConfigurationError(f"QUEUES: weight of {name!r} must be >= 0, got {weight}")
+        queues.append((weight, name))
+    names = [name for _, name in queues]
+    if len(set(names)) != len(names):
+        raise ConfigurationError(f"QUEUES: a queue is named twice in {names}")
+    return tuple(queues)
+
+
+def _coerce(field_name: str, kind: Any, value: Any) -> Any:
+    """Turn a setting's value (possibly text from the environment) into its type."""
+    key = field_name.upper()
+    if field_name in _SECURITY_PARSERS:
+        return _SECURITY_PARSERS[field_name](key, value)
+    if field_name == "queues":
+        return parse_queues(value)
+    if kind in ("bool", bool):
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off", ""):
+            return False
+        raise ConfigurationError(f"{key}: expected true or false, got {value!r}")
+    if kind in ("int", int):
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                raise ConfigurationError(f"{key}: expected a whole number, got {value!r}") from None
+        return value
+    if kind in ("float", float):
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                raise ConfigurationError(f"{key}: expected a number, got {value!r}") from None
+        return value
+    if kind in ("tuple[str, ...]",):
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise ConfigurationError(f"{key}: expected a list of module names, got {value!r}")
+    return value
+
+
+def _check_security(s: Settings) -> None:
+    """Shape checks of the security settings (keys are loaded by django_eventmq/runtime/security.py)."""
+    for name in ("max_message_bytes", "max_body_bytes", "max_json_depth", "max_timeout"):
+        _positive(name, getattr(s, name), whole=True)
+    _positive("max_retry_count", s.max_retry_count, whole=True, allow_zero=True)
+    if s.cancel_policy not in ("owner", "any"):
+        raise ConfigurationError(
+            f"CANCEL_POLICY: expected 'owner' or 'any', got {s.cancel_policy!r}"
+        )
+    if type(s.max_frames) is not int or s.max_frames < 10:
+        raise ConfigurationError(
+            f"MAX_FRAMES: expected a whole number >= 10 (eMQP needs up to 10), got {s.max_frames!r}"
+        )
+    if s.max_body_bytes > s.max_message_bytes:
+        raise ConfigurationError(
+            f"MAX_BODY_BYTES ({s.max_body_bytes}) must not exceed MAX_MESSAGE_BYTES "
+            f"({s.max_message_bytes}): a body that big would cost its sender the connection"
+        )
+    if s.curve_client_public_key and not s.curve_client_secret_key:
+        raise ConfigurationError(
+            "CURVE_CLIENT_PUBLIC_KEY is set but CURVE_CLIENT_SECRET_KEY is not: "
+            "a client needs its secret key too"
+        )
+    if s.curve_admin_secret_key and not (s.curve_server_public_key or s.curve_server_secret_key):
+        raise ConfigurationError(
+            "CURVE_ADMIN_SECRET_KEY is set but CURVE_SERVER_PUBLIC_KEY is not: admin tools "
+            "need the router's public key too"
+        )
+    if not isinstance(s.queue_allowed_jobs, tuple):
+        raise ConfigurationError(
+            "QUEUE_ALLOWED_JOBS: pass it through from_mapping()/replace(), which accept a mapping"
+        )
+    for queue, jobs in s.queue_allowed_jobs:
+        if queue != "*" and not _QUEUE_NAME.match(queue):
+            raise ConfigurationError(f"QUEUE_ALLOWED_JOBS: {queue!r} is not a queue name")
+        for name in jobs:
+            if not isinstance(name, str) or not name:
+                raise ConfigurationError(
+                    f"QUEUE_ALLOWED_JOBS[{queue!r}]: expected job names, got {name!r}"
+                )
+
+
+def _parse_key_list(key: str, value: Any) -> tuple[str, ...]:
+    """Keys, key files or directories: a list, or one comma separated string."""
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return tuple(v.strip() for v in value if v.strip())
+    raise ConfigurationError(
+        f"{key}: expected a list of Z85 public keys, key files or directories, got {value!r}"
+    )
+
+
+def _parse_queue_allowed_jobs(key: str, value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``{"queue": ["job", ...]}``, as a mapping, pairs, or JSON text (``EMQ_*``)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except ValueError:
+            raise ConfigurationError(
+                f'{key}: expected JSON such as {{"email": ["app.jobs.send"]}}, got {value!r}'
+            ) from None
+    if isinstance(value, Mapping):
+        value = list(value.items())
+    if not isinstance(value, list | tuple):
+        raise ConfigurationError(f"{key}: expected a mapping of queue name to job names")
+    pairs: list[tuple[str, tuple[str, ...]]] = []
+    for item in value:
+        if not (isinstance(item, list | tuple) and len(item) == 2 and isinstance(item[0], str)):
+            raise ConfigurationError(f"{key}: entry {item!r} is not (queue, [job names])")
+        queue, jobs = item
+        if isinstance(jobs, str) or not isinstance(jobs, list | tuple):
+            raise ConfigurationError(f"{key}[{queue!r}]: expected a list of job names")
+        pairs.append((queue, tuple(jobs)))
+    return tuple(pairs)
+
+
+_SECURITY_PARSERS: dict[str, Any] = {
+    "curve_frontend_clients": _parse_key_list,
+    "curve_backend_workers": _parse_key_list,
+    "curve_admin_clients": _parse_key_list,
+    "curve_publisher_clients": _parse_key_list,
+    "queue_allowed_jobs": _parse_queue_allowed_jobs,
+}
+
+_FIELDS = {f.name: f for f in fields(Settings)}
+#: Every ``EVENTMQ`` key, upper-cased.
+KNOWN_KEYS = frozenset(name.upper() for name in _FIELDS)
+ENV_PREFIX = "EMQ_"
+
+
+def unknown_settings_message(keys: list[str]) -> str:
+    """One message naming every unknown ``EVENTMQ`` key, each with its likely fix."""
+    known = sorted(KNOWN_KEYS)
+    parts = []
+    for key in keys:
+        close = difflib.get_close_matches(str(key).upper(), known, n=1, cutoff=0.6)
+        parts.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
+    noun = "setting" if len(keys) == 1 else "settings"
+    return f"EVENTMQ: unknown {noun} {', '.join(parts)}; known settings are {', '.join(known)}"
+
+
+def from_mapping(
+    mapping: Mapping[str, Any] | None = None,
+    *,
+    base: Settings | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Build settings from a mapping (keys any case) and ``EMQ_*`` variables.
+
+    Unknown keys are an error (a typo must not be silently ignored).
+    """
+    given = dict(mapping or {})
+    unknown = [key for key in given if key.lower() not in _FIELDS]
+    if unknown:
+        raise ConfigurationError(unknown_settings_message(unknown))
+    values = {
+        key.lower(): _coerce(key.lower(), _FIELDS[key.lower()].type, v) for key, v in given.items()
+    }
+    env = os.environ if environ is None else environ
+    for name, f in _FIELDS.items():
+        text = env.get(ENV_PREFIX + name.upper())
+        if text is not None:
+            values[name] = _coerce(name, f.type, text)
+    if base is None:
+        return Settings(**values)
+    return dataclasses.replace(base, **values)
