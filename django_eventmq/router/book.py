@@ -72,7 +72,7 @@ from django_eventmq.runtime.stats import Stats
 
 log = logging.getLogger("django_eventmq.router")
 
-#: The NACK reason of a job manager that is shutting down (django_eventmq/jobmanager/lifecycle.py sends it).
+#: The NACK reason of a job manager that is shutting down (jobmanager/lifecycle.py sends it).
 NACK_STOPPING = "stopping"
 
 #: The reply a client that asked for one gets for a job cancelled before it ran.

@@ -398,7 +398,7 @@ def _coerce(field_name: str, kind: Any, value: Any) -> Any:
 
 
 def _check_security(s: Settings) -> None:
-    """Shape checks of the security settings (keys are loaded by django_eventmq/runtime/security.py)."""
+    """Shape checks of the security settings (keys are loaded by runtime/security.py)."""
     for name in ("max_message_bytes", "max_body_bytes", "max_json_depth", "max_timeout"):
         _positive(name, getattr(s, name), whole=True)
     _positive("max_retry_count", s.max_retry_count, whole=True, allow_zero=True)

@@ -16,12 +16,12 @@ import pytest
 from django_eventmq.jobmanager import child as worker
 from django_eventmq.jobmanager.lifecycle import Job, Lifecycle
 from django_eventmq.jobmanager.outcomes import Recorder
-from django_eventmq.runtime.retry import backoff
 from django_eventmq.jobmanager.pool import Pool
 from django_eventmq.protocol import Headers, JobBody, Message, Reply, Request, codec
 from django_eventmq.protocol import extensions as X
 from django_eventmq.router.book import Book
 from django_eventmq.router.journal.store import MEMORY, Journal
+from django_eventmq.runtime.retry import backoff
 from django_eventmq.runtime.settings import Settings
 
 BODY = JobBody(path="tests.lifecycle.jobs", callable="always_fails", args=("/nowhere",))
