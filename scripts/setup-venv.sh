@@ -22,7 +22,7 @@ stamp=.venv/.installed-$(cat pyproject.toml scripts/setup-venv.sh | sha1sum | cu
 if [ ! -f "$stamp" ]; then
     echo "==> installing django-eventmq and its test tools into .venv"
     .venv/bin/python -m pip install -q -e ".[test,lint]"
-    # The reference implementation is only a test peer (tests/interop). Its
+    # The reference implementation is only a test peer (tests/system/interop). Its
     # pins (pyzmq 18, croniter 0.3, ...) do not build on Python 3.12, so it is
     # installed without them, next to what it imports, in ONE --no-deps step:
     # a later resolving install would print "ERROR: pip's dependency resolver"

@@ -16,6 +16,9 @@ from django_eventmq.client import connection as client
 from django_eventmq.pubsub import api as pubsub
 from django_eventmq.runtime import config
 from django_eventmq.runtime.settings import Settings
+from tests.keys import keys as keys
+from tests.router_harness import start_router as start_router
+from tests.router_harness import zctx as zctx
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
 """emq_router / emq_jobmanager and ``python -m django_eventmq``: help and bad options.
 
-Running them for real is tests/integration's job; here they only parse.
+Running them for real is tests/system/e2e/examples's job; here they only parse.
 """
 
 from __future__ import annotations

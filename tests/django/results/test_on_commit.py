@@ -1,0 +1,86 @@
+""".delay_on_commit(): sent when the transaction commits, never when it rolls back.
+
+Real transactions (``transaction=True``: the test is not wrapped in one) and a
+raw ROUTER as the router.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import transaction
+
+from django_eventmq.errors import ConfigurationError, SerializationError
+from django_eventmq.models.results import JobResult
+from django_eventmq.runtime import hooks as integration
+from tests.django.results import jobs
+from tests.django.results.conftest import receive_request
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Rollback(Exception):
+    pass
+
+
+def test_sent_after_commit_not_before(broker):
+    with transaction.atomic():
+        JobResult.objects.create(
+            msgid="row-in-tx", created="2026-01-01T00:00Z", updated="2026-01-01T00:00Z"
+        )
+        handle = jobs.add.delay_on_commit(1, 2)
+        assert not broker.poll(100), "sent before the transaction committed"
+    _identity, request = receive_request(broker)
+    assert request.msgid == handle
+    assert JobResult.objects.filter(msgid="row-in-tx").exists()
+
+
+def test_never_sent_when_rolled_back(broker):
+    with pytest.raises(Rollback), transaction.atomic():
+        doomed = jobs.add.delay_on_commit(1, 2)
+        raise Rollback
+    # Whatever the router receives next is the job sent after the rollback.
+    sentinel = jobs.add.delay(3, 4)
+    _identity, request = receive_request(broker)
+    assert request.msgid == sentinel != doomed
+    assert not broker.poll(200)
+
+
+def test_nested_savepoint_rollback_drops_only_its_jobs(broker):
+    with transaction.atomic():
+        kept = jobs.add.delay_on_commit(1, 1)
+        with pytest.raises(Rollback), transaction.atomic():
+            jobs.add.delay_on_commit(2, 2)
+            raise Rollback
+    _identity, request = receive_request(broker)
+    assert request.msgid == kept
+    assert not broker.poll(200)
+
+
+def test_outside_a_transaction_it_is_sent_at_once(broker):
+    handle = jobs.add.delay_on_commit(5, 6)
+    _identity, request = receive_request(broker)
+    assert request.msgid == handle
+    assert '"args":[5,6]' in request.body_text
+
+
+def test_bad_arguments_fail_at_the_call_not_at_commit(broker):
+    with transaction.atomic(), pytest.raises(SerializationError):
+        jobs.add.delay_on_commit(object(), 1)
+
+
+def test_the_handle_waits_for_the_outcome_after_commit(broker):
+    from django_eventmq.protocol import Reply, new_msgid
+
+    with transaction.atomic():
+        handle = jobs.add.delay_on_commit(2, 2)
+    identity, request = receive_request(broker)
+    broker.send_to(
+        identity, Reply(msgid=new_msgid(), payload='{"value": 4}', reply_to=request.msgid)
+    )
+    assert handle.wait(timeout=10) == 4
+
+
+def test_without_the_django_app_it_says_what_is_missing(broker, monkeypatch):
+    monkeypatch.setattr(integration._installed, "on_commit", None)
+    with pytest.raises(ConfigurationError, match="INSTALLED_APPS"):
+        jobs.add.delay_on_commit(1, 2)
