@@ -469,9 +469,6 @@ class Pool:
             logger.debug("worker child pid=%d failed to start again: %s", child.pid, why)
 
     # -- stopping ------------------------------------------------------------
-    def busy(self) -> list[Child]:
-        return [c for c in self.children.values() if c.inflight]
-
     def close(self, timeout: float = 2.0) -> None:
         """Stop every child: ask politely, then terminate, then kill."""
         children = list(self.children.values())

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import uuid
 
 _prefix = ""
 _counter = itertools.count()
@@ -28,8 +27,3 @@ os.register_at_fork(after_in_child=_reseed)
 def new_msgid() -> str:
     """A fresh, unique message id."""
     return f"{_prefix}-{next(_counter):x}"
-
-
-def new_uuid() -> str:
-    """A uuid4 string, for ids a reference peer may display."""
-    return str(uuid.uuid4())
