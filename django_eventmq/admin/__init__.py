@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django_eventmq.admin import dashboard as dashboard
+from django_eventmq.admin.dashboard import DashboardAdmin as DashboardAdmin
 from django_eventmq.admin.results import JobResultAdmin as JobResultAdmin
 from django_eventmq.admin.schedules import ScheduleAdmin
 

@@ -1,6 +1,7 @@
 """The admin dashboard: live queues, throughput, job managers, failures and due schedules.
 
-Two staff-only views added to the default admin site at
+Two staff-only views, the pages of :class:`DashboardAdmin` (the admin of a
+table-less proxy model, so the admin index links it):
 ``admin/django_eventmq/dashboard/`` (the page) and ``.../dashboard/data/``
 (the JSON it polls every ~2 s). The router is read through its admin socket
 with a short timeout; when it does not answer the page says "router
@@ -12,15 +13,17 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
-from django.urls import NoReverseMatch, URLPattern, URLResolver, path, reverse
+from django.urls import NoReverseMatch, URLPattern, path, reverse
 from django.utils import timezone
 
 from django_eventmq.cli import status
+from django_eventmq.models.dashboard import Dashboard
 from django_eventmq.models.results import JobResult, JobStatus
 from django_eventmq.models.schedules import Schedule
 from django_eventmq.runtime.config import get_settings
@@ -134,40 +137,68 @@ def dashboard_data(request: HttpRequest) -> JsonResponse:
     )
 
 
-def dashboard(request: HttpRequest) -> HttpResponse:
-    """The dashboard page; its script fills it from :func:`dashboard_data`."""
-    context = {
-        **admin.site.each_context(request),
-        "title": "EventMQ dashboard",
-        "data_url": reverse("admin:django_eventmq_dashboard_data"),
-        "poll_ms": 2000,
-    }
-    return TemplateResponse(request, "django_eventmq/dashboard.html", context)
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[Dashboard]
+else:  # ModelAdmin takes no type argument at run time
+    _ModelAdmin = admin.ModelAdmin
 
 
-def install(site: admin.AdminSite = admin.site) -> None:
-    """Put the dashboard's two URLs in front of ``site``'s own (once)."""
-    original = site.get_urls
-    if getattr(original, "emq_dashboard", False):
-        return
+@admin.register(Dashboard)
+class DashboardAdmin(_ModelAdmin):
+    """The dashboard's two views, where the admin puts a model's pages.
 
-    def get_urls() -> list[URLResolver | URLPattern]:
+    ``admin/django_eventmq/dashboard/`` is the page (and the "changelist" the
+    admin index links), ``.../data/`` the JSON it polls. Any active staff
+    member may open both, as before the dashboard had a model: the admin
+    site's own login check, and no model permission on top.
+    """
+
+    def get_urls(self) -> list[URLPattern]:
+        page = self.admin_site.admin_view(self.dashboard_view)
+        data = self.admin_site.admin_view(self.data_view)
         return [
-            path(
-                "django_eventmq/dashboard/",
-                site.admin_view(dashboard),
-                name="django_eventmq_dashboard",
-            ),
-            path(
-                "django_eventmq/dashboard/data/",
-                site.admin_view(dashboard_data),
-                name="django_eventmq_dashboard_data",
-            ),
-            *original(),
+            path("", page, name="django_eventmq_dashboard"),
+            path("data/", data, name="django_eventmq_dashboard_data"),
+            # The name the admin index reverses for a model's row: the same page.
+            path("", page, name="django_eventmq_dashboard_changelist"),
         ]
 
-    get_urls.emq_dashboard = True  # type: ignore[attr-defined]
-    site.get_urls = get_urls  # type: ignore[method-assign]
+    def dashboard_view(self, request: HttpRequest) -> HttpResponse:
+        """The dashboard page; its script fills it from :meth:`data_view`."""
+        self._check_view(request)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "EventMQ dashboard",
+            "opts": self.opts,
+            "data_url": reverse(f"{self.admin_site.name}:django_eventmq_dashboard_data"),
+            "poll_ms": 2000,
+        }
+        return TemplateResponse(request, "django_eventmq/dashboard.html", context)
+
+    def data_view(self, request: HttpRequest) -> JsonResponse:
+        self._check_view(request)
+        return dashboard_data(request)
+
+    def _check_view(self, request: HttpRequest) -> None:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        # Lists the app in the index for staff with no model permission at all.
+        return _is_staff(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return _is_staff(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
-install()
+def _is_staff(request: HttpRequest) -> bool:
+    return bool(request.user.is_active and request.user.is_staff)

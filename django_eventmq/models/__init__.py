@@ -1,11 +1,13 @@
 """Models of the django_eventmq app.
 
 Each feature keeps its models in its own module, imported here so Django
-finds them: schedules in :mod:`.scheduling_models`.
+finds them: results in :mod:`.results`, schedules in :mod:`.schedules`, the
+admin dashboard's table-less proxy in :mod:`.dashboard`.
 """
 
 from __future__ import annotations
 
+from django_eventmq.models.dashboard import Dashboard as Dashboard
 from django_eventmq.models.results import JobResult as JobResult
 from django_eventmq.models.schedules import Schedule, ScheduleRun
 
