@@ -31,6 +31,15 @@ STATUS: Final = "STATUS"
 ROUTER_SHOW_WORKERS: Final = "ROUTER_SHOW_WORKERS"
 ROUTER_SHOW_SCHEDULERS: Final = "ROUTER_SHOW_SCHEDULERS"
 
+#: Byte forms of the commands the hot paths compare frames with, without decoding
+#: them (the text forms of our extensions live in .extensions and .batch; a test
+#: checks that both spellings agree).
+ACK_B: Final = ACK.encode()
+REQUEST_B: Final = REQUEST.encode()
+READY_B: Final = READY.encode()
+DONE_B: Final = b"DONE"
+BATCH_B: Final = b"BATCH"
+
 #: Ours: the journal's state (queued, in flight, store size, syncs, ...), like PZQ's MONITOR.
 MONITOR: Final = "MONITOR"
 

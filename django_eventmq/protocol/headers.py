@@ -141,3 +141,31 @@ def parse_headers(text: str) -> Headers:
         else:
             extra.append(item)
     return Headers(**flags, **numbers, delay_until=delay_until, extra=tuple(extra))  # type: ignore[arg-type]
+
+
+#: The header a router of ours adds to a REQUEST it hands out again: ``attempt:K``
+#: (a reference peer keeps it as an unknown header).
+ATTEMPT = "attempt"
+ATTEMPT_B = ATTEMPT.encode()
+
+
+def with_attempt(headers: bytes, attempt: int) -> bytes:
+    """The header frame with ``attempt:K`` in place of any ``attempt:N`` (none for K <= 1).
+
+    Edited as text so every other header reaches the job manager as the client wrote it.
+    """
+    items = [
+        item for item in headers.split(b",") if item and item.split(b":", 1)[0].strip() != ATTEMPT_B
+    ]
+    if attempt > 1:
+        items.append(b"%s:%d" % (ATTEMPT_B, attempt))
+    return b",".join(items)
+
+
+def attempt_of(headers: Headers) -> int:
+    """The attempt a REQUEST is, from its ``attempt:K`` header (1 without one)."""
+    for item in headers.extra:
+        name, _, value = item.partition(":")
+        if name == ATTEMPT and value.isdigit() and int(value) > 0:
+            return int(value)
+    return 1

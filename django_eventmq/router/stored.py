@@ -7,42 +7,21 @@ it is a retry (see :mod:`.dispatch`, "Attempts").
 
 from __future__ import annotations
 
-from django_eventmq.protocol import constants as C
-from django_eventmq.protocol.headers import Headers, parse_headers
+from django_eventmq.protocol.headers import Headers, parse_headers, with_attempt
+from django_eventmq.protocol.views import request_frames
 from django_eventmq.router.journal.store import Row
 from django_eventmq.router.routing import Job
-
-_VERSION = C.PROTOCOL_VERSION_B
-_REQUEST = C.REQUEST.encode()
-#: The header a retried REQUEST carries (read by ``lifecycle.attempt_of``).
-ATTEMPT = b"attempt"
-
-
-def with_attempt(headers: bytes, attempt: int) -> bytes:
-    """The header frame with ``attempt:K`` in place of any ``attempt:N`` (none for K <= 1).
-
-    Edited as text so every other header reaches the job manager as the client wrote it.
-    """
-    items = [
-        item for item in headers.split(b",") if item and item.split(b":", 1)[0].strip() != ATTEMPT
-    ]
-    if attempt > 1:
-        items.append(b"%s:%d" % (ATTEMPT, attempt))
-    return b",".join(items)
 
 
 def job_from_row(row: Row, now: float) -> Job:
     """A stored job, ready to be handed out again (a retry says which attempt it is)."""
     headers = _headers(row.headers)
-    frames = [
-        b"",
-        _VERSION,
-        _REQUEST,
+    frames = request_frames(
         row.msgid.encode(),
         row.queue.encode(),
         with_attempt(row.headers, row.attempts + 1) if row.attempts else row.headers,
         row.body,
-    ]
+    )
     return Job(
         row.msgid,
         row.queue,
