@@ -38,7 +38,8 @@ from django.db import connections, router
 from django.utils import timezone
 
 from django_eventmq.errors import JobError
-from django_eventmq.models.results import FINISHED_STATUSES, JobResult, JobStatus
+from django_eventmq.models.results import JobResult
+from django_eventmq.protocol.status import FINISHED, RESULT_OF, JobStatus
 
 logger = logging.getLogger("django_eventmq.results")
 
@@ -46,13 +47,9 @@ logger = logging.getLogger("django_eventmq.results")
 TASK_RUNNER = "django_eventmq.tasks_runner.run_task"
 
 #: Status words a record may use, including the DONE statuses of the wire.
-_STATUS_ALIASES = {
+_STATUS_ALIASES: dict[str, str] = {
     **{status.value: status.value for status in JobStatus},
-    "ok": JobStatus.SUCCEEDED.value,
-    "timeout": JobStatus.TIMED_OUT.value,
-    "retry": JobStatus.RETRYING.value,
-    "died": JobStatus.FAILED.value,
-    "refused": JobStatus.FAILED.value,
+    **{done.value: status.value for done, status in RESULT_OF.items()},
 }
 _RANK = {
     JobStatus.QUEUED.value: 0,
@@ -285,6 +282,7 @@ def _upsert_sql(connection: Any) -> tuple[str, str]:
         return f"(CASE {status} {cases} ELSE {_FINISHED_RANK} END)"
 
     runs = _RUNS_SQL[connection.vendor]
+    running = f"'{JobStatus.RUNNING.value}'"
     # A record of a run not in the row's workers yet, of no earlier attempt, and
     # started no earlier: a new run (redelivery). A record of the run before it
     # can arrive after the new run's (its job manager writes later).
@@ -329,7 +327,7 @@ def _upsert_sql(connection: Any) -> tuple[str, str]:
         f" AND {rank(x('status'))} > {rank(t('status'))})"
         # A progress update of a running job.
         f" OR ({x('attempts')} = {t('attempts')} AND {x('progress')} IS NOT NULL"
-        f" AND {x('status')} = 'running' AND {t('status')} = 'running'))))"
+        f" AND {x('status')} = {running} AND {t('status')} = {running}))))"
     )
     head = f"INSERT INTO {table} ({', '.join(q(c) for c in COLUMNS)}) VALUES "  # noqa: S608 - names are our constants, quoted
     tail = (
@@ -422,6 +420,6 @@ class TableReader:
             raise ResultNotReady(f"no result recorded for job {msgid}")
         if row.status == JobStatus.SUCCEEDED:
             return row.value
-        if row.status in FINISHED_STATUSES:
+        if row.status in FINISHED:
             raise error_of(row)
         raise ResultNotReady(f"job {msgid} has not finished (status {row.status})")

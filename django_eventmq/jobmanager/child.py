@@ -22,7 +22,8 @@ results), ``F<why>`` when start-up failed (then it exits), ``A`` after a
 records batch, ``P<seq>\\n<{"value": ...} JSON>`` for a partial a running
 job reports (:mod:`.progress`; at most ``PARTIAL_RATE`` a second per job), and
 per job ``D<seq>\\n<status>\\n<payload JSON>`` where status
-is ``ok`` (payload is the reply ``{"value": ...}``), ``failed`` or ``refused``
+is one of ``protocol.status.CHILD_STATUSES``: ``ok`` (payload is the reply
+``{"value": ...}``), ``failed`` or ``refused``
 (payload describes the error: ``{"job", "type", "path", "message", "traceback"}``) or
 ``cancelled`` (skipped, empty payload). A result is written as soon as its job
 ends: the job manager times the next job from it.
@@ -50,6 +51,7 @@ from django_eventmq.jobmanager import progress
 from django_eventmq.jobmanager.pipe import FrameReader, frame, write_all
 from django_eventmq.protocol import encode_json, parse_job
 from django_eventmq.protocol.payload import MAX_JSON_BYTES, MAX_JSON_DEPTH
+from django_eventmq.protocol.status import DoneStatus
 from django_eventmq.runtime import registry
 from django_eventmq.runtime.settings import Settings
 
@@ -67,12 +69,6 @@ PARTIAL = b"P"
 RECORDED = b"A"
 #: After UP: the hooks module has ``record_results``.
 CAN_RECORD = b"r"
-
-OK = "ok"
-FAILED = "failed"
-REFUSED = "refused"
-CANCELLED = "cancelled"
-STATUSES = frozenset({OK, FAILED, REFUSED, CANCELLED})
 
 
 def _noop() -> None:
@@ -153,7 +149,7 @@ class JobRunner:
 
     def run(
         self, body: bytes | str, report: Callable[[str], object] | None = None
-    ) -> tuple[str, str]:
+    ) -> tuple[DoneStatus, str]:
         """Run one job; returns ``(status, payload JSON)``. Never raises.
 
         ``report`` takes each partial the job reports (:func:`.progress.progress`,
@@ -166,9 +162,9 @@ class JobRunner:
             func = registry.resolve(job, self.allowed_modules)
         except (InvalidJob, JobNotAllowed) as exc:
             # Not run: the router's port must not be a remote code execution port.
-            return REFUSED, _error_payload(name, exc, with_traceback=False)
+            return DoneStatus.REFUSED, _error_payload(name, exc, with_traceback=False)
         except Exception as exc:  # JobNotFound, or a class constructor that raised
-            return FAILED, _error_payload(name, exc)
+            return DoneStatus.FAILED, _error_payload(name, exc)
         try:
             self.hooks.before_job()
             progress.set_reporter(report)
@@ -184,11 +180,11 @@ class JobRunner:
                 raise
             # KeyboardInterrupt too: children ignore SIGINT, so the job raised it
             # itself; it fails that job, as any exception does, not the child.
-            return FAILED, _error_payload(name, exc)
+            return DoneStatus.FAILED, _error_payload(name, exc)
         try:
-            return OK, encode_json({"value": value})
+            return DoneStatus.OK, encode_json({"value": value})
         except SerializationError as exc:
-            return FAILED, _error_payload(
+            return DoneStatus.FAILED, _error_payload(
                 name,
                 SerializationError(f"return value of {name} is not JSON-serialisable: {exc}"),
                 with_traceback=False,
@@ -335,7 +331,7 @@ def _take(
         for item in jobs:
             if item is not None and item[0] == seq:
                 jobs.remove(item)
-                return send(encode_result(seq, CANCELLED, ""))
+                return send(encode_result(seq, DoneStatus.CANCELLED, ""))
     elif kind == EXIT:
         jobs.append(None)
     else:

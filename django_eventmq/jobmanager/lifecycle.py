@@ -23,22 +23,18 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django_eventmq.jobmanager import child as worker
 from django_eventmq.jobmanager import outcomes
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import Child, Pool, Status
 from django_eventmq.jobmanager.progress import Coalescer
 from django_eventmq.protocol import Headers
-from django_eventmq.protocol import extensions as X
+from django_eventmq.protocol.status import NOT_RUN, DoneStatus, JobStatus
 from django_eventmq.runtime.logs import job_debug, job_fields, job_name
 from django_eventmq.runtime.retry import backoff
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.stats import Stats
 
 logger = logging.getLogger("django_eventmq.jobmanager")
-
-#: Outcomes of jobs that did not run (not timed).
-_UNTIMED = frozenset({X.STATUS_REFUSED, X.STATUS_CANCELLED})
 
 #: Why a job was asked to be skipped in its child.
 SKIP_CANCEL = "cancel"
@@ -76,8 +72,11 @@ def attempt_of(headers: Headers) -> int:
     return 1
 
 
-Report = Callable[[Job, str, str], None]
-Nack = Callable[[Job, str], None]
+#: Reports a job's outcome: ``(job, DONE status, reply payload)``.
+Report = Callable[[Job, DoneStatus, str], None]
+#: Hands a job back unrun, with the reason (the job manager sends a NACK, or
+#: READY to a reference router). Not named ``Nack``: that is the protocol message.
+HandBack = Callable[[Job, str], None]
 #: Sends one partial (``{"value": ...}`` JSON) of a running job on to the router.
 SendPartial = Callable[[Job, str], None]
 
@@ -92,7 +91,7 @@ class Lifecycle:
         recorder: Recorder,
         *,
         report: Report,
-        nack: Nack,
+        nack: HandBack,
         router_retries: Callable[[], bool],
         partial: SendPartial | None = None,
     ) -> None:
@@ -189,19 +188,19 @@ class Lifecycle:
                 value = json.loads(payload)["value"]
             except (ValueError, KeyError, TypeError):
                 value = None
-            self._add_record(job, outcomes.RUNNING, None, time.monotonic(), progress=value)
+            self._add_record(job, JobStatus.RUNNING, None, time.monotonic(), progress=value)
         self._send_partial(job, payload)
 
     def _counted(self, report: Report) -> Report:
         """``report``, after counting the outcome and timing the run in :attr:`stats`."""
         stats = self.stats
 
-        def report_counted(job: Job, status: str, payload: str) -> None:
-            if status != X.STATUS_RETRY:  # a retry is counted by _retry, the job goes on
+        def report_counted(job: Job, status: DoneStatus, payload: str) -> None:
+            if status != DoneStatus.RETRY:  # a retry is counted by _retry, the job goes on
                 ran: float | None = None  # refused or cancelled: not timed
                 if job.began:
                     ran = time.monotonic() - job.began
-                elif job.child is not None and status not in _UNTIMED:
+                elif job.child is not None and status not in NOT_RUN:
                     ran = 0.0  # not seen running: it ran between two reads of its child
                 stats.finish(job.queue, status, ran)
                 job_debug(logger, "%s", job.msgid, job.queue, status, body=job.body_text)
@@ -212,7 +211,7 @@ class Lifecycle:
     def _after_partials(self, report: Report) -> Report:
         """``report``, after the job's held partial (its outcome comes after its partials)."""
 
-        def report_last(job: Job, status: str, payload: str) -> None:
+        def report_last(job: Job, status: DoneStatus, payload: str) -> None:
             self.partials.flush(job)
             report(job, status, payload)
 
@@ -226,14 +225,14 @@ class Lifecycle:
             job = jobs.pop(seq, None)
             if job is None:
                 continue
-            if status == worker.OK:
+            if status == DoneStatus.OK:
                 if job.record:
                     value = json.loads(payload).get("value")
-                    self._record(job, outcomes.SUCCEEDED, now, value=value)
-                self._report(job, X.STATUS_OK, payload)
-            elif status == worker.CANCELLED:
+                    self._record(job, JobStatus.SUCCEEDED, now, value=value)
+                self._report(job, DoneStatus.OK, payload)
+            elif status == DoneStatus.CANCELLED:
                 self._skipped(job)
-            elif status == worker.FAILED and job.attempt <= job.retry_count:
+            elif status == DoneStatus.FAILED and job.attempt <= job.retry_count:
                 self._retry(seq, job, payload, now)
             else:
                 self._failed(job, status, payload, now)
@@ -241,11 +240,11 @@ class Lifecycle:
     def refuse(self, job: Job, name: str, reason: str, now: float) -> None:
         """Answer a job that is not held (nor run) with ``refused``, as a child would."""
         detail = {"job": name, "type": "JobNotAllowed", "message": reason, "traceback": ""}
-        self._failed(job, worker.REFUSED, json.dumps(detail), now)
+        self._failed(job, DoneStatus.REFUSED, json.dumps(detail), now)
 
     def _failed(self, job: Job, status: str, payload: str, now: float) -> None:
         name, error = outcomes.parse_failure(payload)
-        if status == worker.REFUSED:
+        if status == DoneStatus.REFUSED:
             logger.warning(
                 "refused job msgid=%s job=%s queue=%s: %s",
                 job.msgid,
@@ -268,8 +267,8 @@ class Lifecycle:
             if error["traceback"]:
                 logger.debug("traceback of job msgid=%s:\n%s", job.msgid, error["traceback"])
         if job.record:
-            self._record(job, outcomes.FAILED, now, error=error)
-        done = X.STATUS_REFUSED if status == worker.REFUSED else X.STATUS_FAILED
+            self._record(job, JobStatus.FAILED, now, error=error)
+        done = DoneStatus.REFUSED if status == DoneStatus.REFUSED else DoneStatus.FAILED
         self._report(
             job, done, outcomes.error_payload(error["type"], error["message"], error["traceback"])
         )
@@ -290,9 +289,9 @@ class Lifecycle:
             extra=job_fields(job.msgid, job.queue, name),
         )
         if job.record:
-            self._record(job, outcomes.RETRYING, now, error=error)
+            self._record(job, JobStatus.RETRYING, now, error=error)
         if self._router_retries():
-            self._report(job, X.STATUS_RETRY, outcomes.retry_payload(job.attempt, error))
+            self._report(job, DoneStatus.RETRY, outcomes.retry_payload(job.attempt, error))
             return
         s = self.settings
         delay = backoff(job.attempt, s.retry_backoff_base, s.retry_backoff_cap)
@@ -312,19 +311,19 @@ class Lifecycle:
 
     def _cancelled(self, job: Job) -> None:
         if job.record:
-            self._record(job, outcomes.CANCELLED, time.monotonic())
-        self._report(job, X.STATUS_CANCELLED, outcomes.cancelled_payload())
+            self._record(job, JobStatus.CANCELLED, time.monotonic())
+        self._report(job, DoneStatus.CANCELLED, outcomes.cancelled_payload())
 
     # -- records ------------------------------------------------------------------
     def _started(self, job: Job, child: Child) -> None:
         job.started = time.time()
         job.pid = child.pid
-        self._add_record(job, outcomes.RUNNING, None, time.monotonic())
+        self._add_record(job, JobStatus.RUNNING, None, time.monotonic())
 
     def _record(
         self,
         job: Job,
-        status: str,
+        status: JobStatus,
         now: float,
         *,
         value: object = None,
@@ -335,7 +334,7 @@ class Lifecycle:
     def _add_record(
         self,
         job: Job,
-        status: str,
+        status: JobStatus,
         finished: float | None,
         now: float,
         *,
@@ -397,8 +396,8 @@ class Lifecycle:
             del self.jobs[seq]
             if job.record:
                 error = outcomes.error_info("TimeoutError", f"timeout of {job.timeout}s")
-                self._record(job, outcomes.TIMED_OUT, now, error=error)
-            self._report(job, X.STATUS_TIMEOUT, outcomes.timeout_payload(job.timeout))
+                self._record(job, JobStatus.TIMED_OUT, now, error=error)
+            self._report(job, DoneStatus.TIMEOUT, outcomes.timeout_payload(job.timeout))
 
     def stop_child(self, child: Child, now: float) -> None:
         """Kill ``child``; its queued jobs and unhandled records go to other children."""
@@ -445,10 +444,10 @@ class Lifecycle:
                 # Our router hands it out again (a new run, in another process);
                 # a reference router takes the death as the job's failure.
                 redelivered = self._router_retries()
-                status = outcomes.RETRYING if redelivered else outcomes.FAILED
+                status = JobStatus.RETRYING if redelivered else JobStatus.FAILED
                 error = outcomes.error_info("WorkerDied", message)
                 self._record(job, status, now, error=error)
-            self._report(job, X.STATUS_DIED, outcomes.error_payload("WorkerDied", message))
+            self._report(job, DoneStatus.DIED, outcomes.error_payload("WorkerDied", message))
         self._hand_back(requeue)
         return len(lost)
 

@@ -9,7 +9,8 @@ worker child (only children have Django), batched by :class:`Recorder`. Each
 record is a dict with exactly these keys:
 
 ``msgid`` (str), ``queue`` (str), ``job`` (dotted name or ``"?"``), ``args``
-(list), ``kwargs`` (dict), ``status`` (one of :data:`RECORD_STATUSES`),
+(list), ``kwargs`` (dict), ``status`` (a :class:`~django_eventmq.protocol.status.JobStatus`, one of
+:data:`~django_eventmq.protocol.status.RECORD_STATUSES`),
 ``value`` (the JSON-able return value when succeeded, else None), ``error``
 (``{"type", "message", "traceback"}``, plus ``"path"``, the exception's
 ``module.qualname``, when a job raised it; or None), ``attempt`` (int, from 1),
@@ -29,14 +30,7 @@ from typing import Any
 from django_eventmq.errors import InvalidJob
 from django_eventmq.jobmanager.child import encode_records
 from django_eventmq.protocol import encode_json, parse_job
-
-RUNNING = "running"
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-TIMED_OUT = "timed_out"
-RETRYING = "retrying"
-CANCELLED = "cancelled"
-RECORD_STATUSES = frozenset({RUNNING, SUCCEEDED, FAILED, TIMED_OUT, RETRYING, CANCELLED})
+from django_eventmq.protocol.status import JobStatus
 
 #: A records batch goes out when it is this old (seconds) or this long.
 RECORD_EVERY = 0.2
@@ -111,7 +105,7 @@ class Recorder:
         msgid: str,
         queue: str,
         body_text: str,
-        status: str,
+        status: JobStatus,
         attempt: int,
         pid: int | None,
         started: float | None,

@@ -40,6 +40,7 @@ from multiprocessing.process import BaseProcess
 from django_eventmq.jobmanager import child as worker
 from django_eventmq.jobmanager.pipe import FrameReader, frame, write_all
 from django_eventmq.jobmanager.prefetch import Prefetch
+from django_eventmq.protocol.status import NOT_RUN
 from django_eventmq.runtime.settings import Settings
 
 logger = logging.getLogger("django_eventmq.pool")
@@ -62,7 +63,7 @@ MAX_START_DELAY = 10.0
 KILL_GRACE = 1.0
 
 #: Results of jobs that did not run (skipped or refused): not timed.
-_NOT_RUN = frozenset({worker.CANCELLED, worker.REFUSED})
+_NOT_RUN = NOT_RUN
 
 
 class Status(enum.Enum):

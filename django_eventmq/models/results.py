@@ -10,23 +10,14 @@ from __future__ import annotations
 
 from django.db import models
 
+# JobStatus is imported from here by the admin and the Tasks backend too.
+from django_eventmq.protocol.status import FINISHED
+from django_eventmq.protocol.status import JobStatus as JobStatus
 
-class JobStatus(models.TextChoices):
-    """Where a job is in its life."""
-
-    QUEUED = "queued", "queued"
-    RUNNING = "running", "running"
-    SUCCEEDED = "succeeded", "succeeded"
-    FAILED = "failed", "failed"
-    TIMED_OUT = "timed_out", "timed out"
-    RETRYING = "retrying", "retrying"
-    CANCELLED = "cancelled", "cancelled"
-
-
-#: Statuses after which nothing more happens to the job.
-FINISHED_STATUSES = frozenset(
-    {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.CANCELLED}
-)
+#: The ``status`` column's choices, from the one status vocabulary
+#: (:mod:`django_eventmq.protocol.status`); the stored words and labels are
+#: those of migration 0002.
+STATUS_CHOICES = [(status.value, status.label) for status in JobStatus]
 
 
 class JobResult(models.Model):
@@ -40,7 +31,7 @@ class JobResult(models.Model):
     args = models.JSONField(default=list, blank=True)
     kwargs = models.JSONField(default=dict, blank=True)
     status = models.CharField(
-        max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED, db_index=True
+        max_length=16, choices=STATUS_CHOICES, default=JobStatus.QUEUED.value, db_index=True
     )
     value = models.JSONField(null=True, blank=True, help_text="The return value (JSON).")
     progress = models.JSONField(
@@ -77,4 +68,4 @@ class JobResult(models.Model):
 
     @property
     def is_finished(self) -> bool:
-        return self.status in FINISHED_STATUSES
+        return self.status in FINISHED

@@ -66,6 +66,8 @@ from django_eventmq.protocol.batch import Batch as Batch
 from django_eventmq.protocol.batch import pack_jobs as pack_jobs
 from django_eventmq.protocol.batch import unpack_jobs as unpack_jobs
 from django_eventmq.protocol.messages import MESSAGE_TYPES, Message
+from django_eventmq.protocol.status import DONE_STATUSES as DONE_STATUSES
+from django_eventmq.protocol.status import DoneStatus
 
 FEATURES = "FEATURES"
 DONE = "DONE"
@@ -78,26 +80,13 @@ UNREADY = "UNREADY"
 #: Longest PARTIAL payload (characters): progress is small; results go in the reply.
 MAX_PARTIAL_BYTES = 1024 * 1024
 
-#: Outcomes a DONE reports.
-STATUS_OK = "ok"
-STATUS_FAILED = "failed"
-STATUS_TIMEOUT = "timeout"
-STATUS_REFUSED = "refused"
-STATUS_CANCELLED = "cancelled"
-STATUS_DIED = "died"
-#: Failed, and should be retried by the router (its retry-count allows it).
-STATUS_RETRY = "retry"
-DONE_STATUSES = frozenset(
-    {
-        STATUS_OK,
-        STATUS_FAILED,
-        STATUS_TIMEOUT,
-        STATUS_REFUSED,
-        STATUS_CANCELLED,
-        STATUS_DIED,
-        STATUS_RETRY,
-    }
-)
+#: Outcomes a DONE reports: :mod:`.status` owns them. These names stay for the
+#: router (book.py imports them from here): ``DoneStatus`` members, not copies.
+STATUS_FAILED = DoneStatus.FAILED
+STATUS_REFUSED = DoneStatus.REFUSED
+STATUS_CANCELLED = DoneStatus.CANCELLED
+STATUS_DIED = DoneStatus.DIED
+STATUS_RETRY = DoneStatus.RETRY
 
 
 #: Longest REJECT reason taken from a job manager's refusal.
@@ -158,9 +147,8 @@ class Done(Message):
         Message.__post_init__(self)
         _job_msgid(self.command, self.job_msgid)
         if self.status not in DONE_STATUSES:
-            raise ProtocolError(
-                f"DONE: status must be one of {sorted(DONE_STATUSES)}, got {self.status!r}"
-            )
+            known = sorted(map(str, DONE_STATUSES))
+            raise ProtocolError(f"DONE: status must be one of {known}, got {self.status!r}")
 
     def body(self) -> list[str]:
         return [self.job_msgid, self.status, self.payload]

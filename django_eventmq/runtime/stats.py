@@ -14,14 +14,14 @@ from bisect import bisect_left
 from collections import Counter
 from typing import Any
 
+from django_eventmq.protocol.status import FAILED_OUTCOMES
+
 #: Upper bounds (seconds) of the job duration histogram's buckets, from quick
 #: jobs to the five-minute kind; one more bucket (+Inf) takes the rest.
 DURATION_BUCKETS: tuple[float, ...] = (
     *(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
     *(1, 2.5, 5, 10, 30, 60, 300),
 )
-#: Outcomes that also count as failures (``emq_jobs_failed_total``).
-FAILED_STATUSES = frozenset({"failed", "timeout", "refused", "died"})
 
 
 class Stats:
@@ -52,12 +52,13 @@ class Stats:
         self.durations: dict[str, list[float]] = {}
 
     def finish(self, queue: str, status: str, seconds: float | None = None) -> None:
-        """A job is over with ``status``: counted, as a failure if it is one, and timed."""
+        """A job is over with ``status`` (a ``protocol.status.DoneStatus``): counted, as
+        a failure if it is one, and timed."""
         by_status = self.finished.get(queue)
         if by_status is None:
             by_status = self.finished[queue] = Counter()
         by_status[status] += 1
-        if status in FAILED_STATUSES:
+        if status in FAILED_OUTCOMES:  # emq_jobs_failed_total
             self.failed[queue] += 1
         if seconds is not None:
             self.observe(queue, seconds)
