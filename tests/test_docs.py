@@ -1,19 +1,27 @@
-"""The documentation site builds with warnings as errors."""
+"""The documentation site builds with warnings as errors, and the architecture page
+(docs/architecture.md and its picture) names the code as it is."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 
 import pytest
 
 from tests.support import ROOT
 
-pytest.importorskip("sphinx", reason="sphinx is in the test extra; install it to build the docs")
-pytest.importorskip("myst_parser", reason="myst-parser is in the test extra")
+PACKAGE = ROOT / "django_eventmq"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+PICTURE = ROOT / "docs" / "_static" / "architecture.svg"
+#: Packages whose every module the architecture page names: the ones a process runs.
+PROCESS_PACKAGES = ("protocol", "runtime", "router", "jobmanager", "client", "scheduling", "pubsub")
 
 
 def test_docs_build_without_warnings(tmp_path):
+    pytest.importorskip("sphinx", reason="sphinx is in the test extra: install it to build")
+    pytest.importorskip("myst_parser", reason="myst-parser is in the test extra")
     result = subprocess.run(
         [
             sys.executable,
@@ -35,3 +43,72 @@ def test_docs_build_without_warnings(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "index.html").exists()
     assert (tmp_path / "api.html").exists()
+    assert (tmp_path / "architecture.html").exists()
+    assert (tmp_path / "_images" / "architecture.svg").exists()
+
+
+def named_paths(text: str) -> set[str]:
+    """Every file or folder path in backticks: ``router/book.py``, ``client/``, and
+    each path of ``tests/a tests/b``; ``path.py: name`` counts as ``path.py``."""
+    found = set()
+    for span in re.findall(r"`([^`\n]+)`", text):
+        for word in span.split(":")[0].split():
+            if re.fullmatch(r"[\w*./]+(\.py|/)", word) or word.startswith("tests/"):
+                found.add(word)
+    return found
+
+
+def exists(path: str) -> bool:
+    """True if ``path`` is a file or folder of the repository (from its root), or the
+    tail of one in the package or the tests (``book.py``, ``journal/store.py``,
+    ``fuzz/``); ``*`` globs."""
+    path = path.rstrip("/")
+    return any(ROOT.glob(path)) or any(any(base.rglob(path)) for base in (PACKAGE, ROOT / "tests"))
+
+
+def test_every_path_the_architecture_page_names_exists():
+    missing = sorted(p for p in named_paths(ARCHITECTURE.read_text()) if not exists(p))
+    assert missing == [], f"docs/architecture.md names paths that are gone: {missing}"
+
+
+def test_the_architecture_page_names_every_package_and_every_process_module():
+    text = ARCHITECTURE.read_text()
+    packages = sorted(
+        str(init.parent.relative_to(PACKAGE)) for init in PACKAGE.rglob("__init__.py")
+    )
+    assert "router/journal" in packages
+    unnamed = [p for p in packages if p != "." and f"{p}/" not in text]
+    modules = [
+        path
+        for package in PROCESS_PACKAGES
+        for path in sorted((PACKAGE / package).rglob("*.py"))
+        if path.name != "__init__.py"
+    ]
+    assert len(modules) > 60
+    unnamed += [
+        str(path.relative_to(PACKAGE))
+        for path in modules
+        if not re.search(rf"\b{re.escape(path.name)}\b", text)
+    ]
+    assert unnamed == [], f"say in docs/architecture.md what these are: {unnamed}"
+
+
+def test_the_checks_above_can_fail():
+    assert named_paths("`router/gone.py: Thing.x` and `tests/a tests/b` and `x.y`") == {
+        "router/gone.py",
+        "tests/a",
+        "tests/b",
+    }
+    assert not exists("router/gone.py")
+    assert exists("journal/store.py") and exists("tests/system/fuzz") and exists("fuzz/")
+    assert exists("management/commands/emq_*.py")
+
+
+def test_the_architecture_picture_shows_the_sockets_and_the_packages():
+    svg = ET.parse(PICTURE).getroot()
+    words = " ".join(t.strip() for t in svg.itertext())
+    for port in (":47291", ":47290", ":47293", ":47298", ":47299"):
+        assert port in words, port
+    for package in ("client/", "contrib/spark/", "scheduling/", "cli/", "router/", "jobmanager/"):
+        assert package in words, package
+    assert "](_static/architecture.svg)" in ARCHITECTURE.read_text()
