@@ -14,15 +14,13 @@ from collections.abc import Sequence
 
 from django_eventmq.cli.options import (
     add_jobmanager_arguments,
+    add_publisher_arguments,
     add_router_arguments,
+    add_status_arguments,
+    add_subscriber_arguments,
     configure_logging,
     install_signal_handlers,
     settings_from_options,
-)
-from django_eventmq.cli.pubsub_options import (
-    add_pubsub_arguments,
-    add_subscribe_arguments,
-    pubsub_settings,
 )
 from django_eventmq.errors import ConfigurationError, EventMQError
 from django_eventmq.runtime.settings import Settings, from_mapping
@@ -78,12 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     pubsub = commands.add_parser(
         "pubsub", help=PUBSUB_HELP, description=PUBSUB_HELP + ".", epilog=EPILOG
     )
-    add_pubsub_arguments(pubsub)
+    add_publisher_arguments(pubsub)
     pubsub.set_defaults(subparser=pubsub)
     subscribe = commands.add_parser(
         "subscribe", help=SUBSCRIBE_HELP, description=SUBSCRIBE_HELP + ".", epilog=EPILOG
     )
-    add_subscribe_arguments(subscribe)
+    add_subscriber_arguments(subscribe)
     subscribe.set_defaults(subparser=subscribe)
     keys = commands.add_parser("keys", help=KEYS_HELP, description=KEYS_HELP + ".")
     from django_eventmq.runtime.security import add_keys_arguments
@@ -91,8 +89,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_keys_arguments(keys)
     keys.set_defaults(subparser=keys)
     status = commands.add_parser("status", help=STATUS_HELP, description=STATUS_HELP + ".")
-    from django_eventmq.cli.status import add_status_arguments
-
     add_status_arguments(status)
     status.set_defaults(subparser=status)
     return parser
@@ -187,7 +183,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         subparser.error(_name_env_var(str(exc)))
     try:
         settings = settings_from_options(base, options)
-        settings = pubsub_settings(settings, options)
     except ConfigurationError as exc:
         subparser.error(str(exc))
     configure_logging(options.log_level)

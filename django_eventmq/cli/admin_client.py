@@ -1,18 +1,13 @@
-"""Router command-line pieces: the journal / back-pressure options, and asking a
-running router's admin socket (``emq_status``, the admin dashboard, metrics).
+"""Asking a running router's admin socket (``emq_status``, the admin dashboard, metrics).
 
 Admin tools connect with the CURVE key the settings give them (see
 :func:`.security.client_secret_setting`); a router that refuses the handshake
 is reported at once, with the setting to change, instead of after the timeout.
-
-Wiring (django_eventmq/cli/options.py): call :func:`add_durability_arguments` from
-``add_router_arguments`` and merge :func:`durability_changes` into the
-settings changes. Never imports Django.
+The router's command-line options are in :mod:`.options`. Never imports Django.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from collections.abc import Mapping
@@ -23,90 +18,6 @@ from django_eventmq.protocol import AdminRequest, Reply, new_msgid
 from django_eventmq.protocol import constants as C
 from django_eventmq.runtime import config, security, transport
 from django_eventmq.runtime.settings import Settings
-
-_DEFAULTS = Settings()
-
-
-def _whole(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
-def add_durability_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--journal PATH``, ``--no-journal``, ``--journal-sync``, ``--high-water-mark``
-    and ``--hwm-policy`` (all default to None: the setting applies)."""
-    group = parser.add_argument_group("journal and back-pressure")
-    where = group.add_mutually_exclusive_group()
-    where.add_argument(
-        "--journal",
-        dest="journal_path",
-        metavar="PATH",
-        help="file of the on-disk journal that keeps every accepted job until it finished "
-        f"(default: the JOURNAL_PATH setting or EMQ_JOURNAL_PATH, else "
-        f"{_DEFAULTS.journal_path!r}; {{frontend}} becomes the frontend address)",
-    )
-    where.add_argument(
-        "--no-journal",
-        dest="journal",
-        action="store_const",
-        const=False,
-        help="keep jobs in memory only: a router restart loses the jobs it holds",
-    )
-    group.add_argument(
-        "--journal-recover",
-        action="store_true",
-        help="if the journal fails its checks at start (damaged file, lost -wal content), "
-        "move its files aside to PATH.damaged-TIME, copy every job SQLite can still read "
-        "into a new journal, then start",
-    )
-    group.add_argument(
-        "--journal-sync",
-        choices=("full", "normal"),
-        help="'full': ACK once the job is on stable storage (survives a power cut); "
-        "'normal': once the OS has it (survives a router crash) (default: JOURNAL_SYNC, "
-        f"else {_DEFAULTS.journal_sync})",
-    )
-    group.add_argument(
-        "--high-water-mark",
-        type=_whole,
-        metavar="N",
-        help="waiting jobs at which clients are held back (default: HIGH_WATER_MARK, "
-        f"else {_DEFAULTS.high_water_mark})",
-    )
-    group.add_argument(
-        "--hwm-policy",
-        choices=("block", "reject"),
-        help="above the mark: 'block' stops reading clients (their sends wait, nothing is "
-        "lost), 'reject' answers REJECT with a reason (default: HWM_POLICY, else "
-        f"{_DEFAULTS.hwm_policy})",
-    )
-
-
-#: (argparse dest, Settings field) of the options above.
-DURABILITY_FIELDS = (
-    ("journal_path", "journal_path"),
-    ("journal", "journal"),
-    ("journal_sync", "journal_sync"),
-    ("high_water_mark", "high_water_mark"),
-    ("hwm_policy", "hwm_policy"),
-)
-
-
-def durability_changes(options: argparse.Namespace | Mapping[str, Any]) -> dict[str, Any]:
-    """The settings the durability options that were given change."""
-    values = vars(options) if isinstance(options, argparse.Namespace) else options
-    changes = {
-        field: values[dest] for dest, field in DURABILITY_FIELDS if values.get(dest) is not None
-    }
-    if "journal_path" in changes:
-        changes["journal"] = True
-    return changes
-
 
 #: Milliseconds between looks at the handshake while waiting for an answer.
 _HANDSHAKE_CHECK_MS = 50

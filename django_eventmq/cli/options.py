@@ -1,26 +1,55 @@
-"""Command-line options shared by the management commands and ``python -m django_eventmq``.
+"""Every command's options, in one place, for the management commands and ``python -m``.
 
-Both front ends add the same options with :func:`add_router_arguments` /
-:func:`add_jobmanager_arguments` and turn them into one validated
-:class:`Settings` with :func:`settings_from_options`. An option that is not
-given leaves the setting alone (``EVENTMQ`` / ``EMQ_*`` / built-in default),
-so every option defaults to ``None`` here. Never imports Django.
+Each option is one row (:class:`Option`): its flags, the setting it overrides
+(if any), its argument type and its help. The same rows feed argparse
+(:func:`add_options` and the ``add_*_arguments`` helpers) and
+:func:`settings_from_options`, so an option that is shown is an option that
+works, and one argument type (:func:`seconds`, :func:`whole`, :func:`address`,
+:func:`module`, :func:`log_level`) refuses a bad value with the same words in
+every command. An option that is not given leaves its setting alone
+(``EVENTMQ`` / ``EMQ_*`` / built-in default), so setting-backed options
+default to ``None``. Never imports Django.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any, TextIO
 
-from django_eventmq.cli import admin_client as router_cli
 from django_eventmq.errors import ConfigurationError
 from django_eventmq.protocol import constants as C
+from django_eventmq.pubsub.publisher import PUBLISHER_SNDHWM
 from django_eventmq.runtime.settings import Settings, check_address, parse_queues
+from django_eventmq.scheduling.timing import CATCHUP_POLICIES
+
+__all__ = [
+    "DEFAULT_LOG_LEVEL",
+    "LOG_LEVELS",
+    "Option",
+    "OptionError",
+    "add_jobmanager_arguments",
+    "add_options",
+    "add_publisher_arguments",
+    "add_router_arguments",
+    "add_scheduler_arguments",
+    "add_status_arguments",
+    "add_subscriber_arguments",
+    "address",
+    "configure_logging",
+    "install_signal_handlers",
+    "log_level",
+    "module",
+    "seconds",
+    "settings_from_options",
+    "whole",
+]
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 #: INFO shows start-up and shutdown lines only: components log nothing per message at INFO.
@@ -43,7 +72,8 @@ def _strip_key(message: str) -> str:
     return rest if sep and head.isupper() and " " not in head else message
 
 
-def _address(text: str) -> str:
+def address(text: str) -> str:
+    """A ZeroMQ address such as ``tcp://127.0.0.1:47291``."""
     try:
         check_address("address", text)
     except ConfigurationError:
@@ -54,44 +84,54 @@ def _address(text: str) -> str:
     return text
 
 
-def _queues(text: str) -> tuple[tuple[int, str], ...]:
+def queues(text: str) -> tuple[tuple[int, str], ...]:
+    """``name:weight,...`` as the QUEUES setting takes it."""
     try:
-        queues = parse_queues(text)
-        Settings(queues=queues)  # checks names and that at least one is given
+        parsed = parse_queues(text)
+        Settings(queues=parsed)  # checks names and that at least one is given
     except ConfigurationError as exc:
         raise argparse.ArgumentTypeError(
             f"{_strip_key(str(exc))} (expected 'name:weight,...', e.g. 'email:30,default:10')"
         ) from None
-    return queues
+    return parsed
 
 
-def _whole(minimum: int) -> Callable[[str], int]:
+def whole(minimum: int) -> Callable[[str], int]:
+    """A whole number >= ``minimum``."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             value = minimum - 1
         if value < minimum:
-            raise argparse.ArgumentTypeError(
-                f"expected a whole number >= {minimum}, got {text!r}"
-            ) from None
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}")
         return value
 
     parse.__name__ = f"whole number >= {minimum}"
     return parse
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}") from None
-    return value
+def seconds(minimum: float = 0.0, *, inclusive: bool = True) -> Callable[[str], float]:
+    """A finite number of seconds >= ``minimum`` (> ``minimum`` unless ``inclusive``)."""
+    bound = f"{'>=' if inclusive else '>'} {minimum:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")  # fails both comparisons below
+        ok = value >= minimum if inclusive else value > minimum
+        if not (ok and value < float("inf")):
+            raise argparse.ArgumentTypeError(f"expected a number of seconds {bound}, got {text!r}")
+        return value
+
+    parse.__name__ = f"seconds {bound}"
+    return parse
 
 
-def _module(text: str) -> str:
+def module(text: str) -> str:
+    """A dotted module path such as ``myapp.jobs``."""
     if not text or not all(part.isidentifier() for part in text.split(".")):
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a dotted module path such as 'myapp.jobs'"
@@ -99,7 +139,8 @@ def _module(text: str) -> str:
     return text
 
 
-def _log_level(text: str) -> str:
+def log_level(text: str) -> str:
+    """One of :data:`LOG_LEVELS`, any case."""
     level = text.upper()
     if level not in LOG_LEVELS:
         raise argparse.ArgumentTypeError(
@@ -108,161 +149,426 @@ def _log_level(text: str) -> str:
     return level
 
 
-def _setting_default(setting: str, shown: object) -> str:
-    return f"default: the {setting} setting or EMQ_{setting}, else {shown}"
+# -- the table ----------------------------------------------------------------
 
 
-def _add_log_level(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--log-level",
-        type=_log_level,
-        default=DEFAULT_LOG_LEVEL,
-        metavar="LEVEL",
-        help=(
-            f"how much to log to stderr: one of {', '.join(LOG_LEVELS)} "
-            f"(default: {DEFAULT_LOG_LEVEL}, which logs start-up and shutdown only)"
-        ),
-    )
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One command-line option: how argparse reads it and which setting it overrides.
+
+    With ``setting`` set, the help gains "(default: the SETTING setting or
+    EMQ_SETTING, else VALUE)" and :func:`settings_from_options` applies the
+    value; without, the command reads the value itself and ``help`` says the default.
+    """
+
+    flags: tuple[str, ...]
+    help: str
+    setting: str | None = None
+    dest: str | None = None
+    type: Callable[[str], Any] | None = None
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    action: str | None = None
+    const: Any = None
+    default: Any = None
+    #: Repeatable: the values are added to the setting's tuple, not put in its place.
+    additive: bool = False
+    #: Further settings a given value sets too (``--journal PATH`` turns the journal on).
+    implies: tuple[tuple[str, Any], ...] = ()
+    #: The default the help shows (default: the setting's built-in value).
+    shown: str | None = None
+    #: Options sharing this key exclude each other.
+    exclusive: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.flags[0]
+
+    @property
+    def key(self) -> str:
+        """The argparse ``dest``."""
+        return self.dest or self.name.lstrip("-").replace("-", "_")
+
+    def full_help(self) -> str:
+        if self.setting is None:
+            return self.help
+        upper = self.setting.upper()
+        shown = self.shown if self.shown is not None else getattr(_DEFAULTS, self.setting)
+        return f"{self.help} (default: the {upper} setting or EMQ_{upper}, else {shown})"
+
+    def add_to(self, container: Any) -> None:
+        kwargs: dict[str, Any] = {"dest": self.key, "help": self.full_help()}
+        if self.action is not None:
+            kwargs["action"] = self.action
+        if self.action == "store_const":
+            kwargs["const"] = self.const
+        if self.action not in ("store_true", "store_const"):
+            for field in ("type", "metavar", "choices"):
+                if getattr(self, field) is not None:
+                    kwargs[field] = getattr(self, field)
+        if self.action != "store_true":
+            kwargs["default"] = self.default
+        container.add_argument(*self.flags, **kwargs)
 
 
-def add_router_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the router's options (the addresses it binds, the log level)."""
-    group = parser.add_argument_group("router addresses")
-    group.add_argument(
-        "--frontend",
-        type=_address,
+def add_options(parser: argparse.ArgumentParser, title: str, options: Iterable[Option]) -> None:
+    """Add ``options`` to ``parser`` under the heading ``title``."""
+    group = parser.add_argument_group(title)
+    exclusive: dict[str, Any] = {}
+    for option in options:
+        container: Any = group
+        if option.exclusive is not None:
+            if option.exclusive not in exclusive:
+                exclusive[option.exclusive] = group.add_mutually_exclusive_group()
+            container = exclusive[option.exclusive]
+        option.add_to(container)
+
+
+LOG_LEVEL = Option(
+    ("--log-level",),
+    f"how much to log to stderr: one of {', '.join(LOG_LEVELS)} (default: "
+    f"{DEFAULT_LOG_LEVEL}, which logs start-up and shutdown only)",
+    type=log_level,
+    default=DEFAULT_LOG_LEVEL,
+    metavar="LEVEL",
+)
+
+METRICS = Option(
+    ("--metrics",),
+    "serve Prometheus metrics at http://ADDR/metrics (HOST:PORT or :PORT; default: none)",
+    metavar="ADDR",
+)
+
+ROUTER = (
+    Option(
+        ("--frontend",),
+        "address to bind for clients and schedulers",
+        "frontend_addr",
+        type=address,
         metavar="ADDR",
-        help="address to bind for clients and schedulers ("
-        + _setting_default("FRONTEND_ADDR", _DEFAULTS.frontend_addr)
-        + ")",
-    )
-    group.add_argument(
-        "--backend",
-        type=_address,
+    ),
+    Option(
+        ("--backend",),
+        "address to bind for job managers",
+        "backend_addr",
+        type=address,
         metavar="ADDR",
-        help="address to bind for job managers ("
-        + _setting_default("BACKEND_ADDR", _DEFAULTS.backend_addr)
-        + ")",
-    )
-    group.add_argument(
-        "--admin",
-        type=_address,
+    ),
+    Option(
+        ("--admin",),
+        "address to bind for administrative commands such as STATUS",
+        "admin_addr",
+        type=address,
         metavar="ADDR",
-        help="address to bind for administrative commands such as STATUS ("
-        + _setting_default("ADMIN_ADDR", _DEFAULTS.admin_addr)
-        + ")",
-    )
-    router_cli.add_durability_arguments(parser)
-    _add_log_level(parser)
+    ),
+)
+
+DURABILITY = (
+    Option(
+        ("--journal",),
+        "file of the on-disk journal that keeps every accepted job until it finished; "
+        "{frontend} becomes the frontend address",
+        "journal_path",
+        dest="journal_path",
+        metavar="PATH",
+        implies=(("journal", True),),
+        shown=repr(_DEFAULTS.journal_path),
+        exclusive="journal",
+    ),
+    Option(
+        ("--no-journal",),
+        "keep jobs in memory only: a router restart loses the jobs it holds",
+        "journal",
+        action="store_const",
+        const=False,
+        shown="on",
+        exclusive="journal",
+    ),
+    Option(
+        ("--journal-recover",),
+        "if the journal fails its checks at start (damaged file, lost -wal content), move "
+        "its files aside to PATH.damaged-TIME, copy every job SQLite can still read into a "
+        "new journal, then start (default: off)",
+        action="store_true",
+    ),
+    Option(
+        ("--journal-sync",),
+        "'full': ACK once the job is on stable storage (survives a power cut); 'normal': "
+        "once the OS has it (survives a router crash)",
+        "journal_sync",
+        choices=("full", "normal"),
+    ),
+    Option(
+        ("--high-water-mark",),
+        "waiting jobs at which clients are held back",
+        "high_water_mark",
+        type=whole(1),
+        metavar="N",
+    ),
+    Option(
+        ("--hwm-policy",),
+        "above the mark: 'block' stops reading clients (their sends wait, nothing is "
+        "lost), 'reject' answers REJECT with a reason",
+        "hwm_policy",
+        choices=("block", "reject"),
+    ),
+)
+
+_HOOKS = Option(
+    ("--hooks",),
+    "module imported in each worker process; its optional setup(), before_job() and "
+    "after_job() functions are called (default: none)",
+    type=module,
+    metavar="MODULE",
+)
+
+JOBMANAGER = (
+    Option(
+        ("--broker", "-B"),
+        "router backend address to connect to",
+        "worker_addr",
+        type=address,
+        metavar="ADDR",
+    ),
+    Option(
+        ("--queues", "-Q"),
+        "queues to serve as 'name:weight,...', e.g. 'email:30,default:10'; a higher weight "
+        f"is served first, a name without weight gets {C.DEFAULT_QUEUE_WEIGHT}",
+        "queues",
+        type=queues,
+        metavar="SPEC",
+        shown=",".join(f"{name}:{weight}" for weight, name in _DEFAULTS.queues),
+    ),
+    Option(
+        ("--concurrency", "-c"),
+        "worker processes running jobs",
+        "concurrency",
+        type=whole(1),
+        metavar="N",
+    ),
+    Option(
+        ("--prefetch",),
+        "most jobs to accept beyond the free worker processes, 0 for none",
+        "prefetch",
+        type=whole(0),
+        metavar="N",
+    ),
+    Option(
+        ("--prefetch-budget",),
+        "queued work per worker process to keep beyond the running job: the prefetch is "
+        "this * concurrency / mean job run time, up to --prefetch; 0 for always --prefetch",
+        "prefetch_budget",
+        type=seconds(0),
+        metavar="SECONDS",
+    ),
+    Option(
+        ("--max-jobs-per-child",),
+        "replace a worker process after it ran N jobs, 0 for never",
+        "max_jobs_per_child",
+        type=whole(0),
+        metavar="N",
+    ),
+    Option(
+        ("--job-module",),
+        "import MODULE at start-up so its @job functions can run; repeat for more "
+        "(added to the setting)",
+        "job_modules",
+        dest="job_modules",
+        action="append",
+        type=module,
+        metavar="MODULE",
+        additive=True,
+        shown="none",
+    ),
+    Option(
+        ("--allow-module",),
+        "also run callables of MODULE that are not registered with @job; trusted code "
+        "only, repeat for more (added to the setting)",
+        "allowed_job_modules",
+        dest="allowed_modules",
+        action="append",
+        type=module,
+        metavar="MODULE",
+        additive=True,
+        shown="none",
+    ),
+    _HOOKS,
+)
+
+SCHEDULER = (
+    Option(
+        ("--broker", "-B"),
+        "router frontend address to connect to",
+        "broker_addr",
+        dest="scheduler_broker",
+        type=address,
+        metavar="ADDR",
+    ),
+    Option(
+        ("--catchup",),
+        "what to do with runs that fell due while no scheduler ran: fire the latest "
+        "'once', 'skip' them, or fire 'all'",
+        "scheduler_catchup",
+        choices=CATCHUP_POLICIES,
+    ),
+    Option(
+        ("--poll-interval",),
+        "how often to look for schedules edited elsewhere, e.g. in the admin",
+        "scheduler_poll_interval",
+        type=seconds(0, inclusive=False),
+        metavar="SECONDS",
+        shown=f"{_DEFAULTS.scheduler_poll_interval:g}",
+    ),
+)
+
+PUBLISHER = (
+    Option(
+        ("--incoming",),
+        "address to bind for PUBLISH messages",
+        "publisher_incoming_addr",
+        type=address,
+        metavar="ADDR",
+    ),
+    Option(
+        ("--outgoing",),
+        "address to bind for subscribers",
+        "publisher_outgoing_addr",
+        type=address,
+        metavar="ADDR",
+    ),
+    Option(
+        ("--hwm",),
+        "messages queued per subscriber; while a slow subscriber's queue is full, new "
+        f"messages for it are dropped (default: {PUBLISHER_SNDHWM})",
+        type=whole(1),
+        default=PUBLISHER_SNDHWM,
+        metavar="N",
+    ),
+)
+
+SUBSCRIBER = (
+    Option(
+        ("--connect",),
+        "publisher outgoing address to subscribe to",
+        "subscribe_addr",
+        dest="subscribe",
+        type=address,
+        metavar="ADDR",
+    ),
+    Option(
+        ("--subscriber-module",),
+        "import MODULE at start-up so its @subscriber handlers run; repeat for more "
+        "(default: none)",
+        dest="subscriber_modules",
+        action="append",
+        type=module,
+        default=[],
+        metavar="MODULE",
+    ),
+)
+
+STATUS = (
+    Option(
+        ("--admin",),
+        "the router's admin address (default: the ADMIN_ADDR setting or EMQ_ADMIN_ADDR, "
+        f"else {_DEFAULTS.admin_addr})",
+        type=address,
+        metavar="ADDR",
+    ),
+    Option(("--json",), "print JSON (with --watch: one object per line)", action="store_true"),
+    Option(
+        ("--watch",),
+        "refresh every --interval seconds (redrawn in place on a terminal) until Ctrl-C",
+        action="store_true",
+    ),
+    Option(
+        ("--interval",),
+        "seconds between refreshes with --watch (default: 2)",
+        type=seconds(0, inclusive=False),
+        default=2.0,
+        metavar="SECONDS",
+    ),
+    Option(
+        ("--monitor",),
+        "also show the journal's state (admin command MONITOR): queued, in flight, store "
+        "size, syncs, expired, poisoned, per queue",
+        action="store_true",
+    ),
+    Option(
+        ("--timeout",),
+        "how long to wait for each answer of the router (default: 2)",
+        type=seconds(0, inclusive=False),
+        default=2.0,
+        metavar="SECONDS",
+    ),
+)
+
+#: Every option that overrides a setting, whichever command has it.
+_SETTING_OPTIONS = tuple(
+    option
+    for table in (ROUTER, DURABILITY, JOBMANAGER, SCHEDULER, PUBLISHER, SUBSCRIBER)
+    for option in table
+    if option.setting is not None
+)
+
+
+# -- per command ----------------------------------------------------------------
+
+
+def add_router_arguments(parser: argparse.ArgumentParser, *, metrics: bool = False) -> None:
+    """The router's options: addresses, journal and back-pressure, log level (and --metrics)."""
+    add_options(parser, "router addresses", ROUTER)
+    add_options(parser, "journal and back-pressure", DURABILITY)
+    _add_common(parser, metrics)
 
 
 def add_jobmanager_arguments(
-    parser: argparse.ArgumentParser, *, hooks_default: str | None = None
+    parser: argparse.ArgumentParser, *, hooks_default: str | None = None, metrics: bool = False
 ) -> None:
-    """Add the job manager's options. ``hooks_default`` is shown and used when --hooks is absent."""
-    group = parser.add_argument_group("job manager")
-    group.add_argument(
-        "--broker",
-        "-B",
-        type=_address,
-        metavar="ADDR",
-        help="router backend address to connect to ("
-        + _setting_default("WORKER_ADDR", _DEFAULTS.worker_addr)
-        + ")",
-    )
-    shown_queues = ",".join(f"{name}:{weight}" for weight, name in _DEFAULTS.queues)
-    group.add_argument(
-        "--queues",
-        "-Q",
-        type=_queues,
-        metavar="SPEC",
-        help="queues to serve as 'name:weight,...', e.g. 'email:30,default:10'; a higher "
-        "weight is served first, a name without weight gets "
-        f"{C.DEFAULT_QUEUE_WEIGHT} (" + _setting_default("QUEUES", shown_queues) + ")",
-    )
-    group.add_argument(
-        "--concurrency",
-        "-c",
-        type=_whole(1),
-        metavar="N",
-        help="worker processes running jobs ("
-        + _setting_default("CONCURRENCY", _DEFAULTS.concurrency)
-        + ")",
-    )
-    group.add_argument(
-        "--prefetch",
-        type=_whole(0),
-        metavar="N",
-        help="most jobs to accept beyond the free worker processes, 0 for none ("
-        + _setting_default("PREFETCH", _DEFAULTS.prefetch)
-        + ")",
-    )
-    group.add_argument(
-        "--prefetch-budget",
-        type=_seconds,
-        metavar="SECONDS",
-        help="queued work per worker process to keep beyond the running job: the prefetch "
-        "is this * concurrency / mean job run time, up to --prefetch; 0 for always "
-        "--prefetch (" + _setting_default("PREFETCH_BUDGET", _DEFAULTS.prefetch_budget) + ")",
-    )
-    group.add_argument(
-        "--max-jobs-per-child",
-        type=_whole(0),
-        metavar="N",
-        help="replace a worker process after it ran N jobs, 0 for never ("
-        + _setting_default("MAX_JOBS_PER_CHILD", _DEFAULTS.max_jobs_per_child)
-        + ")",
-    )
-    group.add_argument(
-        "--job-module",
-        dest="job_modules",
-        action="append",
-        type=_module,
-        metavar="MODULE",
-        help="import MODULE at start-up so its @job functions can run; repeat for more "
-        "(added to the JOB_MODULES setting; default: none)",
-    )
-    group.add_argument(
-        "--allow-module",
-        dest="allowed_modules",
-        action="append",
-        type=_module,
-        metavar="MODULE",
-        help="also run callables of MODULE that are not registered with @job; trusted code "
-        "only, repeat for more (added to ALLOWED_JOB_MODULES; default: none)",
-    )
-    group.add_argument(
-        "--hooks",
-        type=_module,
-        default=hooks_default,
-        metavar="MODULE",
-        help="module imported in each worker process; its optional setup(), before_job() and "
-        f"after_job() functions are called (default: {hooks_default or 'none'})",
-    )
-    _add_log_level(parser)
+    """The job manager's options. ``hooks_default`` is shown and used when --hooks is absent."""
+    table: tuple[Option, ...] = JOBMANAGER
+    if hooks_default is not None:
+        hooks = dataclasses.replace(
+            _HOOKS,
+            default=hooks_default,
+            help=_HOOKS.help.replace("(default: none)", f"(default: {hooks_default})"),
+        )
+        table = tuple(hooks if option is _HOOKS else option for option in table)
+    add_options(parser, "job manager", table)
+    _add_common(parser, metrics)
 
 
-#: (option as typed, argparse dest, Settings field)
-_OPTION_FIELDS = (
-    ("--frontend", "frontend", "frontend_addr"),
-    ("--backend", "backend", "backend_addr"),
-    ("--admin", "admin", "admin_addr"),
-    ("--broker", "broker", "worker_addr"),
-    ("--queues", "queues", "queues"),
-    ("--concurrency", "concurrency", "concurrency"),
-    ("--prefetch", "prefetch", "prefetch"),
-    ("--prefetch-budget", "prefetch_budget", "prefetch_budget"),
-    ("--max-jobs-per-child", "max_jobs_per_child", "max_jobs_per_child"),
-    ("--job-module", "job_modules", "job_modules"),
-    ("--allow-module", "allowed_modules", "allowed_job_modules"),
-)
-_ADDITIVE = frozenset({"job_modules", "allowed_job_modules"})
+def _process_arguments(
+    title: str, table: tuple[Option, ...]
+) -> Callable[[argparse.ArgumentParser], None]:
+    """An ``add_*_arguments`` for a process whose options are ``table`` and the log level."""
+
+    def add(parser: argparse.ArgumentParser) -> None:
+        add_options(parser, title, table)
+        _add_common(parser, False)
+
+    add.__doc__ = f"Add the {title}'s options and --log-level."
+    return add
+
+
+add_scheduler_arguments = _process_arguments("scheduler", SCHEDULER)
+add_publisher_arguments = _process_arguments("publisher", PUBLISHER)
+add_subscriber_arguments = _process_arguments("subscriber", SUBSCRIBER)
+
+
+def add_status_arguments(parser: argparse.ArgumentParser) -> None:
+    """``emq_status`` / ``status``: which router, what to show, how often."""
+    add_options(parser, "status", STATUS)
+
+
+def _add_common(parser: argparse.ArgumentParser, metrics: bool) -> None:
+    add_options(parser, "output", (LOG_LEVEL, METRICS) if metrics else (LOG_LEVEL,))
 
 
 def settings_from_options(
     base: Settings, options: argparse.Namespace | Mapping[str, Any]
 ) -> Settings:
-    """``base`` with the options that were given applied, validated.
+    """``base`` with the setting-backed options that were given applied, validated.
 
     Raises :class:`OptionError` naming the option and what would work; the
     front ends turn it into a usage error (no traceback).
@@ -271,18 +577,19 @@ def settings_from_options(
         vars(options) if isinstance(options, argparse.Namespace) else options
     )
     changes: dict[str, Any] = {}
-    for option, dest, field in _OPTION_FIELDS:
-        value = values.get(dest)
+    for option in _SETTING_OPTIONS:
+        value = values.get(option.key)
         if value is None:
             continue
-        if field in _ADDITIVE:
-            value = tuple(dict.fromkeys((*getattr(base, field), *value)))
+        assert option.setting is not None
+        if option.additive:
+            value = tuple(dict.fromkeys((*getattr(base, option.setting), *value)))
         try:
-            base.replace(**{field: value})
+            base.replace(**{option.setting: value})
         except ConfigurationError as exc:
-            raise OptionError(f"{option}: {_strip_key(str(exc))}") from None
-        changes[field] = value
-    changes.update(router_cli.durability_changes(values))
+            raise OptionError(f"{option.name}: {_strip_key(str(exc))}") from None
+        changes[option.setting] = value
+        changes.update(option.implies)
     try:
         return base.replace(**changes)
     except ConfigurationError as exc:
@@ -297,6 +604,9 @@ def install_signal_handlers(stop: Callable[[], None]) -> None:
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
+
+
+# -- logging ------------------------------------------------------------------
 
 
 class _StderrHandler(logging.StreamHandler[TextIO]):
@@ -315,7 +625,7 @@ def configure_logging(level: str = DEFAULT_LOG_LEVEL) -> logging.Logger:
     handler = _StderrHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
     logger.addHandler(handler)
-    logger.setLevel(_log_level(level))
+    logger.setLevel(log_level(level))
     # Our handler is the one that prints: don't print every line twice
     # through a root handler someone else configured.
     logger.propagate = False

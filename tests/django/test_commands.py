@@ -5,6 +5,7 @@ Running them for real is tests/system/e2e/examples's job; here they only parse.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -168,3 +169,160 @@ def test_python_m_router_and_jobmanager_run_and_stop_on_sigterm():
         if jobmanager is not None:
             jobmanager.stop()
         router.stop()
+
+
+# -- one option table: the same type says the same thing in every command ------
+
+MANAGEMENT_COMMANDS = (
+    "emq_router",
+    "emq_jobmanager",
+    "emq_scheduler",
+    "emq_pubsub",
+    "emq_subscribe",
+    "emq_status",
+    "emq_keys",
+    "emq_purge_results",
+)
+
+
+def management_parser(name):
+    return load_command_class("django_eventmq", name).create_parser("manage.py", name)
+
+
+def python_m_parsers():
+    """``python -m django_eventmq``'s subcommand parsers by name."""
+    from django_eventmq.__main__ import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(commands.choices)
+
+
+#: (flag, bad value): every command having the flag refuses the value with the same words.
+SHARED_REFUSALS = {
+    ("localhost:1", "address"): [
+        ("emq_router", "--frontend"),
+        ("emq_router", "--backend"),
+        ("emq_router", "--admin"),
+        ("emq_jobmanager", "--broker"),
+        ("emq_scheduler", "--broker"),
+        ("emq_pubsub", "--incoming"),
+        ("emq_pubsub", "--outgoing"),
+        ("emq_subscribe", "--connect"),
+        ("emq_status", "--admin"),
+    ],
+    ("0", "seconds > 0"): [
+        ("emq_scheduler", "--poll-interval"),
+        ("emq_status", "--interval"),
+        ("emq_status", "--timeout"),
+    ],
+    ("-1", "seconds > 0"): [
+        ("emq_scheduler", "--poll-interval"),
+        ("emq_status", "--interval"),
+        ("emq_status", "--timeout"),
+    ],
+    ("0", "whole number >= 1"): [
+        ("emq_jobmanager", "--concurrency"),
+        ("emq_router", "--high-water-mark"),
+        ("emq_pubsub", "--hwm"),
+    ],
+    ("loud", "log level"): [
+        (name, "--log-level")
+        for name in ("emq_router", "emq_jobmanager", "emq_scheduler", "emq_pubsub", "emq_subscribe")
+    ],
+    ("not a module", "module"): [
+        ("emq_jobmanager", "--job-module"),
+        ("emq_jobmanager", "--hooks"),
+        ("emq_subscribe", "--subscriber-module"),
+    ],
+}
+
+
+def django_error(parser, flag, value):
+    # Django's parser raises CommandError("Error: argument --x: ...") outside a terminal.
+    with pytest.raises(CommandError) as caught:
+        parser.parse_args([flag, value])
+    text = str(caught.value)
+    assert f"{flag}" in text, text
+    return text.split(": ", 2)[-1]
+
+
+@pytest.mark.parametrize(("case", "users"), list(SHARED_REFUSALS.items()), ids=str)
+def test_the_same_bad_value_is_refused_with_the_same_words_everywhere(case, users):
+    value, _kind = case
+    said = {
+        (name, flag): django_error(management_parser(name), flag, value) for name, flag in users
+    }
+    assert len(set(said.values())) == 1, said
+    assert repr(value) in next(iter(said.values()))
+
+
+@pytest.mark.parametrize(
+    ("subcommand", "flag", "value", "command"),
+    [
+        ("router", "--frontend", "localhost:1", "emq_router"),
+        ("jobmanager", "--prefetch-budget", "-1", "emq_jobmanager"),
+        ("pubsub", "--hwm", "0", "emq_pubsub"),
+        ("subscribe", "--connect", "nowhere", "emq_subscribe"),
+        ("status", "--interval", "0", "emq_status"),
+    ],
+)
+def test_python_m_and_manage_py_refuse_a_bad_value_alike(subcommand, flag, value, command, capsys):
+    parser = python_m_parsers()[subcommand]
+    with pytest.raises(SystemExit):
+        parser.parse_args([flag, value])
+    err = capsys.readouterr().err
+    assert django_error(management_parser(command), flag, value) in err
+
+
+def all_parsers():
+    for name in MANAGEMENT_COMMANDS:
+        yield f"manage.py {name}", management_parser(name)
+    for name, parser in python_m_parsers().items():
+        yield f"python -m django_eventmq {name}", parser
+
+
+def test_every_option_of_every_command_has_help():
+    seen = 0
+    for where, parser in all_parsers():
+        for action in parser._actions:
+            if not action.option_strings:
+                continue
+            seen += 1
+            assert action.help and action.help.strip() and action.help != argparse.SUPPRESS, (
+                where,
+                action.option_strings,
+            )
+    assert seen > 60
+
+
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("emq_scheduler", ("--broker", "--catchup", "--poll-interval", "--log-level")),
+        ("emq_pubsub", ("--incoming", "--outgoing", "--hwm", "--log-level")),
+        ("emq_subscribe", ("--connect", "--subscriber-module", "--log-level")),
+        ("emq_status", ("--admin", "--json", "--watch", "--interval", "--monitor", "--timeout")),
+        ("emq_router", ("--journal", "--no-journal", "--journal-sync", "--metrics")),
+    ],
+)
+def test_every_command_explains_its_options_with_their_defaults(name, options):
+    text = flat(management_parser(name).format_help())
+    for option in options:
+        assert option in text, option
+    if name == "emq_scheduler":
+        assert "the SCHEDULER_POLL_INTERVAL setting or EMQ_SCHEDULER_POLL_INTERVAL, else 1)" in text
+        assert "the BROKER_ADDR setting or EMQ_BROKER_ADDR, else tcp://127.0.0.1:47291" in text
+
+
+def test_scheduler_options_become_settings():
+    from django_eventmq.cli import options as cli
+    from django_eventmq.runtime.settings import Settings
+
+    parser = management_parser("emq_scheduler")
+    options = parser.parse_args(
+        ["--broker", "tcp://127.0.0.1:6100", "--catchup", "all", "--poll-interval", "0.5"]
+    )
+    settings = cli.settings_from_options(Settings(), options)
+    assert settings.broker_addr == "tcp://127.0.0.1:6100"
+    assert (settings.scheduler_catchup, settings.scheduler_poll_interval) == ("all", 0.5)

@@ -101,7 +101,9 @@ def test_prefetch_budget_option_error_names_what_works(capsys: pytest.CaptureFix
     cli.add_jobmanager_arguments(parser)
     with pytest.raises(SystemExit):
         parser.parse_args(["--prefetch-budget", "-1"])
-    assert "--prefetch-budget: expected seconds >= 0, got '-1'" in capsys.readouterr().err
+    assert (
+        "--prefetch-budget: expected a number of seconds >= 0, got '-1'" in capsys.readouterr().err
+    )
 
 
 # -- the router's side: UNREADY ------------------------------------------------------------

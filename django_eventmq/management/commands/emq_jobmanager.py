@@ -25,12 +25,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        cli.add_jobmanager_arguments(parser, hooks_default=DJANGO_HOOKS)
-        parser.add_argument(
-            "--metrics",
-            metavar="ADDR",
-            help="serve Prometheus metrics at http://ADDR/metrics (HOST:PORT or :PORT)",
-        )
+        cli.add_jobmanager_arguments(parser, hooks_default=DJANGO_HOOKS, metrics=True)
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:

@@ -8,7 +8,6 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_eventmq import conf
 from django_eventmq.cli import options as cli
-from django_eventmq.cli.pubsub_options import add_pubsub_arguments, pubsub_settings
 from django_eventmq.errors import EventMQError
 
 
@@ -24,13 +23,13 @@ class Command(BaseCommand):
     requires_migrations_checks = False
 
     def add_arguments(self, parser: CommandParser) -> None:
-        add_pubsub_arguments(parser)
+        cli.add_publisher_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django_eventmq.pubsub.publisher import Publisher
 
         try:
-            settings = pubsub_settings(conf.settings_with_options(options), options)
+            settings = conf.settings_with_options(options)
         except EventMQError as exc:
             raise CommandError(str(exc)) from None
         cli.configure_logging(options["log_level"])

@@ -23,13 +23,7 @@ class Command(BaseCommand):
     requires_migrations_checks = False
 
     def add_arguments(self, parser: CommandParser) -> None:
-        cli.add_router_arguments(parser)
-        parser.add_argument(
-            "--metrics",
-            metavar="ADDR",
-            help="serve Prometheus metrics at http://ADDR/metrics (HOST:PORT or :PORT), read "
-            "from the admin socket on each scrape",
-        )
+        cli.add_router_arguments(parser, metrics=True)
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:

@@ -9,7 +9,6 @@ from django.utils import timezone
 
 from django_eventmq import conf
 from django_eventmq.cli import options as cli
-from django_eventmq.cli.scheduler_options import add_scheduler_arguments, scheduler_settings
 from django_eventmq.client.jobs import declared_schedules
 from django_eventmq.errors import EventMQError
 from django_eventmq.runtime import registry
@@ -24,32 +23,19 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        add_scheduler_arguments(parser)
-        parser.add_argument(
-            "--log-level",
-            type=str.upper,
-            default=cli.DEFAULT_LOG_LEVEL,
-            choices=cli.LOG_LEVELS,
-            metavar="LEVEL",
-            help=f"one of {', '.join(cli.LOG_LEVELS)} (default: {cli.DEFAULT_LOG_LEVEL})",
-        )
+        cli.add_scheduler_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django_eventmq.schedule_store import DjangoScheduleStore, sync_declared
         from django_eventmq.scheduling.scheduler import Scheduler
 
         try:
-            settings = scheduler_settings(conf.settings_with_options(options), options)
+            settings = conf.settings_with_options(options)
             cli.configure_logging(options["log_level"])
             # Apps' jobs.py are imported by the app; JOB_MODULES may name more.
             registry.import_job_modules(settings.job_modules)
             kept, removed = sync_declared(declared_schedules(), now=timezone.now())
-            scheduler = Scheduler(
-                settings,
-                DjangoScheduleStore(),
-                catchup=options["catchup"],
-                poll_interval=options["poll_interval"],
-            )
+            scheduler = Scheduler(settings, DjangoScheduleStore())
         except EventMQError as exc:
             raise CommandError(str(exc)) from None
         if kept or removed:

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_eventmq.cli import options as cli
 from django_eventmq.cli import status
 from django_eventmq.errors import EventMQError
 from django_eventmq.runtime.config import get_settings
@@ -21,7 +22,7 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
-        status.add_status_arguments(parser)
+        cli.add_status_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:

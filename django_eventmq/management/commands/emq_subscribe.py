@@ -10,7 +10,6 @@ from django.utils.module_loading import autodiscover_modules
 
 from django_eventmq import conf
 from django_eventmq.cli import options as cli
-from django_eventmq.cli.pubsub_options import add_subscribe_arguments, pubsub_settings
 from django_eventmq.errors import EventMQError
 
 
@@ -23,13 +22,13 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        add_subscribe_arguments(parser)
+        cli.add_subscriber_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django_eventmq.pubsub.api import Consumer, import_subscriber_modules
 
         try:
-            settings = pubsub_settings(conf.settings_with_options(options), options)
+            settings = conf.settings_with_options(options)
             cli.configure_logging(options["log_level"])
             # Like jobs.py: importing every app's subscribers.py registers its handlers.
             autodiscover_modules("subscribers")
