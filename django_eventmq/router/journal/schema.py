@@ -5,18 +5,41 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any
 
-WAITING = 0
-LEASED = 1
-POISONED = 2
-DELAYED = 3
-STATE_NAMES = {WAITING: "waiting", LEASED: "leased", POISONED: "poisoned", DELAYED: "delayed"}
+
+class JobState(IntEnum):
+    """A job row's ``state`` column (the numbers are on disk: never renumber)."""
+
+    #: Stored, waiting for a worker (or for its queue's turn in memory).
+    WAITING = 0
+    #: Handed out to a worker, not reported finished (WAITING again after a restart).
+    LEASED = 1
+    #: Its worker died ``POISON_AFTER`` times running it: set aside, never handed out.
+    POISONED = 2
+    #: Not to run before ``due`` (delay-until header, retry back-off).
+    DELAYED = 3
+
+    @property
+    def sql(self) -> str:
+        """The state as an SQL literal, put in statements once, at import: a
+        query names the same constant as the partial index (``jobs_waiting``,
+        ...) it should use, as the statements always did."""
+        return str(int(self))
+
+
+# The names the router imports (members, so they compare and hash as the ints).
+WAITING = JobState.WAITING
+LEASED = JobState.LEASED
+POISONED = JobState.POISONED
+DELAYED = JobState.DELAYED
+STATE_NAMES = {state: state.name.lower() for state in JobState}
 
 #: In-memory journal (``JOURNAL=False``): the same store, nothing on disk.
 MEMORY = ":memory:"
 
-SCHEMA = """
+SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS jobs (
     seq INTEGER PRIMARY KEY,        -- acceptance order
     msgid TEXT NOT NULL UNIQUE,     -- the client's id: a resent REQUEST is the same job
@@ -34,9 +57,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     reason TEXT NOT NULL DEFAULT '',
     owner TEXT                      -- CURVE key that sent it (CANCEL_POLICY owner), or NULL
 );
-CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (queue, nprio, seq) WHERE state = 0;
-CREATE INDEX IF NOT EXISTS jobs_delayed ON jobs (due) WHERE state = 3;
-CREATE INDEX IF NOT EXISTS jobs_poisoned ON jobs (seq) WHERE state = 2;
+CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (queue, nprio, seq) WHERE state = {WAITING.sql};
+CREATE INDEX IF NOT EXISTS jobs_delayed ON jobs (due) WHERE state = {DELAYED.sql};
+CREATE INDEX IF NOT EXISTS jobs_poisoned ON jobs (seq) WHERE state = {POISONED.sql};
 -- BATCHes stored whole while their queue waits on disk, opened into jobs rows later
 CREATE TABLE IF NOT EXISTS parcels (
     seq INTEGER PRIMARY KEY,        -- its first job's seq; the jobs take seq .. seq + count - 1
@@ -72,7 +95,7 @@ CREATE TABLE IF NOT EXISTS schedules (
     timing_key TEXT NOT NULL,       -- its timing's identity ('' for "every timing")
     frames BLOB NOT NULL            -- the message as received, length-prefixed frames
 );
-"""
+"""  # noqa: S608 - only JobState numbers are put in
 
 
 INSERT_JOB = (

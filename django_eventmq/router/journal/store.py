@@ -49,10 +49,34 @@ from django_eventmq.router.journal.schema import (
     POISONED,
     STATE_NAMES,
     WAITING,
+    JobState,
     Row,
     new_row,
     to_row,
 )
+
+#: The columns of a :class:`Row`, in its order.
+_ROW = "seq, msgid, queue, nprio, guarantee, headers, body, client, accepted, deaths, attempts"
+# Statements, built once: the states from JobState (no bare numbers in SQL).
+_WAITING_FIRST = (
+    f"SELECT {_ROW} FROM jobs WHERE queue = ? AND state = {WAITING.sql}"  # noqa: S608
+    " ORDER BY nprio, seq LIMIT ?"
+)
+_WAITING_AFTER = (
+    f"SELECT {_ROW} FROM jobs WHERE queue = ? AND state = {WAITING.sql}"  # noqa: S608
+    " AND (nprio, seq) > (?, ?) ORDER BY nprio, seq LIMIT ?"
+)
+_DUE = (
+    f"SELECT {_ROW} FROM jobs WHERE state = {DELAYED.sql} AND due <= ?"  # noqa: S608
+    " ORDER BY due LIMIT ?"
+)
+_NEXT_DUE = f"SELECT MIN(due) FROM jobs WHERE state = {DELAYED.sql}"  # noqa: S608
+_POISONED = (
+    f"SELECT {_ROW}, reason FROM jobs WHERE state = {POISONED.sql}"  # noqa: S608
+    " ORDER BY seq LIMIT ?"
+)
+_FIND = f"SELECT state, {_ROW} FROM jobs WHERE msgid = ?"  # noqa: S608
+_RECOVER = f"UPDATE jobs SET state = {WAITING.sql} WHERE state = {LEASED.sql}"  # noqa: S608
 
 __all__ = [
     "DELAYED",
@@ -61,6 +85,7 @@ __all__ = [
     "POISONED",
     "STATE_NAMES",
     "WAITING",
+    "JobState",
     "Journal",
     "JournalDamaged",
     "JournalUnavailable",
@@ -134,7 +159,7 @@ class Journal(ParcelStore, FinishedStore, ScheduleStore):
         else:
             self._changed.setdefault(seq, {}).update(columns)
 
-    def set_state(self, seq: int, state: int) -> None:
+    def set_state(self, seq: int, state: JobState) -> None:
         self._change(seq, state=state)
 
     def requeue(self, seq: int, deaths: int) -> None:
@@ -166,35 +191,15 @@ class Journal(ParcelStore, FinishedStore, ScheduleStore):
         """Up to ``limit`` WAITING jobs of ``queue`` in hand-out order, after the key ``after``."""
         self._fresh()
         if after is None:
-            cursor = self._select(
-                "SELECT seq, msgid, queue, nprio, guarantee, headers, body, client,"
-                " accepted, deaths, attempts"
-                " FROM jobs WHERE queue = ? AND state = 0"
-                " ORDER BY nprio, seq LIMIT ?",
-                (queue, limit),
-            )
+            cursor = self._select(_WAITING_FIRST, (queue, limit))
         else:
-            cursor = self._select(
-                "SELECT seq, msgid, queue, nprio, guarantee, headers, body, client,"
-                " accepted, deaths, attempts"
-                " FROM jobs WHERE queue = ? AND state = 0"
-                " AND (nprio, seq) > (?, ?) ORDER BY nprio, seq LIMIT ?",
-                (queue, after[0], after[1], limit),
-            )
+            cursor = self._select(_WAITING_AFTER, (queue, after[0], after[1], limit))
         return [to_row(values) for values in cursor]
 
     def take_due(self, now: float, limit: int = 1000) -> list[Row]:
         """DELAYED jobs due at unix time ``now``, made WAITING."""
         self._fresh()
-        rows = [
-            to_row(values)
-            for values in self._select(
-                "SELECT seq, msgid, queue, nprio, guarantee, headers, body, client,"
-                " accepted, deaths, attempts"
-                " FROM jobs WHERE state = 3 AND due <= ? ORDER BY due LIMIT ?",
-                (now, limit),
-            )
-        ]
+        rows = [to_row(values) for values in self._select(_DUE, (now, limit))]
         for row in rows:
             self.set_state(row.seq, WAITING)
         return rows
@@ -202,19 +207,15 @@ class Journal(ParcelStore, FinishedStore, ScheduleStore):
     def next_due(self) -> float | None:
         """When the next DELAYED job is due (unix time), if any."""
         self._fresh()
-        value = self._select("SELECT MIN(due) FROM jobs WHERE state = 3")[0][0]
+        value = self._select(_NEXT_DUE)[0][0]
         return None if value is None else float(value)
 
-    def find(self, msgid: str) -> tuple[int, Row] | None:
+    def find(self, msgid: str) -> tuple[JobState, Row] | None:
         """``(state, row)`` of the job ``msgid``, if held."""
         self._fresh()
-        found = self._select(
-            "SELECT state, seq, msgid, queue, nprio, guarantee, headers, body, client,"
-            " accepted, deaths, attempts FROM jobs WHERE msgid = ?",
-            (msgid,),
-        )
+        found = self._select(_FIND, (msgid,))
         values = found[0] if found else None
-        return None if values is None else (values[0], to_row(values[1:]))
+        return None if values is None else (JobState(values[0]), to_row(values[1:]))
 
     def owner_of(self, msgid: str) -> str | None:
         """The CURVE key that sent job ``msgid``: None if it is not held, "" if it
@@ -228,22 +229,17 @@ class Journal(ParcelStore, FinishedStore, ScheduleStore):
 
     def poisoned(self, limit: int = 100) -> list[tuple[Row, str]]:
         self._flush()
-        cursor = self._execute(
-            "SELECT seq, msgid, queue, nprio, guarantee, headers, body, client,"
-            " accepted, deaths, attempts, reason FROM jobs"
-            " WHERE state = 2 ORDER BY seq LIMIT ?",
-            (limit,),
-        )
+        cursor = self._execute(_POISONED, (limit,))
         return [(to_row(values[:-1]), values[-1]) for values in cursor]
 
-    def counts(self) -> dict[int, Counter[str]]:
+    def counts(self) -> dict[JobState, Counter[str]]:
         """state -> queue -> number of jobs."""
         self._flush()
-        result: dict[int, Counter[str]] = {state: Counter() for state in STATE_NAMES}
+        result: dict[JobState, Counter[str]] = {state: Counter() for state in JobState}
         for state, queue, n in self._execute(
             "SELECT state, queue, COUNT(*) FROM jobs GROUP BY state, queue"
         ):
-            result.setdefault(state, Counter())[queue] = n
+            result[JobState(state)][queue] = n
         for queue, n in self._execute("SELECT queue, SUM(count) FROM parcels GROUP BY queue"):
             result[WAITING][queue] += n
         return result
@@ -260,7 +256,7 @@ class Journal(ParcelStore, FinishedStore, ScheduleStore):
     def recover(self) -> int:
         """On start: jobs handed out but never reported finished wait again. Returns how many."""
         self._flush()
-        changed = self._write("UPDATE jobs SET state = 0 WHERE state = 1", ())
+        changed = self._write(_RECOVER, ())
         self.commit()
         return changed
 
