@@ -47,11 +47,18 @@ def test_docs_build_without_warnings(tmp_path):
     assert (tmp_path / "_images" / "architecture.svg").exists()
 
 
+def spans(text: str) -> list[str]:
+    """The text of every inline code span (one may go on over a line break), outside
+    fenced blocks."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    return [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", text)]
+
+
 def named_paths(text: str) -> set[str]:
     """Every file or folder path in backticks: ``router/book.py``, ``client/``, and
     each path of ``tests/a tests/b``; ``path.py: name`` counts as ``path.py``."""
     found = set()
-    for span in re.findall(r"`([^`\n]+)`", text):
+    for span in spans(text):
         for word in span.split(":")[0].split():
             if re.fullmatch(r"[\w*./]+(\.py|/)", word) or word.startswith("tests/"):
                 found.add(word)
@@ -69,6 +76,36 @@ def exists(path: str) -> bool:
 def test_every_path_the_architecture_page_names_exists():
     missing = sorted(p for p in named_paths(ARCHITECTURE.read_text()) if not exists(p))
     assert missing == [], f"docs/architecture.md names paths that are gone: {missing}"
+
+
+def named_code(text: str) -> list[tuple[str, str]]:
+    """``(path, dotted name)`` of each ``path.py: Name.attr()`` in backticks."""
+    found = []
+    for span in spans(text):
+        match = re.fullmatch(r"([\w/]+\.py): ([\w.]+)(?:\(\))?", span)
+        if match:
+            found.append((match.group(1), match.group(2)))
+    return found
+
+
+def defines(path: str, dotted: str) -> bool:
+    """True if the module at ``path`` (a tail, as :func:`exists` takes it) defines
+    every part of ``dotted`` (a class, a function or method, or an assigned name)."""
+    exact = PACKAGE / path
+    tails = [m for m in PACKAGE.rglob("*.py") if str(m).endswith("/" + path)]
+    (module,) = [exact] if exact.is_file() else tails
+    source = module.read_text()
+    return all(
+        re.search(rf"^\s*((def|class)\s+{part}\b|{part}\s*[:=])", source, re.M)
+        for part in dotted.split(".")
+    )
+
+
+def test_every_function_the_job_path_names_is_where_the_page_says():
+    named = named_code(ARCHITECTURE.read_text())
+    assert len(named) > 15
+    wrong = sorted(f"{path}: {name}" for path, name in named if not defines(path, name))
+    assert wrong == [], f"docs/architecture.md names code that is not there: {wrong}"
 
 
 def test_the_architecture_page_names_every_package_and_every_process_module():
@@ -102,6 +139,14 @@ def test_the_checks_above_can_fail():
     assert not exists("router/gone.py")
     assert exists("journal/store.py") and exists("tests/system/fuzz") and exists("fuzz/")
     assert exists("management/commands/emq_*.py")
+    page = (
+        "```\n`x.py: a`\n```\n`router/book.py: Book.accept()` `jobmanager/pool.py:\n Pool.assign`"
+    )
+    assert named_code(page) == [
+        ("router/book.py", "Book.accept"),
+        ("jobmanager/pool.py", "Pool.assign"),
+    ]
+    assert defines("router/book.py", "Book.accept") and not defines("router/book.py", "Book.gone")
 
 
 def test_the_architecture_picture_shows_the_sockets_and_the_packages():
