@@ -5,8 +5,8 @@
     TASKS = {"default": {"BACKEND": "django_eventmq.tasks_backend.EventMQBackend",
                          "QUEUES": ["default", "email"]}}
 
-``task.enqueue()`` sends a REQUEST for the dispatcher job
-:func:`django_eventmq.tasks_runner.run_task`, which runs the task in a worker.
+``task.enqueue()`` sends a REQUEST for the dispatcher job :func:`run_task`
+(below), which runs the task in a worker.
 The task's priority becomes the ``priority`` header (handed out first within
 a queue), ``run_after`` the ``delay-until`` header (held by the router until
 due). Results come from the results table: the backend writes the
@@ -18,26 +18,63 @@ the router has stored the task (its ACK), as ``@job(guarantee=True)`` does,
 and raises :class:`~django_eventmq.errors.BrokerUnavailable` otherwise; the
 task's ``queued`` row is then removed, so no READY row waits for a task that
 was never stored.
+
+Task functions are not ``@job``\\s, so the backend sends one registered
+dispatcher, :func:`run_task`, naming the task by its ``module_path``. The
+dispatcher runs it only if that path is a :class:`django.tasks.Task` in a
+module the worker already imported (apps' ``tasks`` modules, ``JOB_MODULES``):
+a message can never make a worker import a module or call an arbitrary
+function. It sends Django's ``task_started`` and ``task_finished`` signals
+around the call, in the worker, as Django's own backends do.
 """
 
 from __future__ import annotations
 
 import builtins
+import os
 import re
-from typing import Any
+import socket
+import sys
+import traceback
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
 from django.core import checks
 from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.base import Task, TaskError, TaskResult, TaskResultStatus
+from django.tasks.base import (
+    Task,
+    TaskContext,
+    TaskError,
+    TaskResult,
+    TaskResultStatus,
+)
 from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued
+from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
-from django.utils.module_loading import import_string
+from django.utils.json import normalize_json
+from django.utils.module_loading import autodiscover_modules, import_string
 
 from django_eventmq import results
+from django_eventmq.client.jobs import Job
+from django_eventmq.errors import JobNotAllowed
 from django_eventmq.models.results import JobResult, JobStatus
-from django_eventmq.protocol import Headers, new_msgid
+from django_eventmq.protocol import Headers, JobBody, new_msgid
+
+#: The dispatcher's name in the messages this release sends: where it lived
+#: before it moved here. Job managers of the previous release know only that
+#: name, so a rolling upgrade (web processes first, job managers later) keeps
+#: running tasks; this release resolves it through
+#: :data:`django_eventmq.runtime.registry.ALIASES`. Send
+#: ``django_eventmq.tasks_backend.run_task`` once no job manager older than
+#: this release can be running.
+RUNNER_PATH = "django_eventmq.tasks_runner"
+RUNNER_CALLABLE = "run_task"
+
+if TYPE_CHECKING:  # not subscriptable at run time
+    #: Tasks of any signature, and their results (the backend passes them on).
+    AnyTask = Task[..., Any]
+    AnyResult = TaskResult[Any, Any]
 
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
@@ -98,20 +135,18 @@ class EventMQBackend(BaseTaskBackend):
             )
         return errors
 
-    def validate_task(self, task: Task) -> None:
+    def validate_task(self, task: AnyTask) -> None:
         super().validate_task(task)
         if not _QUEUE_NAME.match(task.queue_name):
             raise InvalidTask(
                 f"queue name {task.queue_name!r} may only hold letters, digits, '_', '.' and '-'"
             )
 
-    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        from django_eventmq.tasks_runner import run_task
-
+    def enqueue(self, task: AnyTask, args: Any, kwargs: Any) -> AnyResult:
         self.validate_task(task)
         task_id = new_msgid()
         now = timezone.now()
-        result = TaskResult(
+        result: AnyResult = TaskResult(
             task=task,
             id=task_id,
             status=TaskResultStatus.READY,
@@ -163,13 +198,13 @@ class EventMQBackend(BaseTaskBackend):
         task_enqueued.send(type(self), task_result=result)
         return result
 
-    def get_result(self, result_id: str) -> TaskResult:
+    def get_result(self, result_id: str) -> AnyResult:
         row = JobResult.objects.filter(msgid=result_id).first()
         if row is None:
             raise TaskResultDoesNotExist(result_id)
         return self.result_from_row(row)
 
-    def result_from_row(self, row: JobResult) -> TaskResult:
+    def result_from_row(self, row: JobResult) -> AnyResult:
         """The :class:`TaskResult` a results-table row describes."""
         try:
             task = import_string(row.job)
@@ -188,7 +223,7 @@ class EventMQBackend(BaseTaskBackend):
                     traceback=row.traceback,
                 )
             )
-        result = TaskResult(
+        result: AnyResult = TaskResult(
             task=task,
             id=row.msgid,
             status=status,
@@ -263,3 +298,98 @@ def exception_path(exc_type: str) -> str:
     if isinstance(found, type) and issubclass(found, BaseException):
         return f"builtins.{exc_type}"
     return exc_type
+
+
+class _RunnerJob(Job[..., Any]):
+    """The dispatcher job: registered under its own name, sent under :data:`RUNNER_PATH`."""
+
+    def body(self, *args: Any, **kwargs: Any) -> JobBody:
+        return JobBody(path=RUNNER_PATH, callable=RUNNER_CALLABLE, args=args, kwargs=kwargs)
+
+    def encode_body(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        return self.body(*args, **kwargs).encode()  # SerializationError (a TypeError)
+
+
+def discover_tasks() -> None:
+    """Import every installed app's ``tasks`` module (so its tasks may run here)."""
+    autodiscover_modules("tasks")
+
+
+def find_task(module_path: str) -> AnyTask:
+    """The :class:`django.tasks.Task` at ``module_path``; :class:`JobNotAllowed` otherwise.
+
+    Only modules already imported are looked in: the message does not get to
+    choose what this process imports.
+    """
+    module_name, _, name = module_path.rpartition(".")
+    module = sys.modules.get(module_name)
+    found = getattr(module, name, None) if module is not None and name else None
+    if not isinstance(found, Task):
+        raise JobNotAllowed(
+            f"{module_path!r} is not a Django task in a module this worker imported "
+            "(an app's tasks.py or JOB_MODULES); refusing to run it"
+        )
+    return found
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@_RunnerJob
+def run_task(
+    module_path: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    backend: str = "default",
+    task_id: str = "",
+    enqueued_at: float | None = None,
+) -> Any:
+    """Run the Django task at ``module_path``; returns its (JSON-normalised) value."""
+    task = find_task(module_path)
+    started = timezone.now()
+    result: AnyResult = TaskResult(
+        task=task,
+        id=task_id,
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=_when(enqueued_at),
+        started_at=started,
+        last_attempted_at=started,
+        finished_at=None,
+        args=args,
+        kwargs=kwargs,
+        backend=backend,
+        errors=[],
+        worker_ids=[worker_id()],
+    )
+    task_started.send(sender=EventMQBackend, task_result=result)
+    try:
+        if task.takes_context:
+            value = task.call(TaskContext(task_result=result), *args, **kwargs)
+        else:
+            value = task.call(*args, **kwargs)
+        value = normalize_json(value)
+    except BaseException as exc:
+        # KeyboardInterrupt included: no one at a terminal is stopping a worker
+        # (children ignore SIGINT), the task raised it; it fails with that class.
+        kind = type(exc)
+        result.errors.append(
+            TaskError(
+                exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
+                traceback="".join(traceback.format_exception(exc)),
+            )
+        )
+        object.__setattr__(result, "finished_at", timezone.now())
+        object.__setattr__(result, "status", TaskResultStatus.FAILED)
+        # Sent inside the handler, as Django's backends do (receivers see exc_info).
+        task_finished.send(sender=EventMQBackend, task_result=result)
+        raise
+    object.__setattr__(result, "_return_value", value)
+    object.__setattr__(result, "finished_at", timezone.now())
+    object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+    task_finished.send(sender=EventMQBackend, task_result=result)
+    return value
+
+
+def _when(stamp: float | None) -> datetime | None:
+    return None if stamp is None else datetime.fromtimestamp(stamp, tz=UTC)

@@ -17,10 +17,14 @@ def setup() -> None:
     import django
 
     django.setup()
+    try:
+        import django.tasks  # Django >= 6.0 only
+    except ImportError:
+        return
     # The Tasks backend's dispatcher job must be registered in every worker.
-    from django_eventmq import tasks_runner
+    from django_eventmq import tasks_backend
 
-    tasks_runner.discover_tasks()
+    tasks_backend.discover_tasks()
 
 
 def before_job() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
@@ -23,8 +23,14 @@ from django_eventmq.runtime.config import get_settings
 PROGRESS_CHARS = 60
 
 
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[JobResult]
+else:  # ModelAdmin takes no type argument at run time
+    _ModelAdmin = admin.ModelAdmin
+
+
 @admin.register(JobResult)
-class JobResultAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class JobResultAdmin(_ModelAdmin):
     """Job results as recorded by job managers; nothing here edits them."""
 
     list_display = (
@@ -97,7 +103,7 @@ def _body_for(row: JobResult, msgid: str) -> JobBody | None:
     if not module:
         return None
     if _is_django_task(row.job):
-        from django_eventmq.tasks_runner import RUNNER_CALLABLE, RUNNER_PATH
+        from django_eventmq.tasks_backend import RUNNER_CALLABLE, RUNNER_PATH
 
         return JobBody(
             path=RUNNER_PATH,

@@ -20,6 +20,19 @@ from django_eventmq.protocol import JobBody
 _lock = threading.Lock()
 _jobs: dict[str, Callable[..., Any]] = {}
 
+#: Names a job had before it moved -> the name it is registered under now.
+#: Journals, results rows and clients of an older release keep sending the old
+#: name, so it must keep resolving (to the job, never to an import of it).
+ALIASES: dict[str, str] = {
+    # The Django Tasks runner moved into the backend's module.
+    "django_eventmq.tasks_runner.run_task": "django_eventmq.tasks_backend.run_task",
+}
+
+
+def canonical_name(name: str) -> str:
+    """The registered name a job ``name`` stands for (itself unless it is an old alias)."""
+    return ALIASES.get(name, name)
+
 
 def job_name(path: str, callable_name: str) -> str:
     """The registry key of a job: ``module.func`` (or ``module:Class.method``)."""
@@ -72,7 +85,15 @@ def allowed_on_queue(name: str, queue: str, queue_allowed: QueueAllowed) -> bool
     Entries are job names (``app.jobs.send``) or module patterns
     (``app.jobs.*``, also matching ``app.jobs:Class.method``). A queue without
     an entry falls back to ``"*"``; with neither, the queue is unrestricted.
+    An old name (:data:`ALIASES`) is allowed when it or its new name is.
     """
+    return any(
+        _allowed_by_table(candidate, queue, queue_allowed)
+        for candidate in dict.fromkeys((name, canonical_name(name)))
+    )
+
+
+def _allowed_by_table(name: str, queue: str, queue_allowed: QueueAllowed) -> bool:
     table = dict(queue_allowed.items() if isinstance(queue_allowed, Mapping) else queue_allowed)
     patterns = table.get(queue, table.get("*"))
     if patterns is None:
@@ -114,6 +135,15 @@ def _why_not_registered(body: JobBody) -> str:
     )
 
 
+def _moved(body: JobBody) -> JobBody:
+    """``body`` naming where an aliased job lives now (so errors point there)."""
+    name = canonical_name(body.name)
+    if name == body.name:
+        return body
+    path, _, func = name.rpartition(".")
+    return JobBody(path=path, callable=func)
+
+
 def resolve(
     body: JobBody,
     allowed_modules: Iterable[str] = (),
@@ -121,6 +151,8 @@ def resolve(
     queue_allowed: QueueAllowed | None = None,
 ) -> Callable[..., Any]:
     """The callable ``body`` names, ready to call with ``body.args``/``kwargs``.
+
+    An old name in :data:`ALIASES` is looked up under its new name.
 
     Raises :class:`JobNotAllowed` for an unregistered job outside the allowed
     modules, or one the per-queue allowlist ``queue_allowed`` does not allow on
@@ -136,11 +168,11 @@ def resolve(
             "refusing to run it"
         )
     with _lock:
-        func = _jobs.get(body.name)
+        func = _jobs.get(canonical_name(body.name))
     if func is not None:
         return func
     if not _module_allowed(body.module, allowed_modules):
-        raise JobNotAllowed(_why_not_registered(body))
+        raise JobNotAllowed(_why_not_registered(_moved(body)))
     try:
         module = sys.modules.get(body.module) or importlib.import_module(body.module)
         target: Any = module

@@ -109,3 +109,48 @@ def test_a_job_manager_says_why_a_job_is_not_registered(caplog: pytest.LogCaptur
     logged = [r.getMessage() for r in caplog.records if "refused job" in r.getMessage()]
     assert len(logged) == 3
     assert any(reasons["never imported"] in line for line in logged)
+
+
+OLD_GREET = "tests.jobs_registry.old_place.greet"  # no such module: the job moved
+
+
+@pytest.fixture
+def moved_greet(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(registry.ALIASES, OLD_GREET, "tests.jobs_registry.registered.greet")
+
+
+def test_an_old_name_runs_the_job_registered_under_its_new_name(moved_greet):
+    func = registry.resolve(JobBody(path="tests.jobs_registry.old_place", callable="greet"))
+    assert func is registered.greet.func
+    assert "tests.jobs_registry.old_place" not in sys.modules  # nothing imported for it
+
+
+def test_an_old_name_is_allowed_on_a_queue_that_lists_it_or_its_new_name(moved_greet):
+    new = "tests.jobs_registry.registered.greet"
+    assert registry.allowed_on_queue(OLD_GREET, "q", {"q": [new]})
+    assert registry.allowed_on_queue(OLD_GREET, "q", {"q": [OLD_GREET]})
+    assert registry.allowed_on_queue(OLD_GREET, "q", {"q": ["tests.jobs_registry.registered.*"]})
+    assert not registry.allowed_on_queue(OLD_GREET, "q", {"q": ["tests.other.*"]})
+    with pytest.raises(JobNotAllowed, match="not allowed on queue"):
+        registry.resolve(
+            JobBody(path="tests.jobs_registry.old_place", callable="greet"),
+            queue="q",
+            queue_allowed={"q": ["tests.other.*"]},
+        )
+
+
+def test_an_old_name_of_an_unregistered_job_is_refused_naming_where_it_lives_now(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setitem(registry.ALIASES, "tests.jobs_registry.old_place.f", "tests.moved.here.f")
+    with pytest.raises(JobNotAllowed, match=r"its module 'tests\.moved\.here' was never imported"):
+        registry.resolve(JobBody(path="tests.jobs_registry.old_place", callable="f"))
+
+
+def test_the_django_tasks_runner_keeps_its_old_name():
+    # In journals and result rows of existing deployments, and sent by older
+    # clients (and still by this release: see django_eventmq.tasks_backend).
+    assert registry.canonical_name("django_eventmq.tasks_runner.run_task") == (
+        "django_eventmq.tasks_backend.run_task"
+    )
+    assert registry.canonical_name("app.jobs.send") == "app.jobs.send"

@@ -8,6 +8,7 @@ real job-manager workers).
 from __future__ import annotations
 
 import json
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from django.tasks.exceptions import (
 )
 from django.tasks.signals import task_enqueued, task_finished, task_started
 
-from django_eventmq import tasks_runner
+from django_eventmq import tasks_backend
 from django_eventmq.errors import BrokerUnavailable, JobNotAllowed
 from django_eventmq.jobmanager.child import JobRunner
 from django_eventmq.models.results import JobResult
@@ -69,6 +70,7 @@ def test_enqueue_sends_the_dispatcher_with_priority_and_delay(emq_tasks, tmp_pat
     assert request.headers.priority == 7
     assert request.headers.delay_until == pytest.approx(run_after.timestamp())
     body = parse_job(request.body_text)
+    # The old, stable name (see tasks_backend.RUNNER_PATH): older job managers know only it.
     assert body.name == "django_eventmq.tasks_runner.run_task"
     assert list(body.args[:5]) == [
         "tests.django.results.tasks.multiply",
@@ -290,7 +292,7 @@ def test_runner_runs_the_task_and_sends_started_and_finished(tmp_path):
     task_started.connect(started)
     task_finished.connect(finished)
     try:
-        value = tasks_runner.run_task(
+        value = tasks_backend.run_task(
             "tests.django.results.tasks.multiply", [log, 4, 5], {}, "default", "tid", 1.0
         )
     finally:
@@ -311,7 +313,7 @@ def test_runner_runs_the_task_and_sends_started_and_finished(tmp_path):
 def test_runner_sends_finished_and_reraises_when_the_task_fails(tmp_path):
     log = str(tmp_path / "log")
     with pytest.raises(ValueError, match="task went wrong"):
-        tasks_runner.run_task("tests.django.results.tasks.broken", [log], {}, "default", "tid2")
+        tasks_backend.run_task("tests.django.results.tasks.broken", [log], {}, "default", "tid2")
     assert (
         Path(log).read_text().splitlines()[-1] == f"signal finished tid2 {TaskResultStatus.FAILED}"
     )
@@ -323,8 +325,8 @@ def test_a_task_raising_keyboard_interrupt_fails_with_that_class(tmp_path):
         [
             "run",
             {
-                "path": tasks_runner.RUNNER_PATH,
-                "callable": tasks_runner.RUNNER_CALLABLE,
+                "path": tasks_backend.RUNNER_PATH,
+                "callable": tasks_backend.RUNNER_CALLABLE,
                 "args": ["tests.django.results.tasks.interrupted", [log], {}, "default", "tid3"],
                 "kwargs": {},
             },
@@ -344,7 +346,7 @@ def test_a_task_raising_keyboard_interrupt_fails_with_that_class(tmp_path):
 
 def test_runner_passes_the_context(tmp_path):
     log = str(tmp_path / "log")
-    assert tasks_runner.run_task("tests.django.results.tasks.with_context", [log], {}) == 1
+    assert tasks_backend.run_task("tests.django.results.tasks.with_context", [log], {}) == 1
 
 
 @pytest.mark.parametrize(
@@ -358,15 +360,38 @@ def test_runner_passes_the_context(tmp_path):
 )
 def test_runner_refuses_what_is_not_a_registered_task(path):
     with pytest.raises(JobNotAllowed, match="not a Django task"):
-        tasks_runner.run_task(path, [], {})
+        tasks_backend.run_task(path, [], {})
 
 
-def test_the_runner_is_a_registered_job():
+def test_the_runner_is_a_registered_job_under_its_new_and_its_old_name():
     from django_eventmq.protocol import JobBody
     from django_eventmq.runtime import registry
 
-    body = JobBody(path=tasks_runner.RUNNER_PATH, callable=tasks_runner.RUNNER_CALLABLE)
-    assert registry.resolve(body) is tasks_runner.run_task.func
+    new = JobBody(path="django_eventmq.tasks_backend", callable="run_task")
+    old = JobBody(path=tasks_backend.RUNNER_PATH, callable=tasks_backend.RUNNER_CALLABLE)
+    assert old.name == "django_eventmq.tasks_runner.run_task"  # in journals and result rows
+    assert registry.resolve(new) is tasks_backend.run_task.func
+    assert registry.resolve(old) is tasks_backend.run_task.func
+
+
+def test_a_body_naming_the_old_runner_path_runs_the_task_in_a_worker(tmp_path):
+    # What a journal of an older release, or an older client, holds; the
+    # module it names no longer exists and is not imported.
+    log = str(tmp_path / "log")
+    body = json.dumps(
+        [
+            "run",
+            {
+                "path": "django_eventmq.tasks_runner",
+                "callable": "run_task",
+                "args": ["tests.django.results.tasks.multiply", [log, 3, 4], {}, "default", "t"],
+                "kwargs": {},
+            },
+        ]
+    )
+    status, payload = JobRunner().run(body)
+    assert (status, json.loads(payload)) == ("ok", {"value": 12})
+    assert "django_eventmq.tasks_runner" not in sys.modules
 
 
 def _runner_record(msgid, status, *, attempt, value=None, error=None, jobmanager="jm", pid=99):
