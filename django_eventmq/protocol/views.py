@@ -39,6 +39,14 @@ _new = tuple.__new__
 
 #: The routing identity of frames a ROUTER received or sends (its envelope).
 identity_of: Final = itemgetter(0)
+
+
+#: The frames after the routing identity: the message as its DEALER sent it.
+def after_identity(raw: list[bytes]) -> list[bytes]:
+    """``raw`` (as a ROUTER received it) without its routing identity."""
+    return raw[1:]
+
+
 #: The one frame of a packed message (``[identity, PACKED]`` or ``[PACKED]``).
 _last = itemgetter(-1)
 
@@ -235,3 +243,13 @@ def unpack_received(frames: list[bytes], *, max_frames: int) -> list[bytes]:
         return inner
     inner.insert(0, identity_of(frames))
     return inner
+
+
+def batch_frames(msgid: bytes, jobs: bytes) -> list[bytes]:
+    """The frames a DEALER sends for a BATCH (``jobs``: its JOBS frame)."""
+    return [b"", _VERSION, _BATCH, msgid, jobs]
+
+
+def ack_frames(msgid: bytes, ack_msgid: bytes) -> list[bytes]:
+    """The frames of an ACK of ``ack_msgid`` (as a DEALER gets them)."""
+    return [b"", _VERSION, _ACK, msgid, ack_msgid]

@@ -34,6 +34,12 @@ from django_eventmq.protocol import (
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.extensions import DONE_STATUSES
 from django_eventmq.protocol.packed import PACKED, pack
+from django_eventmq.protocol.views import (
+    DoneFields,
+    after_identity,
+    done_fields,
+    ready_identity,
+)
 from django_eventmq.router.book import Book
 from django_eventmq.router.frontend import DRAIN_CAP
 from django_eventmq.router.routing import Job, Worker
@@ -57,10 +63,6 @@ FEATURES = {
     "reject": 1,
     "unready": 1,
 }
-
-_VERSION = C.PROTOCOL_VERSION_B
-_READY = C.READY.encode()
-_DONE = b"DONE"
 
 
 class BackendHandlers:
@@ -113,12 +115,12 @@ class BackendHandlers:
                 raw = recv(flags=transport.NOBLOCK)
             except transport.Again:
                 return
-            if raw[1:3] == [b"", _VERSION] and len(raw) >= 5:
-                command = raw[3]
-                if command == _READY and len(raw) == 5 and self._fast_ready(raw[0], now):
-                    continue
-                if command == _DONE and len(raw) == 8 and self._fast_done(raw, now):
-                    continue
+            ready = ready_identity(raw)
+            if ready is not None and self._fast_ready(ready, now):
+                continue
+            done = done_fields(raw)
+            if done is not None and self._fast_done(done, raw, now):
+                continue
             self._handle(self.backend, raw, now)
 
     def _on_backend_inform(
@@ -150,26 +152,27 @@ class BackendHandlers:
         self.book.ready(identity, now)
         return True
 
-    def _fast_done(self, raw: list[bytes], now: float) -> bool:
+    def _fast_done(self, done: DoneFields, raw: list[bytes], now: float) -> bool:
         """A well-formed DONE read straight from its frames (no message object: it is
         the one message per job on this socket); False: decode it."""
+        identity, msgid_b, job_msgid_b, status_b, payload_b = done
         try:
-            job_msgid = raw[5].decode()
-            status = raw[6].decode()
-            payload = raw[7].decode()
-            raw[4].decode()
+            job_msgid = job_msgid_b.decode()
+            status = status_b.decode()
+            payload = payload_b.decode()
+            msgid_b.decode()
         except UnicodeDecodeError:
             return False
-        if not raw[4] or not job_msgid or status not in DONE_STATUSES:
+        if not msgid_b or not job_msgid or status not in DONE_STATUSES:
             return False
-        identity = raw[0]
         worker = self.book.routing.workers.get(identity)
         if worker is None:
             try:
-                message = decode(raw[1:])
+                frames = after_identity(raw)
+                message = decode(frames)
             except ProtocolError:
                 return False
-            self._from_unknown_worker(identity, raw[1:], message, now)
+            self._from_unknown_worker(identity, frames, message, now)
             return True
         worker.last_heard = now
         self.book.done(identity, job_msgid, status, payload, now)

@@ -50,6 +50,7 @@ from django_eventmq.protocol.extensions import (
     refusal_reason,
 )
 from django_eventmq.protocol.headers import Headers
+from django_eventmq.protocol.views import stored_request
 from django_eventmq.router.dedup import FinishedWindow
 from django_eventmq.router.journal.store import (
     DELAYED,
@@ -92,7 +93,7 @@ def job_values(
 ) -> list[Any]:
     """A new job's journal row (see :meth:`.journal.Journal.add`); ``owner``: the
     CURVE key that sent it (CANCEL_POLICY ``owner``)."""
-    frames = job.frames
+    request = stored_request(job.frames)
     return new_row(
         job.seq,
         job.msgid,
@@ -100,8 +101,8 @@ def job_values(
         job.priority,
         state,
         job.guarantee,
-        frames[5],
-        frames[6],
+        request.headers,
+        request.body,
         job.client,
         accepted,
         due or 0.0,

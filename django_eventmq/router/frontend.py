@@ -49,7 +49,6 @@ from django_eventmq.protocol import (
 )
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.batch import (
-    BATCH,
     MAX_BATCH_JOBS,
     Batch,
     BatchJob,
@@ -62,6 +61,15 @@ from django_eventmq.protocol.extensions import Reject
 from django_eventmq.protocol.headers import Headers
 from django_eventmq.protocol.limits import Limits, OverLimit
 from django_eventmq.protocol.packed import PACKED
+from django_eventmq.protocol.views import (
+    BatchFields,
+    RequestFields,
+    batch_fields,
+    identity_of,
+    request_fields,
+    request_frames,
+    stored_request,
+)
 from django_eventmq.router.book import Accepting, Book
 from django_eventmq.router.holds import QueueMarks
 from django_eventmq.router.journal.store import JournalUnavailable
@@ -74,14 +82,13 @@ from django_eventmq.scheduling.identity import ScheduleSpec
 
 log = logging.getLogger("django_eventmq.router")
 
+#: How a kept message is named in the log (by its ``unschedule`` flag).
+_KEPT = {False: C.SCHEDULE, True: C.UNSCHEDULE}
+
 #: Messages taken from one socket per loop iteration, so no socket starves the others.
 DRAIN_CAP = 256
 #: Kept SCHEDULE/UNSCHEDULE messages read from the journal at a time.
 SCHEDULES_PER_READ = 500
-
-_VERSION = C.PROTOCOL_VERSION_B
-_REQUEST = C.REQUEST.encode()
-_BATCH = BATCH.encode()
 
 
 class FrontendHandlers(QueueMarks):
@@ -153,48 +160,46 @@ class FrontendHandlers(QueueMarks):
                     raw = recv(flags=transport.NOBLOCK)
             except transport.Again:
                 return
-            if schedulers and (scheduler := schedulers.get(raw[0])) is not None:
+            if schedulers and (scheduler := schedulers.get(identity_of(raw))) is not None:
                 # Any message from a scheduler counts as its heartbeat (spec): a busy
                 # one sends only REQUESTs.
                 scheduler.last_heard = now
             packed = len(raw) == 2
             if packed:
                 raw = self.frontend.unpacked(raw)
-            if (
-                len(raw) == 8
-                and raw[3] == _REQUEST
-                and raw[1] == b""
-                and raw[2] == _VERSION
-                and self._fast_request(raw, now, packed)
-            ):
+            request = request_fields(raw)
+            if request is not None and self._fast_request(request, now, packed):
                 continue
-            if len(raw) == 6 and raw[3] == _BATCH and raw[1] == b"" and raw[2] == _VERSION:
-                self._fast_batch(raw, now)
+            batch = batch_fields(raw)
+            if batch is not None:
+                self._fast_batch(batch, now)
                 continue
             self._handle(self.frontend, raw, now)
 
-    def _fast_request(self, raw: list[bytes], now: float, packed: bool = False) -> bool:
+    def _fast_request(self, request: RequestFields, now: float, packed: bool = False) -> bool:
         """A well-formed REQUEST without building a message object; False: decode it."""
+        identity, msgid_b, queue_b, headers_b, body = request
         try:
-            msgid = raw[4].decode()
-            queue = raw[5].decode()
-            headers = parse_headers(raw[6].decode())
-            raw[7].decode()  # the body must be text; it is forwarded as bytes
+            msgid = msgid_b.decode()
+            queue = queue_b.decode()
+            headers = parse_headers(headers_b.decode())
+            body.decode()  # the body must be text; it is forwarded as bytes
         except (UnicodeDecodeError, ProtocolError):
             return False
         if not msgid or not queue:
             return False
         try:
-            self._limits.check_request_frames(raw[4], raw[6], raw[7])
+            self._limits.check_request_frames(msgid_b, headers_b, body)
         except OverLimit as exc:
-            self._over_limit(raw[0], exc)
+            self._over_limit(identity, exc)
             return True
+        job = (msgid_b, queue_b, headers_b, body)
         try:
-            self._accept(raw[0], raw[1:], msgid, queue, headers, now, packed=packed)
+            self._accept(identity, job, msgid, queue, headers, now, packed=packed)
         except transport.ContextTerminated:
             raise
         except Exception:
-            log.exception("frontend: error handling REQUEST %s from %s", msgid, show(raw[0]))
+            log.exception("frontend: error handling REQUEST %s from %s", msgid, show(identity))
         return True
 
     def _over_limit(self, identity: bytes, exc: OverLimit) -> None:
@@ -207,12 +212,12 @@ class FrontendHandlers(QueueMarks):
 
     def _on_request(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
         assert isinstance(msg, Request)
-        self._accept(identity, frames, msg.msgid, msg.queue, msg.headers, now)
+        self._accept(identity, stored_request(frames), msg.msgid, msg.queue, msg.headers, now)
 
     def _accept(
         self,
         identity: bytes,
-        frames: list[bytes],
+        job: BatchJob,
         msgid: str,
         queue: str,
         headers: Headers,
@@ -220,7 +225,9 @@ class FrontendHandlers(QueueMarks):
         *,
         packed: bool = False,
     ) -> None:
-        reason = self._refusal(frames, msgid)
+        """Take a REQUEST (``job``: its msgid, queue, headers and body frames)."""
+        msgid_b, queue_b, headers_b, body = job
+        reason = self._refusal(queue_b, body, msgid)
         if reason is not None:
             self.book.reject(identity, msgid, reason)
             return
@@ -232,22 +239,23 @@ class FrontendHandlers(QueueMarks):
                 msgid,
                 1,
                 identity,
-                lambda at: self._accept(identity, frames, msgid, queue, headers, at, packed=packed),
+                lambda at: self._accept(identity, job, msgid, queue, headers, at, packed=packed),
             )
         ):
             return
+        frames = request_frames(msgid_b, queue_b, headers_b, body)
         try:
             self.book.accept(identity, frames, msgid, queue, headers, now, self._sender)
         except JournalUnavailable as exc:  # it failed with this very insert
             self.book.reject(identity, msgid, _cannot_store(exc.reason))
             return
         # New or a duplicate: either way the job is held; the ACK waits for the commit.
-        self._acks.append((identity, frames[3], packed))
+        self._acks.append((identity, msgid_b, packed))
 
-    def _refusal(self, frames: list[bytes], msgid: str, coming: int = 0) -> str | None:
-        """Why a REQUEST (``frames`` as it came, or as a BATCH job would have come)
-        is refused, if it is; ``coming``: jobs of its BATCH not stored yet."""
-        if frames[6].lstrip()[:1] != b"[":
+    def _refusal(self, queue: bytes, body: bytes, msgid: str, coming: int = 0) -> str | None:
+        """Why a REQUEST (or a BATCH's job) of ``queue`` with ``body`` is refused, if
+        it is; ``coming``: jobs of its BATCH not stored yet."""
+        if body.lstrip()[:1] != b"[":
             return 'bad body: a job is a JSON list such as ["run", {...}]'
         failure = self.book.journal.failure
         if failure is not None and not self.book.is_held(msgid):
@@ -261,24 +269,24 @@ class FrontendHandlers(QueueMarks):
         ):
             return (
                 f"router is full: over its high-water mark ({self.settings.high_water_mark} "
-                f"jobs waiting); start a job manager for queue {frames[4].decode()}, raise "
+                f"jobs waiting); start a job manager for queue {queue.decode()}, raise "
                 "HIGH_WATER_MARK, or send it again later with the same msgid (Spark: the "
                 "same run_id)"
             )
-        return self._held_refusal(frames[4], msgid)
+        return self._held_refusal(queue, msgid)
 
     # -- BATCH -----------------------------------------------------------------------
     #: BATCH messages taken, and the jobs they carried (tests and diagnostics).
     batches_received = 0
     batch_jobs_received = 0
 
-    def _fast_batch(self, raw: list[bytes], now: float) -> None:
-        """A BATCH straight from its frames: ``[identity, '', version, 'BATCH', msgid, JOBS]``."""
-        identity, frame = raw[0], raw[5]
+    def _fast_batch(self, batch: BatchFields, now: float) -> None:
+        """A BATCH straight from its frames (:func:`.views.batch_fields`)."""
+        identity, msgid_b, frame = batch
         try:
-            if not raw[4]:
+            if not msgid_b:
                 raise ProtocolError("BATCH: msgid is empty")
-            raw[4].decode()
+            msgid_b.decode()
             ends = job_bounds(
                 frame, max_jobs=MAX_BATCH_JOBS, max_bytes=self.settings.max_message_bytes
             )
@@ -297,7 +305,7 @@ class FrontendHandlers(QueueMarks):
             known = parcels and self.book.same_parcel(frame, len(ends) // 4)
         except JournalUnavailable:
             known = False
-        if not known and self._hold_batch(identity, raw, ends):
+        if not known and self._hold_batch(batch, ends):
             return
         try:
             as_parcel = known or (parcels and self._as_parcel(identity, frame, ends, now))
@@ -306,13 +314,13 @@ class FrontendHandlers(QueueMarks):
         if as_parcel:
             self.batches_received += 1
             self.batch_jobs_received += len(ends) // 4
-            self._acks.append((identity, raw[4], False))
+            self._acks.append((identity, msgid_b, False))
             return
-        self._accept_batch(identity, raw[4], jobs_at(frame, ends), now)
+        self._accept_batch(identity, msgid_b, jobs_at(frame, ends), now)
 
     def _on_batch(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
         assert isinstance(msg, Batch)
-        self._accept_batch(identity, frames[3], msg.jobs, now)
+        self._accept_batch(identity, msg.msgid.encode(), msg.jobs, now)
 
     def _accept_batch(
         self, identity: bytes, batch_msgid: bytes, jobs: Sequence[BatchJob], now: float
@@ -396,8 +404,8 @@ class FrontendHandlers(QueueMarks):
             return exc.reason
         except ProtocolError as exc:
             return exc.reason
-        frames = [b"", _VERSION, _REQUEST, msgid_b, queue_b, headers_b, body]
-        reason = self._refusal(frames, msgid, coming)
+        frames = request_frames(msgid_b, queue_b, headers_b, body)
+        reason = self._refusal(queue_b, body, msgid, coming)
         return (frames, msgid, queue, headers) if reason is None else reason
 
     def _reject_now(self, identity: bytes, msgid: str, reason: str) -> bool:
@@ -489,7 +497,7 @@ class FrontendHandlers(QueueMarks):
             peers.stored += 1
             log.debug("no scheduler took %s %s: kept in the journal", msg.command, msg.msgid)
         # The ACK goes once the journal is committed.
-        self._acks.append((identity, frames[3], False))
+        self._acks.append((identity, msg.msgid.encode(), False))
 
     def _recover_schedules(self) -> None:
         """On start: count the SCHEDULE / UNSCHEDULE messages the journal keeps."""
@@ -513,7 +521,7 @@ class FrontendHandlers(QueueMarks):
                     return
                 journal.delete_schedule(seq)
                 peers.stored -= 1
-                log.debug("kept %r %r handed to a scheduler", frames[2], frames[3])
+                log.debug("kept %s #%d handed to a scheduler", _KEPT[unschedule], seq)
             if len(kept) < SCHEDULES_PER_READ:
                 peers.stored = 0  # the journal has no more (the count was off)
                 return

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from django_eventmq.protocol.batch import jobs_at
+from django_eventmq.protocol.views import BatchFields
 from django_eventmq.router.book import Book
 from django_eventmq.runtime.outbox import show
 from django_eventmq.runtime.settings import Settings
@@ -46,7 +47,7 @@ class QueueMarks:
 
     if TYPE_CHECKING:
 
-        def _fast_batch(self, raw: list[bytes], now: float) -> None: ...
+        def _fast_batch(self, batch: BatchFields, now: float) -> None: ...
 
     def _init_holds(self) -> None:
         #: Per queue: (key, jobs, identity, replay), oldest first.
@@ -98,17 +99,18 @@ class QueueMarks:
         self._held_keys.add(key)
         return True
 
-    def _hold_batch(self, identity: bytes, raw: list[bytes], ends: list[int]) -> bool:
-        """Hold a BATCH (``raw``: its frames, ``ends``: its jobs' bounds) whole if a
+    def _hold_batch(self, batch: BatchFields, ends: list[int]) -> bool:
+        """Hold a BATCH (``batch``: its fields, ``ends``: its jobs' bounds) whole if a
         queue of its jobs is full; False: handle it now."""
         if not self.settings.queue_high_water_mark or self.settings.hwm_policy != "block":
             return False
-        queues = {job[1] for job in jobs_at(raw[5], ends)}
+        identity, msgid, frame = batch
+        queues = {queue for _msgid, queue, _headers, _body in jobs_at(frame, ends)}
         full = next((q.decode() for q in sorted(queues) if self.queue_full(q.decode())), None)
         if full is None:
             return False
-        replay: Replay = lambda at: self._fast_batch(raw, at)  # noqa: E731
-        return self._hold(full, raw[4].decode(), len(ends) // 4, identity, replay)
+        replay: Replay = lambda at: self._fast_batch(batch, at)  # noqa: E731
+        return self._hold(full, msgid.decode(), len(ends) // 4, identity, replay)
 
     def _held_refusal(self, queue: bytes, msgid: str) -> str | None:
         """The REJECT reason for a job of a queue that holds all it may."""

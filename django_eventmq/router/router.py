@@ -39,6 +39,7 @@ from django_eventmq.protocol import (
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.limits import OverLimit
 from django_eventmq.protocol.packed import pack
+from django_eventmq.protocol.views import ack_frames, after_identity, identity_of
 from django_eventmq.router import admin_socket as admin_json
 from django_eventmq.router.backend import FEATURES, BackendHandlers
 from django_eventmq.router.book import Book
@@ -77,9 +78,6 @@ COMMIT_INTERVAL = 0.05
 #: and for at most this many uncommitted changes.
 COMMIT_GROUP_WAIT = 0.02
 COMMIT_GROUP_MAX = 8192
-
-_VERSION = C.PROTOCOL_VERSION_B
-_ACK = C.ACK.encode()
 
 
 class Router(FrontendHandlers, BackendHandlers):
@@ -339,7 +337,7 @@ class Router(FrontendHandlers, BackendHandlers):
             acks, self._acks = self._acks, []
             send_frames = self.outbox.send_frames
             for identity, msgid, packed in acks:
-                ack = [b"", _VERSION, _ACK, new_msgid().encode(), msgid]
+                ack = ack_frames(new_msgid().encode(), msgid)
                 send_frames([identity, pack(ack)] if packed else [identity, *ack])
 
     def _hold_leases(self) -> None:
@@ -412,8 +410,8 @@ class Router(FrontendHandlers, BackendHandlers):
     def _handle(self, channel: Channel, raw: list[bytes], now: float) -> None:
         """Decode one message and call its handler; bad input is logged once."""
         name, admin_socket, handlers = self._handlers[channel]
-        identity = raw[0]
-        frames = raw[1:]
+        identity = identity_of(raw)
+        frames = after_identity(raw)
         try:
             if len(raw) < 2:
                 raise ProtocolError(f"expected an identity and a message, got {len(raw)} frame(s)")

@@ -129,7 +129,8 @@ class Routing:
         """Forget a worker; returns the jobs it had, oldest first.
 
         They stay in :attr:`inflight` (still handed out) until the caller
-        decides: :meth:`requeue`, :meth:`forget`, or wait for a late report.
+        decides (:class:`.book.Book`): release them and wait them again, drop them,
+        or wait for a late report.
         """
         worker = self.workers.pop(identity, None)
         if worker is None:
@@ -147,12 +148,6 @@ class Routing:
         worker.inflight.clear()
         return released
 
-    def requeue(self, job: Job) -> None:
-        """A handed-out job waits again (at the front: it keeps its place by age)."""
-        self.release(job)
-        self.requeued += 1
-        self.waiting.push(job)
-
     def stop_dispatching(self, identity: bytes) -> None:
         """The worker is stopping: its free slots vanish and no slot it frees is used.
 
@@ -164,11 +159,6 @@ class Routing:
         worker.stopping = True
         worker.slots = 0
         worker.stamp = next(self._seq)  # invalidates its heap entries
-
-    def heard(self, identity: bytes, now: float) -> None:
-        worker = self.workers.get(identity)
-        if worker is not None:
-            worker.last_heard = now
 
     def expired(self, now: float, timeout: float) -> list[bytes]:
         """Workers silent for longer than ``timeout`` seconds."""

@@ -233,10 +233,9 @@ def test_a_batch_behind_a_queue_on_disk_keeps_its_senders_key_per_job(
     router = owners_router
     router._sender = "key-A"
     for n in range(3):  # past QUEUE_WINDOW (2): the queue waits on disk
-        frames = [b"", b"eMQP/1.0", b"REQUEST", b"r-%d" % n, b"default", b"", BODY]
-        router._fast_request([b"a", *frames], 0.0)
+        router._fast_request((b"a", b"r-%d" % n, b"default", b"", BODY), 0.0)
     jobs = [(b"b-%d" % n, b"default", b"", BODY) for n in range(3)]
-    router._fast_batch([b"a", b"", b"eMQP/1.0", b"BATCH", b"batch-1", pack_jobs(jobs)], 0.0)
+    router._fast_batch((b"a", b"batch-1", pack_jobs(jobs)), 0.0)
     assert router.book.journal.owner_of("b-1") == "key-A"
 
     cancel(router, "key-B", "b-1")

@@ -258,8 +258,8 @@ def test_a_batch_whose_reject_waits_in_the_outbox_gets_no_ack(
         pipe = ClientPipe(router, b"client-1")
         monkeypatch.setattr(router.frontend, "send_frames", pipe.send_frames)
         jobs = [(b"good", b"default", b"", BODY), (b"bad", b"default", b"", b"not a job")]
-        batch = [b"client-1", b"", V, b"BATCH", b"batch-1", pack_jobs(jobs)]
-        router._fast_batch(list(batch), time.monotonic())  # its REJECT waits
+        batch = (b"client-1", b"batch-1", pack_jobs(jobs))
+        router._fast_batch(batch, time.monotonic())  # its REJECT waits
         router.outbox.send_frames([b"client-1", b"x" * 20_000])  # over the cap: cut off
         assert router.outbox.as_dict()["clients_cut_off"] == 1
 
@@ -267,7 +267,7 @@ def test_a_batch_whose_reject_waits_in_the_outbox_gets_no_ack(
         router._sync(force=True)
         assert (b"ACK", b"batch-1") not in pipe.got
 
-        router._fast_batch(list(batch), time.monotonic())  # sent again
+        router._fast_batch(batch, time.monotonic())  # sent again
         router._sync(force=True)
         assert pipe.got == [(b"REJECT", b"bad"), (b"ACK", b"batch-1")]
         assert router.book.duplicates == 1  # the good job, stored once

@@ -41,7 +41,8 @@ def run(routing: Routing, step: tuple[Any, ...], now: float) -> Any:
     if op == "fail":  # what the router's Book does when a worker dies
         released = routing.remove_worker(args[0].encode())
         for released_job in released:
-            routing.requeue(released_job)
+            routing.release(released_job)
+            routing.waiting.push(released_job)
         return [j.msgid for j in released]
     if op == "kbai":  # a departing worker keeps its jobs until it reports them
         return [j.msgid for j in routing.remove_worker(args[0].encode())]
@@ -228,12 +229,11 @@ def test_undo_puts_the_job_back_first_and_keeps_the_slot() -> None:
     assert routing.dispatch_waiting("nosuch", 3.0) is None
 
 
-def test_expired_and_heard() -> None:
+def test_expired() -> None:
     routing = Routing()
     routing.add_worker(b"A", DEFAULT, 0.0)
     routing.add_worker(b"B", DEFAULT, 0.0)
-    routing.heard(b"B", 4.0)
-    routing.heard(b"ghost", 4.0)
+    routing.workers[b"B"].last_heard = 4.0  # what the backend does with each message
     assert routing.expired(5.5, 5.0) == [b"A"]
 
 
