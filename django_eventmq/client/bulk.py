@@ -42,14 +42,14 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from django_eventmq.errors import BrokerUnavailable, ProtocolError, RouterFull
 from django_eventmq.protocol import Features, Reply, Request, decode, encode, new_msgid
-from django_eventmq.protocol.batch import BATCH, JOB_OVERHEAD, MAX_BATCH_JOBS, pack_jobs
-from django_eventmq.protocol.constants import ACK, PROTOCOL_VERSION_B, REQUEST
+from django_eventmq.protocol.batch import JOB_OVERHEAD, MAX_BATCH_JOBS, pack_jobs
 from django_eventmq.protocol.extensions import Reject
 from django_eventmq.protocol.packed import PACKED
+from django_eventmq.protocol.views import acked_msgid, batch_frames, request_frames
 from django_eventmq.runtime import transport
 
 log = logging.getLogger("django_eventmq.client")
@@ -81,20 +81,7 @@ FEATURES_WAIT = 1.0
 #: What a client (and a pipeline) tells the router it speaks.
 CLIENT_FEATURES = {"batch": 1, PACKED: 1}
 
-_VERSION = PROTOCOL_VERSION_B
-_REQUEST = REQUEST.encode()
-_BATCH = BATCH.encode()
-_ACK = ACK.encode()
 _NOBLOCK = transport.NOBLOCK
-
-
-class RequestFrames(NamedTuple):
-    """A REQUEST's fields, already encoded (what :class:`Pipeline` sends)."""
-
-    msgid: bytes
-    queue: bytes
-    headers: bytes
-    body: bytes
 
 
 @dataclass(slots=True)
@@ -368,7 +355,7 @@ class Pipeline:
     def _send_request(self, msgid: bytes, queue: bytes, headers: bytes, body: bytes) -> None:
         if not self._pending and not self._in_batch:
             self._last_answer = self._last_progress = self._clock()  # the give-up clock starts
-        self._send((b"", _VERSION, _REQUEST, msgid, queue, headers, body))
+        self._send(request_frames(msgid, queue, headers, body))
         self._pending[msgid] = (queue, headers, body, self._clock())
         self._sends += 1
         if self._sends % READ_EVERY == 0:
@@ -464,7 +451,7 @@ class Pipeline:
         self._batches[batch_msgid] = batch
         for msgid in jobs:
             in_batch[msgid] = batch_msgid
-        self._send((b"", _VERSION, _BATCH, batch_msgid, batch.pack()))
+        self._send(batch_frames(batch_msgid, batch.pack()))
         self.batches_sent += 1
         self._read()
 
@@ -620,7 +607,7 @@ class Pipeline:
             msgid, (queue, headers, body, sent_at) = next(iter(pending.items()))
             if now - sent_at < self.ack_timeout:
                 break
-            if not self._try_send((b"", _VERSION, _REQUEST, msgid, queue, headers, body)):
+            if not self._try_send(request_frames(msgid, queue, headers, body)):
                 return  # the pipe is full; the next wait tries again
             del pending[msgid]
             pending[msgid] = (queue, headers, body, now)
@@ -630,7 +617,7 @@ class Pipeline:
             batch_msgid, batch = next(iter(batches.items()))
             if now - batch.sent_at < self.ack_timeout:
                 return
-            if not self._try_send((b"", _VERSION, _BATCH, batch_msgid, batch.pack())):
+            if not self._try_send(batch_frames(batch_msgid, batch.pack())):
                 return
             del batches[batch_msgid]
             batches[batch_msgid] = batch
@@ -650,14 +637,15 @@ class Pipeline:
             except transport.Again:
                 return
             self._last_answer = self._clock()
-            # The hot path: ['', 'eMQP/1.0', 'ACK', <its msgid>, <our msgid>].
-            if len(frames) == 5 and frames[2] == _ACK and frames[1] == _VERSION:
-                entry = pending.pop(frames[4], None)
+            # The hot path: the ACK of one of our msgids.
+            acked = acked_msgid(frames)
+            if acked is not None:
+                entry = pending.pop(acked, None)
                 if entry is not None:
                     self._by_queue[entry[0]].acked += 1
                     self._last_progress = self._last_answer
                 elif batches:
-                    batch = batches.pop(frames[4], None)
+                    batch = batches.pop(acked, None)
                     if batch is not None:
                         self._batch_acked(batch)
                         self._last_progress = self._last_answer

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from django_eventmq.protocol import Message, encode
+from django_eventmq.protocol.views import identity_of
 from django_eventmq.runtime import transport
 from django_eventmq.runtime.transport import Channel
 
@@ -124,12 +125,12 @@ class Outbox:
         return self.send_frames(frames)
 
     def send_frames(self, frames: Sequence[bytes]) -> bool:
-        """Send (``frames[0]`` is the client's identity) or queue it. True once
+        """Send (``frames`` starts with the client's identity) or queue it. True once
         ZeroMQ took it; False when it waits here or is lost (the client is gone
         or cut off). A queued message may yet be dropped (its client cut off)
         while later ones reach the client: a BATCH's ACK must not follow a
         REJECT that is only queued (see ``_reject_now``)."""
-        identity = frames[0]
+        identity = identity_of(frames)
         queue = self._queues.get(identity)
         if queue is not None:
             self._queue(identity, queue, frames)

@@ -331,7 +331,8 @@ class _ZapHandler(ThreadAuthenticator):
     async def handle_zap_message(self, msg: list[bytes]) -> None:
         if len(msg) < 6:
             if len(msg) >= 2:
-                self._send_zap_reply(msg[1], b"400", b"Not enough frames")
+                _version, request_id, *_rest = msg
+                self._send_zap_reply(request_id, b"400", b"Not enough frames")
             return
         version, request_id, domain, address, _identity, mechanism = msg[:6]
         if version != _ZAP_VERSION:

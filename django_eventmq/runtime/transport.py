@@ -21,7 +21,7 @@ from zmq.utils.monitor import recv_monitor_message
 from django_eventmq.errors import ConfigurationError, ProtocolError
 from django_eventmq.protocol import Message, decode, encode, split_identity
 from django_eventmq.protocol.limits import DEFAULT_LIMITS, MAX_FRAMES, MAX_MESSAGE_BYTES, Limits
-from django_eventmq.protocol.packed import unpack
+from django_eventmq.protocol.views import unpack_received
 
 _SNDMORE = int(zmq.SNDMORE)
 _RCVMORE = int(zmq.RCVMORE)
@@ -233,11 +233,7 @@ class Channel:
         """A packed message as received (``[identity, PACKED]`` or ``[PACKED]``, see
         :mod:`..protocol.packed`) as the frames it carries; one that is not
         well-formed is left as it is (decoding it says why)."""
-        try:
-            inner = unpack(frames[-1], max_frames=self.max_frames)
-        except ProtocolError:
-            return frames
-        return [*frames[:-1], *inner]
+        return unpack_received(frames, max_frames=self.max_frames)
 
     def _drop_rest(self) -> None:
         """Read and drop the rest of an over-long message (ZeroMQ delivers it whole)."""

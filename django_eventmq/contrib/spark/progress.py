@@ -197,7 +197,8 @@ class ProgressReporter:
             except transport.Again:
                 return
             try:
-                data = json.loads(frames[0])
+                (message,) = frames  # one JSON frame; anything else is not ours
+                data = json.loads(message)
                 partition, attempt = int(data["partition"]), int(data["attempt"])
                 queues = {str(q): [int(n) for n in c] for q, c in data["queues"].items()}
             except (ValueError, KeyError, TypeError, AttributeError):
