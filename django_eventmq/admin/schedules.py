@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import available_timezones
 
 from django import forms
@@ -72,8 +72,14 @@ class TimingKindFilter(admin.SimpleListFilter):
         return queryset
 
 
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[Schedule]
+else:  # ModelAdmin takes no type argument at run time
+    _ModelAdmin = admin.ModelAdmin
+
+
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ScheduleAdmin(_ModelAdmin):
     form = ScheduleForm
     list_display = (
         "__str__",
