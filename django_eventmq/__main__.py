@@ -99,6 +99,7 @@ def run_router(settings: Settings, *, journal_recover: bool = False) -> int:
     from django_eventmq.router.router import Router
 
     router = Router(settings, journal_recover=journal_recover)
+    # Until Router.run is runtime.service's run (which installs them itself).
     install_signal_handlers(router.stop)
     router.run()
     return 0
@@ -109,7 +110,6 @@ def run_jobmanager(settings: Settings, hooks: str | None) -> int:
     from django_eventmq.jobmanager.manager import JobManager
 
     manager = JobManager(settings, hooks=hooks)
-    install_signal_handlers(manager.stop)
     manager.run()
     return 0
 
@@ -119,7 +119,6 @@ def run_pubsub(settings: Settings, hwm: int) -> int:
     from django_eventmq.pubsub.publisher import Publisher
 
     publisher = Publisher(settings, hwm=hwm)
-    install_signal_handlers(publisher.stop)
     publisher.run()
     return 0
 
@@ -130,7 +129,6 @@ def run_subscribe(settings: Settings, modules: Sequence[str]) -> int:
 
     import_subscriber_modules(modules)
     consumer = Consumer(settings)
-    install_signal_handlers(consumer.stop)
     consumer.run()
     return 0
 

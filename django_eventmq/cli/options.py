@@ -16,16 +16,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any, TextIO
 
 from django_eventmq.errors import ConfigurationError
 from django_eventmq.protocol import constants as C
 from django_eventmq.pubsub.publisher import PUBLISHER_SNDHWM
+from django_eventmq.runtime.service import install_signal_handlers
 from django_eventmq.runtime.settings import Settings, check_address, parse_queues
 from django_eventmq.scheduling.timing import CATCHUP_POLICIES
 
@@ -594,16 +593,6 @@ def settings_from_options(
         return base.replace(**changes)
     except ConfigurationError as exc:
         raise OptionError(f"the options do not work together: {exc}") from None
-
-
-def install_signal_handlers(stop: Callable[[], None]) -> None:
-    """Make SIGTERM and SIGINT call ``stop()`` (which should only set a flag)."""
-
-    def handle(signum: int, frame: FrameType | None) -> None:
-        stop()
-
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)
 
 
 # -- logging ------------------------------------------------------------------

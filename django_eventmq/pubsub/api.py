@@ -31,6 +31,7 @@ from django_eventmq.protocol import Publish, decode_json, encode_json, new_msgid
 from django_eventmq.runtime import security, transport
 from django_eventmq.runtime.config import get_settings
 from django_eventmq.runtime.outbox import WarnOnce
+from django_eventmq.runtime.service import Service
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.transport import Channel
 
@@ -242,8 +243,11 @@ def publish(topic: str, data: Any = None, *, addr: str | None = None) -> str:
 # -- consuming -----------------------------------------------------------------
 
 
-class Consumer:
+class Consumer(Service):
     """Subscribes to every registered prefix and runs the matching handlers."""
+
+    label = "subscriber"
+    log = log
 
     def __init__(
         self,
@@ -253,6 +257,7 @@ class Consumer:
         hwm: int = CONSUMER_RCVHWM,
         around: Callable[[], object] | None = None,
     ) -> None:
+        super().__init__()
         self.settings = settings
         self.subs = list(subscriptions() if subs is None else subs)
         if not self.subs:
@@ -267,7 +272,6 @@ class Consumer:
         #: Messages handled and messages dropped as malformed.
         self.received = 0
         self.rejected = 0
-        self._stopping = False
         self._warn = WarnOnce(log)
         self._channel: Channel | None = None
 
@@ -297,26 +301,13 @@ class Consumer:
             len(self.subs),
         )
 
-    def run(self) -> None:
-        """Start, then handle messages until :meth:`stop`; the socket is closed on exit."""
-        try:
-            self.start()
-            while not self._stopping:
-                self.loop_once()
-        except transport.ContextTerminated:
-            log.info("subscriber stopping: context terminated")
-        finally:
-            self.close()
-            log.info("subscriber stopped: %d received, %d rejected", self.received, self.rejected)
-
-    def stop(self) -> None:
-        """Ask the loop to stop. Only sets a flag: safe from signal handlers and threads."""
-        self._stopping = True
-
     def close(self) -> None:
         if self._channel is not None:
             self._channel.close()
             self._channel = None
+
+    def summary(self) -> str:
+        return f": {self.received} received, {self.rejected} rejected"
 
     def loop_once(self, timeout_ms: int = 100) -> int:
         """Wait up to ``timeout_ms`` and handle the messages ready; returns how many."""

@@ -39,6 +39,7 @@ from django_eventmq.protocol import Publish, decode_json
 from django_eventmq.protocol.limits import OverLimit
 from django_eventmq.runtime import security, transport
 from django_eventmq.runtime.outbox import WarnOnce
+from django_eventmq.runtime.service import Service
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.transport import Channel
 
@@ -52,10 +53,14 @@ INCOMING_RCVHWM = 100_000
 DRAIN_CAP = 1024
 
 
-class Publisher:
+class Publisher(Service):
     """Binds the incoming and outgoing sockets and relays PUBLISH messages."""
 
+    label = "publisher"
+    log = log
+
     def __init__(self, settings: Settings, *, hwm: int = PUBLISHER_SNDHWM) -> None:
+        super().__init__()
         self.settings = settings
         self.hwm = hwm
         self.incoming_address = ""
@@ -63,14 +68,13 @@ class Publisher:
         #: Messages relayed and messages dropped as malformed (for tests and logs).
         self.published = 0
         self.rejected = 0
-        self._stopping = False
         self._warn = WarnOnce(log)
         self._incoming: Channel | None = None
         self._outgoing: Channel | None = None
         self._guard = security.Guard(settings, (security.PUBLISHER,))
         self._limits = security.limits_from_settings(settings)
 
-    # -- lifecycle -------------------------------------------------------------
+    # -- lifecycle (run() and stop() come from Service) ----------------------------
     def start(self) -> None:
         """Bind both sockets (in the calling thread) and log the ready line."""
         if self._incoming is not None:
@@ -110,22 +114,6 @@ class Publisher:
             self.outgoing_address,
         )
 
-    def run(self) -> None:
-        """Start, then relay until :meth:`stop`; sockets closed on exit."""
-        try:
-            self.start()
-            while not self._stopping:
-                self.loop_once()
-        except transport.ContextTerminated:
-            log.info("publisher stopping: context terminated")
-        finally:
-            self.close()
-            log.info("publisher stopped: %d published, %d rejected", self.published, self.rejected)
-
-    def stop(self) -> None:
-        """Ask the loop to stop. Only sets a flag: safe from signal handlers and threads."""
-        self._stopping = True
-
     def close(self) -> None:
         """Close the sockets, then stop the ZAP check (idempotent)."""
         try:
@@ -135,6 +123,9 @@ class Publisher:
         finally:
             self._incoming = self._outgoing = None
             self._guard.stop()
+
+    def summary(self) -> str:
+        return f": {self.published} published, {self.rejected} rejected"
 
     # -- relaying --------------------------------------------------------------
     def loop_once(self, timeout_ms: int = 100) -> int:

@@ -43,6 +43,7 @@ from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.codec import describe
 from django_eventmq.protocol.heartbeat import Liveness
 from django_eventmq.runtime import security, transport
+from django_eventmq.runtime.service import Service
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.waitlog import RouterWait
 from django_eventmq.scheduling.identity import ScheduleSpec
@@ -129,13 +130,11 @@ class ScheduleStore(Protocol):
         ...
 
 
-def _setting(settings: Settings, name: str, default: object) -> object:
-    # These fields are added to Settings by the lead; until then, defaults.
-    return getattr(settings, name, default)
-
-
-class Scheduler:
+class Scheduler(Service):
     """Fires due schedules as REQUESTs; drive it with :meth:`run` or :meth:`loop_once`."""
+
+    label = "scheduler"
+    log = logger
 
     def __init__(
         self,
@@ -147,24 +146,17 @@ class Scheduler:
         grace: float | None = None,
         retention: float | None = None,
     ) -> None:
+        super().__init__()
         self.settings = settings
         self.store = store
-        self.catchup = str(catchup or _setting(settings, "scheduler_catchup", "once"))
+        self.catchup = catchup or settings.scheduler_catchup
         if self.catchup not in CATCHUP_POLICIES:
             raise ValueError(f"SCHEDULER_CATCHUP must be one of {CATCHUP_POLICIES}")
-        self.poll_interval = float(
-            poll_interval
-            if poll_interval is not None
-            else _setting(settings, "scheduler_poll_interval", 1.0)  # type: ignore[arg-type]
+        self.poll_interval = (
+            settings.scheduler_poll_interval if poll_interval is None else poll_interval
         )
-        self.grace = float(
-            grace if grace is not None else _setting(settings, "scheduler_misfire_grace", 60.0)  # type: ignore[arg-type]
-        )
-        self.retention = float(
-            retention
-            if retention is not None
-            else _setting(settings, "scheduler_run_retention", 7 * 86400.0)  # type: ignore[arg-type]
-        )
+        self.grace = settings.scheduler_misfire_grace if grace is None else grace
+        self.retention = settings.scheduler_run_retention if retention is None else retention
         self.name = transport.new_identity("scheduler-").decode()
         # A client of the router's frontend: CURVE keys when the settings have
         # them. Built now so a bad key setting fails at start-up.
@@ -186,27 +178,21 @@ class Scheduler:
         self._refreshed_at = -1e18
         self._pruned_at = -1e18
         self._store_failing = False
-        self._stopping = False
         self.sent = 0
 
-    # -- lifecycle ----------------------------------------------------------
-    def run(self) -> None:
-        """Serve until :meth:`stop`; closes the socket on the way out."""
+    # -- lifecycle (run() and stop() come from Service) ----------------------
+    def start(self) -> None:
+        """Log the ready line; the first turn connects (and later turns reconnect)."""
         logger.info("scheduler ready: broker=%s", self.settings.broker_addr)
-        try:
-            while not self._stopping:
-                self.loop_once()
-        except transport.ContextTerminated:
-            pass
-        finally:
-            self._goodbye()
-            logger.info("scheduler stopped")
-
-    def stop(self) -> None:
-        """Ask :meth:`run` to return (safe from a signal handler: only sets a flag)."""
-        self._stopping = True
 
     def close(self) -> None:
+        """Say goodbye (KBAI) to a router that knows us, then drop the socket."""
+        if self.channel is not None and self.acked:
+            with contextlib.suppress(transport.ZMQError):
+                self.channel.send(Kbai(msgid=new_msgid()), flags=transport.NOBLOCK)
+        self._disconnect()
+
+    def _disconnect(self) -> None:
         if self.channel is not None:
             self.channel.close()
             self.channel = None
@@ -256,7 +242,7 @@ class Scheduler:
 
     # -- connection ---------------------------------------------------------
     def _connect(self, mono: float) -> None:
-        self.close()
+        self._disconnect()
         self.channel = transport.Channel(
             transport.DEALER,
             connect=self.settings.broker_addr,
@@ -286,7 +272,7 @@ class Scheduler:
         else:
             logger.debug("scheduler: %s", why)
             self.waiting.no_answer(mono)
-        self.close()
+        self._disconnect()
         self._reconnect_at = mono + self._reconnect_delay
         self._reconnect_delay = min(self._reconnect_delay * 2, self.settings.reconnect_max_delay)
 
@@ -327,12 +313,6 @@ class Scheduler:
     def _send(self, message: Message) -> None:
         assert self.channel is not None
         self.channel.send(message)
-
-    def _goodbye(self) -> None:
-        if self.channel is not None and self.acked:
-            with contextlib.suppress(transport.ZMQError):
-                self.channel.send(Kbai(msgid=new_msgid()), flags=transport.NOBLOCK)
-        self.close()
 
     # -- incoming -----------------------------------------------------------
     def _read(self, wait: float, now: datetime | None) -> None:

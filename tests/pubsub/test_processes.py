@@ -8,6 +8,9 @@ once the marker arrived, anything that was going to arrive before it has.
 from __future__ import annotations
 
 import json
+import re
+import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -260,3 +263,47 @@ def test_a_slow_subscriber_does_not_stall_the_publisher(events: Path) -> None:
         close_publish_clients()
         for proc in reversed(procs):
             proc.stop()
+
+
+def stopped_by_sigterm(proc: Proc, deadline: float = 15.0) -> str:
+    """SIGTERM ``proc``, wait (up to ``deadline``) for it to exit 0; its output."""
+    proc.signal(signal.SIGTERM)
+    try:
+        code = proc.popen.wait(deadline)
+    except subprocess.TimeoutExpired:
+        proc.stop(1)
+        raise AssertionError(f"{proc.args} still ran {deadline}s after SIGTERM") from None
+    output = proc.output()
+    assert code == 0, output
+    assert "Traceback" not in output
+    return output
+
+
+@pytest.mark.parametrize("django", [False, True], ids=["python -m", "manage.py"])
+def test_sigterm_stops_the_publisher_gracefully(events: Path, django: bool) -> None:
+    pub = start_publisher(django=django)
+    consumer = start_consumer(pub.outgoing, events)
+    try:
+        wait_subscribed(pub.incoming, events)
+        close_publish_clients()
+        output = stopped_by_sigterm(pub.proc)
+        # The stop line comes after the sockets closed, with what was relayed.
+        relayed = re.search(r"publisher stopped: (\d+) published, 0 rejected", output)
+        assert relayed is not None and int(relayed.group(1)) >= 1, output
+    finally:
+        close_publish_clients()
+        consumer.stop()
+        pub.proc.stop()
+
+
+@pytest.mark.parametrize("django", [False, True], ids=["python -m", "manage.py"])
+def test_sigterm_stops_the_subscriber_gracefully(
+    publisher: Publisher, events: Path, django: bool
+) -> None:
+    consumer = start_consumer(publisher.outgoing, events, django=django)
+    try:
+        wait_subscribed(publisher.incoming, events)
+        output = stopped_by_sigterm(consumer)
+        assert re.search(r"subscriber stopped: [1-9]\d* received, 0 rejected", output), output
+    finally:
+        consumer.stop()

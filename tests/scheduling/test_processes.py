@@ -26,7 +26,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from django_eventmq.cli import admin_client as router_cli
-from django_eventmq.protocol import Inform, Request
+from django_eventmq.protocol import Heartbeat, Inform, Kbai, Request
 from django_eventmq.scheduling.api import schedule, unschedule
 from tests.support import ROOT, Proc, free_port, wait_for
 
@@ -470,5 +470,25 @@ def test_a_scheduler_with_no_router_logs_that_it_waits_for_it(clean_db: PgDataba
     proc = start_scheduler(clean_db, addr, env=short)
     try:
         proc.wait_output(re.escape(f"scheduler waiting for the router at {addr}: no answer yet"))
+    finally:
+        proc.stop()
+
+
+def test_sigterm_stops_the_scheduler_gracefully(clean_db: PgDatabase, router: FakeRouter) -> None:
+    proc = start_scheduler(clean_db, router.addr)
+    try:
+        # It heartbeats only once it has our ACK: then it knows it is registered.
+        wait_for(lambda: (serve(router), router.of(Heartbeat))[1], 10, "the scheduler registered")
+        proc.signal(signal.SIGTERM)
+        # Graceful: it says goodbye to the router that knows it, then exits 0.
+        router.wait_for(Kbai, timeout=15, tick=router.heartbeat_all)
+        try:
+            code = proc.popen.wait(15)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the scheduler still ran 15s after SIGTERM") from None
+        output = proc.output()
+        assert code == 0, output
+        assert "scheduler stopped" in output and "Traceback" not in output
+        assert [identity for identity, _ in router.of(Kbai)] == list(router.peers)
     finally:
         proc.stop()

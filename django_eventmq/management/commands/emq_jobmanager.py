@@ -49,7 +49,6 @@ class Command(BaseCommand):
                 )
             except EventMQError as exc:
                 raise CommandError(str(exc)) from None
-        cli.install_signal_handlers(manager.stop)
         try:
             manager.run()
         except EventMQError as exc:

@@ -34,7 +34,6 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         cli.configure_logging(options["log_level"])
         publisher = Publisher(settings, hwm=options["hwm"])
-        cli.install_signal_handlers(publisher.stop)
         try:
             publisher.run()
         except EventMQError as exc:

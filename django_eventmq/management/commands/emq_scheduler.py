@@ -40,5 +40,4 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         if kept or removed:
             self.stderr.write(f"schedules from code: {kept} in the table, {removed} removed")
-        cli.install_signal_handlers(scheduler.stop)
         scheduler.run()

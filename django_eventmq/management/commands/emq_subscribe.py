@@ -38,5 +38,4 @@ class Command(BaseCommand):
             consumer = Consumer(settings, around=close_old_connections)
         except EventMQError as exc:
             raise CommandError(str(exc)) from None
-        cli.install_signal_handlers(consumer.stop)
         consumer.run()
