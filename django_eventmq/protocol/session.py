@@ -1,0 +1,465 @@
+"""One peer's eMQP conversation as a sans-IO state machine (no sockets, no clock).
+
+Messages go in (:meth:`receive`), the messages to send come out; the time is
+passed in as a float and never read here. Three sides:
+
+- :class:`JobManagerSession`: a job manager's view of its router on one
+  socket: INFORM -> ACK, then the FEATURES exchange. A router of ours sends
+  FEATURES right after its ACK; the reference router never does, so the
+  session settles on :attr:`JobManagerState.REFERENCE` when anything else
+  comes first or a deadline passes. It also counts the credit (free slots the
+  router holds for us) and says when READY or UNREADY is due.
+- :class:`RouterPeerSession`: a router's view of one job manager: its INFORM
+  (answered with ACK and our FEATURES), the features it announced, and its
+  credit (READY, DONE and NACK give a slot, a job handed out takes one,
+  UNREADY takes some back, owed when none is free).
+- :class:`ClientSession`: a client's FEATURES handshake with a router's
+  frontend (no INFORM there): ours answers, the reference never does.
+
+A method called in a state where its event cannot happen raises
+:class:`ProtocolError` naming the state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import Enum
+from types import MappingProxyType
+from typing import Any, Generic, TypeVar
+
+from django_eventmq.errors import ProtocolError
+from django_eventmq.protocol import constants as C
+from django_eventmq.protocol.extensions import (
+    Cancel,
+    Done,
+    Features,
+    Nack,
+    Partial,
+    Unready,
+)
+from django_eventmq.protocol.ids import new_msgid
+from django_eventmq.protocol.messages import (
+    Ack,
+    Disconnect,
+    Inform,
+    Kbai,
+    Message,
+    QueueSpec,
+    Ready,
+    Reply,
+    Request,
+)
+from django_eventmq.protocol.packed import PACKED
+
+#: What a router of ours tells a job manager it speaks, right after the ACK of its INFORM.
+ROUTER_FEATURES: Mapping[str, int] = MappingProxyType(
+    dict.fromkeys(
+        ("cancel", "delay", "done", "nack", PACKED, "partial", "priority", "reject", "unready"), 1
+    )
+)
+#: What a job manager of ours answers to its router's FEATURES.
+JOBMANAGER_FEATURES: Mapping[str, int] = MappingProxyType(
+    dict.fromkeys(("done", "nack", "cancel", "timeout", "retry", "partial", "unready", PACKED), 1)
+)
+#: Seconds after the ACK a job manager waits for FEATURES before taking its
+#: router for the reference (ours sends it right after the ACK).
+FEATURES_WAIT = 0.5
+
+_T = TypeVar("_T")
+
+
+def _illegal(side: str, event: str, state: Enum) -> ProtocolError:
+    return ProtocolError(f"{side}: {event} is not allowed in state {state.name}")
+
+
+# -- the job manager's side ---------------------------------------------------------
+
+
+class JobManagerState(Enum):
+    #: Nothing sent yet on this socket.
+    IDLE = "idle"
+    #: INFORM sent; waiting for its ACK.
+    INFORMING = "informing"
+    #: ACKed; waiting for FEATURES (until a deadline) to know how to report.
+    DECIDING = "deciding"
+    #: The router speaks our extensions: DONE, NACK, CANCEL, maybe PARTIAL, UNREADY.
+    EXTENDED = "extended"
+    #: The router is the reference: REPLY then READY, as the reference job manager does.
+    REFERENCE = "reference"
+    #: The conversation is over (DISCONNECT, KBAI, or the socket was dropped).
+    CLOSED = "closed"
+
+
+_JM = JobManagerState
+_SETTLED = frozenset({_JM.EXTENDED, _JM.REFERENCE})
+
+
+class JobManagerSession(Generic[_T]):
+    """A job manager's conversation with its router on one socket.
+
+    ``_T`` is what the caller keeps for an outcome that arrives before the
+    mode is settled (:meth:`hold`); :meth:`take_held` gives them back once it is.
+    """
+
+    def __init__(
+        self,
+        *,
+        features: Mapping[str, Any] = JOBMANAGER_FEATURES,
+        features_wait: float = FEATURES_WAIT,
+    ) -> None:
+        self.state = _JM.IDLE
+        self.our_features = dict(features)
+        self.features_wait = features_wait
+        #: What the router's FEATURES said (empty until it sends one).
+        self.router_features: dict[str, Any] = {}
+        #: Free slots the router holds for us; below 0 after an UNREADY it still owes.
+        self.credit = 0
+        #: Send packed messages: the router said it reads them, and our answer went.
+        self.send_packed = False
+        self._inform_msgid = ""
+        self._decide_by = 0.0
+        #: A FEATURES came before the ACK of our INFORM: the mode it says, set at the ACK.
+        self._early: bool | None = None
+        self._held: list[_T] = []
+
+    # -- what the caller asks -------------------------------------------------------
+    @property
+    def connected(self) -> bool:
+        """Our INFORM was ACKed (and the conversation is not over)."""
+        return self.state in (_JM.DECIDING, _JM.EXTENDED, _JM.REFERENCE)
+
+    @property
+    def settled(self) -> bool:
+        """We know how to report outcomes (EXTENDED or REFERENCE)."""
+        return self.state in _SETTLED
+
+    @property
+    def extended(self) -> bool:
+        return self.state is _JM.EXTENDED
+
+    def router_speaks(self, key: str) -> bool:
+        """The router speaks extension ``key`` (its FEATURES said so, and we report with DONE)."""
+        return self.extended and bool(self.router_features.get(key))
+
+    @property
+    def held(self) -> int:
+        """Outcomes waiting for the mode to settle (their slots are not offered)."""
+        return len(self._held)
+
+    # -- events from the caller -----------------------------------------------------
+    def inform(self, queues: QueueSpec) -> Inform:
+        """The INFORM that opens the conversation."""
+        if self.state is not _JM.IDLE:
+            raise _illegal("job manager", "INFORM", self.state)
+        message = Inform(msgid=new_msgid(), queues=queues, peer_type=C.PEER_WORKER)
+        self._inform_msgid = message.msgid
+        self.state = _JM.INFORMING
+        return message
+
+    def receive(self, message: Message, now: float) -> list[Message]:
+        """A message from the router; returns what to send back (our FEATURES answer).
+
+        Raises :class:`ProtocolError` for a message the router may not send now
+        (the caller logs and drops it).
+        """
+        state = self.state
+        if state is _JM.IDLE or state is _JM.CLOSED:
+            raise _illegal("job manager", f"receiving {message.command}", state)
+        if isinstance(message, Features):
+            return self._on_features(message)
+        if state is _JM.DECIDING:
+            # Ours sends FEATURES right after the ACK: anything else first
+            # means a router that does not speak our extensions.
+            self.state = _JM.REFERENCE
+        if isinstance(message, Ack):
+            self._on_ack(message, now)
+        elif isinstance(message, Request):
+            self._on_request()
+        elif isinstance(message, Cancel) and not self.extended:
+            raise _illegal("job manager", "CANCEL", self.state)
+        elif isinstance(message, (Disconnect, Kbai)):
+            self.close()
+        return []
+
+    def tick(self, now: float) -> None:
+        """Time passed: settle on REFERENCE once the FEATURES deadline is over."""
+        if self.state is _JM.DECIDING and now >= self._decide_by:
+            self.state = _JM.REFERENCE
+
+    def close(self) -> None:
+        """The socket is gone; a new one starts a new session."""
+        self.state = _JM.CLOSED
+        self.send_packed = False
+
+    def successor(self) -> JobManagerSession[_T]:
+        """A fresh session for a new socket, taking over the outcomes still held."""
+        if self.state is not _JM.CLOSED:
+            raise _illegal("job manager", "a new conversation", self.state)
+        fresh: JobManagerSession[_T] = JobManagerSession(
+            features=self.our_features, features_wait=self.features_wait
+        )
+        fresh._held = self._held
+        self._held = []
+        return fresh
+
+    def hold(self, item: _T) -> None:
+        """Keep an outcome until the mode is settled."""
+        if self.settled:
+            raise _illegal("job manager", "holding an outcome", self.state)
+        self._held.append(item)
+
+    def take_held(self) -> list[_T]:
+        """The held outcomes, once the mode is settled (then report each)."""
+        if not self.settled:
+            raise _illegal("job manager", "releasing held outcomes", self.state)
+        held, self._held = self._held, []
+        return held
+
+    def done(self, job_msgid: str, status: str, payload: str) -> Done:
+        """DONE for a finished job; it frees the slot at the router."""
+        self._require_extended("DONE")
+        self.credit += 1
+        return Done(msgid=new_msgid(), job_msgid=job_msgid, status=status, payload=payload)
+
+    def nack(self, job_msgid: str, reason: str) -> Nack:
+        """NACK: a job handed back unrun; it frees the slot at the router."""
+        self._require_extended("NACK")
+        self.credit += 1
+        return Nack(msgid=new_msgid(), job_msgid=job_msgid, reason=reason)
+
+    def reply(self, job_msgid: str, payload: str) -> Reply:
+        """REPLY for a finished job (reference mode; the slot is freed by READY)."""
+        if self.state is not _JM.REFERENCE:
+            raise _illegal("job manager", "REPLY", self.state)
+        return Reply(msgid=new_msgid(), payload=payload, reply_to=job_msgid)
+
+    def partial(self, job_msgid: str, payload: str) -> Partial | None:
+        """PARTIAL for a router that speaks it; None otherwise (partials are best effort)."""
+        if not self.router_speaks("partial"):
+            return None
+        return Partial(msgid=new_msgid(), job_msgid=job_msgid, payload=payload)
+
+    def top_up(self, free: int, *, slack: int = 0) -> list[Message]:
+        """READY until the router holds ``free`` slots; UNREADY when it holds more
+        than ``slack`` too many and speaks UNREADY.
+
+        Nothing before the mode is settled: our FEATURES answer must reach our
+        router before any READY. ``free`` does not count held outcomes' slots.
+        """
+        if not self.settled:
+            return []
+        free -= len(self._held)
+        out: list[Message] = []
+        while self.credit < free:
+            out.append(Ready(msgid=new_msgid()))
+            self.credit += 1
+        excess = self.credit - free
+        if excess > slack and self.router_speaks("unready"):
+            # Below 0 when we hold more jobs than we want: the router then keeps
+            # the slots the next DONEs free instead of sending more.
+            out.append(Unready(msgid=new_msgid(), count=excess))
+            self.credit = free
+        return out
+
+    # -- transitions ------------------------------------------------------------------
+    def _require_extended(self, command: str) -> None:
+        if self.state is not _JM.EXTENDED:
+            raise _illegal("job manager", command, self.state)
+
+    def _on_ack(self, message: Ack, now: float) -> None:
+        if message.ack_msgid != self._inform_msgid or self.state is not _JM.INFORMING:
+            return  # an ACK of something else: nothing to do with the conversation
+        self._decide_by = now + self.features_wait
+        self.state = _JM.DECIDING
+        if self._early is not None:
+            self.state = _JM.EXTENDED if self._early else _JM.REFERENCE
+
+    def _on_request(self) -> None:
+        # Below 0 only after UNREADY: slots the router owes us back.
+        if self.credit > 0 or self.router_speaks("unready"):
+            self.credit -= 1
+
+    def _on_features(self, message: Features) -> list[Message]:
+        if self.state is _JM.REFERENCE or self.state is _JM.EXTENDED:
+            # Too late: we report as the mode we settled on, and the router,
+            # without our answer, takes us for a job manager that does not
+            # speak the extensions: both sides agree.
+            raise _illegal("job manager", "FEATURES", self.state)
+        self.router_features = dict(message.features)
+        speaks_done = bool(message.features.get("done", 1))
+        if self.state is _JM.DECIDING:
+            self.state = _JM.EXTENDED if speaks_done else _JM.REFERENCE
+        else:  # INFORMING: settled when the ACK comes
+            self._early = speaks_done
+        answer = Features(msgid=new_msgid(), features=self.our_features)
+        # After our answer: what we send from now on may go packed.
+        self.send_packed = bool(message.features.get(PACKED))
+        return [answer]
+
+
+# -- the router's side ----------------------------------------------------------------
+
+
+class PeerState(Enum):
+    #: Nothing heard from the peer yet.
+    NEW = "new"
+    #: INFORM answered with ACK and our FEATURES; the peer has not shown it speaks them.
+    INFORMED = "informed"
+    #: The peer speaks our extensions (it sent FEATURES, DONE, NACK or UNREADY).
+    EXTENDED = "extended"
+    #: The peer said goodbye (KBAI), or was dropped.
+    GONE = "gone"
+
+
+_P = PeerState
+
+
+class RouterPeerSession:
+    """A router's conversation with one job manager on its backend.
+
+    ``features`` is what the router announces after the ACK (all of
+    :data:`ROUTER_FEATURES` by default).
+    """
+
+    def __init__(self, *, features: Mapping[str, Any] = ROUTER_FEATURES) -> None:
+        self.state = _P.NEW
+        self.our_features = dict(features)
+        #: What the peer's FEATURES said (empty until it sends one).
+        self.announced: dict[str, Any] = {}
+        self.queues: QueueSpec = ()
+        #: Free slots it announced and we have not used.
+        self.credit = 0
+        #: Slots it took back (UNREADY) while none was free: the next ones it frees pay this.
+        self.debt = 0
+
+    @property
+    def extended(self) -> bool:
+        return self.state is _P.EXTENDED
+
+    @property
+    def packed(self) -> bool:
+        """Jobs go to it packed (its FEATURES said it reads them)."""
+        return self.speaks(PACKED)
+
+    def speaks(self, key: str) -> bool:
+        """Its FEATURES named extension ``key`` (only a FEATURES fills ``announced``)."""
+        return bool(self.announced.get(key))
+
+    def receive(self, message: Message) -> list[Message]:
+        """A message from the peer; returns what to send back (ACK + FEATURES to its INFORM)."""
+        if self.state is _P.GONE:
+            raise _illegal("router", f"receiving {message.command}", self.state)
+        if isinstance(message, Inform):
+            return self._on_inform(message)
+        if self.state is _P.NEW:
+            # The reference router drops what an unknown worker sends; so do we.
+            raise _illegal("router", message.command, self.state)
+        if isinstance(message, Features):
+            self.announced = dict(message.features)
+            self.state = _P.EXTENDED
+        elif isinstance(message, Ready):
+            self._free_slot()
+        elif isinstance(message, (Done, Nack)):
+            self.state = _P.EXTENDED
+            self._free_slot()
+        elif isinstance(message, Unready):
+            self.state = _P.EXTENDED
+            taken = min(message.count, self.credit)
+            self.credit -= taken
+            self.debt += message.count - taken
+        elif isinstance(message, Kbai):
+            self.state = _P.GONE
+        return []
+
+    def dispatch(self, message: Request) -> Request:
+        """A job handed out to the peer: it uses one of its free slots."""
+        if self.state is _P.NEW or self.state is _P.GONE:
+            raise _illegal("router", "handing out a job", self.state)
+        if self.credit <= 0:
+            raise ProtocolError("router: handing out a job with no free slot at the peer")
+        self.credit -= 1
+        return message
+
+    def cancel(self, job_msgid: str) -> Cancel:
+        """CANCEL for a job the peer runs (only a peer that speaks our extensions)."""
+        if not self.extended:
+            raise _illegal("router", "CANCEL", self.state)
+        return Cancel(msgid=new_msgid(), job_msgid=job_msgid)
+
+    def _on_inform(self, message: Inform) -> list[Message]:
+        if self.state is not _P.NEW:
+            raise _illegal("router", "a second INFORM", self.state)
+        if message.peer_type != C.PEER_WORKER:
+            raise ProtocolError("router: a scheduler INFORM on the backend")
+        self.queues = message.effective_queues()
+        self.state = _P.INFORMED
+        # Only a peer that got FEATURES uses our extensions (a reference job
+        # manager ignores a command it does not know once it has its ACK).
+        return [
+            Ack(msgid=new_msgid(), ack_msgid=message.msgid),
+            Features(msgid=new_msgid(), features=self.our_features),
+        ]
+
+    def _free_slot(self) -> None:
+        if self.debt:
+            self.debt -= 1
+        else:
+            self.credit += 1
+
+
+# -- the client's side ----------------------------------------------------------------
+
+
+class ClientState(Enum):
+    #: Our FEATURES not sent yet.
+    IDLE = "idle"
+    #: FEATURES sent; a router of ours answers it before anything else.
+    ASKING = "asking"
+    #: The router answered: it is ours, and its FEATURES say what we may send.
+    ANSWERED = "answered"
+    #: Something else came first, or the deadline passed: the reference router.
+    REFERENCE = "reference"
+
+
+_C = ClientState
+
+
+class ClientSession:
+    """A client's FEATURES handshake with a router's frontend."""
+
+    def __init__(self, features: Mapping[str, Any]) -> None:
+        self.state = _C.IDLE
+        self.our_features = dict(features)
+        #: The router's answer (None: not yet, or the reference router).
+        self.router_features: dict[str, Any] | None = None
+        self._decide_by = 0.0
+
+    @property
+    def send_packed(self) -> bool:
+        return self.router_features is not None and bool(self.router_features.get(PACKED))
+
+    def speaks(self, key: str) -> bool:
+        return self.router_features is not None and bool(self.router_features.get(key))
+
+    def ask(self, now: float, *, wait: float) -> Features:
+        """Our FEATURES (sent first on a new socket, or again to re-check the router)."""
+        self.state = _C.ASKING
+        self.router_features = None
+        self._decide_by = now + wait
+        return Features(msgid=new_msgid(), features=self.our_features)
+
+    def receive(self, message: Message) -> None:
+        """A message from the router."""
+        if self.state is _C.IDLE:
+            raise _illegal("client", f"receiving {message.command}", self.state)
+        if isinstance(message, Features):
+            # An answer (to our first FEATURES or a later one) says the router is ours.
+            self.router_features = dict(message.features)
+            self.state = _C.ANSWERED
+        elif self.state is _C.ASKING:
+            self.state = _C.REFERENCE
+
+    def tick(self, now: float) -> None:
+        """Time passed: no answer by the deadline means the reference router."""
+        if self.state is _C.ASKING and now >= self._decide_by:
+            self.state = _C.REFERENCE
