@@ -9,7 +9,6 @@ tables are tested without sockets. Never imports Django.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -396,55 +395,8 @@ def run(
         return 0
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
-    return value
-
-
-def add_status_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--admin``, ``--json``, ``--watch``, ``--interval``, ``--monitor``, ``--timeout``."""
-    parser.add_argument(
-        "--admin",
-        metavar="ADDR",
-        help="the router's admin address (default: the ADMIN_ADDR setting or EMQ_ADMIN_ADDR)",
-    )
-    parser.add_argument(
-        "--json", action="store_true", help="print JSON (with --watch: one object per line)"
-    )
-    parser.add_argument(
-        "--watch",
-        action="store_true",
-        help="refresh every --interval seconds (redrawn in place on a terminal) until Ctrl-C",
-    )
-    parser.add_argument(
-        "--interval",
-        type=_positive,
-        default=2.0,
-        metavar="SECONDS",
-        help="seconds between refreshes with --watch (default: 2)",
-    )
-    parser.add_argument(
-        "--monitor",
-        action="store_true",
-        help="also show the journal's state (admin command MONITOR): queued, in flight, "
-        "store size, syncs, expired, poisoned, per queue",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=_positive,
-        default=2.0,
-        metavar="SECONDS",
-        help="how long to wait for each answer of the router (default: 2)",
-    )
-
-
 def run_options(options: Mapping[str, Any], admin_addr: str, out: TextIO) -> int:
-    """:func:`run` with the options of :func:`add_status_arguments`."""
+    """:func:`run` with the options of :func:`.options.add_status_arguments`."""
     return run(
         options.get("admin") or admin_addr,
         out,
