@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
@@ -164,3 +165,46 @@ def test_configure_logging_installs_one_stderr_handler(restore_logger, capsys):
     assert err.count("router ready") == 1
     assert " INFO django_eventmq.router: router ready: frontend=x" in err
     assert "not shown" not in err
+
+
+def test_every_setting_backed_option_names_a_setting_and_shows_its_default():
+    fields = {field.name for field in dataclasses.fields(Settings)}
+    keys: dict[str, str] = {}
+    for option in cli._SETTING_OPTIONS:
+        assert option.setting in fields, option.name
+        # One argparse dest never stands for two settings.
+        assert keys.setdefault(option.key, option.setting) == option.setting, option.name
+        assert option.help.strip() and "(default: the " in option.full_help(), option.name
+
+
+def test_publisher_subscriber_and_journal_options_become_settings():
+    options = {
+        "incoming": "tcp://127.0.0.1:6201",
+        "outgoing": "tcp://127.0.0.1:6202",
+        "subscribe": "tcp://127.0.0.1:6203",
+        "journal_path": "/tmp/emq-j.sqlite3",
+    }
+    settings = cli.settings_from_options(Settings(journal=False), options)
+    assert settings.publisher_incoming_addr == "tcp://127.0.0.1:6201"
+    assert settings.publisher_outgoing_addr == "tcp://127.0.0.1:6202"
+    assert settings.subscribe_addr == "tcp://127.0.0.1:6203"
+    assert (settings.journal, settings.journal_path) == (True, "/tmp/emq-j.sqlite3")
+    with pytest.raises(cli.OptionError, match=r"^--incoming: .*not a ZeroMQ address"):
+        cli.settings_from_options(Settings(), {"incoming": "nowhere"})
+
+
+@pytest.mark.parametrize(
+    ("parse", "good", "bad", "message"),
+    [
+        (cli.seconds(0), "0", "-1", "expected a number of seconds >= 0, got '-1'"),
+        (cli.seconds(0, inclusive=False), "0.5", "0", "expected a number of seconds > 0, got '0'"),
+        (cli.seconds(0), "1", "inf", "expected a number of seconds >= 0, got 'inf'"),
+        (cli.seconds(0), "1", "soon", "expected a number of seconds >= 0, got 'soon'"),
+        (cli.whole(1), "1", "0", "expected a whole number >= 1, got '0'"),
+        (cli.whole(0), "0", "1.5", "expected a whole number >= 0, got '1.5'"),
+    ],
+)
+def test_argument_types_accept_the_bound_and_refuse_past_it(parse, good, bad, message):
+    assert parse(good) == float(good)
+    with pytest.raises(argparse.ArgumentTypeError, match=f"^{message}$"):
+        parse(bad)
