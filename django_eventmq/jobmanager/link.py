@@ -1,8 +1,11 @@
 """A job manager's connection to the router: INFORM, heartbeats, reconnect with back-off.
 
 One DEALER socket to the router's backend, replaced (with a new identity and
-a fresh INFORM) when the router goes quiet or says goodbye. What travels over
-it is the job manager's business; this module only keeps it alive.
+a fresh INFORM) when the router goes quiet or says goodbye. The conversation
+on each socket (ACK, FEATURES, credit) is a
+:class:`~django_eventmq.protocol.session.JobManagerSession`: every message
+read goes through it first, and its answers go out here. What else travels
+over the socket is the job manager's business; this module only keeps it alive.
 """
 
 from __future__ import annotations
@@ -10,22 +13,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from typing import Generic, TypeVar
 
 import zmq
 
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol import (
-    Ack,
     Heartbeat,
-    Inform,
     Kbai,
     Liveness,
     Message,
     encode,
     new_msgid,
 )
-from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.packed import pack
+from django_eventmq.protocol.session import JobManagerSession
 from django_eventmq.runtime import security, transport
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.waitlog import RouterWait
@@ -36,22 +38,26 @@ logger = logging.getLogger("django_eventmq.jobmanager")
 #: ``RECONNECT_MAX_DELAY``.
 RECONNECT_MIN_DELAY = 0.1
 
+T = TypeVar("T")
 
-class RouterLink:
-    """The socket to the router and its liveness."""
+
+class RouterLink(Generic[T]):
+    """The socket to the router, its liveness, and the conversation on it.
+
+    ``T`` is what the job manager holds in the session while the mode is not settled.
+    """
 
     def __init__(self, settings: Settings, poller: zmq.Poller) -> None:
         self.settings = settings
         self.addr = settings.worker_addr
         self._poller = poller
         self.channel: transport.Channel | None = None
-        self.connected = False  # our INFORM was ACKed on the current socket
-        #: Send packed messages (the router's FEATURES said it reads them); per socket.
-        self.packed = False
+        #: The conversation on the current socket (a closed one until the first connect).
+        self.session: JobManagerSession[T] = JobManagerSession()
+        self.session.close()
         self.heard_any = False
         #: Times a router we had heard on a socket went silent past the heartbeat timeout.
         self.heartbeats_missed = 0
-        self._inform_msgid = ""
         self._liveness: Liveness | None = None
         self._backoff = RECONNECT_MIN_DELAY
         self._reconnect_at: float | None = None
@@ -72,26 +78,19 @@ class RouterLink:
         )
         self.channel = channel
         self._poller.register(channel.socket, zmq.POLLIN)
-        self.connected = False
-        self.packed = False
         self.heard_any = False
         self._reconnect_at = None
         self._liveness = Liveness(
             now, interval=self.settings.heartbeat_interval, timeout=self.settings.heartbeat_timeout
         )
-        inform = Inform(msgid=new_msgid(), queues=self.settings.queues, peer_type=C.PEER_WORKER)
-        self._inform_msgid = inform.msgid
-        channel.send(inform)
+        # A new conversation; outcomes still held carry over to it.
+        self.session = self.session.successor()
+        channel.send(self.session.inform(self.settings.queues))
 
-    def is_our_ack(self, message: Ack) -> bool:
-        """True for the first ACK of our INFORM on this socket (then we are connected)."""
-        if message.ack_msgid != self._inform_msgid or self.connected:
-            return False
-        self.connected = True
-        self._backoff = RECONNECT_MIN_DELAY
-        self.waiting.connected()
-        logger.info("jobmanager connected to %s", self.addr)
-        return True
+    @property
+    def connected(self) -> bool:
+        """Our INFORM was ACKed on the current socket."""
+        return self.session.connected
 
     def messages(self, now: float) -> Iterator[Message]:
         """Every message waiting on the socket (malformed ones are logged and dropped)."""
@@ -107,14 +106,32 @@ class RouterLink:
             assert self._liveness is not None
             self._liveness.heard(now)
             self.heard_any = True
-            yield message
+            if self._converse(channel, message, now):
+                yield message
+
+    def _converse(self, channel: transport.Channel, message: Message, now: float) -> bool:
+        """Pass ``message`` through the session and send its answers; False to drop it."""
+        session = self.session
+        was_connected = session.connected
+        try:
+            answers = session.receive(message, now)
+        except ProtocolError as exc:
+            logger.warning("dropped a message from the router: %s", exc)
+            return False
+        for answer in answers:
+            channel.send(answer)  # our FEATURES answer: never packed
+        if session.connected and not was_connected:
+            self._backoff = RECONNECT_MIN_DELAY
+            self.waiting.connected()
+            logger.info("jobmanager connected to %s", self.addr)
+        return True
 
     def send(self, message: Message) -> None:
         """Send on the connected socket (dropped while not connected)."""
         channel = self.channel
-        if channel is None or not self.connected:
+        if channel is None or not self.session.connected:
             return
-        if self.packed:
+        if self.session.send_packed:
             channel.send_frames([pack(encode(message))])
         else:
             channel.send(message)
@@ -123,7 +140,7 @@ class RouterLink:
 
     def close(self) -> None:
         channel, self.channel = self.channel, None
-        self.connected = False
+        self.session.close()
         if channel is not None:
             self._poller.unregister(channel.socket)
             channel.close()

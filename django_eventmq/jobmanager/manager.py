@@ -20,7 +20,10 @@ Two ways to report, chosen per connection:
   (coalesced, :mod:`.progress`) when its FEATURES said ``"partial"``.
 
 Until the mode is known (just after the ACK, or while disconnected) outcomes
-wait in an outbox, and their slots are not offered.
+wait in the session, and their slots are not offered. The conversation's
+state (mode, the router's FEATURES, credit, waiting outcomes) is all in
+``self.link.session`` (:class:`~django_eventmq.protocol.session.JobManagerSession`);
+this module decides what to do with jobs.
 
 Choices worth knowing:
 
@@ -56,24 +59,14 @@ from django_eventmq.jobmanager.link import RouterLink
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import Pool
 from django_eventmq.protocol import (
-    Ack,
     Cancel,
     Disconnect,
-    Done,
-    Features,
-    Heartbeat,
     Kbai,
     Message,
-    Nack,
-    Partial,
-    Ready,
-    Reply,
     Request,
-    Unready,
-    new_msgid,
     parse_job,
 )
-from django_eventmq.protocol.packed import PACKED
+from django_eventmq.protocol.session import JobManagerState
 from django_eventmq.runtime import registry, transport
 from django_eventmq.runtime.logs import job_debug
 from django_eventmq.runtime.settings import Settings
@@ -84,25 +77,16 @@ logger = logging.getLogger("django_eventmq.jobmanager")
 #: prompts one sooner.
 SUPERVISE_EVERY = 0.2
 
-#: Seconds after the ACK to wait for FEATURES before settling on reference mode
-#: (ours sends it right after the ACK; any other message settles it sooner).
-FEATURES_WAIT = 0.5
-
-#: What we tell a router of ours we speak, in answer to its FEATURES.
-OUR_FEATURES = dict.fromkeys(
-    ("done", "nack", "cancel", "timeout", "retry", "partial", "unready", PACKED), 1
-)
-
-REFERENCE = "reference"
-DONE = "done"
-
-#: Outbox entries that are a NACK (not a DONE status).
+#: Held outcomes that are a NACK (not a DONE status).
 _NACK = "nack"
+
+#: ``JobManager.mode`` for each session state (for logs and tests).
+_MODES = {JobManagerState.EXTENDED: "done", JobManagerState.REFERENCE: "reference"}
 
 
 @dataclass(slots=True)
 class _Pending:
-    """An outcome waiting for a connection whose mode is known."""
+    """An outcome waiting (in the session) for a connection whose mode is known."""
 
     job: Job
     status: str  # a DONE status, or _NACK
@@ -131,20 +115,13 @@ class JobManager:
             self.recorder,
             report=self._report,
             nack=self._nack,
-            router_retries=lambda: self.mode == DONE,
+            router_retries=lambda: self.link.session.extended,
             partial=self._partial,
         )
         self.lifecycle.wake_supervisor = self._wake_supervisor
         self.lifecycle.resend_records = self._resend_records
         self.jobs = self.lifecycle.jobs
-        self.link = RouterLink(settings, self._poller)
-        #: "", REFERENCE or DONE: how outcomes are reported on this connection.
-        self.mode = ""
-        self.router_features: dict[str, object] = {}
-        self._features_early = False
-        self._decide_by = 0.0
-        self._credit = 0  # slots the router holds for us on this socket
-        self._outbox: list[_Pending] = []
+        self.link: RouterLink[_Pending] = RouterLink(settings, self._poller)
         self._next_supervise = 0.0
         self._started = False
 
@@ -237,62 +214,41 @@ class JobManager:
             return timeout_ms
         return max(0, min(timeout_ms, int((due - time.monotonic()) * 1000) + 1))
 
+    @property
+    def mode(self) -> str:
+        """How outcomes are reported on this connection: "done", "reference", or "" (not yet)."""
+        return _MODES.get(self.link.session.state, "")
+
     def _read_router(self, now: float) -> None:
-        """Handle every message waiting on the router socket."""
+        """Handle every message waiting on the router socket (the session saw it first)."""
+        state = self.link.session.state
         for message in self.link.messages(now):
             self._handle(message, now)
+            if self.link.session.state is not state:
+                state = self.link.session.state
+                self._after_session_step()
 
     def _handle(self, message: Message, now: float) -> None:
-        if self.connected and not self.mode and not isinstance(message, Features):
-            # Ours sends FEATURES right after the ACK: anything else first means
-            # a router that does not speak our extensions.
-            self._set_mode(REFERENCE)
         if isinstance(message, Request):
-            # Below 0 only after UNREADY: slots the router owes us back.
-            if self._credit > 0 or self._can_unready():
-                self._credit -= 1
             self._accept(message)
-        elif isinstance(message, Ack):
-            if self.link.is_our_ack(message):
-                self._decide_by = now + FEATURES_WAIT
-                if self._features_early:
-                    self._set_mode(DONE)
-                self._top_up()
-        elif isinstance(message, Features):
-            self._features(message)
         elif isinstance(message, Cancel):
             self.lifecycle.cancel(message.job_msgid, now)
         elif isinstance(message, Disconnect):
             self._lose_router(now, "the router sent DISCONNECT")
         elif isinstance(message, Kbai):
             self._lose_router(now, f"the router said {message.wire_command()}")
-        elif isinstance(message, Heartbeat):
-            pass  # heard() above is all a heartbeat does
-        else:
-            logger.debug("ignored %s from the router", message.command)
+        # ACK, FEATURES, HEARTBEAT: the session's business.
 
-    def _features(self, message: Features) -> None:
-        self.router_features = dict(message.features)
-        if self.link.channel is not None:
-            self.link.channel.send(Features(msgid=new_msgid(), features=OUR_FEATURES))
-            # After our FEATURES: what we send from now on may go packed.
-            self.link.packed = bool(message.features.get(PACKED))
-        speaks_done = bool(message.features.get("done", 1))
-        if self.connected and not self.mode:
-            self._set_mode(DONE if speaks_done else REFERENCE)
-        elif not self.connected:
-            self._features_early = speaks_done  # settled when the ACK comes
-
-    def _set_mode(self, mode: str) -> None:
-        """Settle how this connection hears of outcomes, and send what waited for it."""
-        self.mode = mode
-        logger.debug("jobmanager reports to %s in %s mode", self.addr, mode)
-        waiting, self._outbox = self._outbox, []
-        for item in waiting:
-            if item.status == _NACK:
-                self._nack(item.job, item.payload)
-            else:
-                self._report(item.job, item.status, item.payload)
+    def _after_session_step(self) -> None:
+        """Once the mode is settled, send the outcomes that waited for it; then READY."""
+        session = self.link.session
+        if session.settled and session.held:
+            logger.debug("jobmanager reports to %s in %s mode", self.addr, self.mode)
+            for item in session.take_held():
+                if item.status == _NACK:
+                    self._nack(item.job, item.payload)
+                else:
+                    self._report(item.job, item.status, item.payload)
         self._top_up()
 
     # -- jobs --------------------------------------------------------------------
@@ -311,7 +267,7 @@ class JobManager:
         )
         self.lifecycle.stats.received[job.queue] += 1
         job_debug(logger, "received, attempt %d", job.msgid, job.queue, job.attempt, body=body)
-        if self._stopping and self.mode == DONE:
+        if self._stopping and self.link.session.extended:
             self._nack(job, "stopping")
             return
         if request.queue not in self.settings.queue_names:
@@ -348,33 +304,34 @@ class JobManager:
 
     def _report(self, job: Job, status: str, payload: str) -> None:
         """Tell the router a job is over, as this connection's mode says."""
-        if self.mode == DONE:
-            self._send(Done(msgid=new_msgid(), job_msgid=job.msgid, status=status, payload=payload))
-            self._credit += 1  # DONE frees the slot at the router
-        elif self.mode == REFERENCE:
+        session = self.link.session
+        if session.extended:
+            self._send(session.done(job.msgid, status, payload))  # frees the slot
+        elif session.state is JobManagerState.REFERENCE:
             if job.reply_requested:
-                self._send(Reply(msgid=new_msgid(), payload=payload, reply_to=job.msgid))
+                self._send(session.reply(job.msgid, payload))
         else:
-            self._outbox.append(_Pending(job, status, payload))
+            session.hold(_Pending(job, status, payload))
 
     def _partial(self, job: Job, payload: str) -> None:
         """A running job's partial: to a router that speaks PARTIAL, for a client that waits.
 
         Not kept while disconnected or in reference mode: partials are best effort.
         """
-        if job.reply_requested and self.mode == DONE and self.router_features.get("partial"):
-            self._send(Partial(msgid=new_msgid(), job_msgid=job.msgid, payload=payload))
+        partial = self.link.session.partial(job.msgid, payload) if job.reply_requested else None
+        if partial is not None:
+            self._send(partial)
 
     def _nack(self, job: Job, reason: str) -> None:
         """Give an unstarted job back to the router (or run it, if the router cannot take it)."""
-        if self.mode == DONE:
-            self._send(Nack(msgid=new_msgid(), job_msgid=job.msgid, reason=reason))
-            self._credit += 1
-        elif self.mode == REFERENCE:
+        session = self.link.session
+        if session.extended:
+            self._send(session.nack(job.msgid, reason))  # frees the slot
+        elif session.state is JobManagerState.REFERENCE:
             job.skip = ""
             self.lifecycle.accept(job)  # a reference router cannot take it back
         else:
-            self._outbox.append(_Pending(job, _NACK, reason))
+            session.hold(_Pending(job, _NACK, reason))
 
     # -- records -----------------------------------------------------------------
     def _send_records(self, now: float, *, force: bool = False) -> None:
@@ -419,58 +376,42 @@ class JobManager:
         """Jobs we take at once: one per worker process plus the current prefetch."""
         return self.settings.concurrency + self.prefetch.value
 
-    def _can_unready(self) -> bool:
-        return self.mode == DONE and bool(self.router_features.get("unready"))
-
     def _top_up(self) -> None:
         """Send READY until the router holds one per free slot; UNREADY for too many.
 
-        Not while stopping, and not before the mode is settled: our FEATURES
-        answer must reach our router before any READY. When the prefetch shrank,
-        a router that speaks UNREADY is told to keep fewer slots for us (a
-        little excess is let be, so a wobbling prefetch does not cost a message
-        per job); others just get no READY until we hold fewer jobs.
+        Not while stopping (nor before the mode is settled: the session's rule).
+        When the prefetch shrank, a router that speaks UNREADY is told to keep
+        fewer slots for us (a little excess is let be, so a wobbling prefetch
+        does not cost a message per job); others just get no READY until we
+        hold fewer jobs.
         """
-        if self._stopping or not self.link.connected or not self.mode:
+        if self._stopping:
             return
-        free = self.slots - len(self.jobs) - len(self._outbox)
-        while self._credit < free:
-            self.link.send(Ready(msgid=new_msgid()))
-            self._credit += 1
-        excess = self._credit - free
-        if excess > self.prefetch.value // 4 and self._can_unready():
-            # Below 0 when we hold more jobs than we want: the router then
-            # keeps the slots the next DONEs free instead of sending more.
-            self.link.send(Unready(msgid=new_msgid(), count=excess))
-            self._credit = free
+        free = self.slots - len(self.jobs)
+        for message in self.link.session.top_up(free, slack=self.prefetch.value // 4):
+            self.link.send(message)
 
     def _connect(self, now: float) -> None:
-        self.link.connect(now)
-        self._new_connection()
-
-    def _new_connection(self) -> None:
-        """Forget what the previous socket's router knew of us."""
-        self.mode = ""
-        self._features_early = False
-        self._credit = 0
+        self.link.connect(now)  # a new session: the previous router's view of us is gone
 
     def _lose_router(self, now: float, why: str) -> None:
         self.link.lose(now, why)
-        self.mode = ""
 
     def _keepalive(self, now: float) -> None:
         """Heartbeat, reconnect, and settle the mode if FEATURES did not come."""
-        if self.link.keepalive(now):
-            self._new_connection()
-        elif self.link.connected and not self.mode and now >= self._decide_by:
-            self._set_mode(REFERENCE)
+        self.link.keepalive(now)
+        session = self.link.session
+        if session.state is JobManagerState.DECIDING:
+            session.tick(now)
+            if session.settled:
+                self._after_session_step()
 
     # -- shutdown ------------------------------------------------------------------
     def _drain(self, timeout_ms: int) -> None:
         """Hand back or finish jobs within the grace period, then say goodbye."""
         grace = self.settings.shutdown_grace
         self.loop_once(0)  # take in REQUESTs already delivered: the router counts them as ours
-        if self.mode == DONE:
+        if self.link.session.extended:
             # Our router can give unstarted jobs to someone else right away.
             self.lifecycle.hand_back_unstarted()
         if self.jobs:
