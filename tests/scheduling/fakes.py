@@ -62,9 +62,14 @@ class FakeRouter:
         for identity, message in self.of(Inform):
             if message.msgid in self._acked:
                 continue
-            self.channel.send_to(identity, Ack(msgid=new_msgid(), ack_msgid=message.msgid))
-            self.channel.send_to(identity, Heartbeat(msgid=new_msgid(), timestamp=0.0))
             self._acked.add(message.msgid)
+            try:
+                self.channel.send_to(identity, Ack(msgid=new_msgid(), ack_msgid=message.msgid))
+                self.channel.send_to(identity, Heartbeat(msgid=new_msgid(), timestamp=0.0))
+            except transport.ZMQError:
+                # That connection is gone: the scheduler gave up waiting for this ACK
+                # (a slow start on a busy machine) and reconnects with a new INFORM.
+                continue
             self.peers.add(identity)
             done.append(identity)
         return done
