@@ -35,6 +35,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connections, router
+from django.db.models import Field
+from django.db.models.fields.reverse_related import ForeignObjectRel
 from django.utils import timezone
 
 from django_eventmq.errors import JobError
@@ -81,6 +83,12 @@ COLUMNS = (
     "created",
     "updated",
 )
+
+
+def _concrete(field: Field[Any, Any] | ForeignObjectRel) -> Field[Any, Any]:
+    if isinstance(field, ForeignObjectRel):  # COLUMNS names no relation; a guard for mypy
+        raise TypeError(f"{field.name} is a relation, not a column")
+    return field
 
 
 def _rank(status: str) -> int:
@@ -225,7 +233,8 @@ def _max_params(connection: Any) -> int | None:
 def _upsert(rows: Sequence[dict[str, Any]]) -> None:
     alias = router.db_for_write(JobResult)
     connection = connections[alias]
-    fields = [JobResult._meta.get_field(name) for name in COLUMNS]
+    # Concrete columns only (no relations), so each has get_db_prep_save().
+    fields = [_concrete(JobResult._meta.get_field(name)) for name in COLUMNS]
     limit = _max_params(connection)
     per_query = max(1, limit // len(COLUMNS)) if limit else len(rows)
     sql_head, sql_tail = _upsert_sql(connection)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TextIO, cast
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -31,7 +31,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         # The raw stream, not Django's wrapper: frames are written whole and
         # --watch asks it isatty().
-        out = self.stdout._out
+        out = cast(TextIO, self.stdout._out)  # typed as a callable in django-stubs
         code = status.run_options(options, admin, out)
         if code:
             raise CommandError("the router did not answer", returncode=code)
