@@ -23,7 +23,7 @@ fi
 echo "==> ruff"
 .venv/bin/ruff check django_eventmq tests benchmarks example_project
 .venv/bin/ruff format --check django_eventmq tests benchmarks example_project
-echo "==> mypy (protocol/ and core/, strict)"
+echo "==> mypy (strict, the whole package)"
 .venv/bin/mypy
 echo "==> pytest"
 exec .venv/bin/python -m pytest "$@"
