@@ -1,6 +1,8 @@
 """Frame views vs indexing by hand: ns per message to classify a received frame
 list and read its fields (REQUEST, BATCH, READY, DONE as a ROUTER gets them; ACK as a
-DEALER gets it).
+DEALER gets it). ``REQUEST*``: every read the frontend's REQUEST path makes
+(the decode checks, the limits, the frames kept for the book, the ACK's msgid),
+which is what the views must not make slower.
 
 The "by hand" peer is what the router and the pipeline did before
 :mod:`django_eventmq.protocol.views`: a length, delimiter, version and command
@@ -29,6 +31,7 @@ from django_eventmq.protocol.views import (
     done_fields,
     ready_identity,
     request_fields,
+    request_frames,
     routed,
 )
 
@@ -40,6 +43,7 @@ FRAMES = {
     "REQUEST": [b"client-1", b"", V, REQ, MSGID, b"default", b"guarantee", b'["run",{}]'],
     "BATCH": [b"client-1", b"", V, BATCH, MSGID, pack_jobs([(MSGID, b"q", b"", b"[]")] * 4)],
     "DONE": [b"worker-1", b"", V, DONE, MSGID, MSGID, b"success", b"{}"],
+    "REQUEST*": [b"client-1", b"", V, REQ, MSGID, b"default", b"guarantee", b'["run",{}]'],
     "READY": [b"worker-1", b"", V, READY, MSGID],
     "ACK": [b"", V, ACK, MSGID, MSGID],
 }
@@ -99,6 +103,39 @@ def with_views_routed(raw: list[bytes]) -> object:
     return None
 
 
+def by_hand_frontend(raw: list[bytes]) -> object:
+    """The frontend's REQUEST path before the views: every frame read it made
+    (decode checks, limits, accept with ``raw[1:]``, the ACK's msgid), no work."""
+    if len(raw) == 8 and raw[3] == REQ and raw[1] == b"" and raw[2] == V:
+        uses = (raw[4], raw[5], raw[6], raw[7])  # decoded
+        limits = (raw[4], raw[6], raw[7])
+        accept = (raw[0], raw[1:])
+        return (uses, limits, accept, raw[6], raw[4], raw[3])  # refusal, hold, ACK
+    return None
+
+
+def with_fields_frontend(raw: list[bytes]) -> object:
+    """The same reads through ``request_fields`` (the frames are rebuilt for the book)."""
+    request = request_fields(raw)
+    if request is not None:
+        identity, msgid, queue, headers, body = request
+        uses = (msgid, queue, headers, body)
+        limits = (msgid, headers, body)
+        accept = (identity, request_frames(msgid, queue, headers, body))
+        return (uses, limits, accept, body, queue, msgid)
+    return None
+
+
+def with_views_frontend(raw: list[bytes]) -> object:
+    view = routed(raw)
+    if isinstance(view, RequestView):
+        uses = (view.msgid, view.queue, view.headers, view.body)
+        limits = (view.msgid, view.headers, view.body)
+        accept = (view.identity, view.frames())
+        return (uses, limits, accept, view.body, view.queue, view.msgid)
+    return None
+
+
 def by_hand_ack(frames: list[bytes]) -> object:
     if len(frames) == 5 and frames[2] == ACK and frames[1] == V:
         return frames[4]
@@ -126,19 +163,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     for name, raw in FRAMES.items():
-        if name != "ACK":
+        if name not in ("ACK", "REQUEST*"):
             assert with_views_routed(raw) == by_hand_routed(raw) == with_fields_routed(raw)
     assert isinstance(dealer_ack(FRAMES["ACK"]), AckView)
     print(
-        f"{'message':8s} {'by hand':>8s} {'fields':>8s} {'views':>8s}"
+        f"{'message':9s} {'by hand':>8s} {'fields':>8s} {'views':>8s}"
         f" {'fields/hand':>12s} {'views/hand':>11s}   (ns per message)"
     )
     for name, raw in FRAMES.items():
-        peers = (
-            (by_hand_ack, with_fields_ack, with_views_ack)
-            if name == "ACK"
-            else (by_hand_routed, with_fields_routed, with_views_routed)
-        )
+        peers = {
+            "ACK": (by_hand_ack, with_fields_ack, with_views_ack),
+            "REQUEST*": (by_hand_frontend, with_fields_frontend, with_views_frontend),
+        }.get(name, (by_hand_routed, with_fields_routed, with_views_routed))
         # Interleaved rounds, min of each: the machine is shared.
         best = [float("inf")] * 3
         for _ in range(args.rounds):
@@ -146,7 +182,7 @@ def main() -> None:
                 best[i] = min(best[i], _ns(func, raw, args.number, args.repeat))
         hand, fields, views = best
         print(
-            f"{name:8s} {hand:8.1f} {fields:8.1f} {views:8.1f}"
+            f"{name:9s} {hand:8.1f} {fields:8.1f} {views:8.1f}"
             f" {fields / hand:12.2f} {views / hand:11.2f}"
         )
 
