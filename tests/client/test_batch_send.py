@@ -24,8 +24,8 @@ from django_eventmq.protocol import new_msgid
 from django_eventmq.protocol.batch import MAX_BATCH_JOBS, BatchJob, pack_jobs, unpack_jobs
 from django_eventmq.router.router import Router
 from django_eventmq.runtime import transport
+from tests.fake_router import ScriptedRouter
 from tests.router.test_router import ROUTER_LOG, Harness, Peer, make_settings, warnings
-from tests.scripted_router import ScriptedRouter
 from tests.support import Proc, tcp_addr
 from tests.system.chaos.jobs import RECORD_ENV
 from tests.system.chaos.support import admin_call, body, start_jobmanager, wait_recorded

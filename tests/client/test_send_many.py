@@ -18,7 +18,7 @@ from django_eventmq.client.connection import Client
 from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.protocol import Reply, Request, new_msgid, parse_headers
 from tests.contrib.spark.test_sender import ack
-from tests.scripted_router import ScriptedRouter
+from tests.fake_router import ScriptedRouter
 from tests.support import Proc, tcp_addr, wait_for
 from tests.system.chaos.support import admin_call, start_router
 

@@ -15,7 +15,7 @@ from django_eventmq.jobmanager.child import Hooks, JobRunner, load_hooks
 from django_eventmq.jobmanager.pipe import FrameReader, frame, write_all
 from django_eventmq.protocol.status import DoneStatus
 from django_eventmq.runtime.registry import import_job_modules
-from tests.jobs_fixtures.fake_router import SAMPLE, body
+from tests.fake_router import SAMPLE, body
 from tests.support import wait_for
 
 import_job_modules([SAMPLE])

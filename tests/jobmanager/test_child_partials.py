@@ -16,8 +16,8 @@ from django_eventmq.jobmanager.progress import encode_partial
 from django_eventmq.protocol.extensions import MAX_PARTIAL_BYTES
 from django_eventmq.protocol.status import DoneStatus
 from django_eventmq.runtime.registry import import_job_modules
+from tests.fake_router import body
 from tests.jobmanager.test_child import PipeEnd
-from tests.jobs_fixtures.fake_router import body
 from tests.system.streaming import jobs
 
 JOBS = "tests.system.streaming.jobs"

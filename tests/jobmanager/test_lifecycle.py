@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from django_eventmq.protocol import Done, Ready, Reply
-from tests.jobs_fixtures.fake_router import FakeRouter, body
+from tests.fake_router import FakeRouter, body
 from tests.jobs_fixtures.running import payload, running, settings_for
 from tests.support import wait_for
 

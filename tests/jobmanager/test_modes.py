@@ -7,7 +7,10 @@ from collections.abc import Iterator
 import pytest
 
 from django_eventmq.protocol import Disconnect, Done, Features, Ready, Reply, new_msgid
-from tests.jobs_fixtures.fake_router import FakeRouter, body
+from django_eventmq.protocol.packed import PACKED
+from django_eventmq.protocol.session import JOBMANAGER_FEATURES
+from django_eventmq.router import backend
+from tests.fake_router import FakeRouter, body
 from tests.jobs_fixtures.running import payload, running, settings_for
 
 
@@ -48,10 +51,10 @@ def test_it_packs_what_it_sends_to_a_router_that_reads_packed_and_runs_packed_jo
     router: FakeRouter,
 ) -> None:
     with running(settings_for(router)):
-        identity, _ = router.handshake(features=True, packed=True)
+        identity, _ = router.handshake(features=True)
         _, ours = router.expect(Features)
         assert ours.features["packed"] == 1  # so the router may hand jobs out packed
-        router.send_packed = True
+        assert router.peer(identity).packed
         msgid = router.request(identity, body("add", 2, 3), reply=True)
         _, done = router.expect(Done, job_msgid=msgid)
         assert (done.status, payload(done)) == ("ok", {"value": 5})
@@ -65,7 +68,7 @@ def test_it_packs_nothing_for_a_router_whose_features_do_not_say_packed(
     router: FakeRouter,
 ) -> None:
     with running(settings_for(router)):
-        identity, _ = router.handshake(features=True)
+        identity, _ = router.handshake(features=True, without=(PACKED,))
         msgid = router.request(identity, body("add", 1, 1))
         router.expect(Done, job_msgid=msgid)
         assert router.count(Ready) == 2
@@ -151,3 +154,13 @@ def test_a_quiet_reference_router_still_gets_ready_without_features(router: Fake
         msgid = router.request(identity, body("add", 1, 2), reply=True)
         _, reply = router.expect(Reply, reply_to=msgid)
         assert payload(reply) == {"value": 3}
+
+
+def test_it_hears_every_feature_our_router_announces(router: FakeRouter) -> None:
+    """The fake router says what the real one says; the job manager takes it all in."""
+    with running(settings_for(router)) as jm:
+        identity, _ = router.handshake(features=True)
+        router.expect(Features)  # our answer: the router's FEATURES was handled
+        assert jm.link.session.router_features == backend.FEATURES
+        assert router.peer(identity).announced == dict(JOBMANAGER_FEATURES)
+        assert jm.mode == "done"

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.protocol import Done, Features, Partial, Reply, new_msgid
-from tests.jobs_fixtures.fake_router import ROUTER_FEATURES, FakeRouter, body
+from django_eventmq.protocol import Done, Partial, Reply
+from tests.fake_router import FakeRouter, body
 from tests.jobs_fixtures.record_hooks import read_records
 from tests.jobs_fixtures.running import payload, running, settings_for
 from tests.support import wait_for
@@ -35,8 +35,7 @@ def settings(router: FakeRouter, **options: Any) -> Any:
 
 def handshake_with_partial(router: FakeRouter) -> bytes:
     """ACK the INFORM and announce FEATURES with ``partial``, as our router does."""
-    identity, _ = router.handshake(features=False, heartbeat=False)
-    router.send(identity, Features(msgid=new_msgid(), features={**ROUTER_FEATURES, "partial": 1}))
+    identity, _ = router.handshake(features=True, heartbeat=False)
     return identity
 
 
@@ -96,7 +95,7 @@ def test_a_chatty_job_is_coalesced_and_its_last_report_still_arrives(router):
 
 def test_no_partial_to_a_router_without_the_feature(router):
     with running(settings(router)):
-        identity, _ = router.handshake(features=True)  # FEATURES without "partial"
+        identity, _ = router.handshake(features=True, without=("partial",))
         msgid = router.request(identity, body("count_up", "b", 3, path=JOBS), reply=True)
         _, done = router.expect(Done, job_msgid=msgid, timeout=30)
         assert payload(done) == {"value": {"label": "b", "total": 3}}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from django_eventmq.protocol import Done, Ready, Reply
-from tests.jobs_fixtures.fake_router import SAMPLE, FakeRouter, body
+from tests.fake_router import SAMPLE, FakeRouter, body
 from tests.jobs_fixtures.running import payload, running, settings_for
 
 #: ``email`` runs only ``add``; ``reports`` anything in the sample module;

@@ -15,7 +15,7 @@ from django_eventmq.jobmanager import child as worker
 from django_eventmq.jobmanager.pool import Child, Pool, Status
 from django_eventmq.protocol.status import DoneStatus
 from django_eventmq.runtime.settings import Settings
-from tests.jobs_fixtures.fake_router import SAMPLE, body
+from tests.fake_router import SAMPLE, body
 from tests.jobs_fixtures.record_hooks import read_records
 from tests.support import wait_for
 

@@ -19,10 +19,10 @@ from django_eventmq.errors import ConfigurationError
 from django_eventmq.jobmanager.manager import JobManager
 from django_eventmq.jobmanager.pool import Child, Pool, Status
 from django_eventmq.jobmanager.prefetch import Prefetch
-from django_eventmq.protocol import Done, Features, Ready, Unready, new_msgid
+from django_eventmq.protocol import Done, Ready, Unready
 from django_eventmq.router.routing import Job, Routing
 from django_eventmq.runtime.settings import Settings, from_mapping
-from tests.jobs_fixtures.fake_router import ROUTER_FEATURES, SAMPLE, FakeRouter, body
+from tests.fake_router import SAMPLE, FakeRouter, body
 from tests.jobs_fixtures.running import settings_for
 from tests.support import wait_for
 
@@ -233,8 +233,7 @@ def driven() -> Iterator[Callable[..., Driven]]:
 
 def our_handshake(router: FakeRouter) -> bytes:
     """ACK the INFORM and send FEATURES as our router does (with ``unready``)."""
-    identity, _ = router.handshake(features=False, heartbeat=False)
-    router.send(identity, Features(msgid=new_msgid(), features={**ROUTER_FEATURES, "unready": 1}))
+    identity, _ = router.handshake(features=True, heartbeat=False)
     return identity
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from django_eventmq.protocol import Done, Reply
-from tests.jobs_fixtures.fake_router import SAMPLE, FakeRouter, body
+from tests.fake_router import SAMPLE, FakeRouter, body
 from tests.jobs_fixtures.record_hooks import read_batches, read_records
 from tests.jobs_fixtures.running import payload, running, settings_for
 from tests.support import wait_for

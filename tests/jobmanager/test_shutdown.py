@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from django_eventmq.protocol import Done, Kbai, Nack, Ready
-from tests.jobs_fixtures.fake_router import SAMPLE, FakeRouter, body
+from tests.fake_router import SAMPLE, FakeRouter, body
 from tests.support import Proc, wait_for
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from django_eventmq.jobmanager.manager import JobManager
 from django_eventmq.protocol import Done, Reply
 from django_eventmq.runtime.settings import Settings
-from tests.jobs_fixtures.fake_router import SAMPLE, FakeRouter
+from tests.fake_router import SAMPLE, FakeRouter
 
 
 def settings_for(router: FakeRouter, **options: Any) -> Settings:

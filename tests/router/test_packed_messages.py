@@ -14,8 +14,8 @@ from django_eventmq.client.connection import DRAIN_EVERY, Client
 from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.protocol import Ack, Request, decode
 from django_eventmq.protocol.packed import pack, pack_request
+from tests.fake_router import ScriptedRouter
 from tests.router.test_router import JOB
-from tests.scripted_router import ScriptedRouter
 from tests.support import wait_for
 
 V = b"eMQP/1.0"

@@ -11,7 +11,7 @@ import pytest
 from django_eventmq.errors import JobNotAllowed, JobNotFound
 from django_eventmq.protocol import JobBody, Reply
 from django_eventmq.runtime import registry
-from tests.jobs_fixtures.fake_router import SAMPLE, FakeRouter, body
+from tests.fake_router import SAMPLE, FakeRouter, body
 from tests.jobs_fixtures.running import payload, running, settings_for
 from tests.jobs_registry import registered
 

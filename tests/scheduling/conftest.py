@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 
+from tests.fake_router import FakeRouter
 from tests.support import ROOT
-
-from .fakes import FakeRouter
 
 PG_DSN = "host=127.0.0.1 port=5432 user=postgres connect_timeout=3"
 

@@ -1,4 +1,4 @@
-"""Test helpers: a raw ROUTER standing in for the router, and an in-memory schedule store."""
+"""Test helpers: an in-memory schedule store (the fake router is tests/fake_router.py)."""
 
 from __future__ import annotations
 
@@ -7,88 +7,9 @@ from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from django_eventmq.errors import ProtocolError
-from django_eventmq.protocol import Ack, Heartbeat, Inform, Message, new_msgid
-from django_eventmq.runtime import transport
 from django_eventmq.scheduling.identity import ScheduleSpec
 from django_eventmq.scheduling.scheduler import ScheduleState
 from django_eventmq.scheduling.timing import DuePlan, first_run
-from tests.support import wait_for
-
-
-class FakeRouter:
-    """A ROUTER socket bound on a random loopback port; the test plays the router."""
-
-    def __init__(self) -> None:
-        self.channel = transport.Channel(transport.ROUTER, bind="tcp://127.0.0.1:*")
-        self.addr = self.channel.address
-        self.received: list[tuple[bytes, Message]] = []
-        self.errors: list[ProtocolError] = []
-        self._acked: set[str] = set()
-        self.peers: set[bytes] = set()
-
-    def pump(self, timeout_ms: int = 0) -> int:
-        """Read what is waiting; returns how many messages arrived."""
-        count = 0
-        while self.channel.poll(timeout_ms):
-            timeout_ms = 0
-            try:
-                identity, _frames, message = self.channel.recv()
-            except ProtocolError as exc:
-                self.errors.append(exc)
-                continue
-            self.received.append((identity, message))
-            count += 1
-        return count
-
-    def of(self, kind: type[Message]) -> list[tuple[bytes, Message]]:
-        return [(i, m) for i, m in self.received if isinstance(m, kind)]
-
-    def wait_for(self, kind: type[Message], count: int = 1, timeout: float = 5.0, tick=None):
-        """Wait until ``count`` messages of ``kind`` arrived; ``tick()`` runs between polls."""
-
-        def check() -> list[tuple[bytes, Message]] | None:
-            if tick is not None:
-                tick()
-            self.pump(10)
-            found = self.of(kind)
-            return found if len(found) >= count else None
-
-        return wait_for(check, timeout, f"{count} {kind.__name__} at the fake router")
-
-    def ack_informs(self) -> list[bytes]:
-        """ACK every INFORM seen and not yet answered (and say HEARTBEAT); returns identities."""
-        done = []
-        for identity, message in self.of(Inform):
-            if message.msgid in self._acked:
-                continue
-            self._acked.add(message.msgid)
-            try:
-                self.channel.send_to(identity, Ack(msgid=new_msgid(), ack_msgid=message.msgid))
-                self.channel.send_to(identity, Heartbeat(msgid=new_msgid(), timestamp=0.0))
-            except transport.ZMQError:
-                # That connection is gone: the scheduler gave up waiting for this ACK
-                # (a slow start on a busy machine) and reconnects with a new INFORM.
-                continue
-            self.peers.add(identity)
-            done.append(identity)
-        return done
-
-    def heartbeat_all(self) -> None:
-        for identity in list(self.peers):
-            try:
-                self.channel.send_to(identity, Heartbeat(msgid=new_msgid(), timestamp=0.0))
-            except transport.ZMQError:  # that peer has gone away
-                self.peers.discard(identity)
-
-    def send(self, identity: bytes, message: Message) -> None:
-        self.channel.send_to(identity, message)
-
-    def send_frames(self, identity: bytes, frames: Sequence[bytes]) -> None:
-        self.channel.send_frames([identity, *frames])
-
-    def close(self) -> None:
-        self.channel.close()
 
 
 class MemoryStore:

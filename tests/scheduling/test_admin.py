@@ -9,10 +9,10 @@ from django.utils import timezone
 
 from django_eventmq.models import Schedule, ScheduleRun
 from django_eventmq.protocol import Request
+from tests.fake_router import FakeRouter
 
 from .admin_forms import schedule_form
 from .factories import ScheduleFactory
-from .fakes import FakeRouter
 
 pytestmark = pytest.mark.django_db
 CHANGELIST = "/admin/django_eventmq/schedule/"

@@ -28,11 +28,11 @@ import pytest
 from django_eventmq.cli import admin_client as router_cli
 from django_eventmq.protocol import Heartbeat, Inform, Kbai, Request
 from django_eventmq.scheduling.api import schedule, unschedule
+from tests.fake_router import FakeRouter
 from tests.support import ROOT, Proc, free_port, wait_for
 
 from . import jobs
 from .conftest import PgDatabase
-from .fakes import FakeRouter
 
 pytestmark = pytest.mark.postgres
 MANAGE = [sys.executable, str(ROOT / "manage.py")]
@@ -78,7 +78,7 @@ def clean_db(pg_database: PgDatabase) -> Iterator[PgDatabase]:
 
 def serve(router: FakeRouter) -> None:
     """One turn of the fake router: read, ACK new schedulers, keep them alive."""
-    router.pump(20)
+    router.pump(0.02)
     router.ack_informs()
     router.heartbeat_all()
 
@@ -107,7 +107,7 @@ def test_two_schedulers_on_postgres_never_fire_a_run_twice(
     finally:
         for proc in procs:
             proc.stop()
-    router.pump(50)
+    router.pump(0.05)
     requests = [(identity.decode(), m) for identity, m in router.of(Request)]
     runs = clean_db.query(
         "SELECT schedule_id, fire_time, msgid, claimed_by FROM django_eventmq_schedulerun"

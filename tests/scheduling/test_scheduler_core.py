@@ -29,9 +29,10 @@ from django_eventmq.runtime.settings import Settings
 from django_eventmq.scheduling.identity import ScheduleSpec
 from django_eventmq.scheduling.scheduler import Scheduler
 from django_eventmq.scheduling.timing import Timing
+from tests.fake_router import FakeRouter
 from tests.support import wait_for
 
-from .fakes import FakeRouter, MemoryStore
+from .fakes import MemoryStore
 
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 BODY = JobBody(path="tests.scheduling.jobs", callable="touch", args=("/tmp/x",))
@@ -60,7 +61,7 @@ def connect(router: FakeRouter, scheduler: Scheduler, now: datetime = T0) -> byt
 
     def tick() -> list[bytes]:
         scheduler.loop_once(now=now, timeout=0)
-        router.pump(10)
+        router.pump(0.01)
         return router.ack_informs()
 
     (identity,) = wait_for(tick, 5, "an INFORM")
@@ -69,7 +70,7 @@ def connect(router: FakeRouter, scheduler: Scheduler, now: datetime = T0) -> byt
 
 
 def requests(router: FakeRouter) -> list[Request]:
-    router.pump()
+    router.pump(0)
     return [m for _, m in router.of(Request)]  # type: ignore[misc]
 
 
@@ -314,7 +315,7 @@ def test_a_router_that_heartbeats_late_is_not_taken_for_one_that_forgot_it(
         return beats["sent"] >= 4
 
     wait_for(slow_router, 15, "four late heartbeats")
-    router.pump(10)
+    router.pump(0.01)
     assert len(router.of(Inform)) == 1
     assert scheduler.channel is channel and scheduler.connected
     assert "INFORM again" not in caplog.text and "reconnecting" not in caplog.text

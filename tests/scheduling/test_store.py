@@ -16,11 +16,11 @@ from django_eventmq.schedule_store import DjangoScheduleStore, sync_declared
 from django_eventmq.scheduling.identity import ScheduleSpec, job_identity
 from django_eventmq.scheduling.scheduler import Scheduler
 from django_eventmq.scheduling.timing import DuePlan, Timing, crontab, every
+from tests.fake_router import FakeRouter
 from tests.support import wait_for
 
 from . import jobs
 from .factories import ScheduleFactory, ScheduleRunFactory
-from .fakes import FakeRouter
 
 pytestmark = pytest.mark.django_db
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
@@ -185,7 +185,7 @@ def test_scheduler_restart_resumes_from_the_table(router: FakeRouter) -> None:
 
             def tick(sched: Scheduler = sched, now: datetime = now) -> bool:
                 sched.loop_once(now=now, timeout=0.01)
-                router.pump()
+                router.pump(0)
                 router.ack_informs()
                 return sched.connected
 

@@ -18,7 +18,7 @@ from django_eventmq.contrib.spark.sender import PipelinedSender
 from django_eventmq.errors import BrokerUnavailable, RouterFull
 from django_eventmq.runtime import security
 from django_eventmq.runtime.settings import from_mapping
-from tests.scripted_router import ScriptedRouter
+from tests.fake_router import ScriptedRouter
 from tests.support import Proc, python_module, tcp_addr
 
 pytestmark = pytest.mark.spark
