@@ -15,7 +15,7 @@ import pytest
 
 from django_eventmq.router.journal import store
 from django_eventmq.router.journal.schema import SCHEMA, JobState
-from django_eventmq.router.journal.store import Journal
+from django_eventmq.router.journal.store import Journal, new_row
 
 JOURNAL_PACKAGE = Path(store.__file__).resolve().parent
 
@@ -82,3 +82,41 @@ def test_each_state_query_uses_its_partial_index(
     finally:
         journal.close()
     assert f"INDEX {index}" in plan, plan
+
+
+def _journal_with_a_state_of_another_version(tmp_path: Path) -> Journal:
+    """A journal with one row per known state and one in state 9: what a newer
+    release (or a hand edit) may leave in a file this release opens."""
+    journal = Journal(str(tmp_path / "journal.sqlite3"))
+    for seq, state in enumerate([*JobState, 9], start=1):
+        row = new_row(
+            seq=seq,
+            msgid=f"m{seq}",
+            queue="default",
+            priority=0,
+            state=state,
+            guarantee=True,
+            headers=b"",
+            body=b'["run", {}]',
+            client=b"c",
+            accepted=1000.0,
+        )
+        journal.add(row)
+    journal.commit()
+    return journal
+
+
+def test_a_row_in_a_state_this_release_does_not_know_stops_nothing(tmp_path: Path) -> None:
+    # The counts the router starts from and the CANCEL lookup read such a row
+    # without raising (before JobState they were plain ints: an unknown one was
+    # left alone); the known states are counted as before.
+    journal = _journal_with_a_state_of_another_version(tmp_path)
+    try:
+        counts = journal.counts()
+        assert set(counts) == set(JobState)
+        assert {state: sum(c.values()) for state, c in counts.items()} == dict.fromkeys(JobState, 1)
+        assert journal.find("m5") is None  # not a row this release can act on
+        found = journal.find("m2")
+        assert found is not None and found[0] is JobState.LEASED
+    finally:
+        journal.close()

@@ -29,6 +29,16 @@ class JobState(IntEnum):
         return str(int(self))
 
 
+def known_state(number: int) -> JobState | None:
+    """The :class:`JobState` stored as ``number``; None for a number this release
+    does not know (a newer release's journal, a hand edit): such a row is left
+    alone, never a reason to stop."""
+    try:
+        return JobState(number)
+    except ValueError:
+        return None
+
+
 # The names the router imports (members, so they compare and hash as the ints).
 WAITING = JobState.WAITING
 LEASED = JobState.LEASED

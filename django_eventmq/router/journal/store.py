@@ -51,6 +51,7 @@ from django_eventmq.router.journal.schema import (
     WAITING,
     JobState,
     Row,
+    known_state,
     new_row,
     to_row,
 )
@@ -211,11 +212,11 @@ class Journal(ParcelStore, FinishedStore, ScheduleStore):
         return None if value is None else float(value)
 
     def find(self, msgid: str) -> tuple[JobState, Row] | None:
-        """``(state, row)`` of the job ``msgid``, if held."""
+        """``(state, row)`` of the job ``msgid``, if held (in a state this release knows)."""
         self._fresh()
         found = self._select(_FIND, (msgid,))
-        values = found[0] if found else None
-        return None if values is None else (JobState(values[0]), to_row(values[1:]))
+        state = known_state(found[0][0]) if found else None
+        return None if state is None else (state, to_row(found[0][1:]))
 
     def owner_of(self, msgid: str) -> str | None:
         """The CURVE key that sent job ``msgid``: None if it is not held, "" if it
@@ -233,13 +234,16 @@ class Journal(ParcelStore, FinishedStore, ScheduleStore):
         return [(to_row(values[:-1]), values[-1]) for values in cursor]
 
     def counts(self) -> dict[JobState, Counter[str]]:
-        """state -> queue -> number of jobs."""
+        """state -> queue -> number of jobs (rows in a state this release does not
+        know are not counted)."""
         self._flush()
         result: dict[JobState, Counter[str]] = {state: Counter() for state in JobState}
-        for state, queue, n in self._execute(
+        for number, queue, n in self._execute(
             "SELECT state, queue, COUNT(*) FROM jobs GROUP BY state, queue"
         ):
-            result[JobState(state)][queue] = n
+            state = known_state(number)
+            if state is not None:
+                result[state][queue] = n
         for queue, n in self._execute("SELECT queue, SUM(count) FROM parcels GROUP BY queue"):
             result[WAITING][queue] += n
         return result
