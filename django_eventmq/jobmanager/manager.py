@@ -31,7 +31,7 @@ Choices worth knowing:
   READY from a worker it does not know), and only once the mode is settled:
   our answer to FEATURES goes before the first READY, so our router knows at
   once that we report with DONE. With a reference router the first READY
-  waits for its first message after the ACK, or ``FEATURES_WAIT`` at most.
+  waits for its first message after the ACK, or ``protocol.session.FEATURES_WAIT`` at most.
 * ``QUEUE_ALLOWED_JOBS`` is checked here, before a job reaches a child: a job
   not allowed on its queue is answered ``refused`` and never runs.
 * A REQUEST for a queue we did not announce is run anyway (the registry still
