@@ -62,7 +62,7 @@ from django_eventmq.router.journal.store import (
     new_row,
     parcel_digest,
 )
-from django_eventmq.router.routing import Job, Routing, Worker
+from django_eventmq.router.routing import Job, JobManagerPeer, Routing
 from django_eventmq.router.stored import job_from_row
 from django_eventmq.router.waiting import Key
 from django_eventmq.runtime.logs import job_debug, job_fields
@@ -82,7 +82,7 @@ CANCELLED_PAYLOAD = (
     ' "traceback": ""}}'
 )
 
-Deliver = Callable[[Worker, Job], None]
+Deliver = Callable[[JobManagerPeer, Job], None]
 ToClient = Callable[[bytes, Message], None]
 #: A REQUEST to accept: its frames (as a DEALER sent them), msgid, queue and headers.
 Accepting = tuple[list[bytes], str, str, Headers]
@@ -428,7 +428,7 @@ class Book:
 
     # -- handing out ---------------------------------------------------------------
     def _hand_out(
-        self, worker: Worker, job: Job, now: float, *, stored_as_leased: bool = False
+        self, worker: JobManagerPeer, job: Job, now: float, *, stored_as_leased: bool = False
     ) -> None:
         self.lease(job, now)
         if not stored_as_leased:
