@@ -73,7 +73,7 @@ from django_eventmq.protocol.views import (
 from django_eventmq.router.book import Accepting, Book
 from django_eventmq.router.holds import QueueMarks
 from django_eventmq.router.journal.store import JournalUnavailable
-from django_eventmq.router.routing import Scheduler, Schedulers
+from django_eventmq.router.routing import SchedulerPeer, Schedulers
 from django_eventmq.runtime import security, transport
 from django_eventmq.runtime.outbox import Handler, Outbox, WarnOnce, forward, send, show
 from django_eventmq.runtime.settings import Settings
@@ -538,7 +538,9 @@ class FrontendHandlers(QueueMarks):
                 return True
         return False
 
-    def _forward_to_scheduler(self, scheduler: Scheduler, frames: list[bytes], now: float) -> bool:
+    def _forward_to_scheduler(
+        self, scheduler: SchedulerPeer, frames: list[bytes], now: float
+    ) -> bool:
         if forward(self.frontend, scheduler.identity, frames):
             scheduler.last_sent = now
             return True

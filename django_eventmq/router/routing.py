@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from django_eventmq.protocol.messages import QueueSpec
 from django_eventmq.router.waiting import Job, Loader, Waiting
 
-__all__ = ["Job", "Routing", "Scheduler", "Schedulers", "Worker"]
+__all__ = ["Job", "JobManagerPeer", "Routing", "SchedulerPeer", "Schedulers"]
 
 _NEVER = float("-inf")
 #: Seconds after a worker's first READY during which its READYs announce slots
@@ -39,7 +39,7 @@ READY_BURST = 0.5
 
 
 @dataclass(slots=True, eq=False)
-class Worker:
+class JobManagerPeer:
     """A job manager connected to the backend."""
 
     identity: bytes
@@ -80,7 +80,7 @@ class Routing:
     """Workers, their free slots, and the requests waiting for or running on them."""
 
     def __init__(self, window: int = 0, load: Loader | None = None) -> None:
-        self.workers: dict[bytes, Worker] = {}
+        self.workers: dict[bytes, JobManagerPeer] = {}
         #: Jobs no free worker could take yet (``load`` reads more from disk).
         self.waiting = Waiting(window, load)
         #: msgid -> job, for every job dispatched and not known to be finished,
@@ -108,7 +108,7 @@ class Routing:
         released = self.remove_worker(identity) if identity in self.workers else []
         spec = _dedupe(queues)
         order = tuple(name for _, name in sorted(spec, key=lambda wn: -wn[0]))
-        worker = Worker(
+        worker = JobManagerPeer(
             identity=identity,
             queues=spec,
             order=order,
@@ -165,11 +165,11 @@ class Routing:
         return [i for i, w in self.workers.items() if now - w.last_heard > timeout]
 
     # -- jobs ---------------------------------------------------------------
-    def free_worker(self, queue: str) -> Worker | None:
+    def free_worker(self, queue: str) -> JobManagerPeer | None:
         """The worker :meth:`submit` would pick for ``queue`` now, if any."""
         return self._pick(queue)
 
-    def submit(self, job: Job, now: float) -> Worker | None:
+    def submit(self, job: Job, now: float) -> JobManagerPeer | None:
         """Dispatch ``job`` to the best free worker (returned), or make it wait."""
         worker = self._pick(job.queue)
         if worker is None:
@@ -252,7 +252,7 @@ class Routing:
         if taken and not worker.slots:
             worker.stamp = next(self._seq)  # out of the LRU heaps
 
-    def _after_free_slot(self, worker: Worker, now: float) -> Job | None:
+    def _after_free_slot(self, worker: JobManagerPeer, now: float) -> Job | None:
         job = self._take_waiting(worker)
         if job is not None:
             self._dispatch(worker, job, now)
@@ -307,7 +307,7 @@ class Routing:
                 self._push(worker)
         self.waiting.push(job)
 
-    def dispatch_waiting(self, queue: str, now: float) -> tuple[Worker, Job] | None:
+    def dispatch_waiting(self, queue: str, now: float) -> tuple[JobManagerPeer, Job] | None:
         """Hand the first waiting job of ``queue`` to a free worker, if there is one."""
         if queue not in self.waiting:
             return None
@@ -345,7 +345,7 @@ class Routing:
         return {q: w.count for q, w in self.waiting.items() if w.count and q not in served}
 
     # -- internals -----------------------------------------------------------
-    def _pick(self, queue: str) -> Worker | None:
+    def _pick(self, queue: str) -> JobManagerPeer | None:
         heaps = self._heaps.get(queue)
         if not heaps:
             return None
@@ -359,13 +359,13 @@ class Routing:
                 heapq.heappop(heap)
         return None
 
-    def _push(self, worker: Worker) -> None:
+    def _push(self, worker: JobManagerPeer) -> None:
         """Put a worker with free slots in the LRU heap of each of its tiers."""
         entry = (worker.last_dispatch, next(self._seq), worker.stamp, worker.identity)
         for weight, name in worker.queues:
             heapq.heappush(self._heaps[name][weight], entry)
 
-    def _dispatch(self, worker: Worker, job: Job, now: float) -> None:
+    def _dispatch(self, worker: JobManagerPeer, job: Job, now: float) -> None:
         worker.slots -= 1
         worker.last_dispatch = now
         worker.stamp = next(self._seq)  # invalidates its heap entries
@@ -376,7 +376,7 @@ class Routing:
         if worker.slots > 0:
             self._push(worker)
 
-    def _take_waiting(self, worker: Worker) -> Job | None:
+    def _take_waiting(self, worker: JobManagerPeer) -> Job | None:
         for name in worker.order:
             job = self.waiting.pop(name)
             if job is not None:
@@ -394,7 +394,7 @@ class Routing:
 
 
 @dataclass(slots=True, eq=False)
-class Scheduler:
+class SchedulerPeer:
     """A scheduler connected to the frontend."""
 
     identity: bytes
@@ -406,7 +406,7 @@ class Schedulers:
     """Connected schedulers, round robin for SCHEDULE, and how many messages wait for one."""
 
     def __init__(self) -> None:
-        self.peers: dict[bytes, Scheduler] = {}
+        self.peers: dict[bytes, SchedulerPeer] = {}
         self._turn: deque[bytes] = deque()
         #: SCHEDULE / UNSCHEDULE messages kept in the journal until a scheduler takes them.
         self.stored = 0
@@ -414,7 +414,7 @@ class Schedulers:
     def add(self, identity: bytes, now: float) -> bool:
         """Register (or refresh) a scheduler; True when it is new."""
         known = identity in self.peers
-        self.peers[identity] = Scheduler(identity, last_heard=now, last_sent=now)
+        self.peers[identity] = SchedulerPeer(identity, last_heard=now, last_sent=now)
         if not known:
             self._turn.append(identity)
         return not known
@@ -425,7 +425,7 @@ class Schedulers:
         self._turn.remove(identity)
         return True
 
-    def next(self) -> Scheduler | None:
+    def next(self) -> SchedulerPeer | None:
         """The next scheduler in turn (round robin), or None."""
         if not self._turn:
             return None
