@@ -41,7 +41,7 @@ from django_eventmq.protocol.limits import OverLimit
 from django_eventmq.protocol.packed import pack
 from django_eventmq.protocol.views import ack_frames, after_identity, identity_of
 from django_eventmq.router import admin_socket as admin_json
-from django_eventmq.router.backend import FEATURES, BackendHandlers
+from django_eventmq.router.backend import BackendHandlers
 from django_eventmq.router.book import Book
 from django_eventmq.router.frontend import DRAIN_CAP, FrontendHandlers
 from django_eventmq.router.journal.salvage import salvage
@@ -59,7 +59,7 @@ from django_eventmq.runtime.outbox import CLIENT_SNDHWM, Handler, Outbox, WarnOn
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.transport import Channel
 
-__all__ = ["COMMIT_INTERVAL", "DRAIN_CAP", "FEATURES", "RETRY_MS", "SNDHWM", "Router"]
+__all__ = ["COMMIT_INTERVAL", "DRAIN_CAP", "RETRY_MS", "SNDHWM", "Router"]
 
 log = logging.getLogger("django_eventmq.router")
 
