@@ -6,7 +6,7 @@ One DEALER socket to the router's backend and one pipe per worker child
 follows how long jobs run, :mod:`.prefetch`), hands each REQUEST to a child
 (:mod:`.lifecycle`), reports each outcome, and announces the freed slot. It
 heartbeats and reconnects with back-off when the router goes quiet
-(:mod:`.routerlink`), and stops gracefully on SIGTERM.
+(:mod:`.link`), and stops gracefully on SIGTERM.
 
 Two ways to report, chosen per connection:
 
@@ -45,9 +45,7 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
-import threading
 import time
 from dataclasses import dataclass
 
@@ -67,8 +65,9 @@ from django_eventmq.protocol import (
     parse_job,
 )
 from django_eventmq.protocol.session import JobManagerState
-from django_eventmq.runtime import registry, transport
+from django_eventmq.runtime import registry
 from django_eventmq.runtime.logs import job_debug
+from django_eventmq.runtime.service import Service
 from django_eventmq.runtime.settings import Settings
 
 logger = logging.getLogger("django_eventmq.jobmanager")
@@ -93,17 +92,28 @@ class _Pending:
     payload: str  # the reply payload, or the NACK reason
 
 
-class JobManager:
-    """Runs jobs from one router in a pool of worker processes."""
+class JobManager(Service):
+    """Runs jobs from one router in a pool of worker processes.
+
+    Run with :meth:`run` (``runtime.service``: SIGTERM/SIGINT stop it, then
+    :meth:`drain` hands back or finishes the jobs it holds and :meth:`close`
+    stops the children and the socket) or step it with :meth:`loop_once`.
+    """
+
+    label = "jobmanager"
+    log = logger
 
     def __init__(
         self, settings: Settings, *, hooks: str | None = None, name: str | None = None
     ) -> None:
+        super().__init__()
         self.settings = settings
         self.hooks = hooks
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.addr = settings.worker_addr
-        self._stopping = False
+        #: The poll timeout of a turn: short enough to heartbeat on time (a
+        #: retry or a partial falling due sooner shortens it, :meth:`_wait_ms`).
+        self._timeout_ms = max(1, int(min(settings.heartbeat_interval / 4, 0.25) * 1000))
         self._poller = zmq.Poller()
         self.pool = Pool(settings, hooks=hooks, watch=self._watch, unwatch=self._unwatch)
         #: How many jobs we take beyond the free processes (the pool times the jobs).
@@ -125,15 +135,7 @@ class JobManager:
         self._next_supervise = 0.0
         self._started = False
 
-    # -- lifecycle -------------------------------------------------------------
-    def stop(self) -> None:
-        """Ask the job manager to stop (safe to call from a signal handler)."""
-        self._stopping = True
-
-    @property
-    def stopping(self) -> bool:
-        return self._stopping
-
+    # -- lifecycle (run(), stop() and stopping come from Service) ---------------
     def start(self, now: float | None = None) -> None:
         """Start the worker children and connect to the router."""
         now = time.monotonic() if now is None else now
@@ -149,32 +151,26 @@ class JobManager:
         self._connect(now)
         self._started = True
 
-    def run(self) -> None:
-        """Serve until :meth:`stop` (or SIGTERM/SIGINT), then shut down gracefully."""
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda _signum, _frame: self.stop())
-        self.start()
-        try:
-            timeout = max(1, int(min(self.settings.heartbeat_interval / 4, 0.25) * 1000))
-            while not self._stopping:
-                self.loop_once(self._wait_ms(timeout))
-            self._drain(timeout)
-        except transport.ContextTerminated:
-            pass
-        finally:
-            self.close()
+    def drain(self) -> None:
+        """Once stop was asked: hand back or finish the jobs we hold, then say goodbye."""
+        self._drain(self._timeout_ms)
 
     def close(self) -> None:
-        """Stop the children and close the socket (idempotent)."""
+        """Stop the children and close the socket (idempotent; also after a failed start)."""
         self.pool.close()
         self.link.close()
 
     # -- the loop --------------------------------------------------------------
-    def loop_once(self, timeout_ms: int, now: float | None = None) -> None:
-        """Wait up to ``timeout_ms`` for messages and results, then handle them."""
+    def loop_once(self, timeout_ms: int | None = None, now: float | None = None) -> None:
+        """Wait up to ``timeout_ms`` for messages and results, then handle them.
+
+        Without ``timeout_ms``: the turn's own timeout (:meth:`_wait_ms`), as
+        :meth:`run` uses it; tests pass one (and ``now``).
+        """
         if not self._started:
             self.start(now)
+        if timeout_ms is None:
+            timeout_ms = self._wait_ms(self._timeout_ms)
         events = self._poller.poll(timeout_ms)
         now = time.monotonic() if now is None else now
         lifecycle, children = self.lifecycle, self.pool.children
@@ -267,7 +263,7 @@ class JobManager:
         )
         self.lifecycle.stats.received[job.queue] += 1
         job_debug(logger, "received, attempt %d", job.msgid, job.queue, job.attempt, body=body)
-        if self._stopping and self.link.session.extended:
+        if self.stopping and self.link.session.extended:
             self._nack(job, "stopping")
             return
         if request.queue not in self.settings.queue_names:
@@ -354,7 +350,7 @@ class JobManager:
         lifecycle.lost(now)
         lifecycle.check_timeouts(now)
         lifecycle.due_retries(now)
-        if not self._stopping:
+        if not self.stopping:
             pool.respawn(now)
         if lifecycle.pending:
             lifecycle.dispatch(now)
@@ -385,7 +381,7 @@ class JobManager:
         does not cost a message per job); others just get no READY until we
         hold fewer jobs.
         """
-        if self._stopping:
+        if self.stopping:
             return
         free = self.slots - len(self.jobs)
         for message in self.link.session.top_up(free, slack=self.prefetch.value // 4):
@@ -427,8 +423,7 @@ class JobManager:
                 ",".join(job.msgid for job in self.jobs.values()),
             )
         self._send_records(time.monotonic(), force=True)
-        self.link.goodbye()
-        logger.info("jobmanager stopped")
+        self.link.goodbye()  # "jobmanager stopped" is run_service's line, after close()
 
     # -- poller bookkeeping ----------------------------------------------------------
     def _watch(self, fd: int) -> None:
