@@ -326,3 +326,24 @@ def test_scheduler_options_become_settings():
     settings = cli.settings_from_options(Settings(), options)
     assert settings.broker_addr == "tcp://127.0.0.1:6100"
     assert (settings.scheduler_catchup, settings.scheduler_poll_interval) == ("all", 0.5)
+
+
+def test_emq_subscribe_reports_a_start_error_as_a_command_error(settings):
+    # The consumer's socket is made in run(): a CURVE setting that cannot work
+    # (the publisher's key given, this process's own key pair missing) must be
+    # a CommandError saying what to fix, as from emq_pubsub, not a traceback.
+    from django_eventmq.pubsub.api import remove_subscriber, subscriber
+
+    def handler(topic, data):
+        raise AssertionError("no event is received")
+
+    settings.EVENTMQ = {
+        "CURVE_SERVER_PUBLIC_KEY": "8fd-l*>s$iy#k$>:Mr%&>j:nICGWAztBYcTyytRz",
+        "SUBSCRIBE_ADDR": "tcp://127.0.0.1:9",
+    }
+    subscriber("review.")(handler)
+    try:
+        with pytest.raises(CommandError, match="CURVE_CLIENT_SECRET_KEY is not"):
+            call_command("emq_subscribe")
+    finally:
+        remove_subscriber(handler)

@@ -38,4 +38,9 @@ class Command(BaseCommand):
             consumer = Consumer(settings, around=close_old_connections)
         except EventMQError as exc:
             raise CommandError(str(exc)) from None
-        consumer.run()
+        try:
+            # Connecting happens here (a CURVE key the settings lack, ...): say
+            # what to fix as the other commands do, not with a traceback.
+            consumer.run()
+        except EventMQError as exc:
+            raise CommandError(str(exc)) from None
