@@ -19,7 +19,6 @@ from django_eventmq.cli.options import (
     add_status_arguments,
     add_subscriber_arguments,
     configure_logging,
-    install_signal_handlers,
     settings_from_options,
 )
 from django_eventmq.errors import ConfigurationError, EventMQError
@@ -99,8 +98,6 @@ def run_router(settings: Settings, *, journal_recover: bool = False) -> int:
     from django_eventmq.router.router import Router
 
     router = Router(settings, journal_recover=journal_recover)
-    # Until Router.run is runtime.service's run (which installs them itself).
-    install_signal_handlers(router.stop)
     router.run()
     return 0
 

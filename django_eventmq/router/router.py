@@ -56,6 +56,7 @@ from django_eventmq.router.routing import Routing, Schedulers
 from django_eventmq.router.unserved import UnservedQueues
 from django_eventmq.runtime import security, transport
 from django_eventmq.runtime.outbox import CLIENT_SNDHWM, Handler, Outbox, WarnOnce, send, show
+from django_eventmq.runtime.service import Service
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.transport import Channel
 
@@ -80,7 +81,7 @@ COMMIT_GROUP_WAIT = 0.02
 COMMIT_GROUP_MAX = 8192
 
 
-class Router(FrontendHandlers, BackendHandlers):
+class Router(Service, FrontendHandlers, BackendHandlers):
     """The eMQP/1.0 router. ``run()`` in its own thread or process; ``stop()`` from anywhere.
 
     The frontend's handlers are in :mod:`.router_frontend`, the backend's in
@@ -95,7 +96,11 @@ class Router(FrontendHandlers, BackendHandlers):
     #: Every job held, made by :meth:`start` (it needs the journal).
     book: Book
 
+    label = "router"
+    log = log
+
     def __init__(self, settings: Settings, *, journal_recover: bool = False) -> None:
+        super().__init__()
         self.settings = settings
         #: Salvage a damaged journal at start (``--journal-recover``) instead of refusing it.
         self.journal_recover = journal_recover
@@ -104,7 +109,6 @@ class Router(FrontendHandlers, BackendHandlers):
         self.backend_address = ""
         self.admin_address = ""
         self.journal_path = ""
-        self._stopping = False
         self._retry = False
         self._blocked = False
         self._next_tick = 0.0
@@ -224,25 +228,6 @@ class Router(FrontendHandlers, BackendHandlers):
         )
         self._channels.append(channel)
         return channel
-
-    def run(self) -> None:
-        """Start, then route until :meth:`stop` (or admin DISCONNECT); sockets closed on exit."""
-        try:
-            self.start()
-            while not self._stopping:
-                self.loop_once()
-        except transport.ContextTerminated:
-            log.info("router stopping: context terminated")
-        finally:
-            self.close()
-
-    def stop(self) -> None:
-        """Ask the loop to stop. Only sets a flag: safe from signal handlers and threads."""
-        self._stopping = True
-
-    @property
-    def stopping(self) -> bool:
-        return self._stopping
 
     def close(self) -> None:
         """Commit the journal, send what waited on it, close sockets and journal (idempotent)."""

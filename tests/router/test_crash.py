@@ -95,6 +95,25 @@ def worker(zctx: zmq.Context[Any], backend: str, name: str, queues: str = "") ->
     return peer
 
 
+def finish_one_and_queue_another(
+    r: RouterProcess, zctx: zmq.Context[Any], client: Peer
+) -> tuple[str, str]:
+    """A guaranteed job on ``default`` run to its DONE by a job manager that then
+    leaves, and one acknowledged on ``other`` that waits: their msgids."""
+    first = client.send("REQUEST", "default", "guarantee", JOB)
+    assert client.expect("ACK", timeout=20)[2] == first
+    w = worker(zctx, r.backend, "w1")
+    assert w.expect("REQUEST", timeout=20)[1] == first
+    w.send("DONE", first, "ok", '{"value": 1}')
+    wait_for(lambda: r.monitor()["in_flight"] == 0, 20, "the DONE")
+    # An ACK is sent only after a commit, which holds every change before it:
+    # once this one arrives, the finished msgid is on disk.
+    second = client.send("REQUEST", "other", "guarantee", JOB)
+    assert client.expect("ACK", timeout=20)[2] == second
+    w.close()
+    return first, second
+
+
 def test_a_schedule_acked_before_any_scheduler_survives_a_router_crash(
     router: Callable[..., RouterProcess], zctx: zmq.Context[Any]
 ) -> None:
@@ -150,17 +169,7 @@ def test_a_finished_jobs_msgid_is_still_refused_after_a_router_crash(
 ) -> None:
     r = router()
     client = Peer(zctx, r.frontend, b"resending-client")
-    first = client.send("REQUEST", "default", "guarantee", JOB)
-    assert client.expect("ACK", timeout=20)[2] == first
-    w = worker(zctx, r.backend, "w1")
-    assert w.expect("REQUEST", timeout=20)[1] == first
-    w.send("DONE", first, "ok", '{"value": 1}')
-    wait_for(lambda: r.monitor()["in_flight"] == 0, 20, "the DONE")
-    # An ACK is sent only after a commit, which holds every change before it:
-    # once this one arrives, the finished msgid is on disk.
-    second = client.send("REQUEST", "other", "guarantee", JOB)
-    assert client.expect("ACK", timeout=20)[2] == second
-    w.close()
+    first, _second = finish_one_and_queue_another(r, zctx, client)
 
     r.crash_and_restart()
     assert re.search(r"1 recently finished msgid\(s\) will not run again", r.proc.output())
@@ -179,15 +188,7 @@ def test_a_finished_msgid_past_the_window_runs_again_after_a_crash(
     """The window is bounded: with DEDUP_WINDOW=0 nothing is remembered."""
     r = router(EMQ_DEDUP_WINDOW="0")
     client = Peer(zctx, r.frontend, b"resending-client")
-    first = client.send("REQUEST", "default", "guarantee", JOB)
-    assert client.expect("ACK", timeout=20)[2] == first
-    w = worker(zctx, r.backend, "w1")
-    assert w.expect("REQUEST", timeout=20)[1] == first
-    w.send("DONE", first, "ok", '{"value": 1}')
-    wait_for(lambda: r.monitor()["in_flight"] == 0, 20, "the DONE")
-    second = client.send("REQUEST", "other", "guarantee", JOB)
-    assert client.expect("ACK", timeout=20)[2] == second
-    w.close()
+    first, _second = finish_one_and_queue_another(r, zctx, client)
 
     r.crash_and_restart()
     client.send("REQUEST", "default", "guarantee", JOB, msgid=first)
@@ -195,6 +196,26 @@ def test_a_finished_msgid_past_the_window_runs_again_after_a_crash(
     info = r.monitor()
     assert info["duplicates"] == 0 and info["finished_remembered"] == 0
     assert info["per_queue"]["default"]["queued"] == 1
+
+
+def test_sigterm_stops_the_router_with_exit_0_and_its_journal_intact(
+    router: Callable[..., RouterProcess], zctx: zmq.Context[Any]
+) -> None:
+    """The graceful stop: a finished job and a waiting one are both still known
+    after a SIGTERM and a restart, and the run ends with its "router stopped" line."""
+    r = router()
+    finish_one_and_queue_another(r, zctx, Peer(zctx, r.frontend, b"stopping-client"))
+
+    assert r.proc.stop() == 0, r.proc.output()
+    output = r.proc.output()
+    assert "Traceback" not in output, output
+    assert output.splitlines()[-1].endswith("router stopped"), output
+
+    r.proc = r.start()
+    assert re.search(r"1 recently finished msgid\(s\) will not run again", r.proc.output())
+    info = r.monitor()
+    assert (info["finished_remembered"], info["queued"]) == (1, 1)
+    assert info["per_queue"]["other"]["queued"] == 1
 
 
 def test_manage_py_emq_status_monitor_shows_the_journal_per_queue(

@@ -36,8 +36,6 @@ class Command(BaseCommand):
 
         router = Router(settings, journal_recover=bool(options.get("journal_recover")))
         server = self._start_metrics(options.get("metrics"), router, settings.admin_addr)
-        # Until Router.run is runtime.service's run (which installs them itself).
-        cli.install_signal_handlers(router.stop)
         try:
             router.run()
         except EventMQError as exc:
