@@ -91,7 +91,9 @@ def test_debug_follows_one_msgid_from_django_through_router_and_job_manager(
     assert f"msgid={msgid} queue=default job=tests.system.ops.jobs.noop" in sent.getMessage()
 
     wait_for(lambda: processed(site) >= 1, 60, "the job processed")
-    site.jobmanager.wait_output(rf"job ok msgid={msgid} queue=default job=tests\.ops\.jobs\.noop")
+    site.jobmanager.wait_output(
+        rf"job ok msgid={msgid} queue=default job=tests\.system\.ops\.jobs\.noop"
+    )
     router_lines = [line for line in site.router.output().splitlines() if msgid in line]
     jm_lines = [line for line in site.jobmanager.output().splitlines() if msgid in line]
     assert any(
