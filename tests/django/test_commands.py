@@ -347,3 +347,14 @@ def test_emq_subscribe_reports_a_start_error_as_a_command_error(settings):
             call_command("emq_subscribe")
     finally:
         remove_subscriber(handler)
+
+
+def test_emq_scheduler_on_a_database_never_migrated_says_to_migrate(tmp_path):
+    done = run(
+        [sys.executable, "manage.py", "emq_scheduler", "--broker", "tcp://127.0.0.1:1"],
+        DJANGO_SETTINGS_MODULE="tests.system.ops.sqlite_settings",
+        EMQ_TEST_SQLITE=str(tmp_path / "empty.sqlite3"),
+    )
+    assert done.returncode != 0
+    assert "run 'manage.py migrate' for this database first" in done.stderr
+    assert "Traceback" not in done.stderr

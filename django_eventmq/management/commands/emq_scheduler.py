@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
 from django.utils import timezone
 
 from django_eventmq import conf
@@ -38,6 +39,12 @@ class Command(BaseCommand):
             scheduler = Scheduler(settings, DjangoScheduleStore())
         except EventMQError as exc:
             raise CommandError(str(exc)) from None
+        except DatabaseError as exc:
+            # Most often a database that was never migrated: say the fix, not a traceback.
+            raise CommandError(
+                f"the scheduler cannot read its schedule table ({exc}); "
+                "run 'manage.py migrate' for this database first"
+            ) from None
         if kept or removed:
             self.stderr.write(f"schedules from code: {kept} in the table, {removed} removed")
         scheduler.run()
