@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,13 +11,6 @@ from django_eventmq.protocol import Done, Ready, Reply
 from tests.fake_router import FakeRouter, body
 from tests.jobs_fixtures.running import payload, running, settings_for
 from tests.support import wait_for
-
-
-@pytest.fixture
-def router() -> Iterator[FakeRouter]:
-    fake = FakeRouter()
-    yield fake
-    fake.close()
 
 
 def lines(path: Path) -> list[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,13 +23,6 @@ from tests.jobs_fixtures.running import payload, running, settings_for
 from tests.support import wait_for
 
 JM_LOGGER = "django_eventmq.jobmanager"
-
-
-@pytest.fixture
-def router() -> Iterator[FakeRouter]:
-    fake = FakeRouter()
-    yield fake
-    fake.close()
 
 
 def test_inform_names_queues_with_weights_and_ready_follows_ack(

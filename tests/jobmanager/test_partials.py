@@ -7,11 +7,8 @@ second per job (a chatty job is coalesced to its latest report).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from django_eventmq.protocol import Done, Partial, Reply
 from tests.fake_router import FakeRouter, body
@@ -20,13 +17,6 @@ from tests.jobs_fixtures.running import payload, running, settings_for
 from tests.support import wait_for
 
 JOBS = "tests.system.streaming.jobs"
-
-
-@pytest.fixture
-def router() -> Iterator[FakeRouter]:
-    fake = FakeRouter()
-    yield fake
-    fake.close()
 
 
 def settings(router: FakeRouter, **options: Any) -> Any:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,13 +14,6 @@ from tests.jobs_fixtures.running import payload, running, settings_for
 #: ``email`` runs only ``add``; ``reports`` anything in the sample module;
 #: other queues (no ``"*"`` entry) are unrestricted.
 ALLOWED = (("email", (f"{SAMPLE}.add",)), ("reports", (f"{SAMPLE}.*",)))
-
-
-@pytest.fixture
-def router() -> Iterator[FakeRouter]:
-    fake = FakeRouter()
-    yield fake
-    fake.close()
 
 
 def test_a_job_not_allowed_on_its_queue_is_refused_with_done_and_never_runs(

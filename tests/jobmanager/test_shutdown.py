@@ -8,22 +8,12 @@ from __future__ import annotations
 import json
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from django_eventmq.protocol import Done, Kbai, Nack, Ready
 from tests.fake_router import SAMPLE, FakeRouter, body
 from tests.support import Proc, wait_for
-
-
-@pytest.fixture
-def router() -> Iterator[FakeRouter]:
-    fake = FakeRouter()
-    yield fake
-    fake.close()
 
 
 def start_jobmanager(router: FakeRouter, **options: Any) -> Proc:

@@ -27,13 +27,6 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 @pytest.fixture
-def router() -> Iterator[FakeRouter]:
-    fake = FakeRouter()
-    yield fake
-    fake.close()
-
-
-@pytest.fixture
 def installs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[int, Any]]]:
     """Every ``signal.signal`` call (still made), as (signal, handler); the old handlers after."""
     saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
