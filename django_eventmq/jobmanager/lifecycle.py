@@ -27,7 +27,6 @@ from django_eventmq.jobmanager import outcomes
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import Child, Pool, Status
 from django_eventmq.jobmanager.progress import Coalescer
-from django_eventmq.protocol import Headers
 from django_eventmq.protocol.status import NOT_RUN, DoneStatus, JobStatus
 from django_eventmq.runtime.logs import job_debug, job_fields, job_name
 from django_eventmq.runtime.retry import backoff
@@ -61,15 +60,6 @@ class Job:
     skip: str = ""
     #: Monotonic time it became its child's running job, as far as we saw (0: not seen).
     began: float = 0.0
-
-
-def attempt_of(headers: Headers) -> int:
-    """The attempt a REQUEST is, from an ``attempt:K`` header a router may add (else 1)."""
-    for item in headers.extra:
-        name, _, value = item.partition(":")
-        if name == "attempt" and value.isdigit() and int(value) > 0:
-            return int(value)
-    return 1
 
 
 #: Reports a job's outcome: ``(job, DONE status, reply payload)``.

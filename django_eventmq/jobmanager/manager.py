@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import zmq
 
 from django_eventmq.errors import InvalidJob
-from django_eventmq.jobmanager.lifecycle import Job, Lifecycle, attempt_of
+from django_eventmq.jobmanager.lifecycle import Job, Lifecycle
 from django_eventmq.jobmanager.link import RouterLink
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import Pool
@@ -64,6 +64,7 @@ from django_eventmq.protocol import (
     Request,
     parse_job,
 )
+from django_eventmq.protocol.headers import attempt_of
 from django_eventmq.protocol.session import JobManagerState
 from django_eventmq.runtime import registry
 from django_eventmq.runtime.logs import job_debug
@@ -258,7 +259,7 @@ class JobManager(Service):
             reply,
             headers.timeout,
             headers.retry_count,
-            attempt_of(headers) if headers.extra else 1,
+            attempt_of(headers),
             (reply or self.settings.record_all_results) and self.pool.can_record is not False,
         )
         self.lifecycle.stats.received[job.queue] += 1
