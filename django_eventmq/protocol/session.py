@@ -331,15 +331,13 @@ class RouterPeerSession:
         self.credit = 0
         #: Slots it took back (UNREADY) while none was free: the next ones it frees pay this.
         self.debt = 0
+        #: Jobs go to it packed (its FEATURES said it reads them); an attribute,
+        #: not a look-up in :attr:`announced`: the router reads it for every job.
+        self.packed = False
 
     @property
     def extended(self) -> bool:
         return self.state is _P.EXTENDED
-
-    @property
-    def packed(self) -> bool:
-        """Jobs go to it packed (its FEATURES said it reads them)."""
-        return self.speaks(PACKED)
 
     def speaks(self, key: str) -> bool:
         """Its FEATURES named extension ``key`` (only a FEATURES fills ``announced``)."""
@@ -356,34 +354,59 @@ class RouterPeerSession:
             raise _illegal("router", message.command, self.state)
         if isinstance(message, Features):
             self.announced = dict(message.features)
+            self.packed = self.speaks(PACKED)
             self.state = _P.EXTENDED
         elif isinstance(message, Ready):
-            self._free_slot()
+            self.free_slot()
         elif isinstance(message, (Done, Nack)):
-            self.state = _P.EXTENDED
-            self._free_slot()
+            self.reported()
+            self.free_slot()
         elif isinstance(message, Unready):
-            self.state = _P.EXTENDED
-            taken = min(message.count, self.credit)
-            self.credit -= taken
-            self.debt += message.count - taken
+            self.take_back(message.count)
         elif isinstance(message, Kbai):
             self.state = _P.GONE
         return []
 
-    def dispatch(self, message: Request) -> Request:
+    # The router reads READY and DONE straight from their frames (no message
+    # object: they come once per job); it tells the session with these.
+    def free_slot(self) -> bool:
+        """The peer freed a slot (READY, DONE, NACK, or a job that could not be sent
+        to it): True when the slot is free, False when it paid an UNREADY debt."""
+        if self.debt:
+            self.debt -= 1
+            return False
+        self.credit += 1
+        return True
+
+    def reported(self) -> None:
+        """A DONE or NACK came: the peer speaks our extensions (it reports each job)."""
+        self.state = _P.EXTENDED
+
+    def take_back(self, count: int) -> int:
+        """UNREADY ``count``: free slots go first, the rest is owed; returns the slots taken."""
+        self.state = _P.EXTENDED
+        taken = min(count, self.credit)
+        self.credit -= taken
+        self.debt += count - taken
+        return taken
+
+    def hand_out(self) -> None:
         """A job handed out to the peer: it uses one of its free slots."""
         if self.state is _P.NEW or self.state is _P.GONE:
             raise _illegal("router", "handing out a job", self.state)
         if self.credit <= 0:
             raise ProtocolError("router: handing out a job with no free slot at the peer")
         self.credit -= 1
+
+    def dispatch(self, message: Request) -> Request:
+        """A job handed out to the peer, as a message (see :meth:`hand_out`)."""
+        self.hand_out()
         return message
 
     def cancel(self, job_msgid: str) -> Cancel:
-        """CANCEL for a job the peer runs (only a peer that speaks our extensions)."""
-        if not self.extended:
-            raise _illegal("router", "CANCEL", self.state)
+        """CANCEL for a job the peer runs (only a peer whose FEATURES named ``"cancel"``)."""
+        if not self.speaks("cancel"):
+            raise _illegal("router", "CANCEL (the peer did not announce it)", self.state)
         return Cancel(msgid=new_msgid(), job_msgid=job_msgid)
 
     def _on_inform(self, message: Inform) -> list[Message]:
@@ -399,12 +422,6 @@ class RouterPeerSession:
             Ack(msgid=new_msgid(), ack_msgid=message.msgid),
             Features(msgid=new_msgid(), features=self.our_features),
         ]
-
-    def _free_slot(self) -> None:
-        if self.debt:
-            self.debt -= 1
-        else:
-            self.credit += 1
 
 
 # -- the client's side ----------------------------------------------------------------

@@ -32,7 +32,8 @@ from django_eventmq.protocol import (
     new_msgid,
 )
 from django_eventmq.protocol import constants as C
-from django_eventmq.protocol.packed import PACKED, pack
+from django_eventmq.protocol.packed import pack
+from django_eventmq.protocol.session import ROUTER_FEATURES, RouterPeerSession
 from django_eventmq.protocol.status import DONE_STATUSES
 from django_eventmq.protocol.views import (
     DoneFields,
@@ -50,19 +51,6 @@ from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.transport import Channel
 
 log = logging.getLogger("django_eventmq.router")
-
-#: What our router tells a job manager it speaks, right after the ACK of its INFORM.
-FEATURES = {
-    "cancel": 1,
-    "delay": 1,
-    "done": 1,
-    "nack": 1,
-    PACKED: 1,
-    "partial": 1,
-    "priority": 1,
-    "reject": 1,
-    "unready": 1,
-}
 
 
 class BackendHandlers:
@@ -130,18 +118,18 @@ class BackendHandlers:
         if msg.peer_type != C.PEER_WORKER:
             self._warn("backend", identity, "scheduler INFORM on the backend (use the frontend)")
             return
-        queues = msg.effective_queues()
+        # A new conversation: one that INFORMs again restarted (its old one is dropped).
+        session = RouterPeerSession(features=ROUTER_FEATURES)
+        answers = session.receive(msg)  # ACK, then our FEATURES
         routing = self.book.routing
         self._departed.pop(identity, None)
         self._told.pop(identity, None)
         if identity in routing.workers:
             self._worker_failed(identity, "informed again")
-        routing.add_worker(identity, queues, now)
-        log.info("worker %s connected, queues %s", show(identity), list(queues))
-        self._send_to_worker(identity, Ack(msgid=new_msgid(), ack_msgid=msg.msgid), now)
-        # Only a peer that got FEATURES uses our extensions (a reference job
-        # manager ignores a command it does not know once it has its ACK).
-        self._send_to_worker(identity, Features(msgid=new_msgid(), features=FEATURES), now)
+        routing.add_worker(identity, session.queues, now, session)
+        log.info("worker %s connected, queues %s", show(identity), list(session.queues))
+        for answer in answers:
+            self._send_to_worker(identity, answer, now)
         self._retry = True  # jobs it had may wait again
 
     def _fast_ready(self, identity: bytes, now: float) -> bool:
@@ -199,12 +187,9 @@ class BackendHandlers:
             self._on_reply(identity, frames, msg)
         elif kind is Nack:
             assert isinstance(msg, Nack)
-            worker.features = True
             self.book.nack(identity, msg.job_msgid, msg.reason, now)
         elif kind is Features:
-            assert isinstance(msg, Features)
-            worker.features = True
-            worker.packed = bool(msg.features.get(PACKED))
+            worker.session.receive(msg)  # what it announced: packed, cancel, ...
         elif kind is Unready:
             assert isinstance(msg, Unready)
             self.book.routing.unready(identity, msg.count)
@@ -310,7 +295,7 @@ class BackendHandlers:
             self._retry = True
             return
         try:
-            if worker.packed:
+            if worker.session.packed:
                 self.backend.send_frames([identity, pack(job.frames)], flags=transport.NOBLOCK)
             else:
                 self.backend.send_frames([identity, *job.frames], flags=transport.NOBLOCK)

@@ -436,10 +436,8 @@ class FrontendHandlers(QueueMarks):
         if running is None:
             return
         worker = self.book.routing.workers.get(running.worker) if running.worker else None
-        if worker is not None and worker.features:
-            self._send_to_worker(
-                worker.identity, Cancel(msgid=new_msgid(), job_msgid=msg.job_msgid), now
-            )
+        if worker is not None and worker.session.speaks("cancel"):
+            self._send_to_worker(worker.identity, worker.session.cancel(msg.job_msgid), now)
         else:
             log.info(
                 "CANCEL for msgid %s: it runs on a job manager that cannot cancel; it runs on",

@@ -26,7 +26,10 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from django_eventmq.protocol.messages import QueueSpec
+from django_eventmq.protocol import constants as C
+from django_eventmq.protocol.ids import new_msgid
+from django_eventmq.protocol.messages import Inform, QueueSpec
+from django_eventmq.protocol.session import RouterPeerSession
 from django_eventmq.router.waiting import Job, Loader, Waiting
 
 __all__ = ["Job", "JobManagerPeer", "Routing", "SchedulerPeer", "Schedulers"]
@@ -40,32 +43,40 @@ READY_BURST = 0.5
 
 @dataclass(slots=True, eq=False)
 class JobManagerPeer:
-    """A job manager connected to the backend."""
+    """A job manager connected to the backend.
+
+    What it negotiated (its INFORM, the features it announced) and its credit
+    (free slots, UNREADY debt) are in its :attr:`session`; the rest is routing.
+    """
 
     identity: bytes
+    session: RouterPeerSession
     queues: QueueSpec
     #: Queue names, highest weight first (ties keep the announced order).
     order: tuple[str, ...]
     last_heard: float
     last_sent: float
-    slots: int = 0
     #: Most free slots ever announced at once: our estimate of its concurrency.
     capacity: int = 0
     last_dispatch: float = _NEVER
     inflight: deque[Job] = field(default_factory=deque)
     #: Changes whenever the worker's place in the LRU heaps changes.
     stamp: int = 0
-    #: It speaks our extensions (sent FEATURES, DONE or NACK): it reports each job.
-    features: bool = False
-    #: Its FEATURES said it reads packed messages: jobs go to it packed.
-    packed: bool = False
     #: When its first READY came (None: not yet).
     first_ready: float | None = None
     #: It is shutting down (NACK "stopping"): no more jobs for it; it keeps its in-flight ones.
     stopping: bool = False
-    #: Slots it took back with UNREADY while none was free: the next ones it
-    #: frees (DONE, NACK, READY) pay this off instead of becoming free.
-    debt: int = 0
+
+    @property
+    def slots(self) -> int:
+        """Free slots it announced and we have not used (its session's credit)."""
+        return self.session.credit
+
+    @property
+    def debt(self) -> int:
+        """Slots it took back with UNREADY while none was free: the next ones it
+        frees (DONE, NACK, READY) pay this off instead of becoming free."""
+        return self.session.debt
 
 
 def _dedupe(queues: QueueSpec) -> QueueSpec:
@@ -99,17 +110,29 @@ class Routing:
         self._seq = itertools.count(1)
 
     # -- workers ------------------------------------------------------------
-    def add_worker(self, identity: bytes, queues: QueueSpec, now: float) -> list[Job]:
+    def add_worker(
+        self,
+        identity: bytes,
+        queues: QueueSpec,
+        now: float,
+        session: RouterPeerSession | None = None,
+    ) -> list[Job]:
         """Register a worker (no free slots until it says READY).
 
+        ``session``: the conversation that answered its INFORM (without one, as
+        in tests of the routing alone, a session is given the INFORM here).
         A worker that INFORMs again restarted: its old registration is removed
         and the jobs it had are returned (see :meth:`remove_worker`).
         """
         released = self.remove_worker(identity) if identity in self.workers else []
+        if session is None:
+            session = RouterPeerSession()
+            session.receive(Inform(msgid=new_msgid(), queues=queues, peer_type=C.PEER_WORKER))
         spec = _dedupe(queues)
         order = tuple(name for _, name in sorted(spec, key=lambda wn: -wn[0]))
         worker = JobManagerPeer(
             identity=identity,
+            session=session,
             queues=spec,
             order=order,
             last_heard=now,
@@ -157,7 +180,7 @@ class Routing:
         if worker is None or worker.stopping:
             return
         worker.stopping = True
-        worker.slots = 0
+        worker.session.credit = 0  # what it announced before stopping is void
         worker.stamp = next(self._seq)  # invalidates its heap entries
 
     def expired(self, now: float, timeout: float) -> list[bytes]:
@@ -188,17 +211,17 @@ class Routing:
         finished: list[Job] = []
         if worker.stopping:
             return finished, None
-        if worker.debt:
-            worker.debt -= 1  # a job manager that sent UNREADY reports each job itself
-            return finished, None
-        worker.slots += 1
+        session = worker.session
+        if not session.free_slot():
+            return finished, None  # paid UNREADY debt: such a job manager reports each job
+        slots = session.credit
         if worker.first_ready is None:
             worker.first_ready = now
         if now - worker.first_ready <= READY_BURST:
-            worker.capacity = max(worker.capacity, worker.slots + len(worker.inflight))
-        elif worker.slots > worker.capacity:
-            worker.capacity = worker.slots
-        if not worker.features:
+            worker.capacity = max(worker.capacity, slots + len(worker.inflight))
+        elif slots > worker.capacity:
+            worker.capacity = slots
+        if not session.extended:
             # APPROXIMATION for job managers without DONE (the reference's): a
             # READY does not say which job finished. The worker's concurrency is
             # taken to be its slots + in-flight during its start-up burst of
@@ -208,7 +231,7 @@ class Routing:
             # wrong job finished when jobs finish out of order; that job is then
             # not handed out again if the worker dies. A REPLY names its job
             # exactly and is used first (see :meth:`reply`).
-            excess = len(worker.inflight) - (worker.capacity - worker.slots)
+            excess = len(worker.inflight) - (worker.capacity - slots)
             while excess > 0:
                 job = worker.inflight.popleft()
                 self._finished(job, identity)
@@ -223,16 +246,13 @@ class Routing:
         finished) and a waiting job the worker now runs.
         """
         worker = self.workers[identity]
-        worker.features = True
+        session = worker.session
+        session.reported()
         job = self.release_msgid(msgid)
-        if worker.stopping:
+        if worker.stopping or not session.free_slot():
             return job, None
-        if worker.debt:
-            worker.debt -= 1
-            return job, None
-        worker.slots += 1
-        if worker.slots > worker.capacity:
-            worker.capacity = worker.slots
+        if session.credit > worker.capacity:
+            worker.capacity = session.credit
         return job, self._after_free_slot(worker, now)
 
     def unready(self, identity: bytes, count: int) -> None:
@@ -245,18 +265,15 @@ class Routing:
         worker = self.workers.get(identity)
         if worker is None or worker.stopping or count <= 0:
             return
-        worker.features = True
-        taken = min(count, worker.slots)
-        worker.slots -= taken
-        worker.debt += count - taken
-        if taken and not worker.slots:
+        session = worker.session
+        if session.take_back(count) and not session.credit:
             worker.stamp = next(self._seq)  # out of the LRU heaps
 
     def _after_free_slot(self, worker: JobManagerPeer, now: float) -> Job | None:
         job = self._take_waiting(worker)
         if job is not None:
             self._dispatch(worker, job, now)
-        elif worker.slots == 1:
+        elif worker.session.credit == 1:
             self._push(worker)
         return job
 
@@ -299,11 +316,9 @@ class Routing:
         identity = job.worker
         worker = self.workers.get(identity) if identity is not None else None
         self.release(job)
-        if worker is not None and not worker.stopping and worker.debt:
-            worker.debt -= 1
-        elif worker is not None and not worker.stopping:
-            worker.slots += 1
-            if worker.slots == 1:
+        if worker is not None and not worker.stopping:
+            session = worker.session
+            if session.free_slot() and session.credit == 1:
                 self._push(worker)
         self.waiting.push(job)
 
@@ -354,7 +369,7 @@ class Routing:
             while heap:
                 _, _, stamp, identity = heap[0]
                 worker = self.workers.get(identity)
-                if worker is not None and worker.stamp == stamp and worker.slots > 0:
+                if worker is not None and worker.stamp == stamp and worker.session.credit > 0:
                     return worker
                 heapq.heappop(heap)
         return None
@@ -366,14 +381,15 @@ class Routing:
             heapq.heappush(self._heaps[name][weight], entry)
 
     def _dispatch(self, worker: JobManagerPeer, job: Job, now: float) -> None:
-        worker.slots -= 1
+        session = worker.session
+        session.hand_out()
         worker.last_dispatch = now
         worker.stamp = next(self._seq)  # invalidates its heap entries
         worker.inflight.append(job)
         job.worker = worker.identity
         job.dispatched_at = now
         self.inflight[job.msgid] = job
-        if worker.slots > 0:
+        if session.credit > 0:
             self._push(worker)
 
     def _take_waiting(self, worker: JobManagerPeer) -> Job | None:

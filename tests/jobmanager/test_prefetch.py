@@ -121,7 +121,7 @@ def test_unready_takes_free_slots_first_and_keeps_the_next_freed_ones() -> None:
     worker = routing.workers[b"A"]
     assert routing.submit(job("m1"), 1.0) is worker  # 3 free slots left
     routing.unready(b"A", 5)  # 3 free slots go, 2 are owed
-    assert (worker.slots, worker.debt, worker.features) == (0, 2, True)
+    assert (worker.slots, worker.debt, worker.session.extended) == (0, 2, True)
     assert routing.submit(job("m2"), 2.0) is None  # waits at the router
     finished, given = routing.done(b"A", "m1", 3.0)
     assert finished is not None and finished.msgid == "m1"

@@ -315,12 +315,6 @@ def test_router_answers_inform_with_ack_and_every_feature() -> None:
     assert peer.state is PeerState.INFORMED and peer.queues == QUEUES and not peer.extended
 
 
-def test_router_features_list_is_the_real_routers() -> None:
-    from django_eventmq.router import backend
-
-    assert dict(ROUTER_FEATURES) == backend.FEATURES
-
-
 def test_router_drops_anything_before_inform() -> None:
     with pytest.raises(ProtocolError, match="NEW"):
         RouterPeerSession().receive(Ready(msgid=new_msgid()))

@@ -53,7 +53,7 @@ def modern_worker(h: Harness, name: str, queues: str = "", ready: int = 1) -> Pe
     assert peer.expect("ACK")[2] == inform
     features = json.loads(peer.expect("FEATURES")[2])
     assert features["done"] == 1 and features["cancel"] == 1
-    peer.send("FEATURES", '{"done":1}')
+    peer.send("FEATURES", '{"done":1,"cancel":1}')
     for _ in range(ready):
         peer.send("READY")
 
