@@ -41,7 +41,7 @@ SKIP_NACK = "nack"
 
 
 @dataclass(slots=True, eq=False)
-class Job:
+class ManagedJob:
     """A job this job manager accepted and has not finished."""
 
     msgid: str
@@ -63,12 +63,12 @@ class Job:
 
 
 #: Reports a job's outcome: ``(job, DONE status, reply payload)``.
-Report = Callable[[Job, DoneStatus, str], None]
+Report = Callable[[ManagedJob, DoneStatus, str], None]
 #: Hands a job back unrun, with the reason (the job manager sends a NACK, or
 #: READY to a reference router). Not named ``Nack``: that is the protocol message.
-HandBack = Callable[[Job, str], None]
+HandBack = Callable[[ManagedJob, str], None]
 #: Sends one partial (``{"value": ...}`` JSON) of a running job on to the router.
-SendPartial = Callable[[Job, str], None]
+SendPartial = Callable[[ManagedJob, str], None]
 
 
 class Lifecycle:
@@ -94,10 +94,10 @@ class Lifecycle:
         self._report = self._counted(self._after_partials(report))
         self._send_partial = partial or (lambda job, payload: None)
         #: At most PARTIAL_RATE partials per second per job go on; the rest coalesce.
-        self.partials: Coalescer[Job] = Coalescer(self._partial)
+        self.partials: Coalescer[ManagedJob] = Coalescer(self._partial)
         self._nack = nack
         self._router_retries = router_retries
-        self.jobs: dict[int, Job] = {}
+        self.jobs: dict[int, ManagedJob] = {}
         self.pending: deque[int] = deque()  # accepted, waiting for a free child
         self._retries: list[tuple[float, int]] = []  # (due, seq) held for a local retry
         self._seq = 0
@@ -106,7 +106,7 @@ class Lifecycle:
         self.resend_records: Callable[[list[bytes]], None] = lambda batches: None
 
     # -- taking jobs in and handing them out ----------------------------------------
-    def accept(self, job: Job) -> None:
+    def accept(self, job: ManagedJob) -> None:
         """Take a job; :meth:`dispatch` hands it to a child."""
         self._seq += 1
         self.jobs[self._seq] = job
@@ -169,7 +169,7 @@ class Lifecycle:
                 offer(job, payload, now)
         child.partials.clear()
 
-    def _partial(self, job: Job, payload: str) -> None:
+    def _partial(self, job: ManagedJob, payload: str) -> None:
         """A partial let through: on to the router, and onto the job's record."""
         if job.record:
             if job.started is None and job.child is not None:
@@ -185,7 +185,7 @@ class Lifecycle:
         """``report``, after counting the outcome and timing the run in :attr:`stats`."""
         stats = self.stats
 
-        def report_counted(job: Job, status: DoneStatus, payload: str) -> None:
+        def report_counted(job: ManagedJob, status: DoneStatus, payload: str) -> None:
             if status != DoneStatus.RETRY:  # a retry is counted by _retry, the job goes on
                 ran: float | None = None  # refused or cancelled: not timed
                 if job.began:
@@ -201,7 +201,7 @@ class Lifecycle:
     def _after_partials(self, report: Report) -> Report:
         """``report``, after the job's held partial (its outcome comes after its partials)."""
 
-        def report_last(job: Job, status: DoneStatus, payload: str) -> None:
+        def report_last(job: ManagedJob, status: DoneStatus, payload: str) -> None:
             self.partials.flush(job)
             report(job, status, payload)
 
@@ -227,12 +227,12 @@ class Lifecycle:
             else:
                 self._failed(job, status, payload, now)
 
-    def refuse(self, job: Job, name: str, reason: str, now: float) -> None:
+    def refuse(self, job: ManagedJob, name: str, reason: str, now: float) -> None:
         """Answer a job that is not held (nor run) with ``refused``, as a child would."""
         detail = {"job": name, "type": "JobNotAllowed", "message": reason, "traceback": ""}
         self._failed(job, DoneStatus.REFUSED, json.dumps(detail), now)
 
-    def _failed(self, job: Job, status: str, payload: str, now: float) -> None:
+    def _failed(self, job: ManagedJob, status: str, payload: str, now: float) -> None:
         name, error = outcomes.parse_failure(payload)
         if status == DoneStatus.REFUSED:
             logger.warning(
@@ -263,7 +263,7 @@ class Lifecycle:
             job, done, outcomes.error_payload(error["type"], error["message"], error["traceback"])
         )
 
-    def _retry(self, seq: int, job: Job, payload: str, now: float) -> None:
+    def _retry(self, seq: int, job: ManagedJob, payload: str, now: float) -> None:
         """A failed job with retries left: the router retries it, or we do after a back-off."""
         name, error = outcomes.parse_failure(payload)
         self.stats.retried[job.queue] += 1
@@ -292,27 +292,27 @@ class Lifecycle:
         self.jobs[seq] = job  # keeps its slot while it waits
         heapq.heappush(self._retries, (now + delay, seq))
 
-    def _skipped(self, job: Job) -> None:
+    def _skipped(self, job: ManagedJob) -> None:
         """Its child skipped it as asked."""
         if job.skip == SKIP_NACK:
             self._nack(job, "stopping")
         else:
             self._cancelled(job)
 
-    def _cancelled(self, job: Job) -> None:
+    def _cancelled(self, job: ManagedJob) -> None:
         if job.record:
             self._record(job, JobStatus.CANCELLED, time.monotonic())
         self._report(job, DoneStatus.CANCELLED, outcomes.cancelled_payload())
 
     # -- records ------------------------------------------------------------------
-    def _started(self, job: Job, child: Child) -> None:
+    def _started(self, job: ManagedJob, child: Child) -> None:
         job.started = time.time()
         job.pid = child.pid
         self._add_record(job, JobStatus.RUNNING, None, time.monotonic())
 
     def _record(
         self,
-        job: Job,
+        job: ManagedJob,
         status: JobStatus,
         now: float,
         *,
@@ -323,7 +323,7 @@ class Lifecycle:
 
     def _add_record(
         self,
-        job: Job,
+        job: ManagedJob,
         status: JobStatus,
         finished: float | None,
         now: float,
@@ -442,7 +442,7 @@ class Lifecycle:
         return len(lost)
 
     # -- cancel and shutdown ---------------------------------------------------------
-    def find(self, msgid: str) -> tuple[int, Job] | None:
+    def find(self, msgid: str) -> tuple[int, ManagedJob] | None:
         for seq, job in self.jobs.items():
             if job.msgid == msgid:
                 return seq, job

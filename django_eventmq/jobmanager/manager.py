@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import zmq
 
 from django_eventmq.errors import InvalidJob
-from django_eventmq.jobmanager.lifecycle import Job, Lifecycle
+from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
 from django_eventmq.jobmanager.link import RouterLink
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import Pool
@@ -88,7 +88,7 @@ _MODES = {JobManagerState.EXTENDED: "done", JobManagerState.REFERENCE: "referenc
 class _Pending:
     """An outcome waiting (in the session) for a connection whose mode is known."""
 
-    job: Job
+    job: ManagedJob
     status: str  # a DONE status, or _NACK
     payload: str  # the reply payload, or the NACK reason
 
@@ -252,7 +252,7 @@ class JobManager(Service):
     def _accept(self, request: Request) -> None:
         headers, body = request.headers, request.body_text
         reply = headers.reply_requested
-        job = Job(
+        job = ManagedJob(
             request.msgid,
             request.queue,
             request.body_text,
@@ -277,7 +277,7 @@ class JobManager(Service):
             return
         self.lifecycle.accept(job)
 
-    def _allowed_on_queue(self, job: Job) -> bool:
+    def _allowed_on_queue(self, job: ManagedJob) -> bool:
         """Check ``QUEUE_ALLOWED_JOBS``; a refused job is answered ``refused`` here.
 
         Checked before a child sees the job, so a refused one never runs. A body
@@ -299,7 +299,7 @@ class JobManager(Service):
         )
         return False
 
-    def _report(self, job: Job, status: str, payload: str) -> None:
+    def _report(self, job: ManagedJob, status: str, payload: str) -> None:
         """Tell the router a job is over, as this connection's mode says."""
         session = self.link.session
         if session.extended:
@@ -310,7 +310,7 @@ class JobManager(Service):
         else:
             session.hold(_Pending(job, status, payload))
 
-    def _partial(self, job: Job, payload: str) -> None:
+    def _partial(self, job: ManagedJob, payload: str) -> None:
         """A running job's partial: to a router that speaks PARTIAL, for a client that waits.
 
         Not kept while disconnected or in reference mode: partials are best effort.
@@ -319,7 +319,7 @@ class JobManager(Service):
         if partial is not None:
             self._send(partial)
 
-    def _nack(self, job: Job, reason: str) -> None:
+    def _nack(self, job: ManagedJob, reason: str) -> None:
         """Give an unstarted job back to the router (or run it, if the router cannot take it)."""
         session = self.link.session
         if session.extended:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.jobmanager.lifecycle import Job, Lifecycle
+from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import Pool
 from django_eventmq.protocol import Headers, JobBody, Message, Reply, Request, codec
@@ -69,7 +69,7 @@ def test_job_manager_holds_a_failed_job_for_its_backoff(backoff_settings: Settin
         nack=lambda job, why: None,
         router_retries=lambda: False,
     )
-    job = Job(
+    job = ManagedJob(
         msgid="m1", queue="default", body_text=BODY.encode(), reply_requested=True, retry_count=6
     )
     life.accept(job)
