@@ -66,6 +66,7 @@ from django_eventmq.protocol import (
 )
 from django_eventmq.protocol.headers import attempt_of
 from django_eventmq.protocol.session import JobManagerState
+from django_eventmq.protocol.status import DoneStatus
 from django_eventmq.runtime import registry
 from django_eventmq.runtime.logs import job_debug
 from django_eventmq.runtime.service import Service
@@ -77,20 +78,34 @@ logger = logging.getLogger("django_eventmq.jobmanager")
 #: prompts one sooner.
 SUPERVISE_EVERY = 0.2
 
-#: Held outcomes that are a NACK (not a DONE status).
-_NACK = "nack"
-
 #: ``JobManager.mode`` for each session state (for logs and tests).
 _MODES = {JobManagerState.EXTENDED: "done", JobManagerState.REFERENCE: "reference"}
 
 
-@dataclass(slots=True)
-class _Pending:
-    """An outcome waiting (in the session) for a connection whose mode is known."""
+@dataclass(frozen=True, slots=True)
+class _HeldDone:
+    """A finished job's outcome, waiting (in the session) for a connection whose mode is known."""
 
     job: ManagedJob
-    status: str  # a DONE status, or _NACK
-    payload: str  # the reply payload, or the NACK reason
+    status: DoneStatus
+    payload: str  # the reply payload
+
+
+@dataclass(frozen=True, slots=True)
+class _HeldNack:
+    """An unstarted job to hand back, waiting like :class:`_HeldDone`.
+
+    A type of its own, not a status word: "nack" is no DONE status. Released,
+    it goes out as NACK to our router; to a reference router it is no message
+    at all (the job runs here).
+    """
+
+    job: ManagedJob
+    reason: str
+
+
+#: What the job manager holds in the session until the mode is settled.
+_Held = _HeldDone | _HeldNack
 
 
 class JobManager(Service):
@@ -132,7 +147,7 @@ class JobManager(Service):
         self.lifecycle.wake_supervisor = self._wake_supervisor
         self.lifecycle.resend_records = self._resend_records
         self.jobs = self.lifecycle.jobs
-        self.link: RouterLink[_Pending] = RouterLink(settings, self._poller)
+        self.link: RouterLink[_Held] = RouterLink(settings, self._poller)
         self._next_supervise = 0.0
         self._started = False
 
@@ -242,8 +257,8 @@ class JobManager(Service):
         if session.settled and session.held:
             logger.debug("jobmanager reports to %s in %s mode", self.addr, self.mode)
             for item in session.take_held():
-                if item.status == _NACK:
-                    self._nack(item.job, item.payload)
+                if isinstance(item, _HeldNack):
+                    self._nack(item.job, item.reason)
                 else:
                     self._report(item.job, item.status, item.payload)
         self._top_up()
@@ -299,7 +314,7 @@ class JobManager(Service):
         )
         return False
 
-    def _report(self, job: ManagedJob, status: str, payload: str) -> None:
+    def _report(self, job: ManagedJob, status: DoneStatus, payload: str) -> None:
         """Tell the router a job is over, as this connection's mode says."""
         session = self.link.session
         if session.extended:
@@ -308,7 +323,7 @@ class JobManager(Service):
             if job.reply_requested:
                 self._send(session.reply(job.msgid, payload))
         else:
-            session.hold(_Pending(job, status, payload))
+            session.hold(_HeldDone(job, status, payload))
 
     def _partial(self, job: ManagedJob, payload: str) -> None:
         """A running job's partial: to a router that speaks PARTIAL, for a client that waits.
@@ -328,7 +343,7 @@ class JobManager(Service):
             job.skip = ""
             self.lifecycle.accept(job)  # a reference router cannot take it back
         else:
-            session.hold(_Pending(job, _NACK, reason))
+            session.hold(_HeldNack(job, reason))
 
     # -- records -----------------------------------------------------------------
     def _send_records(self, now: float, *, force: bool = False) -> None:

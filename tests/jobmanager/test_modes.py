@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
-from django_eventmq.protocol import Disconnect, Done, Features, Ready, Reply, new_msgid
+from django_eventmq.jobmanager.lifecycle import ManagedJob
+from django_eventmq.jobmanager.manager import JobManager
+from django_eventmq.protocol import Disconnect, Done, Features, Nack, Ready, Reply, new_msgid
 from django_eventmq.protocol.packed import PACKED
-from django_eventmq.protocol.session import JOBMANAGER_FEATURES
-from django_eventmq.router import backend
+from django_eventmq.protocol.session import JOBMANAGER_FEATURES, ROUTER_FEATURES
 from tests.fake_router import FakeRouter, body
 from tests.jobs_fixtures.running import payload, running, settings_for
-
-
-@pytest.fixture
-def router() -> Iterator[FakeRouter]:
-    fake = FakeRouter()
-    yield fake
-    fake.close()
 
 
 def test_features_switch_to_done_mode(router: FakeRouter) -> None:
@@ -161,6 +151,49 @@ def test_it_hears_every_feature_our_router_announces(router: FakeRouter) -> None
     with running(settings_for(router)) as jm:
         identity, _ = router.handshake(features=True)
         router.expect(Features)  # our answer: the router's FEATURES was handled
-        assert jm.link.session.router_features == backend.FEATURES
+        assert jm.link.session.router_features == dict(ROUTER_FEATURES)  # what our router says
         assert router.peer(identity).announced == dict(JOBMANAGER_FEATURES)
         assert jm.mode == "done"
+
+
+# -- a job handed back before the mode is known ----------------------------------------------
+
+
+def _hold_a_handed_back_job(router: FakeRouter) -> JobManager:
+    """A job manager that handed a job back (NACK) before any router answered its INFORM."""
+    jm = JobManager(settings_for(router, concurrency=1), name="test-jm")
+    jm.start()
+    # The way a stopping job manager hands back a job its child skipped
+    # (lifecycle's HandBack): with no mode yet, the session keeps it.
+    jm._nack(ManagedJob("held-1", "default", body("add", 2, 3), reply_requested=True), "stopping")
+    assert jm.link.session.held
+    return jm
+
+
+def test_a_job_handed_back_before_the_mode_is_known_goes_to_our_router_as_nack(
+    router: FakeRouter,
+) -> None:
+    jm = _hold_a_handed_back_job(router)
+    try:
+        router.handshake(features=True)
+        [(_, nack)] = router.wait_for(Nack, timeout=20, tick=lambda: jm.loop_once(10))
+        assert (nack.job_msgid, nack.reason) == ("held-1", "stopping")
+        router.pump(0.05)
+        assert router.count(Done) == 0 and router.count(Reply) == 0
+    finally:
+        jm.close()
+
+
+def test_a_job_handed_back_before_the_mode_is_known_runs_for_a_reference_router(
+    router: FakeRouter,
+) -> None:
+    # A reference router cannot take a job back: it runs here, and the client's
+    # REPLY carries its value (not the hand-back reason).
+    jm = _hold_a_handed_back_job(router)
+    try:
+        router.handshake()
+        [(_, reply)] = router.wait_for(Reply, timeout=20, tick=lambda: jm.loop_once(10))
+        assert payload(reply) == {"value": 5}
+        assert router.count(Nack) == 0
+    finally:
+        jm.close()
