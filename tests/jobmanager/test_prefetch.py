@@ -212,13 +212,6 @@ class Driven:
 
 
 @pytest.fixture
-def router() -> Iterator[FakeRouter]:
-    fake = FakeRouter()
-    yield fake
-    fake.close()
-
-
-@pytest.fixture
 def driven() -> Iterator[Callable[..., Driven]]:
     made: list[Driven] = []
 
