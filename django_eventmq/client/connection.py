@@ -37,7 +37,6 @@ from django_eventmq.protocol import (
     EMPTY_HEADERS,
     Ack,
     Cancel,
-    Features,
     Headers,
     Message,
     Partial,
@@ -50,9 +49,9 @@ from django_eventmq.protocol import (
     encode,
     new_msgid,
 )
-from django_eventmq.protocol.constants import ACK, PROTOCOL_VERSION_B, REQUEST
-from django_eventmq.protocol.packed import PACKED, pack_request
-from django_eventmq.protocol.packed import PREFIX as PACKED_PREFIX
+from django_eventmq.protocol.packed import pack_request
+from django_eventmq.protocol.session import ClientSession
+from django_eventmq.protocol.views import is_ack, request_frames
 from django_eventmq.runtime import config, security, transport
 
 logger = logging.getLogger("django_eventmq.client")
@@ -71,12 +70,6 @@ MAX_PARTIAL_JOBS = 10_000
 #: Outcomes already read, kept so that the same handle's next ``.wait()`` or
 #: ``.stream()`` has it at once (the most recent ones).
 MAX_SETTLED_OUTCOMES = 1_000
-
-_VERSION = PROTOCOL_VERSION_B
-_REQUEST = REQUEST.encode()
-_ACK = ACK.encode()
-#: How a packed message starts when its command is three letters long: only ACK is.
-_PACKED_ACK_HEAD = b"%s%d," % (PACKED_PREFIX, len(ACK))
 
 #: What a handle may receive for its job: a REPLY (the outcome) or a REJECT.
 Outcome = Reply | Reject
@@ -106,17 +99,11 @@ class Client:
         #: msgids of guarantee jobs sent and not yet acknowledged.
         self._awaiting_ack: set[str] = set()
         self._acked: set[str] = set()
-        #: REQUESTs go packed (see router_features).
-        self._packed = False
-        self._router_features: dict[str, Any] | None = None
+        #: The FEATURES handshake: what the router answered (packed, batch), and
+        #: whether it sent anything else first (then it is the reference).
+        self.session = ClientSession(pipeline.CLIENT_FEATURES)
         #: Our FEATURES could not go yet (no router connected): sent before the next send.
         self._features_unsent = False
-        #: FEATURES answers read (see confirm_read).
-        self._features_answers = 0
-        #: When our first FEATURES went out (monotonic), and whether the router
-        #: sent anything else: a router of ours answers that FEATURES first.
-        self._features_sent_at = 0.0
-        self._heard = False
         #: The thread that uses the socket (the exit flush closes no other's).
         self.thread = threading.current_thread()
         # Unlike other sockets, a client's lingers: a thread-per-request server
@@ -147,30 +134,25 @@ class Client:
     def router_features(self) -> dict[str, Any] | None:
         """The router's FEATURES once it answered ours (None: not yet, or a reference
         router). A packed REQUEST needs ``"packed"``; send_many batches with ``"batch"``."""
-        return self._router_features
+        return self.session.router_features
 
-    @router_features.setter
-    def router_features(self, features: dict[str, Any] | None) -> None:
-        self._router_features = features
-        self._packed = bool(features and features.get(PACKED))
+    def _ask(self) -> list[bytes]:
+        """Our FEATURES; an answer (a router of ours) is due within ``SEND_TIMEOUT``."""
+        return encode(self.session.ask(time.monotonic(), wait=self.linger_ms / 1000))
 
     def _ask_features(self) -> None:
         """Say what we speak, without waiting: REQUESTs go plain until the answer
         comes (read with the ACKs); a reference router ignores it."""
-        self.router_features = None
-        self._heard = False
-        self._features_unsent = not self._try_send(_features_frames())
-        self._features_sent_at = time.monotonic()
+        self._features_unsent = not self._try_send(self._ask())
 
     def _send_features(self) -> None:
         """Send the FEATURES that found no router connected (still first, before
         any job), waiting up to ``SEND_TIMEOUT`` for one."""
         try:
-            self.channel.send_frames(_features_frames())
+            self.channel.send_frames(self._ask())
         except transport.Again:
             raise self._unavailable() from None
         self._features_unsent = False
-        self._features_sent_at = time.monotonic()
 
     def _try_send(self, frames: list[bytes]) -> bool:
         """Send without waiting; False if the socket would not take it now."""
@@ -213,15 +195,15 @@ class Client:
         if self._features_unsent:
             self._send_features()
         try:
-            if self._packed:
+            if self.session.send_packed:
                 self.channel.send_frames([pack_request(msgid, queue, headers, body)])
             else:
-                self.channel.send_frames([b"", _VERSION, _REQUEST, msgid, queue, headers, body])
+                self.channel.send_frames(request_frames(msgid, queue, headers, body))
         except transport.Again:
             raise self._unavailable() from None
         self._sends += 1
         # Until the router's FEATURES answer is in, look for it after every send.
-        if self._sends % DRAIN_EVERY == 0 or self._router_features is None:
+        if self._sends % DRAIN_EVERY == 0 or self.session.router_features is None:
             self.drain()
 
     def send_request_guaranteed(
@@ -334,7 +316,7 @@ class Client:
             self._ask_features()
             raise
         if sender.router_features is not None:
-            self.router_features = sender.router_features
+            self.session.answered(sender.router_features)  # it read the answer on our socket
         result.batches = sender.batches_sent
         return result
 
@@ -412,19 +394,18 @@ class Client:
 
     def _file(self, frames: list[bytes]) -> None:
         """File one message from the router by msgid."""
-        self._heard = True
         # The common case, an ACK of a job nobody waits on, is skipped undecoded
         # (packed, as the router ACKs a packed REQUEST, or not).
-        if not self._awaiting_ack and (
-            (len(frames) > 2 and frames[2] == _ACK)
-            or (len(frames) == 1 and frames[0].startswith(_PACKED_ACK_HEAD))
-        ):
+        if not self._awaiting_ack and is_ack(frames):
+            self.session.heard()
             return
         try:
             message = decode(frames)
         except ProtocolError as exc:
+            self.session.heard()
             logger.warning("ignored a malformed message from the router at %s: %s", self.addr, exc)
             return
+        self.session.receive(message)
         if isinstance(message, Ack):
             if message.ack_msgid in self._awaiting_ack:
                 self._acked.add(message.ack_msgid)
@@ -441,11 +422,8 @@ class Client:
         elif isinstance(message, Reject):
             logger.info("router rejected msgid=%s: %s", message.job_msgid, message.reason)
             self._keep(message.job_msgid, message)
-        elif isinstance(message, Features):
-            # The answer to our FEATURES (or to a send_many's, after it returned).
-            self.router_features = dict(message.features)
-            self._features_answers += 1
-        # HEARTBEAT, DISCONNECT and others need nothing from a client.
+        # FEATURES (the answer to ours, or to a send_many's after it returned): the
+        # session has it. HEARTBEAT, DISCONNECT and others need nothing from a client.
 
     def _keep(self, job_msgid: str, message: Outcome) -> None:
         outcomes = self._outcomes
@@ -532,26 +510,25 @@ class Client:
         """
         if self._features_unsent:
             return None
+        session = self.session
         self.drain()  # the answer may be waiting, though the time to wait for it is over
-        if self._router_features is None:
+        if session.router_features is None:
             # Ours answers our first FEATURES before anything else, within
             # SEND_TIMEOUT unless it is not reading (then nothing is confirmed).
-            by = min(deadline, self._features_sent_at + self.linger_ms / 1000)
-            self._read_until(lambda: self._heard, by - time.monotonic())
-            if self._router_features is None:
+            by = min(deadline, session.decide_by)
+            self._read_until(lambda: not session.asking, by - time.monotonic())
+            if session.router_features is None:
                 return None
-        answered = self._features_answers
+        answered = session.answers
         # Our pipe may be full (a fast sender's last jobs): wait for room.
         self.channel.socket.setsockopt(
             transport.SNDTIMEO, max(0, int((deadline - time.monotonic()) * 1000))
         )
         try:
-            self.channel.send_frames(_features_frames())
+            self.channel.send_frames(encode(session.probe()))
         except transport.Again:
             return False  # the router is not reading
-        return self._read_until(
-            lambda: self._features_answers > answered, deadline - time.monotonic()
-        )
+        return self._read_until(lambda: session.answers > answered, deadline - time.monotonic())
 
     def _read_until(self, done: Callable[[], bool], timeout: float) -> bool:
         """File what the router sends until ``done()``, for up to ``timeout`` seconds."""
@@ -581,10 +558,6 @@ class Client:
 
 
 _local = threading.local()
-
-
-def _features_frames() -> list[bytes]:
-    return encode(Features(msgid=new_msgid(), features=pipeline.CLIENT_FEATURES))
 
 
 def _poll_ms(deadline: float | None) -> int | None:

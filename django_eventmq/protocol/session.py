@@ -449,34 +449,64 @@ class ClientSession:
         self.our_features = dict(features)
         #: The router's answer (None: not yet, or the reference router).
         self.router_features: dict[str, Any] | None = None
-        self._decide_by = 0.0
-
-    @property
-    def send_packed(self) -> bool:
-        return self.router_features is not None and bool(self.router_features.get(PACKED))
+        #: REQUESTs may go packed (the answer said ``"packed"``); an attribute,
+        #: not a look-up in :attr:`router_features`: the client reads it per job.
+        self.send_packed = False
+        #: FEATURES answers received so far (a new one says the router read
+        #: everything sent before the FEATURES it answers, see :meth:`probe`).
+        self.answers = 0
+        #: Until when (the caller's clock) an answer to :meth:`ask` may come.
+        self.decide_by = 0.0
 
     def speaks(self, key: str) -> bool:
         return self.router_features is not None and bool(self.router_features.get(key))
+
+    @property
+    def asking(self) -> bool:
+        """Our FEATURES went and nothing came back yet (before the deadline)."""
+        return self.state is _C.ASKING
 
     def ask(self, now: float, *, wait: float) -> Features:
         """Our FEATURES (sent first on a new socket, or again to re-check the router)."""
         self.state = _C.ASKING
         self.router_features = None
-        self._decide_by = now + wait
+        self.send_packed = False
+        self.decide_by = now + wait
+        return Features(msgid=new_msgid(), features=self.our_features)
+
+    def probe(self) -> Features:
+        """Our FEATURES again to a router that answered: its next answer comes once
+        it read all we sent before (nothing it said is forgotten meanwhile)."""
+        if self.state is not _C.ANSWERED:
+            raise _illegal("client", "FEATURES to a router that did not answer", self.state)
         return Features(msgid=new_msgid(), features=self.our_features)
 
     def receive(self, message: Message) -> None:
         """A message from the router."""
-        if self.state is _C.IDLE:
-            raise _illegal("client", f"receiving {message.command}", self.state)
         if isinstance(message, Features):
-            # An answer (to our first FEATURES or a later one) says the router is ours.
-            self.router_features = dict(message.features)
-            self.state = _C.ANSWERED
-        elif self.state is _C.ASKING:
+            self.answered(message.features)
+        else:
+            self.heard()
+
+    def answered(self, features: Mapping[str, Any]) -> None:
+        """The router's FEATURES: an answer (to our first FEATURES, a later one, or
+        a bulk sender's on the same socket) says the router is ours."""
+        if self.state is _C.IDLE:
+            raise _illegal("client", "receiving FEATURES", self.state)
+        self.router_features = dict(features)
+        self.send_packed = bool(features.get(PACKED))
+        self.answers += 1
+        self.state = _C.ANSWERED
+
+    def heard(self) -> None:
+        """Something other than FEATURES came (the client may not decode it: an ACK)."""
+        state = self.state
+        if state is _C.ASKING:
             self.state = _C.REFERENCE
+        elif state is _C.IDLE:
+            raise _illegal("client", "receiving a message", state)
 
     def tick(self, now: float) -> None:
         """Time passed: no answer by the deadline means the reference router."""
-        if self.state is _C.ASKING and now >= self._decide_by:
+        if self.state is _C.ASKING and now >= self.decide_by:
             self.state = _C.REFERENCE

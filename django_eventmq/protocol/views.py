@@ -27,6 +27,7 @@ from typing import Final, NamedTuple
 
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol import constants as C
+from django_eventmq.protocol.packed import PREFIX as _PACKED_PREFIX
 from django_eventmq.protocol.packed import unpack
 
 _VERSION: Final = C.PROTOCOL_VERSION_B
@@ -35,6 +36,8 @@ _BATCH: Final = C.BATCH_B
 _READY: Final = C.READY_B
 _DONE: Final = C.DONE_B
 _ACK: Final = C.ACK_B
+#: How a packed message starts when its command is three letters long: only ACK is.
+_PACKED_ACK_HEAD: Final = b"%s%d," % (_PACKED_PREFIX, len(_ACK))
 _new = tuple.__new__
 
 #: The routing identity of frames a ROUTER received or sends (its envelope).
@@ -165,6 +168,16 @@ def acked_msgid(frames: Sequence[bytes]) -> bytes | None:
         if command == _ACK and version == _VERSION and not empty:
             return ack_msgid
     return None
+
+
+def is_ack(frames: Sequence[bytes]) -> bool:
+    """An ACK a DEALER received, plain or packed (a packed REQUEST is ACKed packed),
+    told without decoding it (a client skips the ACKs nobody waits for)."""
+    n = len(frames)
+    if n == 5:
+        empty, version, command, _msgid, _ack_msgid = frames
+        return command == _ACK and version == _VERSION and not empty
+    return n == 1 and _last(frames).startswith(_PACKED_ACK_HEAD)
 
 
 def routed(raw: Sequence[bytes]) -> RoutedView | None:

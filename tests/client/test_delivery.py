@@ -287,7 +287,7 @@ def test_a_long_running_process_s_exit_finds_the_router_s_unread_answer(start_ro
         sender._send_features()  # as the first .delay() does, without reading after it
         wait_for(lambda: sender.channel.poll(0), what="the router's answer, unread")
         assert sender.router_features is None
-        sender._features_sent_at -= 60  # as if it went out a minute ago
+        sender.session.decide_by -= 60  # as if it went out a minute ago
         assert sender.confirm_read(time.monotonic() + 10) is True
     finally:
         sender.close()

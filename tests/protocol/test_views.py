@@ -20,11 +20,13 @@ from django_eventmq.protocol.views import (
     DoneView,
     ReadyView,
     RequestView,
+    ack_frames,
     acked_msgid,
     batch_fields,
     dealer_ack,
     done_fields,
     identity_of,
+    is_ack,
     ready_identity,
     refusal,
     request_fields,
@@ -82,6 +84,7 @@ def test_reference_frames_routed(raw: list[bytes]) -> None:
 def test_reference_frames_dealt(raw: list[bytes]) -> None:
     message = decode(raw)
     view = dealer_ack(raw)
+    assert is_ack(raw) is isinstance(message, Ack)
     if isinstance(message, Ack):
         assert view == AckView(message.msgid.encode(), message.ack_msgid.encode())
         assert acked_msgid(raw) == view.ack_msgid
@@ -156,6 +159,17 @@ def test_unpack_received_takes_packed_messages_both_ways() -> None:
     bad = [b"id", b"not packed"]
     assert unpack_received(bad, max_frames=32) is bad
     assert identity_of(bad) == b"id"
+
+
+def test_is_ack_knows_an_ack_plain_or_packed_and_nothing_else() -> None:
+    ack = ack_frames(b"m1", b"job-1")
+    assert is_ack(ack) and is_ack([pack(ack)])
+    reply = [b"", V, b"REPLY", b"m2", b"", b"{}"]
+    assert not is_ack(reply) and not is_ack([pack(reply)])
+    assert not is_ack(ack[:4])  # an ACK without the msgid it acknowledges: decode it
+    assert not is_ack([b"x", *ack[1:]])  # no empty delimiter
+    assert not is_ack([b"", b"eMQP/0.9", *ack[2:]])
+    assert not is_ack([])
 
 
 @pytest.mark.parametrize(

@@ -154,7 +154,7 @@ def test_a_guaranteed_job_sent_packed_returns_on_the_routers_packed_ack(start_ro
         client.send_request_guaranteed(
             b"m-sure", b"default", b"guarantee", JOB_B, ack_timeout=5.0, retries=0
         )
-        assert client._packed
+        assert client.session.send_packed
         assert _monitor(h)["queued"] == 4
     finally:
         client.close()
