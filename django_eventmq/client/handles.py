@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from django_eventmq.client.connection import Outcome, existing_client, get_client
 from django_eventmq.errors import EventMQError, JobError, JobRejected, ProtocolError, ResultTimeout
 from django_eventmq.protocol import Reject, decode_json
+from django_eventmq.protocol.status import JobStatus
 from django_eventmq.runtime import hooks as integration
 from django_eventmq.runtime.config import get_settings
 
@@ -28,13 +29,9 @@ class ResultNotReady(LookupError, EventMQError):
     """The job has no final result yet (or none was recorded)."""
 
 
-# The results table's statuses an outcome stands for (the names of
-# results_models.JobStatus, which core cannot import), and REJECTED, which only
-# a handle that read the router's REJECT reports (no row is written for it).
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-TIMED_OUT = "timed_out"
-CANCELLED = "cancelled"
+# An outcome stands for a results table status (JobStatus), or for REJECTED,
+# which only a handle that read the router's REJECT reports (no row is written
+# for it, so it is no JobStatus).
 REJECTED = "rejected"
 
 
@@ -45,20 +42,20 @@ def outcome_status(outcome: Outcome) -> str:
     try:
         reply = decode_json(outcome.payload)
     except ProtocolError:
-        return FAILED  # as outcome_value raises for it
+        return JobStatus.FAILED  # as outcome_value raises for it
     if not isinstance(reply, dict):
-        return FAILED
+        return JobStatus.FAILED
     error = reply.get("error")
     if not error:
-        return SUCCEEDED
+        return JobStatus.SUCCEEDED
     kind = error.get("type") if isinstance(error, dict) else None
     if kind == "Cancelled":
-        return CANCELLED
+        return JobStatus.CANCELLED
     # A job manager's timeout reply (outcomes.timeout_payload); a job that raised
     # TimeoutError itself has its message as the value.
     if kind == "TimeoutError" and reply.get("value") == "TimeoutError":
-        return TIMED_OUT
-    return FAILED
+        return JobStatus.TIMED_OUT
+    return JobStatus.FAILED
 
 
 def outcome_value(outcome: Outcome) -> Any:
@@ -226,7 +223,7 @@ class EagerHandle(JobHandle):
     @property
     def status(self) -> str:
         """``succeeded``: it ran in ``.delay()`` (a failure raised there)."""
-        return SUCCEEDED
+        return JobStatus.SUCCEEDED
 
     @property
     def result(self) -> Any:

@@ -62,9 +62,6 @@ MAX_START_DELAY = 10.0
 #: Seconds between SIGTERM and SIGKILL when a child is stopped mid-job.
 KILL_GRACE = 1.0
 
-#: Results of jobs that did not run (skipped or refused): not timed.
-_NOT_RUN = NOT_RUN
-
 
 class Status(enum.Enum):
     """Life of a child: STARTING -> UP -> (RETIRING | KILLING) -> DEAD."""
@@ -335,7 +332,7 @@ class Pool:
             if kind == worker.RESULT:
                 seq, status, payload = worker.decode_result(data)
                 entry = inflight.pop(seq, None)
-                if entry is not None and status not in _NOT_RUN:
+                if entry is not None and status not in NOT_RUN:  # refused or skipped: not timed
                     # A result read together with the one before it ran in between: 0 s.
                     self.prefetch.observe(at - child.head_since)
                 if entry is not None and inflight:

@@ -66,8 +66,7 @@ from django_eventmq.protocol.batch import Batch as Batch
 from django_eventmq.protocol.batch import pack_jobs as pack_jobs
 from django_eventmq.protocol.batch import unpack_jobs as unpack_jobs
 from django_eventmq.protocol.messages import MESSAGE_TYPES, Message
-from django_eventmq.protocol.status import DONE_STATUSES as DONE_STATUSES
-from django_eventmq.protocol.status import DoneStatus
+from django_eventmq.protocol.status import DONE_STATUSES
 
 FEATURES = "FEATURES"
 DONE = "DONE"
@@ -79,14 +78,6 @@ UNREADY = "UNREADY"
 
 #: Longest PARTIAL payload (characters): progress is small; results go in the reply.
 MAX_PARTIAL_BYTES = 1024 * 1024
-
-#: Outcomes a DONE reports: :mod:`.status` owns them. These names stay for the
-#: router (book.py imports them from here): ``DoneStatus`` members, not copies.
-STATUS_FAILED = DoneStatus.FAILED
-STATUS_REFUSED = DoneStatus.REFUSED
-STATUS_CANCELLED = DoneStatus.CANCELLED
-STATUS_DIED = DoneStatus.DIED
-STATUS_RETRY = DoneStatus.RETRY
 
 
 #: Longest REJECT reason taken from a job manager's refusal.

@@ -40,16 +40,9 @@ from collections.abc import Callable
 from typing import Any
 
 from django_eventmq.protocol import Message, Reply, new_msgid
-from django_eventmq.protocol.extensions import (
-    STATUS_CANCELLED,
-    STATUS_DIED,
-    STATUS_FAILED,
-    STATUS_REFUSED,
-    STATUS_RETRY,
-    Reject,
-    refusal_reason,
-)
+from django_eventmq.protocol.extensions import Reject, refusal_reason
 from django_eventmq.protocol.headers import Headers
+from django_eventmq.protocol.status import DoneStatus
 from django_eventmq.protocol.views import stored_request
 from django_eventmq.router.dedup import FinishedWindow
 from django_eventmq.router.journal.store import (
@@ -463,7 +456,8 @@ class Book:
         finished, job = self.routing.ready(identity, now)
         for done in finished:
             job_debug(log, "finished: READY from %s", done.msgid, done.queue, show(identity))
-            self.stats.finish(done.queue, "unknown")  # a reference job manager does not say
+            # A reference job manager does not say how it went.
+            self.stats.finish(done.queue, DoneStatus.UNKNOWN)
             self._forget_finished(done)
         if job is not None:
             self._hand_out(self.routing.workers[identity], job, now)
@@ -476,7 +470,7 @@ class Book:
             if job is None:
                 return None
         job_debug(log, "finished: REPLY from %s", msgid, job.queue, show(identity))
-        self.stats.finish(job.queue, "unknown")
+        self.stats.finish(job.queue, DoneStatus.UNKNOWN)
         self._forget_finished(job)
         return job.client if job.reply else None
 
@@ -495,16 +489,16 @@ class Book:
                 log.debug("DONE %s for msgid %s: not held (already finished)", status, msgid)
                 return
         job_debug(log, "DONE %s from %s", msgid, job.queue, status, show(identity))
-        if status == STATUS_DIED:
+        if status == DoneStatus.DIED:
             self._died(job, f"its worker process died ({payload[:200]})")
-        elif status == STATUS_RETRY and job.attempts < job.retry_count:
+        elif status == DoneStatus.RETRY and job.attempts < job.retry_count:
             self._retry(job)
         else:
             self.routing.count_finished(job, identity)
             # A retry past its retry-count is a failure; time from hand-out to report.
-            outcome = STATUS_FAILED if status == STATUS_RETRY else status
+            outcome = DoneStatus.FAILED if status == DoneStatus.RETRY else status
             self.stats.finish(job.queue, outcome, now - job.dispatched_at)
-            if status == STATUS_REFUSED:
+            if status == DoneStatus.REFUSED:
                 self._refused(job, payload)
             else:
                 self._finish(job, payload)
@@ -692,7 +686,7 @@ class Book:
                 self.delayed[row.queue] -= 1
             elif state == POISONED:
                 self.poisoned[row.queue] -= 1
-        self.stats.finish(job.queue, STATUS_CANCELLED)
+        self.stats.finish(job.queue, DoneStatus.CANCELLED)
         self._finish(job, CANCELLED_PAYLOAD)
         job_debug(log, "cancelled before it ran", msgid, job.queue)
         return None
