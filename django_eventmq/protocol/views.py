@@ -180,6 +180,21 @@ def is_ack(frames: Sequence[bytes]) -> bool:
     return n == 1 and _last(frames).startswith(_PACKED_ACK_HEAD)
 
 
+def published_fields(frames: Sequence[bytes]) -> tuple[bytes, bytes] | None:
+    """``(topic, data)`` of a message a SUB socket received from the publisher
+    (:func:`published_frames`), or None when it is not two frames."""
+    if len(frames) == 2:
+        topic, data = frames
+        return (topic, data)
+    return None
+
+
+def published_frames(topic: bytes, data: bytes) -> list[bytes]:
+    """What the publisher's PUB socket sends for a PUBLISH: ``[TOPIC, JSON]``
+    (no eMQP envelope: a SUB socket filters on the first frame's prefix)."""
+    return [topic, data]
+
+
 def routed(raw: Sequence[bytes]) -> RoutedView | None:
     """The view of what a ROUTER received, or None: not one of the views'
     commands, or not well-formed (:func:`refusal` says why)."""

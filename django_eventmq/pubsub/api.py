@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from django_eventmq.errors import BrokerUnavailable, ConfigurationError, InvalidJob
 from django_eventmq.protocol import Publish, decode_json, encode_json, new_msgid
+from django_eventmq.protocol.views import published_fields
 from django_eventmq.runtime import security, transport
 from django_eventmq.runtime.config import get_settings
 from django_eventmq.runtime.outbox import WarnOnce
@@ -330,14 +331,16 @@ class Consumer(Service):
 
     def handle(self, frames: list[bytes]) -> int:
         """Decode ``[TOPIC, JSON]`` and run the matching handlers; 0 if it was malformed."""
-        if len(frames) != 2:
+        fields = published_fields(frames)
+        if fields is None:
             return self._reject(f"expected 2 frames [topic, message], got {len(frames)}")
+        topic_b, data_b = fields
         try:
-            topic = frames[0].decode()
+            topic = topic_b.decode()
         except UnicodeDecodeError:
             return self._reject("topic is not valid UTF-8")
         try:
-            data = decode_json(frames[1], f"message on {topic!r}")
+            data = decode_json(data_b, f"message on {topic!r}")
         except InvalidJob as exc:
             return self._reject(str(exc))
         self.received += 1

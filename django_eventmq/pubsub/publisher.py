@@ -37,6 +37,7 @@ import logging
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol import Publish, decode_json
 from django_eventmq.protocol.limits import OverLimit
+from django_eventmq.protocol.views import published_frames
 from django_eventmq.runtime import security, transport
 from django_eventmq.runtime.outbox import WarnOnce
 from django_eventmq.runtime.service import Service
@@ -166,7 +167,8 @@ class Publisher(Service):
             # A PUB socket never blocks: for a subscriber whose queue is full
             # ZeroMQ drops the message (NOBLOCK only guards against surprises).
             outgoing.send_frames(
-                [message.topic.encode(), message.body_text.encode()], flags=transport.NOBLOCK
+                published_frames(message.topic.encode(), message.body_text.encode()),
+                flags=transport.NOBLOCK,
             )
             self.published += 1
             relayed += 1

@@ -27,6 +27,8 @@ from django_eventmq.protocol.views import (
     done_fields,
     identity_of,
     is_ack,
+    published_fields,
+    published_frames,
     ready_identity,
     refusal,
     request_fields,
@@ -170,6 +172,13 @@ def test_is_ack_knows_an_ack_plain_or_packed_and_nothing_else() -> None:
     assert not is_ack([b"x", *ack[1:]])  # no empty delimiter
     assert not is_ack([b"", b"eMQP/0.9", *ack[2:]])
     assert not is_ack([])
+
+
+def test_published_fields_take_what_published_frames_make() -> None:
+    frames = published_frames(b"news.sport", b'{"score": 1}')
+    assert published_fields(frames) == (b"news.sport", b'{"score": 1}')
+    assert published_fields([b"news"]) is None
+    assert published_fields([*frames, b"extra"]) is None
 
 
 @pytest.mark.parametrize(
