@@ -20,7 +20,7 @@ an earlier attempt or started before the row's run (the first run's job
 manager wrote late); a late record of a run that is no longer the last one
 is ignored.
 
-``progress`` (a running job's last partial, :mod:`.core.progress`) arrives
+``progress`` (a running job's last partial, :mod:`.jobmanager.progress`) arrives
 in ``running`` records of the same batches: such a record refreshes a
 ``running`` row of the same attempt, and a record without progress keeps the
 row's, so a finished row shows the last progress reported.

@@ -1,6 +1,6 @@
 """A job's life in the router: accepted, stored, handed out, finished or handed out again.
 
-:class:`Book` joins the routing state (:mod:`.queues`) and the journal
+:class:`Book` joins the routing state (:mod:`.routing`) and the journal
 (:mod:`.journal`). It sends nothing itself: it calls ``deliver(worker, job)``
 to hand a job to a worker (the router sends it by the end of its loop
 iteration, or calls :meth:`Book.undo` if it cannot) and

@@ -2,8 +2,8 @@
 the backend, administration on a third socket.
 
 The router forwards raw frames and never parses job bodies; a job's life
-(stored, handed out, finished, handed out again) lives in :mod:`.dispatch`,
-routing decisions in :mod:`.queues`, the store in :mod:`.journal`.
+(stored, handed out, finished, handed out again) lives in :mod:`.book`,
+routing decisions in :mod:`.routing`, the store in :mod:`.journal`.
 
 One loop iteration: take what the sockets have, hand jobs out (sent
 together at the end of the iteration), then commit the journal (group
@@ -82,10 +82,12 @@ COMMIT_GROUP_MAX = 8192
 
 
 class Router(Service, FrontendHandlers, BackendHandlers):
-    """The eMQP/1.0 router. ``run()`` in its own thread or process; ``stop()`` from anywhere.
+    """The eMQP/1.0 router, a runtime.service :class:`Service` (its ``run()`` installs
+    SIGTERM/SIGINT in the main thread): ``run()`` in its own thread or process,
+    ``stop()`` from anywhere.
 
-    The frontend's handlers are in :mod:`.router_frontend`, the backend's in
-    :mod:`.router_backend`; this class owns the sockets, the loop, the journal
+    The frontend's handlers are in :mod:`.frontend`, the backend's in
+    :mod:`.backend`; this class owns the sockets, the loop, the journal
     commits, back-pressure, the admin socket and the timers.
     """
 

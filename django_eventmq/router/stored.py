@@ -2,7 +2,7 @@
 
 A stored job is its REQUEST's fields (:class:`.journal.Row`); handing it out
 again rebuilds the frames a client sent, with an ``attempt:K`` header when
-it is a retry (see :mod:`.dispatch`, "Attempts").
+it is a retry (see :mod:`.book`, "Attempts").
 """
 
 from __future__ import annotations
