@@ -385,6 +385,39 @@ def test_router_cancel_only_to_a_peer_of_ours() -> None:
     assert peer.cancel("j1").job_msgid == "j1"
 
 
+def test_router_cancel_needs_the_peer_to_have_named_it() -> None:
+    peer = informed()
+    peer.receive(Features(msgid=new_msgid(), features={"done": 1, PACKED: 1}))
+    assert peer.extended and peer.packed and not peer.speaks("cancel")
+    with pytest.raises(ProtocolError, match="CANCEL"):
+        peer.cancel("j1")
+
+
+def test_router_frame_level_calls_count_as_the_messages_do() -> None:
+    """What the router tells the session without a message (READY and DONE read
+    straight from frames) moves credit and debt as receive() does."""
+    by_frames, by_messages = informed(), informed()
+    assert by_frames.free_slot() and by_frames.free_slot()
+    for _ in range(2):
+        by_messages.receive(Ready(msgid=new_msgid()))
+    by_frames.hand_out()
+    by_messages.dispatch(request())
+    assert by_frames.take_back(3) == 1
+    by_messages.receive(Unready(msgid=new_msgid(), count=3))
+    by_frames.reported()
+    assert not by_frames.free_slot()  # pays the debt
+    by_messages.receive(Done(msgid=new_msgid(), job_msgid="j", status="ok"))
+    assert (
+        (by_frames.state, by_frames.credit, by_frames.debt)
+        == (
+            by_messages.state,
+            by_messages.credit,
+            by_messages.debt,
+        )
+        == (PeerState.EXTENDED, 0, 1)
+    )
+
+
 def test_router_kbai_ends_the_conversation() -> None:
     peer = informed()
     peer.receive(Kbai(msgid=new_msgid()))
@@ -442,6 +475,31 @@ def test_client_asking_again_forgets_the_answer() -> None:
     session.receive(Features(msgid=new_msgid(), features={PACKED: 1}))
     session.ask(1.0, wait=1.0)
     assert session.state is ClientState.ASKING and not session.send_packed
+
+
+def test_client_answers_counts_every_features_and_probe_keeps_the_answer() -> None:
+    session = ClientSession({"batch": 1})
+    with pytest.raises(ProtocolError, match="did not answer"):
+        session.probe()
+    session.ask(0.0, wait=1.0)
+    session.answered({PACKED: 1})
+    probe = session.probe()
+    assert probe.features == {"batch": 1} and session.send_packed and session.answers == 1
+    session.receive(Features(msgid=new_msgid(), features={PACKED: 1, "batch": 1}))
+    assert session.answers == 2 and session.speaks("batch")
+
+
+def test_client_heard_settles_only_an_open_question() -> None:
+    session = ClientSession({})
+    session.ask(0.0, wait=1.0)
+    assert session.asking
+    session.heard()  # an ACK the client did not decode
+    assert session.state is ClientState.REFERENCE and not session.asking
+    session.answered({})  # a late answer still says ours
+    session.heard()
+    assert session.state is ClientState.ANSWERED
+    with pytest.raises(ProtocolError, match="IDLE"):
+        ClientSession({}).heard()
 
 
 def test_client_receiving_before_asking_is_illegal() -> None:
