@@ -42,11 +42,13 @@ from django.utils import timezone
 from django_eventmq.errors import JobError
 from django_eventmq.models.results import JobResult
 from django_eventmq.protocol.status import FINISHED, RESULT_OF, JobStatus
+from django_eventmq.runtime.registry import canonical_name
 
 logger = logging.getLogger("django_eventmq.results")
 
 #: The dispatcher job of the Tasks backend; its records describe the task it ran.
-TASK_RUNNER = "django_eventmq.tasks_runner.run_task"
+#: Records may name it by its old name too (``registry.ALIASES``): both count.
+TASK_RUNNER = "django_eventmq.tasks_backend.run_task"
 
 #: Status words a record may use, including the DONE statuses of the wire.
 _STATUS_ALIASES: dict[str, str] = {
@@ -123,7 +125,7 @@ def normalise(record: Mapping[str, Any], now: datetime) -> dict[str, Any] | None
     if not isinstance(error, Mapping):
         error = {"type": "Error", "message": str(error)}
     exc_type = error.get("type")
-    if job == TASK_RUNNER and isinstance(args, list | tuple) and len(args) >= 3:
+    if canonical_name(job) == TASK_RUNNER and isinstance(args, list | tuple) and len(args) >= 3:
         # Show the task, not the dispatcher that ran it: run_task(path, args, kwargs, ...);
         # and its exception as Django's TaskError wants it, module.qualname.
         job, args, kwargs = str(args[0]), args[1], args[2]

@@ -130,13 +130,18 @@ def test_cancel_of_an_unrecorded_job_then_the_job_manager_knows_better():
     assert row("i").status == "succeeded"
 
 
-def test_task_runner_records_show_the_task():
+@pytest.mark.parametrize(
+    "runner",
+    # The name on the wire today, and the name the job is registered under.
+    ["django_eventmq.tasks_runner.run_task", "django_eventmq.tasks_backend.run_task"],
+)
+def test_task_runner_records_show_the_task(runner):
     record_results(
         [
             rec(
                 "t",
                 "succeeded",
-                job="django_eventmq.tasks_runner.run_task",
+                job=runner,
                 args=["tests.django.results.tasks.multiply", ["/p", 2, 3], {}, "default", "t", 1.0],
                 kwargs={},
             )
