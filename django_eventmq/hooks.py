@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from django.db import transaction
 
-from django_eventmq.runtime import hooks as integration
+from django_eventmq.runtime import hooks as runtime_hooks
 
 
 def _on_commit(callback: Callable[[], object]) -> None:
@@ -30,4 +30,4 @@ def install() -> None:
     """Point core at Django's transactions and our results table."""
     from django_eventmq.results import TableReader
 
-    integration.install(on_commit=_on_commit, results=TableReader(), record_cancel=_record_cancel)
+    runtime_hooks.install(on_commit=_on_commit, results=TableReader(), record_cancel=_record_cancel)

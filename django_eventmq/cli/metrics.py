@@ -1,6 +1,6 @@
 """Prometheus metrics: families built on each scrape, and the HTTP endpoint.
 
-Nothing is counted here: the router (:class:`.dispatch.Book`) and the job
+Nothing is counted here: the router (:class:`.book.Book`) and the job
 manager (:class:`.lifecycle.Lifecycle`) keep plain counters
 (:class:`.stats.Stats`) on their hot paths, and a scrape turns them into
 metric families:
@@ -35,8 +35,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from django_eventmq.cli import admin_client as router_cli
-from django_eventmq.cli import status
+from django_eventmq.cli import admin_client, status
 from django_eventmq.errors import ConfigurationError
 
 log = logging.getLogger("django_eventmq.metrics")
@@ -206,7 +205,7 @@ class RouterAdminCollector(Collector):
         *,
         timeout: float = 1.0,
         monitor: bool = True,
-        ask: status.Ask = router_cli.ask,
+        ask: status.Ask = admin_client.ask,
     ) -> None:
         # A callable: the router binds port 0 and knows its address only later.
         self._addr = admin_addr if callable(admin_addr) else (lambda: admin_addr)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from django_eventmq.cli import admin_client as router_cli
+from django_eventmq.cli import admin_client
 from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.protocol import constants as C
 
@@ -54,7 +54,7 @@ def fetch(
     *,
     timeout: float = 2.0,
     monitor: bool = False,
-    ask: Ask = router_cli.ask,
+    ask: Ask = admin_client.ask,
     clock: Callable[[], float] = time.monotonic,
 ) -> Snapshot:
     """Ask the router everything the status view shows; ``error`` says if it did not answer."""
@@ -329,7 +329,7 @@ def render(summary: Mapping[str, Any], *, title: str = "") -> str:
         f"{t['requeued']} requeued, {t['poisoned']} poisoned",
     ]
     if "monitor" in summary:
-        out += ["", "monitor:", router_cli.format_monitor(summary["monitor"])]
+        out += ["", "monitor:", admin_client.format_monitor(summary["monitor"])]
     return "\n".join(out) + "\n"
 
 
@@ -343,7 +343,7 @@ def frame(
     as_json: bool,
     monitor: bool,
     timeout: float,
-    ask: Ask = router_cli.ask,
+    ask: Ask = admin_client.ask,
 ) -> tuple[str, Snapshot]:
     """One view of the router (text or one JSON line) and the snapshot it came from."""
     snap = fetch(admin_addr, timeout=timeout, monitor=monitor, ask=ask)
@@ -364,7 +364,7 @@ def run(
     interval: float = 2.0,
     timeout: float = 2.0,
     frames: int | None = None,
-    ask: Ask = router_cli.ask,
+    ask: Ask = admin_client.ask,
 ) -> int:
     """Print the status once (exit 1 if the router did not answer), or every ``interval``.
 

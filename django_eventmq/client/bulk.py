@@ -32,7 +32,7 @@ went as REQUESTs before the router's FEATURES came (or a full byte budget
 cut early). The same jobs sent again in the same order (a Spark task
 retried, an export sent again with the same run_id) therefore make the same
 BATCH messages, which a router of ours recognises as a whole when it holds
-them already (parcels, :meth:`.dispatch.Book.same_parcel`): not counted
+them already (parcels, :meth:`.book.Book.same_parcel`): not counted
 again as waiting, nor toward its high-water mark.
 """
 

@@ -6,7 +6,7 @@ thread's client socket, where the router sends it for ``reply_requested``
 jobs (no database polling); ``.stream()`` reads the job's partial replies
 (:mod:`.progress`) from the same socket, then ends at its outcome.
 ``.status`` and ``.result`` read the results table through a reader the
-Django app installs (:mod:`.integration`), unless the handle already read
+Django app installs (:mod:`.hooks`), unless the handle already read
 the job's outcome (``.wait()``, ``.stream()``): then they say what it said,
 without a query (the table is written in batches, so it may lag).
 """
@@ -21,7 +21,7 @@ from django_eventmq.client.connection import Outcome, existing_client, get_clien
 from django_eventmq.errors import EventMQError, JobError, JobRejected, ProtocolError, ResultTimeout
 from django_eventmq.protocol import Reject, decode_json
 from django_eventmq.protocol.status import JobStatus
-from django_eventmq.runtime import hooks as integration
+from django_eventmq.runtime import hooks
 from django_eventmq.runtime.config import get_settings
 
 
@@ -165,7 +165,7 @@ class JobHandle(str):
         seen = self._seen()
         if seen is not None:
             return outcome_status(seen)
-        return integration.results_reader().status(str(self))
+        return hooks.results_reader().status(str(self))
 
     @property
     def result(self) -> Any:
@@ -179,7 +179,7 @@ class JobHandle(str):
         seen = self._seen()
         if seen is not None:
             return outcome_value(seen)
-        return integration.results_reader().result(str(self))
+        return hooks.results_reader().result(str(self))
 
     def cancel(self) -> None:
         """Cancel the job: dropped if still queued, its process stopped if running."""
@@ -240,6 +240,6 @@ def cancel(job_msgid: str) -> None:
     if settings.run_inline:
         return  # it already ran
     get_client(settings.broker_addr, send_timeout=settings.send_timeout).cancel(job_msgid)
-    recorder = integration.cancel_recorder()
+    recorder = hooks.cancel_recorder()
     if recorder is not None:
         recorder(job_msgid)

@@ -18,8 +18,7 @@ from django_eventmq.errors import ConfigurationError, SerializationError
 from django_eventmq.protocol import Headers, JobBody, new_msgid
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.payload import compact_json
-from django_eventmq.runtime import hooks as integration
-from django_eventmq.runtime import registry
+from django_eventmq.runtime import hooks, registry
 from django_eventmq.runtime.config import get_settings
 from django_eventmq.runtime.logs import job_debug
 from django_eventmq.scheduling.timing import Periodic, crontab
@@ -158,7 +157,7 @@ class Job(Generic[P, R]):
         at once. The arguments are checked now; the handle (msgid) is usable
         at once, its ``.wait()`` after the commit.
         """
-        on_commit = integration.on_commit()
+        on_commit = hooks.on_commit()
         body_text = self.encode_body(args, kwargs)  # TypeError now, not at commit
         msgid = new_msgid()
         on_commit(lambda: self._send_encoded(body_text, args, kwargs, None, None, msgid))

@@ -37,7 +37,8 @@ from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnContext
 from multiprocessing.process import BaseProcess
 
-from django_eventmq.jobmanager import child as worker
+# The child process's side: its entry point and the pipe's message kinds.
+from django_eventmq.jobmanager import child as child_side
 from django_eventmq.jobmanager.pipe import FrameReader, frame, write_all
 from django_eventmq.jobmanager.prefetch import Prefetch
 from django_eventmq.protocol.status import NOT_RUN
@@ -201,7 +202,7 @@ class Pool:
             fcntl.fcntl(records_out.fileno(), fcntl.F_SETPIPE_SZ, RECORDS_PIPE_SIZE)
         level = logging.getLogger().getEffectiveLevel()
         process = self._ctx.Process(
-            target=worker.child_main,
+            target=child_side.child_main,
             args=(child_end, self.settings, self.hooks, level, records_in),
             name="emq-worker",
             daemon=True,
@@ -251,7 +252,7 @@ class Pool:
 
     def assign(self, child: Child, seq: int, msgid: str, body_text: str, now: float) -> None:
         """Queue one job for ``child``; :meth:`flush` writes it."""
-        data = frame(worker.encode_job(seq, body_text))
+        data = frame(child_side.encode_job(seq, body_text))
         if child.inflight:
             size = len(data)
             child.queued_bytes += size
@@ -329,8 +330,8 @@ class Pool:
         at = _now(now)
         for data in frames:
             kind = data[:1]
-            if kind == worker.RESULT:
-                seq, status, payload = worker.decode_result(data)
+            if kind == child_side.RESULT:
+                seq, status, payload = child_side.decode_result(data)
                 entry = inflight.pop(seq, None)
                 if entry is not None and status not in NOT_RUN:  # refused or skipped: not timed
                     # A result read together with the one before it ran in between: 0 s.
@@ -344,17 +345,17 @@ class Pool:
                     child.head_since = at
                 child.jobs_run += 1
                 results.append((seq, status, payload))
-            elif kind == worker.PARTIAL:
+            elif kind == child_side.PARTIAL:
                 try:
-                    child.partials.append(worker.decode_partial(data))
+                    child.partials.append(child_side.decode_partial(data))
                 except ValueError:  # never from our child code; a bad report is not fatal
                     logger.warning("child %s sent a malformed partial report; dropped", child.pid)
-            elif kind == worker.RECORDED:
+            elif kind == child_side.RECORDED:
                 if child.records:
                     child.records_bytes -= len(child.records.pop(0))
-            elif kind == worker.UP:
+            elif kind == child_side.UP:
                 self._up(child, data[1:])
-            elif kind == worker.FAIL:
+            elif kind == child_side.FAIL:
                 child.failure = data[1:].decode(errors="replace")
         return results
 
@@ -362,7 +363,7 @@ class Pool:
         if child.status is Status.STARTING:
             child.status = Status.UP
         child.was_up = True
-        child.can_record = worker.CAN_RECORD in caps
+        child.can_record = child_side.CAN_RECORD in caps
         self.can_record = child.can_record
         self._start_failures = 0
         self._failure_logged = False
@@ -405,7 +406,7 @@ class Pool:
         for child in list(self.children.values()):
             if child.status is Status.RETIRING and not child.inflight:
                 with contextlib.suppress(OSError):
-                    write_all(child.fd, frame(worker.EXIT))
+                    write_all(child.fd, frame(child_side.EXIT))
                 child.retired = True
                 self._mark_dead(child)
             elif child.status is Status.KILLING:
@@ -473,7 +474,7 @@ class Pool:
         for child in children:
             if child.status not in (Status.DEAD, Status.KILLING):
                 with contextlib.suppress(OSError):
-                    write_all(child.fd, frame(worker.EXIT))
+                    write_all(child.fd, frame(child_side.EXIT))
         deadline = time.monotonic() + timeout
         for child in children:
             if not child.inflight:

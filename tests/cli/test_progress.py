@@ -14,8 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_eventmq.cli import admin_client as router_cli
-from django_eventmq.cli import progressbar
+from django_eventmq.cli import admin_client, progressbar
 from django_eventmq.cli.progressbar import ProgressBar
 from tests.support import ROOT, wait_for
 from tests.system.ops.conftest import start_router
@@ -194,7 +193,7 @@ def test_bulk_enqueue_draws_a_bar_on_a_terminal_that_completes(database, router)
     assert "Queued 50 welcome e-mails and 50 reports." in text
 
     def received() -> dict[str, int]:
-        answer = router_cli.ask(admin, "STATUS", 5.0)
+        answer = admin_client.ask(admin, "STATUS", 5.0)
         return dict(answer.get("received_messages_by_queue", {}))
 
     wait_for(lambda: received() == {"email": 50, "reports": 50}, 30, "the router got them all")

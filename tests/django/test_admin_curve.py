@@ -21,7 +21,7 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from django_eventmq.admin import dashboard as admin_dashboard
-from django_eventmq.cli import admin_client as router_cli
+from django_eventmq.cli import admin_client
 from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.runtime import security, transport
 from django_eventmq.runtime.settings import Settings, from_mapping
@@ -127,7 +127,7 @@ def test_status_without_the_right_key_is_refused_with_a_fix(
         assert text in summary["error"]
     assert "no answer" not in summary["error"]
     # Refused, not broken: the admin key still gets STATUS.
-    answer = router_cli.ask(admin, "STATUS", 10.0, settings=keys.peer_settings(keys.admin))
+    answer = admin_client.ask(admin, "STATUS", 10.0, settings=keys.peer_settings(keys.admin))
     assert "waiting_messages_by_queue" in answer
     assert proc.popen.poll() is None
 
@@ -137,7 +137,7 @@ def test_the_router_logs_a_refused_admin_key_once(keys: Keys, router: tuple[str,
     wrong = keys.peer_settings(keys.stranger)
     for _ in range(2):
         with pytest.raises(BrokerUnavailable, match="refused this tool's CURVE key"):
-            router_cli.ask(admin, "STATUS", 10.0, settings=wrong)
+            admin_client.ask(admin, "STATUS", 10.0, settings=wrong)
     line = "admin: connection from 127.0.0.1 refused: public key not"
     # The refusal can reach us before the router's log line reaches its output.
     wait_for(lambda: line in proc.output(), 10, "the refusal in the router's log")
@@ -147,7 +147,7 @@ def test_the_router_logs_a_refused_admin_key_once(keys: Keys, router: tuple[str,
 def test_the_routers_own_key_opens_its_admin_socket(keys: Keys, router: tuple[str, Proc]) -> None:
     admin, _proc = router
     on_router_host = from_mapping({"CURVE_SERVER_SECRET_KEY": keys.server[1]}, environ={})
-    answer = router_cli.ask(admin, "MONITOR", 10.0, settings=on_router_host)
+    answer = admin_client.ask(admin, "MONITOR", 10.0, settings=on_router_host)
     assert "queued" in answer
 
 
@@ -202,7 +202,7 @@ def test_the_admin_dashboard_reads_a_curve_router(
 def test_status_keeps_its_deadline_when_nothing_answers() -> None:
     # Nothing listens there: no handshake ever fails, so the deadline ends the wait.
     with pytest.raises(BrokerUnavailable, match=r"no answer to STATUS from .* within 0\.3s"):
-        router_cli.ask(tcp_addr(), "STATUS", 0.3, settings=from_mapping({}, environ={}))
+        admin_client.ask(tcp_addr(), "STATUS", 0.3, settings=from_mapping({}, environ={}))
 
 
 def test_a_remote_tool_refused_by_admin_local_only_is_told_why(
@@ -220,7 +220,7 @@ def test_a_remote_tool_refused_by_admin_local_only_is_told_why(
         )
         try:
             with pytest.raises(BrokerUnavailable, match="ADMIN_LOCAL_ONLY limits its admin"):
-                router_cli.ask(admin.address, "STATUS", 20.0, settings=plain)
+                admin_client.ask(admin.address, "STATUS", 20.0, settings=plain)
         finally:
             admin.close()
 
@@ -229,7 +229,7 @@ def test_a_keyed_tool_at_a_plain_admin_socket_is_told_why(keys: Keys) -> None:
     admin = Channel(transport.ROUTER, bind="tcp://127.0.0.1:*")
     try:
         with pytest.raises(BrokerUnavailable, match="does not speak CURVE"):
-            router_cli.ask(admin.address, "STATUS", 20.0, settings=keys.peer_settings(keys.admin))
+            admin_client.ask(admin.address, "STATUS", 20.0, settings=keys.peer_settings(keys.admin))
     finally:
         admin.close()
 

@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from django_eventmq.cli import admin_client as router_cli
+from django_eventmq.cli import admin_client
 from django_eventmq.protocol import Heartbeat, Inform, Kbai, Request
 from django_eventmq.scheduling.api import schedule, unschedule
 from tests.fake_router import FakeRouter
@@ -219,7 +219,7 @@ class Stack:
 
     def schedulers(self) -> dict[str, Any]:
         """The router's ROUTER_SHOW_SCHEDULERS ``connected_schedulers``."""
-        answer = router_cli.ask(self.admin, "ROUTER_SHOW_SCHEDULERS")
+        answer = admin_client.ask(self.admin, "ROUTER_SHOW_SCHEDULERS")
         return answer["connected_schedulers"]  # type: ignore[no-any-return]
 
     def _start(self, *args: str) -> Proc:
