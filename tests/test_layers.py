@@ -93,6 +93,20 @@ def test_a_package_imports_only_the_layers_below_it(package):
     assert offenders == []
 
 
+#: The modules that may import zmq: the transport, and CURVE keys / ZAP in security.
+ZMQ_MODULES = {"runtime/transport.py", "runtime/security.py", "runtime/keyfiles.py"}
+
+
+def test_only_the_transport_and_security_import_zmq():
+    offenders = [
+        str(path.relative_to(PACKAGE))
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if str(path.relative_to(PACKAGE)) not in ZMQ_MODULES
+        and any(name.split(".")[0] == "zmq" for name in _imports(path))
+    ]
+    assert offenders == []
+
+
 def test_protocol_imports_no_io_no_clock_and_nothing_else_of_ours():
     offenders = []
     for path in _modules("protocol"):

@@ -15,8 +15,6 @@ import time
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
-import zmq
-
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol import (
     Heartbeat,
@@ -47,7 +45,7 @@ class RouterLink(Generic[T]):
     ``T`` is what the job manager holds in the session while the mode is not settled.
     """
 
-    def __init__(self, settings: Settings, poller: zmq.Poller) -> None:
+    def __init__(self, settings: Settings, poller: transport.FdPoller) -> None:
         self.settings = settings
         self.addr = settings.worker_addr
         self._poller = poller
@@ -77,7 +75,7 @@ class RouterLink(Generic[T]):
             unpack=True,  # a router of ours hands jobs out packed once we said we read them
         )
         self.channel = channel
-        self._poller.register(channel.socket, zmq.POLLIN)
+        self._poller.register(channel.socket, transport.POLLIN)
         self.heard_any = False
         self._reconnect_at = None
         self._liveness = Liveness(

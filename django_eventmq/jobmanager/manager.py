@@ -1,7 +1,7 @@
 """The job manager: takes jobs from the router and runs them in worker children.
 
 One DEALER socket to the router's backend and one pipe per worker child
-(:mod:`.pool`), all waited on by one ``zmq.Poller``. The job manager announces
+(:mod:`.pool`), all waited on by one ``transport.FdPoller``. The job manager announces
 ``concurrency`` + its current prefetch free slots with READY (the prefetch
 follows how long jobs run, :mod:`.prefetch`), hands each REQUEST to a child
 (:mod:`.lifecycle`), reports each outcome, and announces the freed slot. It
@@ -49,8 +49,6 @@ import socket
 import time
 from dataclasses import dataclass
 
-import zmq
-
 from django_eventmq.errors import InvalidJob
 from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
 from django_eventmq.jobmanager.link import RouterLink
@@ -67,7 +65,7 @@ from django_eventmq.protocol import (
 from django_eventmq.protocol.headers import attempt_of
 from django_eventmq.protocol.session import JobManagerState
 from django_eventmq.protocol.status import DoneStatus
-from django_eventmq.runtime import registry
+from django_eventmq.runtime import registry, transport
 from django_eventmq.runtime.logs import job_debug
 from django_eventmq.runtime.service import Service
 from django_eventmq.runtime.settings import Settings
@@ -130,7 +128,7 @@ class JobManager(Service):
         #: The poll timeout of a turn: short enough to heartbeat on time (a
         #: retry or a partial falling due sooner shortens it, :meth:`_wait_ms`).
         self._timeout_ms = max(1, int(min(settings.heartbeat_interval / 4, 0.25) * 1000))
-        self._poller = zmq.Poller()
+        self._poller = transport.FdPoller()
         self.pool = Pool(settings, hooks=hooks, watch=self._watch, unwatch=self._unwatch)
         #: How many jobs we take beyond the free processes (the pool times the jobs).
         self.prefetch = self.pool.prefetch
@@ -443,7 +441,7 @@ class JobManager(Service):
 
     # -- poller bookkeeping ----------------------------------------------------------
     def _watch(self, fd: int) -> None:
-        self._poller.register(fd, zmq.POLLIN)
+        self._poller.register(fd, transport.POLLIN)
 
     def _unwatch(self, fd: int) -> None:
         self._poller.unregister(fd)

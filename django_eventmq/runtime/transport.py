@@ -364,6 +364,10 @@ ZMQError = zmq.ZMQError
 NOBLOCK = int(zmq.NOBLOCK)  # a plain int: enum flags make every send slower
 EHOSTUNREACH = zmq.EHOSTUNREACH
 SUBSCRIBE = zmq.SUBSCRIBE  # pubsub: a SUB socket's topic-prefix filter
+# The raw poller, for sockets and plain file descriptors at once (the job
+# manager waits on its router socket and its children's pipes together).
+FdPoller = zmq.Poller
+POLLIN = zmq.POLLIN
 # Security (see runtime/security.py): CURVE, ZAP and size options for Channel(options=...).
 CURVE_SERVER = zmq.CURVE_SERVER
 CURVE_SECRETKEY = zmq.CURVE_SECRETKEY
