@@ -24,7 +24,6 @@ from typing import Any, TextIO
 from django_eventmq.errors import ConfigurationError
 from django_eventmq.protocol import constants as C
 from django_eventmq.pubsub.publisher import PUBLISHER_SNDHWM
-from django_eventmq.runtime.service import install_signal_handlers
 from django_eventmq.runtime.settings import Settings, check_address, parse_queues
 from django_eventmq.scheduling.timing import CATCHUP_POLICIES
 
@@ -42,7 +41,6 @@ __all__ = [
     "add_subscriber_arguments",
     "address",
     "configure_logging",
-    "install_signal_handlers",
     "log_level",
     "module",
     "seconds",

@@ -5,14 +5,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import os
-import signal
 
 import pytest
 
 from django_eventmq.cli import options as cli
 from django_eventmq.runtime.settings import Settings
-from tests.support import wait_for
 
 
 def parse(add, *argv):
@@ -124,23 +121,6 @@ def test_help_shows_every_option_with_its_default():
     assert "else tcp://127.0.0.1:47290" in text
     assert "else default:10" in text
     assert "EMQ_CONCURRENCY, else 4" in text
-
-
-@pytest.fixture
-def restore_signals():
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
-
-
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signal_handlers_only_call_stop(restore_signals, sig):
-    calls = []
-    cli.install_signal_handlers(lambda: calls.append("stop"))
-    os.kill(os.getpid(), sig)
-    wait_for(lambda: calls, 5, f"stop() after {sig!r}")
-    assert calls == ["stop"]
 
 
 @pytest.fixture
