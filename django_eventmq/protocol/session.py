@@ -321,6 +321,9 @@ class RouterPeerSession:
     :data:`ROUTER_FEATURES` by default).
     """
 
+    # Slots: the router reads and counts credit for every job.
+    __slots__ = ("announced", "credit", "debt", "our_features", "packed", "queues", "state")
+
     def __init__(self, *, features: Mapping[str, Any] = ROUTER_FEATURES) -> None:
         self.state = _P.NEW
         self.our_features = dict(features)
@@ -359,8 +362,7 @@ class RouterPeerSession:
         elif isinstance(message, Ready):
             self.free_slot()
         elif isinstance(message, (Done, Nack)):
-            self.reported()
-            self.free_slot()
+            self.job_reported()
         elif isinstance(message, Unready):
             self.take_back(message.count)
         elif isinstance(message, Kbai):
@@ -382,6 +384,15 @@ class RouterPeerSession:
         """A DONE or NACK came: the peer speaks our extensions (it reports each job)."""
         self.state = _P.EXTENDED
 
+    def job_reported(self) -> bool:
+        """A DONE or NACK came (:meth:`reported`) and freed its slot (:meth:`free_slot`)."""
+        self.state = _P.EXTENDED
+        if self.debt:
+            self.debt -= 1
+            return False
+        self.credit += 1
+        return True
+
     def take_back(self, count: int) -> int:
         """UNREADY ``count``: free slots go first, the rest is owed; returns the slots taken."""
         self.state = _P.EXTENDED
@@ -392,11 +403,13 @@ class RouterPeerSession:
 
     def hand_out(self) -> None:
         """A job handed out to the peer: it uses one of its free slots."""
+        # Credit comes only after INFORM (READY, DONE, NACK): one test per job.
+        if self.credit > 0 and self.state is not _P.GONE:
+            self.credit -= 1
+            return
         if self.state is _P.NEW or self.state is _P.GONE:
             raise _illegal("router", "handing out a job", self.state)
-        if self.credit <= 0:
-            raise ProtocolError("router: handing out a job with no free slot at the peer")
-        self.credit -= 1
+        raise ProtocolError("router: handing out a job with no free slot at the peer")
 
     def dispatch(self, message: Request) -> Request:
         """A job handed out to the peer, as a message (see :meth:`hand_out`)."""

@@ -247,10 +247,12 @@ class Routing:
         """
         worker = self.workers[identity]
         session = worker.session
-        session.reported()
         job = self.release_msgid(msgid)
-        if worker.stopping or not session.free_slot():
+        if worker.stopping:
+            session.reported()  # it still speaks our extensions; no slot it frees is used
             return job, None
+        if not session.job_reported():
+            return job, None  # paid UNREADY debt
         if session.credit > worker.capacity:
             worker.capacity = session.credit
         return job, self._after_free_slot(worker, now)
