@@ -43,7 +43,7 @@ from django_eventmq.protocol.views import (
 )
 from django_eventmq.router.book import Book
 from django_eventmq.router.frontend import DRAIN_CAP
-from django_eventmq.router.routing import Job, JobManagerPeer
+from django_eventmq.router.routing import JobManagerPeer, RoutedJob
 from django_eventmq.runtime import transport
 from django_eventmq.runtime.outbox import MEMORY as WARN_MEMORY
 from django_eventmq.runtime.outbox import Handler, WarnOnce, forward, send, show
@@ -68,7 +68,7 @@ class BackendHandlers:
     #: Unknown backend peers we told to DISCONNECT, and when.
     _told: OrderedDict[bytes, float]
     #: Jobs handed out and not sent yet (see :meth:`_deliver`).
-    _outbox: list[tuple[JobManagerPeer, Job]]
+    _outbox: list[tuple[JobManagerPeer, RoutedJob]]
     #: Jobs up to this seq are in the journal (see :meth:`_flush_deliveries`).
     _durable_seq: int
     #: Held jobs whose lease starts when they are sent (the router's ``_hold_leases``).
@@ -253,7 +253,7 @@ class BackendHandlers:
             self._departed.popitem(last=False)
 
     # -- sending to job managers ----------------------------------------------------
-    def _deliver(self, worker: JobManagerPeer, job: Job) -> None:
+    def _deliver(self, worker: JobManagerPeer, job: RoutedJob) -> None:
         """Queue a handed-out job for its worker; :meth:`_flush_deliveries` sends it.
 
         The jobs one loop iteration hands out are sent together: a message
@@ -284,7 +284,7 @@ class BackendHandlers:
                 self._outbox[:0] = ready[index + 1 :]
                 raise
 
-    def _send_delivery(self, outbox: list[tuple[JobManagerPeer, Job]], index: int) -> None:
+    def _send_delivery(self, outbox: list[tuple[JobManagerPeer, RoutedJob]], index: int) -> None:
         worker, job = outbox[index]
         book = self.book
         identity = worker.identity
@@ -324,7 +324,9 @@ class BackendHandlers:
         self._undo_unsent(identity, self._outbox)
         self.book.worker_failed(identity, why)
 
-    def _undo_unsent(self, identity: bytes, entries: list[tuple[JobManagerPeer, Job]]) -> None:
+    def _undo_unsent(
+        self, identity: bytes, entries: list[tuple[JobManagerPeer, RoutedJob]]
+    ) -> None:
         for _worker, job in entries:
             if job.worker == identity:
                 self.book.undo(job)  # clears job.worker: the flush skips the entry

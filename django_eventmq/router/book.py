@@ -55,7 +55,7 @@ from django_eventmq.router.journal.store import (
     new_row,
     parcel_digest,
 )
-from django_eventmq.router.routing import Job, JobManagerPeer, Routing
+from django_eventmq.router.routing import JobManagerPeer, RoutedJob, Routing
 from django_eventmq.router.stored import job_from_row
 from django_eventmq.router.waiting import Key
 from django_eventmq.runtime.logs import job_debug, job_fields
@@ -75,14 +75,14 @@ CANCELLED_PAYLOAD = (
     ' "traceback": ""}}'
 )
 
-Deliver = Callable[[JobManagerPeer, Job], None]
+Deliver = Callable[[JobManagerPeer, RoutedJob], None]
 ToClient = Callable[[bytes, Message], None]
 #: A REQUEST to accept: its frames (as a DEALER sent them), msgid, queue and headers.
 Accepting = tuple[list[bytes], str, str, Headers]
 
 
 def job_values(
-    job: Job, state: int, accepted: float, due: float | None, owner: str | None = None
+    job: RoutedJob, state: int, accepted: float, due: float | None, owner: str | None = None
 ) -> list[Any]:
     """A new job's journal row (see :meth:`.journal.Journal.add`); ``owner``: the
     CURVE key that sent it (CANCEL_POLICY ``owner``)."""
@@ -162,7 +162,7 @@ class Book:
                 sum(self.poisoned.values()),
             )
 
-    def _load(self, queue: str, after: Key | None, limit: int) -> list[Job] | None:
+    def _load(self, queue: str, after: Key | None, limit: int) -> list[RoutedJob] | None:
         """The next ``limit`` waiting jobs of ``queue`` on disk after ``after``,
         opening the parcels that hold any of them (see :meth:`accept_parcel`).
         None while the journal cannot be written: a read would miss what it keeps."""
@@ -276,7 +276,7 @@ class Book:
                 self.accept(identity, frames, msgid, queue, headers, now, owner)
             return
         wall = time.time()
-        fresh: list[tuple[Job, float | None]] = []
+        fresh: list[tuple[RoutedJob, float | None]] = []
         seen: set[str] = set()
         for frames, msgid, queue, headers in requests:
             if msgid in seen or self.is_held(msgid):
@@ -384,9 +384,9 @@ class Book:
         queue: str,
         headers: Headers,
         now: float,
-    ) -> Job:
+    ) -> RoutedJob:
         self._seq += 1
-        return Job(
+        return RoutedJob(
             msgid,
             queue,
             frames,
@@ -401,7 +401,7 @@ class Book:
         )
 
     def _route_new(
-        self, job: Job, due: float | None, now: float, *, stored_as_leased: bool = False
+        self, job: RoutedJob, due: float | None, now: float, *, stored_as_leased: bool = False
     ) -> None:
         """A stored new job: delayed until ``due``, or to a free worker or the waiting queue."""
         queue = job.queue
@@ -421,7 +421,7 @@ class Book:
 
     # -- handing out ---------------------------------------------------------------
     def _hand_out(
-        self, worker: JobManagerPeer, job: Job, now: float, *, stored_as_leased: bool = False
+        self, worker: JobManagerPeer, job: RoutedJob, now: float, *, stored_as_leased: bool = False
     ) -> None:
         self.lease(job, now)
         if not stored_as_leased:
@@ -429,7 +429,7 @@ class Book:
         job_debug(log, "handed to %s", job.msgid, job.queue, show(worker.identity))
         self.deliver(worker, job)
 
-    def lease(self, job: Job, now: float) -> None:
+    def lease(self, job: RoutedJob, now: float) -> None:
         """Start ``job``'s lease (it runs from ``now``)."""
         s = self.settings
         if job.timeout:
@@ -446,7 +446,7 @@ class Book:
             while (pair := routing.dispatch_waiting(queue, now)) is not None:
                 self._hand_out(*pair, now)
 
-    def undo(self, job: Job) -> None:
+    def undo(self, job: RoutedJob) -> None:
         """Sending ``job`` failed: it waits again (its worker keeps the slot)."""
         self.routing.undo(job)
         self.journal.set_state(job.seq, WAITING)
@@ -529,7 +529,7 @@ class Book:
         self.routing.waiting.push(job)
         self.pump(now, [job.queue])
 
-    def _requeued_copy(self, msgid: str) -> Job | None:
+    def _requeued_copy(self, msgid: str) -> RoutedJob | None:
         """A late report for a job that was requeued meanwhile: it did run; take it out."""
         job = self.routing.waiting.index.get(msgid)
         if job is not None:
@@ -568,7 +568,7 @@ class Book:
             self._died(job, "its lease ran out")
 
     # -- outcomes ----------------------------------------------------------------------
-    def _died(self, job: Job, why: str) -> None:
+    def _died(self, job: RoutedJob, why: str) -> None:
         job_debug(log, "waits again (%s)", job.msgid, job.queue, why)
         job.deaths += 1
         self.routing.release(job)
@@ -592,7 +592,7 @@ class Book:
         self.routing.requeued += 1
         self.routing.waiting.push(job)
 
-    def _retry(self, job: Job) -> None:
+    def _retry(self, job: RoutedJob) -> None:
         s = self.settings
         job.attempts += 1
         self.stats.retried[job.queue] += 1
@@ -605,14 +605,14 @@ class Book:
         n, of = job.attempts, job.retry_count
         job_debug(log, "retry %d of %d in %.1fs", job.msgid, job.queue, n, of, pause)
 
-    def _finish(self, job: Job, payload: str | None) -> None:
+    def _finish(self, job: RoutedJob, payload: str | None) -> None:
         self._forget_finished(job)
         if job.reply and job.client and payload is not None:
             self.to_client(
                 job.client, Reply(msgid=new_msgid(), payload=payload, reply_to=job.msgid)
             )
 
-    def _refused(self, job: Job, payload: str) -> None:
+    def _refused(self, job: RoutedJob, payload: str) -> None:
         """A job manager refused the job (not registered, not allowed, bad body): the
         client that asked gets REJECT with the reason, not a REPLY."""
         self._forget_finished(job)
@@ -620,7 +620,7 @@ class Book:
             reject = Reject(msgid=new_msgid(), job_msgid=job.msgid, reason=refusal_reason(payload))
             self.to_client(job.client, reject)
 
-    def _forget_finished(self, job: Job) -> None:
+    def _forget_finished(self, job: RoutedJob) -> None:
         self.journal.delete(job.seq)
         self.finished.add(job.msgid)
 
@@ -651,7 +651,7 @@ class Book:
         self.pump(now, sorted(queues))
 
     # -- cancelling --------------------------------------------------------------------
-    def cancel(self, msgid: str) -> Job | None:
+    def cancel(self, msgid: str) -> RoutedJob | None:
         """CANCEL: drop the job if it has not been handed out.
 
         Returns the job when it is running (the caller forwards CANCEL to its

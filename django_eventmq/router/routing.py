@@ -30,9 +30,9 @@ from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.ids import new_msgid
 from django_eventmq.protocol.messages import Inform, QueueSpec
 from django_eventmq.protocol.session import RouterPeerSession
-from django_eventmq.router.waiting import Job, Loader, Waiting
+from django_eventmq.router.waiting import Loader, RoutedJob, Waiting
 
-__all__ = ["Job", "JobManagerPeer", "Routing", "SchedulerPeer", "Schedulers"]
+__all__ = ["JobManagerPeer", "RoutedJob", "Routing", "SchedulerPeer", "Schedulers"]
 
 _NEVER = float("-inf")
 #: Seconds after a worker's first READY during which its READYs announce slots
@@ -59,7 +59,7 @@ class JobManagerPeer:
     #: Most free slots ever announced at once: our estimate of its concurrency.
     capacity: int = 0
     last_dispatch: float = _NEVER
-    inflight: deque[Job] = field(default_factory=deque)
+    inflight: deque[RoutedJob] = field(default_factory=deque)
     #: Changes whenever the worker's place in the LRU heaps changes.
     stamp: int = 0
     #: When its first READY came (None: not yet).
@@ -96,7 +96,7 @@ class Routing:
         self.waiting = Waiting(window, load)
         #: msgid -> job, for every job dispatched and not known to be finished,
         #: including those of workers that left (until their lease runs out).
-        self.inflight: dict[str, Job] = {}
+        self.inflight: dict[str, RoutedJob] = {}
         self.processed_by_queue: Counter[str] = Counter()
         self.processed_by_worker: Counter[bytes] = Counter()
         self.requeued = 0
@@ -116,7 +116,7 @@ class Routing:
         queues: QueueSpec,
         now: float,
         session: RouterPeerSession | None = None,
-    ) -> list[Job]:
+    ) -> list[RoutedJob]:
         """Register a worker (no free slots until it says READY).
 
         ``session``: the conversation that answered its INFORM (without one, as
@@ -148,7 +148,7 @@ class Routing:
             members[weight] += 1
         return released
 
-    def remove_worker(self, identity: bytes) -> list[Job]:
+    def remove_worker(self, identity: bytes) -> list[RoutedJob]:
         """Forget a worker; returns the jobs it had, oldest first.
 
         They stay in :attr:`inflight` (still handed out) until the caller
@@ -192,7 +192,7 @@ class Routing:
         """The worker :meth:`submit` would pick for ``queue`` now, if any."""
         return self._pick(queue)
 
-    def submit(self, job: Job, now: float) -> JobManagerPeer | None:
+    def submit(self, job: RoutedJob, now: float) -> JobManagerPeer | None:
         """Dispatch ``job`` to the best free worker (returned), or make it wait."""
         worker = self._pick(job.queue)
         if worker is None:
@@ -201,14 +201,14 @@ class Routing:
         self._dispatch(worker, job, now)
         return worker
 
-    def ready(self, identity: bytes, now: float) -> tuple[list[Job], Job | None]:
+    def ready(self, identity: bytes, now: float) -> tuple[list[RoutedJob], RoutedJob | None]:
         """A READY from a known worker: one more slot.
 
         Returns the jobs this READY implies finished (see below) and a waiting
         job the worker now runs.
         """
         worker = self.workers[identity]
-        finished: list[Job] = []
+        finished: list[RoutedJob] = []
         if worker.stopping:
             return finished, None
         session = worker.session
@@ -239,7 +239,9 @@ class Routing:
                 excess -= 1
         return finished, self._after_free_slot(worker, now)
 
-    def done(self, identity: bytes, msgid: str, now: float) -> tuple[Job | None, Job | None]:
+    def done(
+        self, identity: bytes, msgid: str, now: float
+    ) -> tuple[RoutedJob | None, RoutedJob | None]:
         """A DONE from a known worker: ``msgid`` left it and its slot is free.
 
         Returns the job (None if it was not handed out: already requeued or
@@ -271,7 +273,7 @@ class Routing:
         if session.take_back(count) and not session.credit:
             worker.stamp = next(self._seq)  # out of the LRU heaps
 
-    def _after_free_slot(self, worker: JobManagerPeer, now: float) -> Job | None:
+    def _after_free_slot(self, worker: JobManagerPeer, now: float) -> RoutedJob | None:
         job = self._take_waiting(worker)
         if job is not None:
             self._dispatch(worker, job, now)
@@ -279,7 +281,7 @@ class Routing:
             self._push(worker)
         return job
 
-    def reply(self, msgid: str) -> Job | None:
+    def reply(self, msgid: str) -> RoutedJob | None:
         """A worker replied for ``msgid``: that job finished (counted)."""
         job = self.inflight.get(msgid)
         if job is None or job.worker is None:
@@ -289,13 +291,13 @@ class Routing:
         self._count(job, identity)
         return job
 
-    def release_msgid(self, msgid: str) -> Job | None:
+    def release_msgid(self, msgid: str) -> RoutedJob | None:
         job = self.inflight.get(msgid)
         if job is not None:
             self.release(job)
         return job
 
-    def release(self, job: Job) -> None:
+    def release(self, job: RoutedJob) -> None:
         """Take a handed-out job off its worker and out of :attr:`inflight`."""
         if self.inflight.get(job.msgid) is job:
             del self.inflight[job.msgid]
@@ -306,11 +308,11 @@ class Routing:
                 worker.inflight.remove(job)
         job.worker = None
 
-    def count_finished(self, job: Job, identity: bytes) -> None:
+    def count_finished(self, job: RoutedJob, identity: bytes) -> None:
         self.processed_by_queue[job.queue] += 1
         self.processed_by_worker[identity] += 1
 
-    def undo(self, job: Job) -> None:
+    def undo(self, job: RoutedJob) -> None:
         """Sending ``job`` to its worker failed: back to the front of its queue.
 
         The worker keeps its slot; the caller decides whether to drop the worker.
@@ -324,7 +326,7 @@ class Routing:
                 self._push(worker)
         self.waiting.push(job)
 
-    def dispatch_waiting(self, queue: str, now: float) -> tuple[JobManagerPeer, Job] | None:
+    def dispatch_waiting(self, queue: str, now: float) -> tuple[JobManagerPeer, RoutedJob] | None:
         """Hand the first waiting job of ``queue`` to a free worker, if there is one."""
         if queue not in self.waiting:
             return None
@@ -382,7 +384,7 @@ class Routing:
         for weight, name in worker.queues:
             heapq.heappush(self._heaps[name][weight], entry)
 
-    def _dispatch(self, worker: JobManagerPeer, job: Job, now: float) -> None:
+    def _dispatch(self, worker: JobManagerPeer, job: RoutedJob, now: float) -> None:
         session = worker.session
         session.hand_out()
         worker.last_dispatch = now
@@ -394,19 +396,19 @@ class Routing:
         if session.credit > 0:
             self._push(worker)
 
-    def _take_waiting(self, worker: JobManagerPeer) -> Job | None:
+    def _take_waiting(self, worker: JobManagerPeer) -> RoutedJob | None:
         for name in worker.order:
             job = self.waiting.pop(name)
             if job is not None:
                 return job
         return None
 
-    def _finished(self, job: Job, identity: bytes) -> None:
+    def _finished(self, job: RoutedJob, identity: bytes) -> None:
         if self.inflight.get(job.msgid) is job:
             del self.inflight[job.msgid]
         self._count(job, identity)
 
-    def _count(self, job: Job, identity: bytes) -> None:
+    def _count(self, job: RoutedJob, identity: bytes) -> None:
         self.count_finished(job, identity)
         job.worker = None
 

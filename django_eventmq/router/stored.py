@@ -10,10 +10,10 @@ from __future__ import annotations
 from django_eventmq.protocol.headers import Headers, parse_headers, with_attempt
 from django_eventmq.protocol.views import request_frames
 from django_eventmq.router.journal.store import Row
-from django_eventmq.router.routing import Job
+from django_eventmq.router.routing import RoutedJob
 
 
-def job_from_row(row: Row, now: float) -> Job:
+def job_from_row(row: Row, now: float) -> RoutedJob:
     """A stored job, ready to be handed out again (a retry says which attempt it is)."""
     headers = _headers(row.headers)
     frames = request_frames(
@@ -22,7 +22,7 @@ def job_from_row(row: Row, now: float) -> Job:
         with_attempt(row.headers, row.attempts + 1) if row.attempts else row.headers,
         row.body,
     )
-    return Job(
+    return RoutedJob(
         row.msgid,
         row.queue,
         frames,

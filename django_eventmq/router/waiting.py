@@ -23,15 +23,15 @@ from dataclasses import dataclass, field
 Key = tuple[int, int]
 #: Heap entries: (-priority, seq, tie-breaker, job); the tie-breaker keeps jobs
 #: with equal keys (seq 0: built without a journal) from being compared.
-Entry = tuple[int, int, int, "Job"]
+Entry = tuple[int, int, int, "RoutedJob"]
 _ties = itertools.count()
 #: ``load(queue, after_key, limit)``: waiting jobs on disk after ``after_key``, in order;
 #: None: the disk cannot be read now (nothing changes, a later pop tries again).
-Loader = Callable[[str, "Key | None", int], "list[Job] | None"]
+Loader = Callable[[str, "Key | None", int], "list[RoutedJob] | None"]
 
 
 @dataclass(slots=True, eq=False)
-class Job:
+class RoutedJob:
     """One accepted REQUEST, kept as the raw frames to forward to a worker."""
 
     msgid: str
@@ -68,7 +68,9 @@ class Job:
 class WaitQueue:
     """The waiting jobs of one queue."""
 
-    def __init__(self, name: str, window: int, load: Loader | None, index: dict[str, Job]) -> None:
+    def __init__(
+        self, name: str, window: int, load: Loader | None, index: dict[str, RoutedJob]
+    ) -> None:
         self.name = name
         #: 0: unbounded (no disk to spill to).
         self.window = window if load is not None else 0
@@ -83,7 +85,7 @@ class WaitQueue:
     def __len__(self) -> int:
         return self.count
 
-    def __iter__(self) -> Iterator[Job]:
+    def __iter__(self) -> Iterator[RoutedJob]:
         """The jobs in memory, in hand-out order."""
         return iter([entry[3] for entry in sorted(self._heap, key=_order) if not entry[3].gone])
 
@@ -91,7 +93,7 @@ class WaitQueue:
         """Start with everything on disk (after a restart): the next pop loads a window."""
         self.boundary = (-(2**63), -(2**63))
 
-    def push(self, job: Job) -> bool:
+    def push(self, job: RoutedJob) -> bool:
         """A job starts waiting; True if it is kept in memory (else it waits on disk)."""
         self.count += 1
         if self.boundary is None:
@@ -106,7 +108,7 @@ class WaitQueue:
             return True
         return False
 
-    def pop(self) -> Job | None:
+    def pop(self) -> RoutedJob | None:
         """The next job to hand out, loading more from disk when memory runs dry."""
         heap = self._heap
         while True:
@@ -121,7 +123,7 @@ class WaitQueue:
             if self.boundary is None or not self._refill():
                 return None
 
-    def discard(self, job: Job) -> None:
+    def discard(self, job: RoutedJob) -> None:
         """Take an in-memory job out (cancelled, or finished elsewhere)."""
         job.gone = True
         self.live -= 1
@@ -146,7 +148,7 @@ class WaitQueue:
         times = [entry[3].accepted_at for entry in self._heap if not entry[3].gone]
         return min(times) if times else None
 
-    def _add(self, job: Job) -> None:
+    def _add(self, job: RoutedJob) -> None:
         job.gone = False
         heapq.heappush(self._heap, (-job.priority, job.seq, next(_ties), job))
         self._index[job.msgid] = job
@@ -191,7 +193,7 @@ class Waiting:
         self._load = load
         self._queues: dict[str, WaitQueue] = {}
         #: msgid -> job, for the waiting jobs in memory.
-        self.index: dict[str, Job] = {}
+        self.index: dict[str, RoutedJob] = {}
 
     def queue(self, name: str) -> WaitQueue:
         found = self._queues.get(name)
@@ -199,10 +201,10 @@ class Waiting:
             found = self._queues[name] = WaitQueue(name, self.window, self._load, self.index)
         return found
 
-    def push(self, job: Job) -> bool:
+    def push(self, job: RoutedJob) -> bool:
         return self.queue(job.queue).push(job)
 
-    def pop(self, name: str) -> Job | None:
+    def pop(self, name: str) -> RoutedJob | None:
         found = self._queues.get(name)
         if found is None or not found.count:
             return None

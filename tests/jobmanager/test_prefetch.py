@@ -20,7 +20,7 @@ from django_eventmq.jobmanager.manager import JobManager
 from django_eventmq.jobmanager.pool import Child, Pool, Status
 from django_eventmq.jobmanager.prefetch import Prefetch
 from django_eventmq.protocol import Done, Ready, Unready
-from django_eventmq.router.routing import Job, Routing
+from django_eventmq.router.routing import RoutedJob, Routing
 from django_eventmq.runtime.settings import Settings, from_mapping
 from tests.fake_router import SAMPLE, FakeRouter, body
 from tests.jobs_fixtures.running import settings_for
@@ -109,8 +109,10 @@ def test_prefetch_budget_option_error_names_what_works(capsys: pytest.CaptureFix
 # -- the router's side: UNREADY ------------------------------------------------------------
 
 
-def job(msgid: str) -> Job:
-    return Job(msgid, "default", [b"", b"eMQP/1.0", b"REQUEST", msgid.encode()], False, 0.0, seq=1)
+def job(msgid: str) -> RoutedJob:
+    return RoutedJob(
+        msgid, "default", [b"", b"eMQP/1.0", b"REQUEST", msgid.encode()], False, 0.0, seq=1
+    )
 
 
 def test_unready_takes_free_slots_first_and_keeps_the_next_freed_ones() -> None:

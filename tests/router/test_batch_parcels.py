@@ -23,7 +23,7 @@ from django_eventmq.protocol import parse_headers
 from django_eventmq.protocol.batch import BatchJob, pack_jobs
 from django_eventmq.router.book import CANCELLED_PAYLOAD, Book
 from django_eventmq.router.journal.store import MEMORY, WAITING, Journal
-from django_eventmq.router.routing import Job
+from django_eventmq.router.routing import RoutedJob
 from tests.client.test_batch_send import (
     BODY,
     jobs,
@@ -352,7 +352,7 @@ def test_every_job_runs_once_in_order_whether_parcelled_or_not(ops: list[Op]) ->
     parcel first, then job by job. Whatever comes, each msgid accepted runs exactly
     once unless cancelled before it ran, each hand-out run is in key order, and
     nothing is left counted once all ran."""
-    sent: list[Job] = []
+    sent: list[RoutedJob] = []
     book = Book(
         make_settings(queue_window=2),
         Journal(MEMORY),

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.router.routing import Job, Routing, Schedulers
+from django_eventmq.router.routing import RoutedJob, Routing, Schedulers
 
 DEFAULT = ((10, "default"),)
 _seq = itertools.count(1)
@@ -15,9 +15,9 @@ _seq = itertools.count(1)
 
 def job(
     msgid: str, queue: str = "default", guarantee: bool = False, now: float = 0.0, priority: int = 0
-) -> Job:
+) -> RoutedJob:
     frames = [b"", b"eMQP/1.0", b"REQUEST", msgid.encode()]
-    return Job(msgid, queue, frames, guarantee, now, seq=next(_seq), priority=priority)
+    return RoutedJob(msgid, queue, frames, guarantee, now, seq=next(_seq), priority=priority)
 
 
 def run(routing: Routing, step: tuple[Any, ...], now: float) -> Any:
@@ -277,9 +277,9 @@ def test_the_start_up_burst_of_ready_announces_slots_even_while_jobs_wait() -> N
 
 
 def test_a_window_of_waiting_jobs_in_memory_the_rest_loaded_in_order() -> None:
-    on_disk: list[Job] = []
+    on_disk: list[RoutedJob] = []
 
-    def load(queue: str, after: tuple[int, int] | None, limit: int) -> list[Job]:
+    def load(queue: str, after: tuple[int, int] | None, limit: int) -> list[RoutedJob]:
         ordered = sorted(on_disk, key=lambda j: j.key)
         return [j for j in ordered if after is None or j.key > after][:limit]
 
