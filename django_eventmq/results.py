@@ -41,7 +41,7 @@ from django.utils import timezone
 
 from django_eventmq.errors import JobError
 from django_eventmq.models.results import JobResult
-from django_eventmq.protocol.status import FINISHED, RESULT_OF, JobStatus
+from django_eventmq.protocol.status import FINISHED, RESULT_OF, RESULT_STATUSES, JobStatus
 from django_eventmq.runtime.registry import canonical_name
 
 logger = logging.getLogger("django_eventmq.results")
@@ -52,7 +52,7 @@ TASK_RUNNER = "django_eventmq.tasks_backend.run_task"
 
 #: Status words a record may use, including the DONE statuses of the wire.
 _STATUS_ALIASES: dict[str, str] = {
-    **{status.value: status.value for status in JobStatus},
+    **{status.value: status.value for status in RESULT_STATUSES},
     **{done.value: status.value for done, status in RESULT_OF.items()},
 }
 _RANK = {

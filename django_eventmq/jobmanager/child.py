@@ -51,7 +51,7 @@ from django_eventmq.jobmanager import progress
 from django_eventmq.jobmanager.pipe import FrameReader, frame, write_all
 from django_eventmq.protocol import encode_json, parse_job
 from django_eventmq.protocol.payload import MAX_JSON_BYTES, MAX_JSON_DEPTH
-from django_eventmq.protocol.status import DoneStatus
+from django_eventmq.protocol.status import JobStatus
 from django_eventmq.runtime import registry
 from django_eventmq.runtime.settings import Settings
 
@@ -149,7 +149,7 @@ class JobRunner:
 
     def run(
         self, body: bytes | str, report: Callable[[str], object] | None = None
-    ) -> tuple[DoneStatus, str]:
+    ) -> tuple[JobStatus, str]:
         """Run one job; returns ``(status, payload JSON)``. Never raises.
 
         ``report`` takes each partial the job reports (:func:`.progress.progress`,
@@ -162,9 +162,9 @@ class JobRunner:
             func = registry.resolve(job, self.allowed_modules)
         except (InvalidJob, JobNotAllowed) as exc:
             # Not run: the router's port must not be a remote code execution port.
-            return DoneStatus.REFUSED, _error_payload(name, exc, with_traceback=False)
+            return JobStatus.REFUSED, _error_payload(name, exc, with_traceback=False)
         except Exception as exc:  # JobNotFound, or a class constructor that raised
-            return DoneStatus.FAILED, _error_payload(name, exc)
+            return JobStatus.FAILED, _error_payload(name, exc)
         try:
             self.hooks.before_job()
             progress.set_reporter(report)
@@ -180,11 +180,11 @@ class JobRunner:
                 raise
             # KeyboardInterrupt too: children ignore SIGINT, so the job raised it
             # itself; it fails that job, as any exception does, not the child.
-            return DoneStatus.FAILED, _error_payload(name, exc)
+            return JobStatus.FAILED, _error_payload(name, exc)
         try:
-            return DoneStatus.OK, encode_json({"value": value})
+            return JobStatus.OK, encode_json({"value": value})
         except SerializationError as exc:
-            return DoneStatus.FAILED, _error_payload(
+            return JobStatus.FAILED, _error_payload(
                 name,
                 SerializationError(f"return value of {name} is not JSON-serialisable: {exc}"),
                 with_traceback=False,
@@ -331,7 +331,7 @@ def _take(
         for item in jobs:
             if item is not None and item[0] == seq:
                 jobs.remove(item)
-                return send(encode_result(seq, DoneStatus.CANCELLED, ""))
+                return send(encode_result(seq, JobStatus.CANCELLED, ""))
     elif kind == EXIT:
         jobs.append(None)
     else:

@@ -27,7 +27,7 @@ from django_eventmq.jobmanager import outcomes
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import Child, Pool, Status
 from django_eventmq.jobmanager.progress import Coalescer
-from django_eventmq.protocol.status import NOT_RUN, DoneStatus, JobStatus
+from django_eventmq.protocol.status import NOT_RUN, JobStatus
 from django_eventmq.runtime.logs import job_debug, job_fields, job_name
 from django_eventmq.runtime.retry import backoff
 from django_eventmq.runtime.settings import Settings
@@ -63,7 +63,7 @@ class ManagedJob:
 
 
 #: Reports a job's outcome: ``(job, DONE status, reply payload)``.
-Report = Callable[[ManagedJob, DoneStatus, str], None]
+Report = Callable[[ManagedJob, JobStatus, str], None]
 #: Hands a job back unrun, with the reason (the job manager sends a NACK, or
 #: READY to a reference router). Not named ``Nack``: that is the protocol message.
 HandBack = Callable[[ManagedJob, str], None]
@@ -185,8 +185,8 @@ class Lifecycle:
         """``report``, after counting the outcome and timing the run in :attr:`stats`."""
         stats = self.stats
 
-        def report_counted(job: ManagedJob, status: DoneStatus, payload: str) -> None:
-            if status != DoneStatus.RETRY:  # a retry is counted by _retry, the job goes on
+        def report_counted(job: ManagedJob, status: JobStatus, payload: str) -> None:
+            if status != JobStatus.RETRY:  # a retry is counted by _retry, the job goes on
                 ran: float | None = None  # refused or cancelled: not timed
                 if job.began:
                     ran = time.monotonic() - job.began
@@ -201,7 +201,7 @@ class Lifecycle:
     def _after_partials(self, report: Report) -> Report:
         """``report``, after the job's held partial (its outcome comes after its partials)."""
 
-        def report_last(job: ManagedJob, status: DoneStatus, payload: str) -> None:
+        def report_last(job: ManagedJob, status: JobStatus, payload: str) -> None:
             self.partials.flush(job)
             report(job, status, payload)
 
@@ -215,14 +215,14 @@ class Lifecycle:
             job = jobs.pop(seq, None)
             if job is None:
                 continue
-            if status == DoneStatus.OK:
+            if status == JobStatus.OK:
                 if job.record:
                     value = json.loads(payload).get("value")
                     self._record(job, JobStatus.SUCCEEDED, now, value=value)
-                self._report(job, DoneStatus.OK, payload)
-            elif status == DoneStatus.CANCELLED:
+                self._report(job, JobStatus.OK, payload)
+            elif status == JobStatus.CANCELLED:
                 self._skipped(job)
-            elif status == DoneStatus.FAILED and job.attempt <= job.retry_count:
+            elif status == JobStatus.FAILED and job.attempt <= job.retry_count:
                 self._retry(seq, job, payload, now)
             else:
                 self._failed(job, status, payload, now)
@@ -230,11 +230,11 @@ class Lifecycle:
     def refuse(self, job: ManagedJob, name: str, reason: str, now: float) -> None:
         """Answer a job that is not held (nor run) with ``refused``, as a child would."""
         detail = {"job": name, "type": "JobNotAllowed", "message": reason, "traceback": ""}
-        self._failed(job, DoneStatus.REFUSED, json.dumps(detail), now)
+        self._failed(job, JobStatus.REFUSED, json.dumps(detail), now)
 
     def _failed(self, job: ManagedJob, status: str, payload: str, now: float) -> None:
         name, error = outcomes.parse_failure(payload)
-        if status == DoneStatus.REFUSED:
+        if status == JobStatus.REFUSED:
             logger.warning(
                 "refused job msgid=%s job=%s queue=%s: %s",
                 job.msgid,
@@ -258,7 +258,7 @@ class Lifecycle:
                 logger.debug("traceback of job msgid=%s:\n%s", job.msgid, error["traceback"])
         if job.record:
             self._record(job, JobStatus.FAILED, now, error=error)
-        done = DoneStatus.REFUSED if status == DoneStatus.REFUSED else DoneStatus.FAILED
+        done = JobStatus.REFUSED if status == JobStatus.REFUSED else JobStatus.FAILED
         self._report(
             job, done, outcomes.error_payload(error["type"], error["message"], error["traceback"])
         )
@@ -281,7 +281,7 @@ class Lifecycle:
         if job.record:
             self._record(job, JobStatus.RETRYING, now, error=error)
         if self._router_retries():
-            self._report(job, DoneStatus.RETRY, outcomes.retry_payload(job.attempt, error))
+            self._report(job, JobStatus.RETRY, outcomes.retry_payload(job.attempt, error))
             return
         s = self.settings
         delay = backoff(job.attempt, s.retry_backoff_base, s.retry_backoff_cap)
@@ -302,7 +302,7 @@ class Lifecycle:
     def _cancelled(self, job: ManagedJob) -> None:
         if job.record:
             self._record(job, JobStatus.CANCELLED, time.monotonic())
-        self._report(job, DoneStatus.CANCELLED, outcomes.cancelled_payload())
+        self._report(job, JobStatus.CANCELLED, outcomes.cancelled_payload())
 
     # -- records ------------------------------------------------------------------
     def _started(self, job: ManagedJob, child: Child) -> None:
@@ -387,7 +387,7 @@ class Lifecycle:
             if job.record:
                 error = outcomes.error_info("TimeoutError", f"timeout of {job.timeout}s")
                 self._record(job, JobStatus.TIMED_OUT, now, error=error)
-            self._report(job, DoneStatus.TIMEOUT, outcomes.timeout_payload(job.timeout))
+            self._report(job, JobStatus.TIMEOUT, outcomes.timeout_payload(job.timeout))
 
     def stop_child(self, child: Child, now: float) -> None:
         """Kill ``child``; its queued jobs and unhandled records go to other children."""
@@ -437,7 +437,7 @@ class Lifecycle:
                 status = JobStatus.RETRYING if redelivered else JobStatus.FAILED
                 error = outcomes.error_info("WorkerDied", message)
                 self._record(job, status, now, error=error)
-            self._report(job, DoneStatus.DIED, outcomes.error_payload("WorkerDied", message))
+            self._report(job, JobStatus.DIED, outcomes.error_payload("WorkerDied", message))
         self._hand_back(requeue)
         return len(lost)
 

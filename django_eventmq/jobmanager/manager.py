@@ -64,7 +64,7 @@ from django_eventmq.protocol import (
 )
 from django_eventmq.protocol.headers import attempt_of
 from django_eventmq.protocol.session import JobManagerState
-from django_eventmq.protocol.status import DoneStatus
+from django_eventmq.protocol.status import JobStatus
 from django_eventmq.runtime import registry, transport
 from django_eventmq.runtime.logs import job_debug
 from django_eventmq.runtime.service import Service
@@ -85,7 +85,7 @@ class _HeldDone:
     """A finished job's outcome, waiting (in the session) for a connection whose mode is known."""
 
     job: ManagedJob
-    status: DoneStatus
+    status: JobStatus
     payload: str  # the reply payload
 
 
@@ -312,7 +312,7 @@ class JobManager(Service):
         )
         return False
 
-    def _report(self, job: ManagedJob, status: DoneStatus, payload: str) -> None:
+    def _report(self, job: ManagedJob, status: JobStatus, payload: str) -> None:
         """Tell the router a job is over, as this connection's mode says."""
         session = self.link.session
         if session.extended:

@@ -11,13 +11,13 @@ from __future__ import annotations
 from django.db import models
 
 # JobStatus is imported from here by the admin and the Tasks backend too.
-from django_eventmq.protocol.status import FINISHED
+from django_eventmq.protocol.status import FINISHED, RESULT_STATUSES
 from django_eventmq.protocol.status import JobStatus as JobStatus
 
 #: The ``status`` column's choices, from the one status vocabulary
 #: (:mod:`django_eventmq.protocol.status`); the stored words and labels are
 #: those of migration 0002.
-STATUS_CHOICES = [(status.value, status.label) for status in JobStatus]
+STATUS_CHOICES = [(status.value, status.label) for status in RESULT_STATUSES]
 
 
 class JobResult(models.Model):

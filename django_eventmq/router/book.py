@@ -42,7 +42,7 @@ from typing import Any
 from django_eventmq.protocol import Message, Reply, new_msgid
 from django_eventmq.protocol.extensions import Reject, refusal_reason
 from django_eventmq.protocol.headers import Headers
-from django_eventmq.protocol.status import DoneStatus
+from django_eventmq.protocol.status import JobStatus
 from django_eventmq.protocol.views import stored_request
 from django_eventmq.router.dedup import FinishedWindow
 from django_eventmq.router.journal.store import (
@@ -457,7 +457,7 @@ class Book:
         for done in finished:
             job_debug(log, "finished: READY from %s", done.msgid, done.queue, show(identity))
             # A reference job manager does not say how it went.
-            self.stats.finish(done.queue, DoneStatus.UNKNOWN)
+            self.stats.finish(done.queue, JobStatus.UNKNOWN)
             self._forget_finished(done)
         if job is not None:
             self._hand_out(self.routing.workers[identity], job, now)
@@ -470,7 +470,7 @@ class Book:
             if job is None:
                 return None
         job_debug(log, "finished: REPLY from %s", msgid, job.queue, show(identity))
-        self.stats.finish(job.queue, DoneStatus.UNKNOWN)
+        self.stats.finish(job.queue, JobStatus.UNKNOWN)
         self._forget_finished(job)
         return job.client if job.reply else None
 
@@ -489,16 +489,16 @@ class Book:
                 log.debug("DONE %s for msgid %s: not held (already finished)", status, msgid)
                 return
         job_debug(log, "DONE %s from %s", msgid, job.queue, status, show(identity))
-        if status == DoneStatus.DIED:
+        if status == JobStatus.DIED:
             self._died(job, f"its worker process died ({payload[:200]})")
-        elif status == DoneStatus.RETRY and job.attempts < job.retry_count:
+        elif status == JobStatus.RETRY and job.attempts < job.retry_count:
             self._retry(job)
         else:
             self.routing.count_finished(job, identity)
             # A retry past its retry-count is a failure; time from hand-out to report.
-            outcome = DoneStatus.FAILED if status == DoneStatus.RETRY else status
+            outcome = JobStatus.FAILED if status == JobStatus.RETRY else status
             self.stats.finish(job.queue, outcome, now - job.dispatched_at)
-            if status == DoneStatus.REFUSED:
+            if status == JobStatus.REFUSED:
                 self._refused(job, payload)
             else:
                 self._finish(job, payload)
@@ -686,7 +686,7 @@ class Book:
                 self.delayed[row.queue] -= 1
             elif state == POISONED:
                 self.poisoned[row.queue] -= 1
-        self.stats.finish(job.queue, DoneStatus.CANCELLED)
+        self.stats.finish(job.queue, JobStatus.CANCELLED)
         self._finish(job, CANCELLED_PAYLOAD)
         job_debug(log, "cancelled before it ran", msgid, job.queue)
         return None

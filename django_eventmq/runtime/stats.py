@@ -52,7 +52,7 @@ class Stats:
         self.durations: dict[str, list[float]] = {}
 
     def finish(self, queue: str, status: str, seconds: float | None = None) -> None:
-        """A job is over with ``status`` (a ``protocol.status.DoneStatus``): counted, as
+        """A job is over with ``status`` (a ``protocol.status.JobStatus``): counted, as
         a failure if it is one, and timed."""
         by_status = self.finished.get(queue)
         if by_status is None:

@@ -13,7 +13,7 @@ import pytest
 from django_eventmq.jobmanager import child as worker
 from django_eventmq.jobmanager.child import Hooks, JobRunner, load_hooks
 from django_eventmq.jobmanager.pipe import FrameReader, frame, write_all
-from django_eventmq.protocol.status import DoneStatus
+from django_eventmq.protocol.status import JobStatus
 from django_eventmq.runtime.registry import import_job_modules
 from tests.fake_router import SAMPLE, body
 from tests.support import wait_for
@@ -27,16 +27,16 @@ def run(body_text: str, allowed: tuple[str, ...] = ()) -> tuple[str, dict[str, o
 
 
 def test_registered_job_returns_value() -> None:
-    assert run(body("add", 2, 3)) == (DoneStatus.OK, {"value": 5})
+    assert run(body("add", 2, 3)) == (JobStatus.OK, {"value": 5})
     assert run(body("echo", 1, k="v")) == (
-        DoneStatus.OK,
+        JobStatus.OK,
         {"value": {"args": [1], "kwargs": {"k": "v"}}},
     )
 
 
 def test_raising_job_reports_type_message_and_traceback() -> None:
     status, info = run(body("fail", "bad input"))
-    assert status == DoneStatus.FAILED
+    assert status == JobStatus.FAILED
     assert info["job"] == f"{SAMPLE}.fail"
     assert (info["type"], info["message"]) == ("ValueError", "bad input")
     assert "raise ValueError" in str(info["traceback"])
@@ -45,7 +45,7 @@ def test_raising_job_reports_type_message_and_traceback() -> None:
 def test_unregistered_job_is_refused_and_not_run(tmp_path: Path) -> None:
     target = tmp_path / "ran.txt"
     status, info = run(body("not_a_job", str(target)))
-    assert status == DoneStatus.REFUSED
+    assert status == JobStatus.REFUSED
     assert info["type"] == "JobNotAllowed"
     assert info["job"] == f"{SAMPLE}.not_a_job"
     assert not target.exists()
@@ -53,31 +53,31 @@ def test_unregistered_job_is_refused_and_not_run(tmp_path: Path) -> None:
 
 def test_module_outside_registry_is_refused_even_if_importable() -> None:
     status, info = run(body("system", "true", path="os"))
-    assert (status, info["type"]) == (DoneStatus.REFUSED, "JobNotAllowed")
+    assert (status, info["type"]) == (JobStatus.REFUSED, "JobNotAllowed")
 
 
 def test_invalid_body_is_refused() -> None:
     status, info = run("not json")
-    assert (status, info["type"]) == (DoneStatus.REFUSED, "InvalidJob")
+    assert (status, info["type"]) == (JobStatus.REFUSED, "InvalidJob")
     status, info = run('["run", {"path": "x"}]')
-    assert (status, info["type"]) == (DoneStatus.REFUSED, "InvalidJob")
+    assert (status, info["type"]) == (JobStatus.REFUSED, "InvalidJob")
 
 
 def test_allowed_module_runs_class_method() -> None:
     text = json.dumps(
         ["run", {"path": f"{SAMPLE}:Adder", "callable": "add", "args": [5], "class_args": [10]}]
     )
-    assert run(text, allowed=(SAMPLE,)) == (DoneStatus.OK, {"value": 15})
+    assert run(text, allowed=(SAMPLE,)) == (JobStatus.OK, {"value": 15})
 
 
 def test_allowed_module_with_missing_callable_fails() -> None:
     status, info = run(body("nope", path=SAMPLE), allowed=(SAMPLE,))
-    assert (status, info["type"]) == (DoneStatus.FAILED, "JobNotFound")
+    assert (status, info["type"]) == (JobStatus.FAILED, "JobNotFound")
 
 
 def test_unserialisable_return_value_is_a_serialization_error() -> None:
     status, info = run(body("unserialisable"))
-    assert (status, info["type"]) == (DoneStatus.FAILED, "SerializationError")
+    assert (status, info["type"]) == (JobStatus.FAILED, "SerializationError")
     assert "unserialisable" in str(info["message"])
 
 
@@ -87,15 +87,15 @@ def test_hooks_run_around_each_job_even_when_it_fails() -> None:
         before_job=lambda: calls.append("before"), after_job=lambda: calls.append("after")
     )
     runner = JobRunner((), hooks)
-    assert runner.run(body("add", 1, 1))[0] == DoneStatus.OK
-    assert runner.run(body("fail"))[0] == DoneStatus.FAILED
+    assert runner.run(body("add", 1, 1))[0] == JobStatus.OK
+    assert runner.run(body("fail"))[0] == JobStatus.FAILED
     assert calls == ["before", "after", "before", "after"]
 
 
 def test_refused_job_does_not_call_hooks() -> None:
     calls: list[str] = []
     runner = JobRunner((), Hooks(before_job=lambda: calls.append("before")))
-    assert runner.run(body("not_a_job", "/nonexistent"))[0] == DoneStatus.REFUSED
+    assert runner.run(body("not_a_job", "/nonexistent"))[0] == JobStatus.REFUSED
     assert calls == []
 
 
@@ -108,8 +108,8 @@ def test_load_hooks_uses_what_the_module_defines() -> None:
 
 
 def test_result_codec_round_trip() -> None:
-    data = worker.encode_result(b"42", DoneStatus.OK, '{"value":"a\\nb"}')
-    assert worker.decode_result(data) == (42, DoneStatus.OK, '{"value":"a\\nb"}')
+    data = worker.encode_result(b"42", JobStatus.OK, '{"value":"a\\nb"}')
+    assert worker.decode_result(data) == (42, JobStatus.OK, '{"value":"a\\nb"}')
     assert worker.encode_job(7, '["run",{}]') == b'J7\n["run",{}]'
 
 
@@ -169,10 +169,10 @@ def test_serve_skips_a_queued_job_that_is_cancelled_before_it_starts() -> None:
         results = [worker.decode_result(f) for f in end.read_until(3)]
     finally:
         end.close()
-    assert (2, DoneStatus.CANCELLED, "") in results
-    assert (1, DoneStatus.OK, '{"value":2}') in results and (
+    assert (2, JobStatus.CANCELLED, "") in results
+    assert (1, JobStatus.OK, '{"value":2}') in results and (
         3,
-        DoneStatus.OK,
+        JobStatus.OK,
         '{"value":6}',
     ) in results
     assert len(results) == 3
@@ -198,7 +198,7 @@ def test_serve_writes_records_while_a_job_runs_and_acknowledges() -> None:
         end.close()
     assert waited == [True]
     assert seen == [[{"msgid": "a"}]]
-    done = worker.encode_result(b"1", DoneStatus.OK, '{"value":null}')
+    done = worker.encode_result(b"1", JobStatus.OK, '{"value":null}')
     assert sorted(frames) == sorted([worker.RECORDED, done])
 
 
@@ -248,10 +248,10 @@ def test_bodies_past_the_configured_depth_or_size_are_refused_unrun(tmp_path: Pa
     runner = JobRunner((), max_json_depth=4, max_body_bytes=200)
     deep = body("record", str(ran), [[[["deep"]]]])
     status, payload = runner.run(deep)
-    assert status == DoneStatus.REFUSED and json.loads(payload)["type"] == "InvalidJob"
+    assert status == JobStatus.REFUSED and json.loads(payload)["type"] == "InvalidJob"
     big = body("record", str(ran), "x" * 300)
     status, payload = runner.run(big)
-    assert status == DoneStatus.REFUSED and json.loads(payload)["type"] == "InvalidJob"
+    assert status == JobStatus.REFUSED and json.loads(payload)["type"] == "InvalidJob"
     assert not ran.exists()
     # The same bodies run under the defaults.
-    assert JobRunner().run(deep)[0] == DoneStatus.OK and JobRunner().run(big)[0] == DoneStatus.OK
+    assert JobRunner().run(deep)[0] == JobStatus.OK and JobRunner().run(big)[0] == JobStatus.OK

@@ -14,7 +14,7 @@ from django_eventmq.jobmanager import child as worker
 from django_eventmq.jobmanager.child import JobRunner
 from django_eventmq.jobmanager.progress import encode_partial
 from django_eventmq.protocol.extensions import MAX_PARTIAL_BYTES
-from django_eventmq.protocol.status import DoneStatus
+from django_eventmq.protocol.status import JobStatus
 from django_eventmq.runtime.registry import import_job_modules
 from tests.fake_router import body
 from tests.jobmanager.test_child import PipeEnd
@@ -32,20 +32,20 @@ def run(callable_name: str, *args: Any) -> tuple[str, Any, list[Any]]:
 
 def test_progress_reports_go_to_the_reporter_in_order():
     status, reply, parts = run("long_job", 3, 0.0)
-    assert (status, reply) == (DoneStatus.OK, {"value": "finished"})
+    assert (status, reply) == (JobStatus.OK, {"value": "finished"})
     assert parts == [{"step": 1, "of": 3}, {"step": 2, "of": 3}, {"step": 3, "of": 3}]
 
 
 def test_a_generator_job_yields_partials_and_returns_the_final_value():
     status, reply, parts = run("count_up", "g", 3)
-    assert status == DoneStatus.OK
+    assert status == JobStatus.OK
     assert reply == {"value": {"label": "g", "total": 3}}
     assert parts == [{"label": "g", "i": i} for i in range(3)]
 
 
 def test_a_value_that_is_not_json_fails_the_job_with_a_clear_error():
     status, reply, parts = run("bad_progress")
-    assert status == DoneStatus.FAILED and parts == []
+    assert status == JobStatus.FAILED and parts == []
     assert reply["type"] == "SerializationError"
     assert "progress value is not JSON-serialisable" in reply["message"]
 
@@ -78,7 +78,7 @@ def test_serve_writes_partial_frames_before_the_result():
         end.close()
     assert [f[:1] for f in frames] == [worker.PARTIAL, worker.PARTIAL, worker.RESULT]
     assert worker.decode_partial(frames[0]) == (7, '{"value":{"label":"p","i":0}}')
-    assert worker.decode_result(frames[2])[:2] == (7, DoneStatus.OK)
+    assert worker.decode_result(frames[2])[:2] == (7, JobStatus.OK)
 
 
 def test_an_eager_generator_job_runs_to_its_end():

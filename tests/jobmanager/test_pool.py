@@ -13,7 +13,7 @@ import pytest
 
 from django_eventmq.jobmanager import child as worker
 from django_eventmq.jobmanager.pool import Child, Pool, Status
-from django_eventmq.protocol.status import DoneStatus
+from django_eventmq.protocol.status import JobStatus
 from django_eventmq.runtime.settings import Settings
 from tests.fake_router import SAMPLE, body
 from tests.jobs_fixtures.record_hooks import read_records
@@ -71,7 +71,7 @@ def test_child_starts_runs_jobs_and_counts_them(pool_factory: Any) -> None:
     child = up(pool)
     assert child.pid != os.getpid()
     seq, status, payload = run_one(pool, child, 1, body("add", 2, 3))
-    assert (seq, status, payload) == (1, DoneStatus.OK, '{"value":5}')
+    assert (seq, status, payload) == (1, JobStatus.OK, '{"value":5}')
     assert (child.jobs_run, child.inflight) == (1, {})
 
 

@@ -17,7 +17,7 @@ from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import Pool
 from django_eventmq.protocol import Headers, JobBody, Message, Reply, Request, codec
-from django_eventmq.protocol.status import DoneStatus
+from django_eventmq.protocol.status import JobStatus
 from django_eventmq.router.book import Book
 from django_eventmq.router.journal.store import MEMORY, Journal
 from django_eventmq.runtime.retry import backoff
@@ -78,7 +78,7 @@ def test_job_manager_holds_a_failed_job_for_its_backoff(backoff_settings: Settin
     for attempt in range(1, 7):
         seq = life.pending.popleft()  # what dispatch() would hand to a child
         assert job.attempt == attempt
-        life.finish([(seq, DoneStatus.FAILED, FAILURE)], now)
+        life.finish([(seq, JobStatus.FAILED, FAILURE)], now)
         due = life.next_retry()
         assert due is not None
         delays.append(due - now)
@@ -89,8 +89,8 @@ def test_job_manager_holds_a_failed_job_for_its_backoff(backoff_settings: Settin
         now = due + 0.25  # it ran again for a quarter of a second, and failed
     assert delays == [2, 4, 8, 16, 30, 30]
     assert reports == []  # nothing reported while retries were left
-    life.finish([(life.pending.popleft(), DoneStatus.FAILED, FAILURE)], now)
-    assert reports == [(DoneStatus.FAILED, 7)]
+    life.finish([(life.pending.popleft(), JobStatus.FAILED, FAILURE)], now)
+    assert reports == [(JobStatus.FAILED, 7)]
     assert life.next_retry() is None
 
 
@@ -118,7 +118,7 @@ def test_router_delays_a_retried_job_by_its_backoff(backoff_settings: Settings) 
     for _ in range(6):
         assert sent.pop() == b"r1"  # handed to the job manager
         before = time.time()
-        book.done(b"jm", "r1", DoneStatus.RETRY, FAILURE, 1.0)
+        book.done(b"jm", "r1", JobStatus.RETRY, FAILURE, 1.0)
         after = time.time()
         due = book.next_due()
         assert due is not None
@@ -130,6 +130,6 @@ def test_router_delays_a_retried_job_by_its_backoff(backoff_settings: Settings) 
         assert book.next_due() is None
     assert pauses == [2, 4, 8, 16, 30, 30]
     assert sent.pop() == b"r1"  # the seventh run
-    book.done(b"jm", "r1", DoneStatus.RETRY, FAILURE, 3.0)  # retries used up: finished
+    book.done(b"jm", "r1", JobStatus.RETRY, FAILURE, 3.0)  # retries used up: finished
     assert book.next_due() is None and not sent
     assert [(type(m), m.reply_to) for m in replies] == [(Reply, "r1")]

@@ -32,7 +32,7 @@ from django_eventmq.errors import BrokerUnavailable, JobNotAllowed
 from django_eventmq.jobmanager.child import JobRunner
 from django_eventmq.models.results import JobResult
 from django_eventmq.protocol import parse_job
-from django_eventmq.protocol.status import DoneStatus
+from django_eventmq.protocol.status import JobStatus
 from django_eventmq.results import record_results
 from django_eventmq.tasks_backend import EventMQBackend, WorkerDied
 from tests.django.results import tasks
@@ -336,7 +336,7 @@ def test_a_task_raising_keyboard_interrupt_fails_with_that_class(tmp_path):
     # backends record any other exception.
     status, payload = JobRunner().run(body)
     error = json.loads(payload)
-    assert status == DoneStatus.FAILED
+    assert status == JobStatus.FAILED
     assert (error["type"], error["path"]) == ("KeyboardInterrupt", "builtins.KeyboardInterrupt")
     assert "raise KeyboardInterrupt" in error["traceback"]
     assert Path(log).read_text().splitlines()[-1] == (
