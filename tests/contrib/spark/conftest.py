@@ -145,12 +145,18 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             proc.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def spark() -> Iterator[Any]:
-    """One local Spark session for every Spark test: 2 threads, 2 attempts per task."""
+    """One local Spark session for every Spark test: 2 threads, 2 attempts per task.
+
+    Stopped after this directory, and the environment it set for its Python
+    workers (PYTHONPATH, PYSPARK_*, SPARK_*) put back: the tests that run after
+    these (a new project installing the wheel) must not import this checkout.
+    """
     pytest.importorskip("pyspark", reason=PYSPARK_MISSING, exc_type=ImportError)
     from django_eventmq.contrib.spark import local_session
 
+    saved = dict(os.environ)
     session = local_session(
         "django-eventmq-tests",
         "local[2,2]",
@@ -161,3 +167,5 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+        os.environ.clear()
+        os.environ.update(saved)

@@ -153,7 +153,12 @@ def results_script() -> str:
     return "import json, time\n" + "\n".join(lines)
 
 
-def test_readme_quickstart_runs_in_a_new_project_from_the_wheel(tmp_path: Path) -> None:
+def test_readme_quickstart_runs_in_a_new_project_from_the_wheel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stranger's shell has no PYTHONPATH into this checkout (an earlier test,
+    # such as a Spark driver's, may have set one in this process).
+    monkeypatch.delenv("PYTHONPATH", raising=False)
     wheel = build_wheel(tmp_path)
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
