@@ -118,7 +118,7 @@ class RouterLink(Generic[T]):
             return False
         for answer in answers:
             channel.send(answer)  # our FEATURES answer: never packed
-        if session.connected and not was_connected:
+        if not was_connected and session.connected:
             self._backoff = RECONNECT_MIN_DELAY
             self.waiting.connected()
             logger.info("jobmanager connected to %s", self.addr)

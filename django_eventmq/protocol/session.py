@@ -163,6 +163,9 @@ class JobManagerSession(Generic[_T]):
         (the caller logs and drops it).
         """
         state = self.state
+        if type(message) is Request and (state is _JM.EXTENDED or state is _JM.REFERENCE):
+            self._on_request()  # the per-job case, settled: nothing else to decide
+            return []
         if state is _JM.IDLE or state is _JM.CLOSED:
             raise _illegal("job manager", f"receiving {message.command}", state)
         if isinstance(message, Features):
