@@ -295,6 +295,9 @@ def test_long_jobs_with_a_router_that_cannot_take_slots_back_get_no_ready_beyond
     for i in range(8):
         router.request(identity, body("add", i, i))
     jm.until(router, lambda: jm.jm.jobs == {} and jm.jm.prefetch.value == 0, "done", advance=10.0)
+    # The processes' two READYs may still be on their way over loopback (seen
+    # once under load: 10 counted): wait for them, then give extras a chance.
+    jm.until(router, lambda: router.count(Ready) >= 10 + 2, "READY for the two processes")
     jm.steps(router, 5)
     # Eight jobs finished, but only the two processes' slots were announced again.
     assert router.count(Ready) == 10 + 2
