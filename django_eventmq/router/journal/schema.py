@@ -44,7 +44,6 @@ WAITING = JobState.WAITING
 LEASED = JobState.LEASED
 POISONED = JobState.POISONED
 DELAYED = JobState.DELAYED
-STATE_NAMES = {state: state.name.lower() for state in JobState}
 
 #: In-memory journal (``JOURNAL=False``): the same store, nothing on disk.
 MEMORY = ":memory:"
