@@ -7,6 +7,7 @@ until a deadline and fails with a message naming what did not happen.
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import socket
@@ -22,11 +23,30 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# Ports below the kernel's ephemeral range (32768-60999 on Linux), so the
+# source port of some outgoing connection cannot take one between our pick
+# and the process binding it; and never the same port twice in one run (the
+# kernel happily hands a just-closed port out again: CI once gave a router
+# the same port for its frontend and its admin socket).
+_PORTS_GIVEN: set[int] = set()
+_PORT_RANGE = (20000, 32000)
+_PORT_RNG = random.Random()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing listens on and no earlier call returned."""
+    for _ in range(1000):
+        port = _PORT_RNG.randrange(*_PORT_RANGE)
+        if port in _PORTS_GIVEN:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _PORTS_GIVEN.add(port)
+        return port
+    raise AssertionError(f"no free TCP port in {_PORT_RANGE} after 1000 tries")
 
 
 def tcp_addr() -> str:
