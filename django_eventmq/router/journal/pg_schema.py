@@ -10,17 +10,23 @@ finds the work done). A journal already at :data:`VERSION` is opened without
 the lock and without DDL. A schema newer than this release knows is refused.
 
 Job states are the same numbers as SQLite's (:class:`.schema.JobState`).
+Strings that come from the wire (msgid, queue, schedule keys) and the poison
+reason are stored as UTF-8 in ``bytea``: PostgreSQL's ``text`` cannot hold a
+NUL character, and one in a client's msgid must not fail the leader's
+transaction (and then, resent, its successor's). :func:`encoded_row` and
+:func:`decoded_row` convert at the boundary.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from django_eventmq.errors import ConfigurationError
-from django_eventmq.router.journal.schema import DELAYED, POISONED, WAITING
+from django_eventmq.router.journal.schema import DELAYED, LEASED, POISONED, WAITING, Row, to_row
 from django_eventmq.router.leadership import check_group, schema_lock
 
 #: The schema steps, in order: step N brings version N-1 to version N. Append
@@ -29,8 +35,8 @@ STEPS: list[tuple[str, ...]] = [
     (
         """CREATE TABLE IF NOT EXISTS jobs (
             seq bigint PRIMARY KEY,          -- acceptance order
-            msgid text NOT NULL UNIQUE,      -- the client's id: a resent REQUEST is the same job
-            queue text NOT NULL,
+            msgid bytea NOT NULL UNIQUE,     -- the client's id: a resent REQUEST is the same job
+            queue bytea NOT NULL,
             nprio integer NOT NULL,          -- minus the priority header: ascending = first out
             state smallint NOT NULL,
             due double precision NOT NULL DEFAULT 0,
@@ -41,7 +47,7 @@ STEPS: list[tuple[str, ...]] = [
             accepted double precision NOT NULL,
             deaths integer NOT NULL DEFAULT 0,
             attempts integer NOT NULL DEFAULT 0,
-            reason text NOT NULL DEFAULT '',
+            reason bytea NOT NULL DEFAULT '',
             owner text
         )""",
         f"CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (queue, nprio, seq)"
@@ -51,7 +57,7 @@ STEPS: list[tuple[str, ...]] = [
         """CREATE TABLE IF NOT EXISTS parcels (
             seq bigint PRIMARY KEY,          -- its first job's seq
             count integer NOT NULL,
-            queue text NOT NULL,
+            queue bytea NOT NULL,
             nprio integer NOT NULL,
             guarantee boolean NOT NULL,
             headers bytea NOT NULL,
@@ -66,14 +72,14 @@ STEPS: list[tuple[str, ...]] = [
         )""",
         """CREATE TABLE IF NOT EXISTS finished (
             seq bigint PRIMARY KEY,          -- finishing order (pruned oldest first)
-            msgid text NOT NULL,
+            msgid bytea NOT NULL,
             at double precision NOT NULL
         )""",
         """CREATE TABLE IF NOT EXISTS schedules (
             seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
             unschedule boolean NOT NULL,
-            job_key text NOT NULL,
-            timing_key text NOT NULL,
+            job_key bytea NOT NULL,
+            timing_key bytea NOT NULL,
             frames bytea NOT NULL
         )""",
     ),
@@ -146,3 +152,79 @@ def _check(version: int | None, schema: str) -> int | None:
             "another group"
         )
     return version
+
+
+# -- statements and rows ----------------------------------------------------------------
+#: The columns of a new job (:func:`.schema.new_row`), in its order, and their
+#: binary COPY types.
+NEW_COLUMNS = (
+    "seq, msgid, queue, nprio, state, due, guarantee, headers, body, client, accepted, deaths,"
+    " attempts, reason, owner"
+)
+NEW_TYPES = [
+    "int8", "bytea", "bytea", "int4", "int2", "float8", "bool", "bytea", "bytea", "bytea",
+    "float8", "int4", "int4", "bytea", "text",
+]  # fmt: skip
+#: The SQL type of each column a change sets (:data:`.schema.COLUMN_AT`), and seq.
+CHANGE_TYPES = {
+    "state": "int2",
+    "due": "float8",
+    "deaths": "int4",
+    "attempts": "int4",
+    "reason": "bytea",
+    "seq": "int8",
+}
+#: New jobs are copied (COPY, binary) into this temporary table, then moved in one
+#: statement that skips a held msgid: twice the rate of an executemany INSERT.
+STAGE = "emq_new_jobs"
+STAGE_CREATE = (
+    f"CREATE TEMPORARY TABLE IF NOT EXISTS {STAGE} (LIKE jobs INCLUDING DEFAULTS)"
+    " ON COMMIT DELETE ROWS"
+)
+STAGE_COPY = f"COPY {STAGE} ({NEW_COLUMNS}) FROM STDIN (FORMAT BINARY)"
+STAGE_MOVE = (
+    f"WITH moved AS (DELETE FROM {STAGE} RETURNING {NEW_COLUMNS})"  # noqa: S608
+    f" INSERT INTO jobs ({NEW_COLUMNS}) SELECT {NEW_COLUMNS} FROM moved ON CONFLICT DO NOTHING"
+)
+INSERT_JOB = (
+    f"INSERT INTO jobs ({NEW_COLUMNS}) VALUES ({', '.join(['%s'] * 15)})"  # noqa: S608
+    " ON CONFLICT DO NOTHING"
+)
+#: The columns of a :class:`.schema.Row`, in its order.
+ROW = "seq, msgid, queue, nprio, guarantee, headers, body, client, accepted, deaths, attempts"
+WAITING_FIRST = (
+    f"SELECT {ROW} FROM jobs WHERE queue = %s AND state = {WAITING.sql}"  # noqa: S608
+    " ORDER BY nprio, seq LIMIT %s"
+)
+WAITING_AFTER = (
+    f"SELECT {ROW} FROM jobs WHERE queue = %s AND state = {WAITING.sql}"  # noqa: S608
+    " AND (nprio, seq) > (%s, %s) ORDER BY nprio, seq LIMIT %s"
+)
+DUE = (
+    f"SELECT {ROW} FROM jobs WHERE state = {DELAYED.sql} AND due <= %s"  # noqa: S608
+    " ORDER BY due LIMIT %s"
+)
+NEXT_DUE = f"SELECT MIN(due) FROM jobs WHERE state = {DELAYED.sql}"  # noqa: S608
+POISONED_ROWS = (
+    f"SELECT {ROW}, reason FROM jobs WHERE state = {POISONED.sql}"  # noqa: S608
+    " ORDER BY seq LIMIT %s"
+)
+FIND = f"SELECT state, {ROW} FROM jobs WHERE msgid = %s"  # noqa: S608
+RECOVER = f"UPDATE jobs SET state = {WAITING.sql} WHERE state = {LEASED.sql}"  # noqa: S608
+SIZE = (
+    "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
+    " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'"
+)
+
+
+def encoded_row(values: list[Any]) -> tuple[Any, ...]:
+    """A new job's values (:func:`.schema.new_row`) as stored: msgid, queue, reason in UTF-8."""
+    return (
+        values[0], values[1].encode(), values[2].encode(), *values[3:13], values[13].encode(),
+        values[14],
+    )  # fmt: skip
+
+
+def decoded_row(values: Sequence[Any]) -> Row:
+    """A :class:`.schema.Row` from the columns :data:`ROW` read."""
+    return to_row((values[0], values[1].decode(), values[2].decode(), *values[3:]))

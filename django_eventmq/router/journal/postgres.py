@@ -56,19 +56,36 @@ from django_eventmq.errors import ConfigurationError
 from django_eventmq.protocol.batch import unpack_jobs
 from django_eventmq.router.journal.commit import PRUNE_INTERVAL
 from django_eventmq.router.journal.parcels import parcel_digest
-from django_eventmq.router.journal.pg_schema import migrate, schema_name
+from django_eventmq.router.journal.pg_schema import (
+    CHANGE_TYPES,
+    DUE,
+    FIND,
+    INSERT_JOB,
+    NEW_TYPES,
+    NEXT_DUE,
+    POISONED_ROWS,
+    RECOVER,
+    SIZE,
+    STAGE_COPY,
+    STAGE_CREATE,
+    STAGE_MOVE,
+    WAITING_AFTER,
+    WAITING_FIRST,
+    decoded_row,
+    encoded_row,
+    migrate,
+    schema_name,
+)
 from django_eventmq.router.journal.schedules import _unpack
 from django_eventmq.router.journal.schema import (
     COLUMN_AT,
     DELAYED,
-    LEASED,
     POISONED,
     WAITING,
     JobState,
     Row,
     known_state,
     new_row,
-    to_row,
 )
 from django_eventmq.router.leadership import LeadershipLost
 
@@ -83,67 +100,6 @@ Fence = Callable[[psycopg.Cursor[Any]], None]
 
 #: The share of the lease a successful fence vouches for (:meth:`lease_valid`).
 LEASE_SHARE = 0.8
-
-#: The columns of a new job (:func:`new_row`), in its order, and their binary COPY types.
-_NEW = (
-    "seq, msgid, queue, nprio, state, due, guarantee, headers, body, client, accepted, deaths,"
-    " attempts, reason, owner"
-)
-_NEW_TYPES = [
-    "int8", "text", "text", "int4", "int2", "float8", "bool", "bytea", "bytea", "bytea",
-    "float8", "int4", "int4", "text", "text",
-]  # fmt: skip
-#: The SQL type of each column a change sets (:data:`.schema.COLUMN_AT`), and seq.
-_CHANGE_TYPES = {
-    "state": "int2",
-    "due": "float8",
-    "deaths": "int4",
-    "attempts": "int4",
-    "reason": "text",
-    "seq": "int8",
-}
-#: New jobs are copied (COPY, binary) into this temporary table, then moved in one
-#: statement that skips a held msgid: twice the rate of an executemany INSERT.
-_STAGE = "emq_new_jobs"
-_STAGE_CREATE = (
-    f"CREATE TEMPORARY TABLE IF NOT EXISTS {_STAGE} (LIKE jobs INCLUDING DEFAULTS)"
-    " ON COMMIT DELETE ROWS"
-)
-_STAGE_COPY = f"COPY {_STAGE} ({_NEW}) FROM STDIN (FORMAT BINARY)"
-_STAGE_MOVE = (
-    f"WITH moved AS (DELETE FROM {_STAGE} RETURNING {_NEW})"  # noqa: S608
-    f" INSERT INTO jobs ({_NEW}) SELECT {_NEW} FROM moved ON CONFLICT DO NOTHING"
-)
-_ROW = "seq, msgid, queue, nprio, guarantee, headers, body, client, accepted, deaths, attempts"
-INSERT_JOB = (
-    "INSERT INTO jobs (seq, msgid, queue, nprio, state, due, guarantee, headers, body, client,"
-    " accepted, deaths, attempts, reason, owner)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-    " ON CONFLICT DO NOTHING"
-)
-_WAITING_FIRST = (
-    f"SELECT {_ROW} FROM jobs WHERE queue = %s AND state = {WAITING.sql}"  # noqa: S608
-    " ORDER BY nprio, seq LIMIT %s"
-)
-_WAITING_AFTER = (
-    f"SELECT {_ROW} FROM jobs WHERE queue = %s AND state = {WAITING.sql}"  # noqa: S608
-    " AND (nprio, seq) > (%s, %s) ORDER BY nprio, seq LIMIT %s"
-)
-_DUE = (
-    f"SELECT {_ROW} FROM jobs WHERE state = {DELAYED.sql} AND due <= %s"  # noqa: S608
-    " ORDER BY due LIMIT %s"
-)
-_NEXT_DUE = f"SELECT MIN(due) FROM jobs WHERE state = {DELAYED.sql}"  # noqa: S608
-_POISONED = (
-    f"SELECT {_ROW}, reason FROM jobs WHERE state = {POISONED.sql}"  # noqa: S608
-    " ORDER BY seq LIMIT %s"
-)
-_FIND = f"SELECT state, {_ROW} FROM jobs WHERE msgid = %s"  # noqa: S608
-_RECOVER = f"UPDATE jobs SET state = {WAITING.sql} WHERE state = {LEASED.sql}"  # noqa: S608
-_SIZE = (
-    "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
-    " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'"
-)
 
 
 def public_dsn(dsn: str) -> str:
@@ -229,11 +185,16 @@ class PostgresJournal:
                 " set_config('idle_in_transaction_session_timeout', %s, false)",
                 (self.schema, "on" if sync == "full" else "off", str(int(lease_seconds * 1000))),
             )
-            self.conn.execute(_STAGE_CREATE)
+            self.conn.execute(STAGE_CREATE)
             self._finished_seq = int(self._one("SELECT COALESCE(MAX(seq), 0) FROM finished"))
             #: Parcels stored, per queue (no query to know a queue has none).
             self._parcels: Counter[str] = Counter(
-                dict(self.conn.execute("SELECT queue, COUNT(*) FROM parcels GROUP BY queue"))
+                {
+                    queue.decode(): n
+                    for queue, n in self.conn.execute(
+                        "SELECT queue, COUNT(*) FROM parcels GROUP BY queue"
+                    )
+                }
             )
         except psycopg.Error as exc:
             self._close_conn()
@@ -304,11 +265,11 @@ class PostgresJournal:
         those whose msgid or seq is held; returns how many were stored."""
         self._tx()
         cursor = self.conn.cursor()
-        with cursor.copy(_STAGE_COPY) as copy:
-            copy.set_types(_NEW_TYPES)
+        with cursor.copy(STAGE_COPY) as copy:
+            copy.set_types(NEW_TYPES)
             for row in rows:
-                copy.write_row(row)
-        return cursor.execute(_STAGE_MOVE).rowcount
+                copy.write_row(encoded_row(row))
+        return cursor.execute(STAGE_MOVE).rowcount
 
     def _select(self, query: Any, params: Any = ()) -> list[Any]:
         with self._guard():
@@ -334,12 +295,14 @@ class PostgresJournal:
             groups: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
             for seq, columns in self._changed.items():
                 names = tuple(sorted(columns))
+                if "reason" in columns:
+                    columns = {**columns, "reason": columns["reason"].encode()}
                 groups.setdefault(names, []).append((*(columns[n] for n in names), seq))
             for names, params in groups.items():
                 # One statement per set of columns: arrays, unnested to a row per job.
                 arrays_of = [list(values) for values in zip(*params, strict=True)]
                 arrays = sql.SQL(", ").join(
-                    sql.SQL("%s::{}[]").format(sql.SQL(_CHANGE_TYPES[name]))
+                    sql.SQL("%s::{}[]").format(sql.SQL(CHANGE_TYPES[name]))
                     for name in (*names, "seq")
                 )
                 assignments = sql.SQL(", ").join(
@@ -358,8 +321,8 @@ class PostgresJournal:
             self._now("DELETE FROM jobs WHERE seq = ANY(%s)", (list(self._gone),))
             self._gone.clear()
         if self._done:
-            self._now("INSERT INTO finished (seq, msgid, at) VALUES (%s, %s, %s)", self._done,
-                      many=True)  # fmt: skip
+            done = [(seq, msgid.encode(), at) for seq, msgid, at in self._done]
+            self._now("INSERT INTO finished (seq, msgid, at) VALUES (%s, %s, %s)", done, many=True)
             self._done = []
 
     def _fresh(self) -> None:
@@ -454,7 +417,7 @@ class PostgresJournal:
         self._changed.pop(seq, None)
         self._gone.discard(seq)
         if on_disk:
-            return self._write(INSERT_JOB, values) == 1
+            return self._write(INSERT_JOB, encoded_row(values)) == 1
         self._new[seq] = values
         self._new_msgids.add(msgid)
         self.pending += 1
@@ -511,22 +474,22 @@ class PostgresJournal:
         """True if a job row (not a parcel's job) has ``msgid``: one index lookup."""
         if msgid in self._new_msgids:
             return True
-        return bool(self._select("SELECT 1 FROM jobs WHERE msgid = %s", (msgid,)))
+        return bool(self._select("SELECT 1 FROM jobs WHERE msgid = %s", (msgid.encode(),)))
 
     # -- jobs: reads -----------------------------------------------------------------------------
     def waiting(self, queue: str, after: tuple[int, int] | None, limit: int) -> list[Row]:
         """Up to ``limit`` WAITING jobs of ``queue`` in hand-out order, after the key ``after``."""
         self._fresh()
         if after is None:
-            rows = self._select(_WAITING_FIRST, (queue, limit))
+            rows = self._select(WAITING_FIRST, (queue.encode(), limit))
         else:
-            rows = self._select(_WAITING_AFTER, (queue, after[0], after[1], limit))
-        return [to_row(values) for values in rows]
+            rows = self._select(WAITING_AFTER, (queue.encode(), after[0], after[1], limit))
+        return [decoded_row(values) for values in rows]
 
     def take_due(self, now: float, limit: int = 1000) -> list[Row]:
         """DELAYED jobs due at unix time ``now``, made WAITING."""
         self._fresh()
-        rows = [to_row(values) for values in self._select(_DUE, (now, limit))]
+        rows = [decoded_row(values) for values in self._select(DUE, (now, limit))]
         for row in rows:
             self.set_state(row.seq, WAITING)
         return rows
@@ -534,27 +497,28 @@ class PostgresJournal:
     def next_due(self) -> float | None:
         """When the next DELAYED job is due (unix time), if any."""
         self._fresh()
-        value = self._select(_NEXT_DUE)[0][0]
+        value = self._select(NEXT_DUE)[0][0]
         return None if value is None else float(value)
 
     def find(self, msgid: str) -> tuple[JobState, Row] | None:
         """``(state, row)`` of the job ``msgid``, if held (in a state this release knows)."""
         self._fresh()
-        found = self._select(_FIND, (msgid,))
+        found = self._select(FIND, (msgid.encode(),))
         state = known_state(found[0][0]) if found else None
-        return None if state is None else (state, to_row(found[0][1:]))
+        return None if state is None else (state, decoded_row(found[0][1:]))
 
     def owner_of(self, msgid: str) -> str | None:
         """The CURVE key that sent job ``msgid``: None if not held, "" if held with none known."""
         self._fresh()
-        found = self._select("SELECT owner FROM jobs WHERE msgid = %s", (msgid,))
+        found = self._select("SELECT owner FROM jobs WHERE msgid = %s", (msgid.encode(),))
         if found:
             return str(found[0][0] or "")
         return "" if self.parcels_holding(msgid) else None
 
     def poisoned(self, limit: int = 100) -> list[tuple[Row, str]]:
         self._fresh()
-        return [(to_row(values[:-1]), values[-1]) for values in self._select(_POISONED, (limit,))]
+        rows = self._select(POISONED_ROWS, (limit,))
+        return [(decoded_row(values[:-1]), values[-1].decode()) for values in rows]
 
     def counts(self) -> dict[JobState, Counter[str]]:
         """state -> queue -> number of jobs (rows in a state this release does not know
@@ -566,9 +530,9 @@ class PostgresJournal:
         ):
             state = known_state(number)
             if state is not None:
-                result[state][queue] = int(n)
+                result[state][queue.decode()] = int(n)
         for queue, n in self._select("SELECT queue, SUM(count) FROM parcels GROUP BY queue"):
-            result[WAITING][queue] += int(n)
+            result[WAITING][queue.decode()] += int(n)
         return result
 
     def max_seq(self) -> int:
@@ -584,13 +548,13 @@ class PostgresJournal:
         """On start: jobs handed out but never reported finished wait again (committed,
         fenced). Returns how many."""
         self._fresh()
-        changed = self._write(_RECOVER, ())
+        changed = self._write(RECOVER, ())
         self.commit()
         return changed
 
     def size_bytes(self) -> int:
         """Bytes the group's tables take on the server (with their indexes and TOAST)."""
-        return int(self._select(_SIZE, (self.schema,))[0][0])
+        return int(self._select(SIZE, (self.schema,))[0][0])
 
     def is_empty(self) -> bool:
         """Nothing kept: no job, no SCHEDULE waiting, no finished msgid to refuse again."""
@@ -621,7 +585,7 @@ class PostgresJournal:
             self._now(
                 "INSERT INTO parcels (seq, count, queue, nprio, guarantee, headers, client,"
                 " accepted, jobs) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (seq, count, queue, -priority, guarantee, headers, client, accepted, jobs),
+                (seq, count, queue.encode(), -priority, guarantee, headers, client, accepted, jobs),
             )
             # A digest left by a parcel lost elsewhere gives way (SQLite's REPLACE).
             self._now("DELETE FROM parcel_digests WHERE digest = %s OR seq = %s", (digest, seq))
@@ -652,7 +616,7 @@ class PostgresJournal:
         self._fresh()
         rows = self._select(
             "SELECT nprio, seq FROM parcels WHERE queue = %s ORDER BY nprio, seq LIMIT 1",
-            (queue,),
+            (queue.encode(),),
         )
         if not rows or (upto is not None and tuple(rows[0]) > upto):
             return None
@@ -678,9 +642,10 @@ class PostgresJournal:
             " FROM parcels WHERE seq = %s",
             (seq,),
         )[0]
+        name = queue.decode()
         jobs = unpack_jobs(frame, max_jobs=count, max_bytes=len(frame))
         rows = [
-            new_row(seq + i, msgid, queue, -nprio, WAITING, guarantee, headers, job[3], client,
+            new_row(seq + i, msgid, name, -nprio, WAITING, guarantee, headers, job[3], client,
                     accepted)
             for i, job in enumerate(jobs)
             if (msgid := job[0].decode()) not in skip
@@ -690,8 +655,8 @@ class PostgresJournal:
             self._now("DELETE FROM parcels WHERE seq = %s", (seq,))
             self._now("DELETE FROM parcel_digests WHERE seq = %s", (seq,))
             self.pending += len(rows) + 1
-        self._parcels[queue] -= 1
-        return str(queue), int(count) - stored
+        self._parcels[name] -= 1
+        return name, int(count) - stored
 
     # -- finished msgids (see finished.py) -------------------------------------------------
     def keep_finished(
@@ -720,7 +685,7 @@ class PostgresJournal:
             (since, self.finished_keep),
         )
         rows.reverse()
-        return [(str(msgid), float(at)) for msgid, at in rows]
+        return [(msgid.decode(), float(at)) for msgid, at in rows]
 
     def prune_finished(self) -> None:
         """Drop finished msgids past the window or the count now (at start-up)."""
@@ -759,7 +724,7 @@ class PostgresJournal:
         self._write(
             "INSERT INTO schedules (unschedule, job_key, timing_key, frames)"
             " VALUES (%s, %s, %s, %s)",
-            (unschedule, job_key, timing_key, packed),
+            (unschedule, job_key.encode(), timing_key.encode(), packed),
         )
 
     def drop_schedules(self, job_key: str, timing_key: str) -> int:
@@ -768,10 +733,10 @@ class PostgresJournal:
         if timing_key:
             return self._write(
                 "DELETE FROM schedules WHERE NOT unschedule AND job_key = %s AND timing_key = %s",
-                (job_key, timing_key),
+                (job_key.encode(), timing_key.encode()),
             )
         return self._write(
-            "DELETE FROM schedules WHERE NOT unschedule AND job_key = %s", (job_key,)
+            "DELETE FROM schedules WHERE NOT unschedule AND job_key = %s", (job_key.encode(),)
         )
 
     def schedules(self, limit: int = 1000) -> list[tuple[int, bool, list[bytes]]]:

@@ -49,7 +49,7 @@ def test_a_commit_is_in_the_database_when_it_returns_and_not_before(
     journal.waiting("default", None, 10)  # applied into the open transaction, not committed
     assert other.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
     journal.commit()
-    assert other.execute("SELECT msgid FROM jobs").fetchall() == [("m1",)]
+    assert other.execute("SELECT msgid FROM jobs").fetchall() == [(b"m1",)]
 
 
 def test_waiting_order_is_priority_then_age_and_pages_by_key(open_journal: Opener) -> None:
@@ -379,3 +379,34 @@ def test_a_digest_whose_parcel_is_gone_gives_way_to_the_same_batch_again(
     journal.add_parcel(30, 5, "email", 0, True, b"guarantee", b"c", 2.0, frame)
     journal.commit()
     assert journal.holds_parcel(parcel_digest(frame))
+
+
+def test_a_nul_in_what_clients_send_is_stored_like_any_other_character(
+    open_journal: Opener,
+) -> None:
+    """PostgreSQL text cannot hold NUL: a msgid or queue with one must not fail the
+    transaction (it would fail the leader's, then, resent, its successor's)."""
+    msgid, queue = "m\x001", "q\x00"
+    journal = open_journal()
+    journal.keep_finished(10, 60.0)
+    assert add(journal, 1, msgid=msgid, queue=queue)
+    assert add(journal, 2, msgid="m\x002", queue=queue, on_disk=True)
+    journal.add_finished("done\x00", time.time())
+    journal.add_parcel(
+        10, 1, queue, 0, True, b"", b"c", 1.0, pack_jobs([(b"p\x00", b"q", b"", b"[]")])
+    )
+    journal.add_schedule([b"s"], unschedule=False, job_key="k\x00", timing_key="t\x00")
+    journal.commit()
+    journal.poison(1, deaths=3, reason="why\x00")
+    assert journal.commit() is True
+    assert not journal.closed
+    assert [r.msgid for r in journal.waiting(queue, None, 10)] == ["m\x002"]
+    assert journal.holds_row(msgid) and not add(journal, 3, msgid=msgid, on_disk=True)
+    found = journal.find(msgid)
+    assert found is not None and (found[0], found[1].queue) == (POISONED, queue)
+    assert [(row.msgid, reason) for row, reason in journal.poisoned()] == [(msgid, "why\x00")]
+    assert journal.counts()[WAITING] == {queue: 2}
+    assert journal.finished_since(0)[0][0] == "done\x00"
+    assert journal.parcels_holding("p\x00") == [10]
+    assert journal.open_parcel(10, skip=set()) == (queue, 0)
+    assert journal.drop_schedules("k\x00", "t\x00") == 1
