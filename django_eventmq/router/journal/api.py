@@ -1,8 +1,11 @@
 """What the router asks of its journal, whichever the backend: the SQLite
 :class:`.store.Journal` or the PostgreSQL :class:`.postgres.PostgresJournal`.
 
-A :class:`typing.Protocol`: both classes match it structurally (mypy checks
-that at the end of :mod:`.postgres`), so the router can be typed against it.
+:class:`JournalLike` is a :class:`typing.Protocol`: both classes match it
+structurally (mypy checks that at the end of :mod:`.postgres`), so the router
+can be typed against it. :class:`KeptWrites` is the part both do the same way
+in memory: the writes kept until the next read or commit (see
+:mod:`.commit`'s module doc), each backend applying them its own way.
 """
 
 from __future__ import annotations
@@ -12,7 +15,14 @@ from collections import Counter
 from collections.abc import Callable, Container
 from typing import Any, Protocol
 
-from django_eventmq.router.journal.schema import JobState, Row
+from django_eventmq.router.journal.schema import (
+    COLUMN_AT,
+    DELAYED,
+    POISONED,
+    WAITING,
+    JobState,
+    Row,
+)
 
 
 class JournalLike(Protocol):
@@ -91,3 +101,107 @@ class JournalLike(Protocol):
     def schedules(self, limit: int = 1000) -> list[tuple[int, bool, list[bytes]]]: ...
     def delete_schedule(self, seq: int) -> None: ...
     def schedule_count(self) -> int: ...
+
+
+class KeptWrites:
+    """Writes kept in memory until the backend applies them (``_flush``): new rows
+    by seq and their msgids, column changes merged per seq, deleted seqs, finished
+    msgids. A backend provides :meth:`_begin` (count ``changes``; the SQLite
+    journal also opens its transaction there) and :meth:`_insert_now`."""
+
+    pending: int
+
+    def _init_kept(self) -> None:
+        self._new: dict[int, list[Any]] = {}
+        self._new_msgids: set[str] = set()
+        self._changed: dict[int, dict[str, Any]] = {}
+        self._gone: set[int] = set()
+        self._done: list[tuple[int, str, float]] = []
+        #: Finished msgids kept: at most this many, for at least this many seconds
+        #: (set by :meth:`keep_finished`; 0 keeps none).
+        self.finished_keep = 0
+        self.finished_window = 0.0
+        self._finished_seq = 0
+        self._finished_added = False
+        self._finished_clock: Callable[[], float] = time.time
+
+    def _begin(self, changes: int = 1) -> None:
+        raise NotImplementedError
+
+    def _insert_now(self, values: list[Any]) -> bool:
+        """Insert one new job at once; False if its msgid (or seq) is stored already."""
+        raise NotImplementedError
+
+    def add(self, values: list[Any], *, on_disk: bool = False) -> bool:
+        """Store a new job (its :func:`.schema.new_row`); False (nothing stored) when
+        its msgid is held already.
+
+        Kept for the next write unless ``on_disk`` says the msgid may be stored
+        already: then the row is inserted at once, so that the insert finds out
+        (cheaper than a lookup first). Without it a msgid that is only stored,
+        not kept, is not seen.
+        """
+        seq, msgid = values[0], values[1]
+        if msgid in self._new_msgids:
+            return False
+        # Changes kept for this seq came before the row existed: written in
+        # order they would have changed nothing.
+        self._changed.pop(seq, None)
+        self._gone.discard(seq)
+        if on_disk:
+            return self._insert_now(values)
+        self._begin()
+        self._new[seq] = values
+        self._new_msgids.add(msgid)
+        return True
+
+    def _change(self, seq: int, **columns: Any) -> None:
+        self._begin()
+        new = self._new.get(seq)
+        if new is not None:
+            for name, value in columns.items():
+                new[COLUMN_AT[name]] = value
+        else:
+            self._changed.setdefault(seq, {}).update(columns)
+
+    def set_state(self, seq: int, state: JobState) -> None:
+        self._change(seq, state=state)
+
+    def requeue(self, seq: int, deaths: int) -> None:
+        self._change(seq, state=WAITING, deaths=deaths)
+
+    def delay(self, seq: int, due: float, attempts: int) -> None:
+        self._change(seq, state=DELAYED, due=due, attempts=attempts)
+
+    def poison(self, seq: int, deaths: int, reason: str) -> None:
+        self._change(seq, state=POISONED, deaths=deaths, reason=reason)
+
+    def delete(self, seq: int) -> None:
+        self._begin()
+        new = self._new.pop(seq, None)
+        if new is not None:
+            self._new_msgids.discard(new[1])
+            return
+        self._changed.pop(seq, None)
+        self._gone.add(seq)
+
+    def keep_finished(
+        self, keep: int, window: float, clock: Callable[[], float] = time.time
+    ) -> None:
+        """Keep up to ``keep`` finished msgids for ``window`` seconds (0: none) of ``clock``."""
+        self.finished_keep = keep
+        self.finished_window = window
+        self._finished_clock = clock
+
+    def add_finished(self, msgid: str, at: float) -> None:
+        """Remember that ``msgid`` finished at unix time ``at`` (committed with the rest)."""
+        if not self.finished_keep or not self.finished_window:
+            return
+        self._finished_seq += 1
+        self._begin()
+        self._done.append((self._finished_seq, msgid, at))
+        self._finished_added = True
+
+    def _kept(self) -> bool:
+        """True if some write is kept (a read must apply it first)."""
+        return bool(self._new or self._changed or self._gone or self._done)

@@ -54,6 +54,7 @@ from psycopg import sql
 
 from django_eventmq.errors import ConfigurationError
 from django_eventmq.protocol.batch import unpack_jobs
+from django_eventmq.router.journal.api import KeptWrites
 from django_eventmq.router.journal.commit import PRUNE_INTERVAL
 from django_eventmq.router.journal.parcels import parcel_digest
 from django_eventmq.router.journal.pg_schema import (
@@ -78,9 +79,6 @@ from django_eventmq.router.journal.pg_schema import (
 )
 from django_eventmq.router.journal.schedules import _unpack
 from django_eventmq.router.journal.schema import (
-    COLUMN_AT,
-    DELAYED,
-    POISONED,
     WAITING,
     JobState,
     Row,
@@ -122,7 +120,7 @@ def public_dsn(dsn: str) -> str:
     return psycopg.conninfo.make_conninfo("", **params)
 
 
-class PostgresJournal:
+class PostgresJournal(KeptWrites):
     """The job store on PostgreSQL (see the module doc). Every method runs in the
     router's thread, as the SQLite journal's do; the public surface is the one
     :class:`.api.JournalLike` names."""
@@ -161,18 +159,8 @@ class PostgresJournal:
         self._dead: str | None = None
         self._closed = False
         self._in_tx = False
-        # Writes not yet applied, as the SQLite journal keeps them (see commit.py).
-        self._new: dict[int, list[Any]] = {}
-        self._new_msgids: set[str] = set()
-        self._changed: dict[int, dict[str, Any]] = {}
-        self._gone: set[int] = set()
-        self._done: list[tuple[int, str, float]] = []
-        #: Finished msgids kept: at most this many, for at least this many seconds.
-        self.finished_keep = 0
-        self.finished_window = 0.0
+        self._init_kept()
         self._prune_after = 0.0
-        self._finished_added = False
-        self._finished_clock: Callable[[], float] = time.time
         try:
             self.conn: psycopg.Connection[Any] = psycopg.connect(dsn, autocommit=True)
         except psycopg.Error as exc:
@@ -327,7 +315,7 @@ class PostgresJournal:
 
     def _fresh(self) -> None:
         """Before a read whose answer must include the kept writes."""
-        if self._new or self._changed or self._gone or self._done:
+        if self._kept():
             with self._guard():
                 self._flush()
         else:
@@ -406,22 +394,13 @@ class PostgresJournal:
                 conn.close()
 
     # -- jobs: writes (kept; see the module doc) ---------------------------------------------
-    def add(self, values: list[Any], *, on_disk: bool = False) -> bool:
-        """Store a new job (its :func:`new_row`); False (nothing stored) when its
-        msgid is held already. ``on_disk``: the msgid may be stored already, so
-        insert at once and let the insert find out (as the SQLite journal does)."""
+    def _begin(self, changes: int = 1) -> None:
+        """A write kept in memory (:class:`.api.KeptWrites`): counted, applied later."""
         self._alive()
-        seq, msgid = values[0], values[1]
-        if msgid in self._new_msgids:
-            return False
-        self._changed.pop(seq, None)
-        self._gone.discard(seq)
-        if on_disk:
-            return self._write(INSERT_JOB, encoded_row(values)) == 1
-        self._new[seq] = values
-        self._new_msgids.add(msgid)
-        self.pending += 1
-        return True
+        self.pending += changes
+
+    def _insert_now(self, values: list[Any]) -> bool:
+        return self._write(INSERT_JOB, encoded_row(values)) == 1
 
     def add_many(self, rows: list[list[Any]]) -> set[int]:
         """Insert new jobs at once (one executemany); the seqs of those stored."""
@@ -437,38 +416,6 @@ class PostgresJournal:
             found = self.conn.execute("SELECT seq FROM jobs WHERE seq = ANY(%s)", (seqs,))
             return {int(seq) for (seq,) in found}
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def _change(self, seq: int, **columns: Any) -> None:
-        self._alive()
-        self.pending += 1
-        new = self._new.get(seq)
-        if new is not None:
-            for name, value in columns.items():
-                new[COLUMN_AT[name]] = value
-        else:
-            self._changed.setdefault(seq, {}).update(columns)
-
-    def set_state(self, seq: int, state: JobState) -> None:
-        self._change(seq, state=state)
-
-    def requeue(self, seq: int, deaths: int) -> None:
-        self._change(seq, state=WAITING, deaths=deaths)
-
-    def delay(self, seq: int, due: float, attempts: int) -> None:
-        self._change(seq, state=DELAYED, due=due, attempts=attempts)
-
-    def poison(self, seq: int, deaths: int, reason: str) -> None:
-        self._change(seq, state=POISONED, deaths=deaths, reason=reason)
-
-    def delete(self, seq: int) -> None:
-        self._alive()
-        self.pending += 1
-        new = self._new.pop(seq, None)
-        if new is not None:
-            self._new_msgids.discard(new[1])
-            return
-        self._changed.pop(seq, None)
-        self._gone.add(seq)
 
     def holds_row(self, msgid: str) -> bool:
         """True if a job row (not a parcel's job) has ``msgid``: one index lookup."""
@@ -659,24 +606,6 @@ class PostgresJournal:
         return name, int(count) - stored
 
     # -- finished msgids (see finished.py) -------------------------------------------------
-    def keep_finished(
-        self, keep: int, window: float, clock: Callable[[], float] = time.time
-    ) -> None:
-        """Keep up to ``keep`` finished msgids for ``window`` seconds (0: none) of ``clock``."""
-        self.finished_keep = keep
-        self.finished_window = window
-        self._finished_clock = clock
-
-    def add_finished(self, msgid: str, at: float) -> None:
-        """Remember that ``msgid`` finished at unix time ``at`` (committed with the rest)."""
-        if not self.finished_keep or not self.finished_window:
-            return
-        self._alive()
-        self._finished_seq += 1
-        self.pending += 1
-        self._done.append((self._finished_seq, msgid, at))
-        self._finished_added = True
-
     def finished_since(self, since: float) -> list[tuple[str, float]]:
         """The newest ``finished_keep`` msgids finished at or after ``since``, oldest first."""
         self._fresh()

@@ -9,11 +9,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from django_eventmq.router.journal.api import JournalLike
 from django_eventmq.router.journal.postgres import PostgresJournal
-from django_eventmq.router.journal.schema import WAITING, new_row
 from tests.pg_support import pg_dsn as pg_dsn
 from tests.pg_support import pg_group as pg_group
+from tests.router.test_journal import add as add  # typed for Journal; any journal will do
 
 Opener = Callable[..., PostgresJournal]
 
@@ -39,25 +38,6 @@ def other(pg_dsn: str, pg_group: str) -> Iterator[psycopg.Connection[Any]]:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("SELECT set_config('search_path', %s, false)", (f"emq_{pg_group}",))
         yield conn
-
-
-def add(journal: JournalLike, seq: int, **overrides: Any) -> bool:
-    """Add job ``m<seq>`` (overrides: any :func:`new_row` field, or ``on_disk``)."""
-    values: dict[str, Any] = {
-        "seq": seq,
-        "msgid": f"m{seq}",
-        "queue": "default",
-        "priority": 0,
-        "state": WAITING,
-        "guarantee": True,
-        "headers": b"guarantee",
-        "body": b'["run", {}]',
-        "client": b"client-1",
-        "accepted": 1000.0 + seq,
-    }
-    on_disk = overrides.pop("on_disk", False)
-    values.update(overrides)
-    return journal.add(new_row(**values), on_disk=on_disk)
 
 
 def crash(journal: PostgresJournal) -> None:

@@ -25,6 +25,13 @@ def tables(conn: psycopg.Connection[Any], schema: str) -> set[str]:
     return {name for (name,) in rows}
 
 
+def one_job_stored(open_journal: Opener) -> None:
+    journal = open_journal()
+    add(journal, 1)
+    journal.commit()
+    journal.close()
+
+
 def test_the_first_open_creates_the_schema_and_stores_its_version(
     open_journal: Opener, other: psycopg.Connection[Any], pg_group: str
 ) -> None:
@@ -43,10 +50,7 @@ def test_the_first_open_creates_the_schema_and_stores_its_version(
 def test_a_second_open_changes_nothing_and_keeps_the_rows(
     open_journal: Opener, other: psycopg.Connection[Any], pg_group: str
 ) -> None:
-    journal = open_journal()
-    add(journal, 1)
-    journal.commit()
-    journal.close()
+    one_job_stored(open_journal)
     assert pg_schema.migrate(other, pg_group) == 0  # no step ran
     journal = open_journal()
     assert [r.msgid for r in journal.waiting("default", None, 10)] == ["m1"]
@@ -57,10 +61,7 @@ def test_a_schema_left_without_its_version_is_brought_up_to_date(
 ) -> None:
     # A first start that died after its tables and before its version (each
     # step is idempotent): the next one runs the steps again, keeping the rows.
-    journal = open_journal()
-    add(journal, 1)
-    journal.commit()
-    journal.close()
+    one_job_stored(open_journal)
     other.execute("DELETE FROM meta")
     assert pg_schema.migrate(other, pg_group) == pg_schema.VERSION
     assert open_journal().holds_row("m1")
