@@ -13,6 +13,13 @@ still in this process's queue until ZeroMQ writes it out; at exit the
 process waits up to ``SEND_TIMEOUT`` for that, and logs once if it could not
 (see :mod:`.client_exit`).
 
+``BROKER_ADDR`` may list the members of a router group
+(``"tcp://a:47291,tcp://b:47291"``): the socket connects to every one, and
+``IMMEDIATE`` sends only over a completed connection, so jobs go to the
+leader (the one member that binds) and none waits for a standby
+(tests/system/ha/test_addresses_live.py shows that nothing reaches a router
+that starts later at a listed address).
+
 What the router sends back (ACKs, partial replies, job outcomes,
 rejections) arrives on the same socket, interleaved between jobs; the client
 files it by job msgid so that each
@@ -53,6 +60,7 @@ from django_eventmq.protocol.packed import pack_request
 from django_eventmq.protocol.session import ClientSession
 from django_eventmq.protocol.views import is_ack, request_frames
 from django_eventmq.runtime import config, security, transport
+from django_eventmq.runtime.addresses import parse_addresses
 
 logger = logging.getLogger("django_eventmq.client")
 
@@ -85,7 +93,8 @@ class Client:
         send_timeout: float = 5.0,
         options: Mapping[int, Any] | None = None,
     ) -> None:
-        """Connect to ``addr``; ``options`` are extra socket options (CURVE keys,
+        """Connect to ``addr`` (one address, or several separated by commas: every
+        member of a router group); ``options`` are extra socket options (CURVE keys,
         from :func:`~.security.secure_channel_options`)."""
         self.addr = addr
         self.pid = os.getpid()
@@ -114,7 +123,7 @@ class Client:
         self._curve = transport.CURVE_SERVERKEY in (options or {})
         self.channel = transport.Channel(
             transport.DEALER,
-            connect=addr,
+            connect=parse_addresses(addr, "BROKER_ADDR"),
             hwm=CLIENT_SNDHWM,
             options={
                 transport.SNDTIMEO: int(send_timeout * 1000),

@@ -1,7 +1,14 @@
 """A job manager's connection to the router: INFORM, heartbeats, reconnect with back-off.
 
 One DEALER socket to the router's backend, replaced (with a new identity and
-a fresh INFORM) when the router goes quiet or says goodbye. The conversation
+a fresh INFORM) when the router goes quiet or says goodbye. ``WORKER_ADDR``
+may list the members of a router group: the socket connects to one address
+at a time (a DEALER connected to two live routers would share READY and DONE
+between them), and moves on to the next when that one does not ACK our
+INFORM within :data:`~django_eventmq.runtime.addresses.HANDSHAKE_WAIT`, drops
+the connection, or goes silent past the heartbeat timeout. Our FEATURES
+answer names the jobs we hold (``"holding"``), so a router that took over
+after a failover knows they are running here. The conversation
 on each socket (ACK, FEATURES, credit) is a
 :class:`~django_eventmq.protocol.session.JobManagerSession`: every message
 read goes through it first, and its answers go out here. What else travels
@@ -12,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 from django_eventmq.errors import ProtocolError
@@ -27,6 +34,7 @@ from django_eventmq.protocol import (
 from django_eventmq.protocol.packed import pack
 from django_eventmq.protocol.session import JobManagerSession
 from django_eventmq.runtime import security, transport
+from django_eventmq.runtime.addresses import AddressCycle, parse_addresses
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.waitlog import RouterWait
 
@@ -35,6 +43,10 @@ logger = logging.getLogger("django_eventmq.jobmanager")
 #: First reconnect delay in seconds; doubles per failed attempt up to
 #: ``RECONNECT_MAX_DELAY``.
 RECONNECT_MIN_DELAY = 0.1
+#: Seconds between two looks at whether the connection dropped (several addresses).
+PEER_CHECK_EVERY = 0.1
+#: The key of our FEATURES answer that lists the msgids of the jobs we hold.
+HOLDING = "holding"
 
 T = TypeVar("T")
 
@@ -45,9 +57,17 @@ class RouterLink(Generic[T]):
     ``T`` is what the job manager holds in the session while the mode is not settled.
     """
 
-    def __init__(self, settings: Settings, poller: transport.FdPoller) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        poller: transport.FdPoller,
+        holding: Callable[[], list[str]] | None = None,
+    ) -> None:
+        """``holding``: the msgids of the jobs the job manager holds and has not
+        reported (told to each router we connect to, in our FEATURES answer)."""
         self.settings = settings
-        self.addr = settings.worker_addr
+        self.addresses = AddressCycle(parse_addresses(settings.worker_addr, "WORKER_ADDR"))
+        self._holding = holding
         self._poller = poller
         self.channel: transport.Channel | None = None
         #: The conversation on the current socket (a closed one until the first connect).
@@ -59,15 +79,26 @@ class RouterLink(Generic[T]):
         self._liveness: Liveness | None = None
         self._backoff = RECONNECT_MIN_DELAY
         self._reconnect_at: float | None = None
-        self.waiting = RouterWait(logger, "jobmanager", self.addr)
+        #: When an unanswered INFORM makes us try the next address.
+        self._answer_by = 0.0
+        #: When to look again whether the connection dropped (several addresses).
+        self._next_peer_check = 0.0
+        self.waiting = RouterWait(logger, "jobmanager", self.addresses.label)
         # Built once: a bad key setting fails at start-up, naming the setting.
         self._options = security.secure_channel_options(settings, security.BACKEND, security.CLIENT)
 
+    @property
+    def addr(self) -> str:
+        """The router address we talk to (or try) now."""
+        return self.addresses.current
+
     def connect(self, now: float) -> None:
-        """A new socket (new identity) and an INFORM on it."""
+        """A new socket (new identity) to the current address, and an INFORM on it."""
+        several = self.addresses.several
         channel = transport.Channel(
             transport.DEALER,
             connect=self.addr,
+            watch_peer=several,
             identity=transport.new_identity("jm-"),
             # CURVE keys when the router asks for them (its backend role), and
             # MAXMSGSIZE always: a router cannot flood us with one huge frame.
@@ -81,8 +112,17 @@ class RouterLink(Generic[T]):
         self._liveness = Liveness(
             now, interval=self.settings.heartbeat_interval, timeout=self.settings.heartbeat_timeout
         )
+        self._answer_by = now + self.addresses.handshake_wait(self.settings.heartbeat_timeout)
+        self._next_peer_check = now + PEER_CHECK_EVERY
         # A new conversation; outcomes still held carry over to it.
         self.session = self.session.successor()
+        holding = self._holding() if self._holding is not None else []
+        features = {k: v for k, v in self.session.our_features.items() if k != HOLDING}
+        if holding:
+            # A router that took over from another (a failover) has these jobs
+            # as waiting: told, it need not hand them out again while they run.
+            features[HOLDING] = holding
+        self.session.our_features = features
         channel.send(self.session.inform(self.settings.queues))
 
     @property
@@ -144,13 +184,18 @@ class RouterLink(Generic[T]):
             channel.close()
 
     def lose(self, now: float, why: str) -> None:
-        """Drop the socket and plan a reconnect with back-off."""
+        """Drop the socket and plan a reconnect with back-off (to the next address, if several)."""
+        lost = self.addr
+        nxt = self.addresses.advance()
+        several = self.addresses.several
         if self.heard_any:
-            logger.warning("lost the router at %s: %s; reconnecting", self.addr, why)
+            then = f"trying {nxt}" if several else "reconnecting"
+            logger.warning("lost the router at %s: %s; %s", lost, why, then)
             self._backoff = RECONNECT_MIN_DELAY
             self.waiting.lost(now)
         else:
-            logger.debug("no answer from the router at %s: %s; retrying", self.addr, why)
+            then = f"trying {nxt}" if several else "retrying"
+            logger.debug("no answer from the router at %s: %s; %s", lost, why, then)
             self.waiting.no_answer(now)
         self.close()
         self._reconnect_at = now + self._backoff
@@ -171,10 +216,22 @@ class RouterLink(Generic[T]):
         if liveness.expired(now):
             self.heartbeats_missed += self.heard_any
             self.lose(now, f"silent for more than {self.settings.heartbeat_timeout}s")
+        elif self.addresses.several and not self.session.connected and now >= self._answer_by:
+            self.lose(now, f"no ACK of our INFORM within {self._handshake_wait():g}s")
+        elif self.addresses.several and now >= self._next_peer_check and (why := self._gone(now)):
+            self.lose(now, why)
         elif liveness.due(now):
             self.channel.send(Heartbeat(msgid=new_msgid(), timestamp=time.time()))
             liveness.sent(now)
         return False
+
+    def _handshake_wait(self) -> float:
+        return self.addresses.handshake_wait(self.settings.heartbeat_timeout)
+
+    def _gone(self, now: float) -> str:
+        """Why the current address cannot be reached ("": it can, as far as we know)."""
+        self._next_peer_check = now + PEER_CHECK_EVERY
+        return self.channel.unreachable() if self.channel is not None else ""
 
     def goodbye(self) -> None:
         """KBYE (the spelling the reference router forgets a worker on), if we can."""

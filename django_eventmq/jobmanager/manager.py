@@ -39,6 +39,11 @@ Choices worth knowing:
   the job.
 * We say goodbye with the ``KBYE`` spelling of KBAI: the reference router only
   forgets a worker on KBYE; ours accepts both.
+* After a reconnect (to another router of a group after a failover, or to the
+  same one) the jobs we hold are named in our FEATURES answer (``holding``),
+  and their outcomes go as DONE as they end. A router that hands one of them
+  out to us again before it ends (it recovered the job as waiting) gets no
+  second run: the REQUEST is dropped and the first run's DONE answers it.
 """
 
 from __future__ import annotations
@@ -145,7 +150,9 @@ class JobManager(Service):
         self.lifecycle.wake_supervisor = self._wake_supervisor
         self.lifecycle.resend_records = self._resend_records
         self.jobs = self.lifecycle.jobs
-        self.link: RouterLink[_Held] = RouterLink(settings, self._poller)
+        #: msgids of the jobs we held when the current connection was made.
+        self._held_at_connect: set[str] = set()
+        self.link: RouterLink[_Held] = RouterLink(settings, self._poller, self._holding)
         self._next_supervise = 0.0
         self._started = False
 
@@ -277,6 +284,8 @@ class JobManager(Service):
         )
         self.lifecycle.stats.received[job.queue] += 1
         job_debug(logger, "received, attempt %d", job.msgid, job.queue, job.attempt, body=body)
+        if self._held_at_connect and self._runs_here(request.msgid):
+            return
         if self.stopping and self.link.session.extended:
             self._nack(job, "stopping")
             return
@@ -289,6 +298,27 @@ class JobManager(Service):
         if self.settings.queue_allowed_jobs and not self._allowed_on_queue(job):
             return
         self.lifecycle.accept(job)
+
+    def _holding(self) -> list[str]:
+        """The msgids of the jobs we hold and have not reported (for a new connection)."""
+        msgids = [job.msgid for job in self.jobs.values()]
+        self._held_at_connect = set(msgids)
+        return msgids
+
+    def _runs_here(self, msgid: str) -> bool:
+        """A REQUEST for a job we held at the reconnect and still hold: not a second run."""
+        if msgid not in self._held_at_connect:
+            return False
+        if not any(job.msgid == msgid for job in self.jobs.values()):
+            self._held_at_connect.discard(msgid)  # reported before: a new attempt
+            return False
+        logger.info(
+            "job msgid=%s handed out again by %s while it runs here: not run twice, "
+            "its DONE answers both",
+            msgid,
+            self.link.addr,
+        )
+        return True
 
     def _allowed_on_queue(self, job: ManagedJob) -> bool:
         """Check ``QUEUE_ALLOWED_JOBS``; a refused job is answered ``refused`` here.

@@ -48,8 +48,11 @@ _HANDSHAKE_EVENTS = int(
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 )
-#: A connection's handshake done, or the connection gone (:meth:`Channel.peer_connected`).
-_PEER_EVENTS = int(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
+#: A connection's handshake done, the connection gone (:meth:`Channel.peer_connected`),
+#: or an attempt to connect refused (:meth:`Channel.never_connected`).
+_PEER_EVENTS = int(
+    zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
+)
 
 
 def context() -> zmq.Context[Any]:
@@ -97,7 +100,7 @@ class Channel:
         kind: int,
         *,
         bind: str | None = None,
-        connect: str | None = None,
+        connect: str | Sequence[str] | None = None,
         identity: bytes | None = None,
         hwm: int = 0,
         options: dict[int, Any] | None = None,
@@ -111,11 +114,15 @@ class Channel:
     ) -> None:
         """``bind_setting`` (``FRONTEND_ADDR``, ...) and ``bind_option`` (``--frontend``)
         say where ``bind`` came from: a failed bind then raises a
-        :class:`ConfigurationError` naming them instead of a bare ``ZMQError``."""
+        :class:`ConfigurationError` naming them instead of a bare ``ZMQError``.
+        ``connect`` may name several addresses (a router group, see
+        :mod:`.addresses`): the socket connects to each."""
         self.kind = kind
         self._monitor: zmq.Socket[Any] | None = None
         self._failures: list[str] = []
         self._peer_up = False
+        self._peer_seen = False  # a handshake succeeded once
+        self._connect_failed = False  # an attempt to connect failed
         self._watch_peer = watch_peer
         self.is_router = kind == zmq.ROUTER
         if limits == "default":
@@ -160,8 +167,10 @@ class Channel:
                     ) from None
                 self.address = self.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
             if connect is not None:
-                self.socket.connect(connect)
-                self.address = connect
+                targets = (connect,) if isinstance(connect, str) else tuple(connect)
+                for target in targets:
+                    self.socket.connect(target)
+                self.address = ",".join(targets)
         except Exception:
             self.close()
             raise
@@ -290,15 +299,34 @@ class Channel:
         self._read_monitor()
         return self._peer_up
 
+    def unreachable(self) -> str:
+        """For a ``watch_peer`` channel: why its peer cannot be reached, or "".
+
+        "the connection dropped": one was up and none is now (the peer closed it
+        or died; a router that stops or steps down closes it at once, and ZeroMQ
+        alone would quietly reconnect to the same address). "nothing listens
+        there": an attempt to connect failed and none was ever made (a router
+        group's standby binds nothing). "" on an unwatched channel. Never waits.
+        """
+        if self.peer_connected() is not False:
+            return ""
+        if self._peer_seen:
+            return "the connection dropped"
+        if self._connect_failed:
+            return "nothing listens there"
+        return ""
+
     def _read_monitor(self) -> None:
         monitor = self._monitor
         failures = self._failures
         while monitor is not None and monitor.poll(0):
             event = recv_monitor_message(monitor)
             if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                self._peer_up = True
+                self._peer_up = self._peer_seen = True
             elif event["event"] == zmq.EVENT_DISCONNECTED:
                 self._peer_up = False
+            elif event["event"] == zmq.EVENT_CONNECT_RETRIED:
+                self._connect_failed = True
             elif event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
                 failures.append(HANDSHAKE_AUTH)
             elif event["event"] == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:

@@ -43,6 +43,7 @@ from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.codec import describe
 from django_eventmq.protocol.heartbeat import Liveness
 from django_eventmq.runtime import security, transport
+from django_eventmq.runtime.addresses import AddressCycle, parse_addresses
 from django_eventmq.runtime.service import Service
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.waitlog import RouterWait
@@ -55,6 +56,8 @@ T = TypeVar("T")
 
 #: First reconnect delay (seconds); it doubles up to RECONNECT_MAX_DELAY.
 RECONNECT_MIN_DELAY = 0.1
+#: Seconds between two looks at whether the connection dropped (several addresses).
+PEER_CHECK_EVERY = 0.1
 #: Longest the loop blocks, so a stop request is seen quickly.
 MAX_WAIT = 0.25
 #: HEARTBEAT_TIMEOUTs without a HEARTBEAT (while other messages come) after which
@@ -174,7 +177,11 @@ class Scheduler(Service):
         self._inform_sent = 0.0
         self._reconnect_at = 0.0
         self._reconnect_delay = RECONNECT_MIN_DELAY
-        self.waiting = RouterWait(logger, "scheduler", settings.broker_addr)
+        #: ``BROKER_ADDR``: one router, or the members of a group, talked to one at a
+        #: time (a DEALER connected to two live routers would share our messages).
+        self.addresses = AddressCycle(parse_addresses(settings.broker_addr, "BROKER_ADDR"))
+        self._next_peer_check = 0.0
+        self.waiting = RouterWait(logger, "scheduler", self.addresses.label)
         self._refreshed_at = -1e18
         self._pruned_at = -1e18
         self._store_failing = False
@@ -183,7 +190,7 @@ class Scheduler(Service):
     # -- lifecycle (run() and stop() come from Service) ----------------------
     def start(self) -> None:
         """Log the ready line; the first turn connects (and later turns reconnect)."""
-        logger.info("scheduler ready: broker=%s", self.settings.broker_addr)
+        logger.info("scheduler ready: broker=%s", self.addresses.label)
 
     def close(self) -> None:
         """Say goodbye (KBAI) to a router that knows us, then drop the socket."""
@@ -245,9 +252,10 @@ class Scheduler(Service):
         self._disconnect()
         self.channel = transport.Channel(
             transport.DEALER,
-            connect=self.settings.broker_addr,
+            connect=self.addresses.current,
             identity=self.name.encode(),
             options=self._options,
+            watch_peer=self.addresses.several,
         )
         self._inform(mono)
         self.liveness = Liveness(
@@ -255,7 +263,7 @@ class Scheduler(Service):
             interval=self.settings.heartbeat_interval,
             timeout=self.settings.heartbeat_timeout,
         )
-        logger.debug("scheduler: INFORM sent to %s", self.settings.broker_addr)
+        logger.debug("scheduler: INFORM sent to %s", self.addresses.current)
 
     def _inform(self, mono: float) -> None:
         assert self.channel is not None
@@ -264,10 +272,13 @@ class Scheduler(Service):
         self._inform_sent = mono
 
     def _lost(self, why: str) -> None:
-        """Drop the connection and try again after a growing delay."""
+        """Drop the connection and try again (the next address, if several) after a
+        growing delay."""
         mono = time.monotonic()
+        lost = self.addresses.current
+        nxt = self.addresses.advance()
         if self.acked:
-            logger.warning("scheduler: %s; reconnecting to %s", why, self.settings.broker_addr)
+            logger.warning("scheduler: %s (%s); reconnecting to %s", why, lost, nxt)
             self.waiting.lost(mono)
         else:
             logger.debug("scheduler: %s", why)
@@ -279,8 +290,17 @@ class Scheduler(Service):
     def _keepalive(self, mono: float) -> None:
         if self.channel is None or self.liveness is None:
             return
+        if self.addresses.several and mono >= self._next_peer_check:
+            # Another address may have a router up: do not wait for timeouts here.
+            self._next_peer_check = mono + PEER_CHECK_EVERY
+            why = self.channel.unreachable()
+            if why:
+                self._lost(f"router at {self.addresses.current}: {why}")
+                return
         if not self.acked:
-            if mono - self._inform_sent > self.settings.heartbeat_timeout:
+            if mono - self._inform_sent > self.addresses.handshake_wait(
+                self.settings.heartbeat_timeout
+            ):
                 self._lost("no ACK for INFORM")
             return
         if self.liveness.expired(mono):
@@ -339,12 +359,12 @@ class Scheduler(Service):
                 return  # a REQUEST's: the liveness already heard it
             self._known_at = time.monotonic()
             if self.acked:  # our INFORM again on this connection
-                logger.info("scheduler: registered again with %s", self.settings.broker_addr)
+                logger.info("scheduler: registered again with %s", self.addresses.current)
             else:
                 self.acked = True
                 self._reconnect_delay = RECONNECT_MIN_DELAY
                 self.waiting.connected()
-                logger.debug("scheduler: registered with %s", self.settings.broker_addr)
+                logger.debug("scheduler: registered with %s", self.addresses.current)
         elif isinstance(message, Schedule | Unschedule):
             self._on_schedule(message, now or datetime.now(UTC))
         elif isinstance(message, Reply):
