@@ -33,8 +33,10 @@ and the journal is dead: that call and every later one raise
 kept writes are dropped, as in a crash (nothing that depended on them was
 released). It never retries: the router steps down, and opens a new journal
 when it leads again. The connection sets ``idle_in_transaction_session_timeout``
-to the lease, so a leader stopped inside a transaction cannot hold the lease
-row's lock (nor its writes) past it.
+and ``lock_timeout`` to the lease, so a leader stopped inside a transaction
+cannot hold the lease row's lock (nor its writes) past it, nor wait longer for
+it; and TCP keepalives (unless the DSN sets its own), so a silent server ends
+the connection instead of hanging the leader.
 """
 
 from __future__ import annotations
@@ -162,16 +164,39 @@ class PostgresJournal(KeptWrites):
         self._init_kept()
         self._prune_after = 0.0
         try:
-            self.conn: psycopg.Connection[Any] = psycopg.connect(dsn, autocommit=True)
+            given = psycopg.conninfo.conninfo_to_dict(dsn)
+        except psycopg.Error as exc:
+            raise ConfigurationError(
+                f"JOURNAL_URL is not a PostgreSQL DSN ({exc}); write it as "
+                "postgresql://user@host:port/database"
+            ) from None
+        # A server (or the way to it) gone silent must not hang the leader in a
+        # read: TCP keepalives end the connection within about a lease, unless
+        # the DSN says otherwise.
+        keepalive = {
+            "keepalives": 1,
+            "keepalives_idle": max(1, int(lease_seconds)),
+            "keepalives_interval": 1,
+            "keepalives_count": 3,
+            "tcp_user_timeout": int(lease_seconds * 1000) + 3000,
+        }
+        options = {key: value for key, value in keepalive.items() if key not in given}
+        try:
+            conninfo = psycopg.conninfo.make_conninfo(dsn, **options)
+            self.conn: psycopg.Connection[Any] = psycopg.connect(conninfo, autocommit=True)
         except psycopg.Error as exc:
             raise LeadershipLost(f"journal {self.path}: cannot connect: {exc}".strip()) from None
+        # Neither a transaction left idle (a leader stopped) nor a statement waiting
+        # for a lock (the fence behind a takeover) outlives the lease.
+        lease_ms = str(int(lease_seconds * 1000))
         try:
             migrate(self.conn, group)
             self.conn.execute(
                 "SELECT set_config('search_path', %s, false),"
                 " set_config('synchronous_commit', %s, false),"
-                " set_config('idle_in_transaction_session_timeout', %s, false)",
-                (self.schema, "on" if sync == "full" else "off", str(int(lease_seconds * 1000))),
+                " set_config('idle_in_transaction_session_timeout', %s, false),"
+                " set_config('lock_timeout', %s, false)",
+                (self.schema, "on" if sync == "full" else "off", lease_ms, lease_ms),
             )
             self.conn.execute(STAGE_CREATE)
             self._finished_seq = int(self._one("SELECT COALESCE(MAX(seq), 0) FROM finished"))

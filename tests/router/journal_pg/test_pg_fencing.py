@@ -238,3 +238,42 @@ def test_a_server_that_cannot_be_reached_is_leadership_lost_at_open(pg_group: st
 def test_bad_options_say_how_to_fix_them(pg_dsn: str, options: dict[str, Any], match: str) -> None:
     with pytest.raises(ConfigurationError, match=match):
         PostgresJournal(pg_dsn, **options)
+
+
+def test_a_fence_kept_waiting_for_the_lease_row_past_the_lease_is_leadership_lost(
+    open_journal: Opener, other: psycopg.Connection[Any], pg_dsn: str
+) -> None:
+    """A takeover holds the lease row locked: the fence must not wait on it for
+    longer than the lease (lock_timeout), and its transaction must not land."""
+    journal, _ = fenced(open_journal, other, lease_seconds=0.3)
+    add(journal, 1)
+    with psycopg.connect(pg_dsn) as standby:  # a transaction holding the row lock
+        standby.execute(f"SELECT * FROM emq_{journal.group}.test_lease FOR UPDATE")
+        with pytest.raises(LeadershipLost, match="lock"):
+            journal.commit()
+    assert other.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+    assert_dead(journal)
+
+
+def test_the_connection_ends_itself_when_the_server_goes_silent(open_journal: Opener) -> None:
+    journal = open_journal(lease_seconds=4.0)
+    parameters = journal.conn.info.get_parameters()
+    assert {key: parameters.get(key) for key in ("keepalives", "keepalives_idle")} == {
+        "keepalives": "1",
+        "keepalives_idle": "4",
+    }
+    assert journal.conn.execute("SHOW lock_timeout").fetchone() == ("4s",)
+
+
+def test_keepalive_settings_in_the_dsn_win(pg_dsn: str, pg_group: str) -> None:
+    dsn = pg_dsn + ("&" if "?" in pg_dsn else "?") + "keepalives_idle=17"
+    journal = PostgresJournal(dsn, group=pg_group)
+    try:
+        assert journal.conn.info.get_parameters()["keepalives_idle"] == "17"
+    finally:
+        journal.close()
+
+
+def test_a_dsn_that_is_not_one_says_how_to_write_it(pg_group: str) -> None:
+    with pytest.raises(ConfigurationError, match="postgresql://user@host:port/database"):
+        PostgresJournal("not a dsn", group=pg_group)
