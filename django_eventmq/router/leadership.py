@@ -363,9 +363,15 @@ class Lease:
             self._failed(exc)
             return None
         try:
-            # Bounds every wait for a lock (the first INSERT, release) on this connection.
-            ms = max(100, int(self.lease_seconds * 1000))
-            conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{ms}ms")))
+            # lock_timeout bounds our waits for a lock (the first INSERT, release). The
+            # idle timeout ends our transaction should this process be paused inside one
+            # (SIGSTOP in try_lead): its row lock would stop the leader's fence for good.
+            ms = str(max(100, int(self.lease_seconds * 1000)))
+            conn.execute(
+                "SELECT set_config('lock_timeout', %s, false),"
+                " set_config('idle_in_transaction_session_timeout', %s, false)",
+                (ms, ms),
+            )
             with conn.cursor() as cur:
                 ensure_lease_table(cur, self.group)
         except psycopg.Error as exc:

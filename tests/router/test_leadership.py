@@ -227,6 +227,20 @@ def test_a_paused_holder_with_the_row_locked_does_not_block_try_lead(pg: PG) -> 
         journal.execute("SELECT 1")
 
 
+def test_a_standby_paused_inside_its_claim_does_not_stop_the_leaders_fence(pg: PG) -> None:
+    _leader, b = pg.leader_and_standby(1.0)
+    journal = pg.connect()
+    renew(journal, pg.group, 1, 1.0)
+    assert b.try_lead() is None and b._conn is not None
+    # b stopped (SIGSTOP) between its SELECT ... FOR UPDATE and its COMMIT:
+    b._conn.execute("BEGIN")
+    b._conn.execute(f"SELECT * FROM emq_{pg.group}.lease FOR UPDATE")
+    # The fence waits for the row only until PostgreSQL ends b's idle transaction.
+    renew(journal, pg.group, 1, 1.0)
+    assert b.try_lead() is None  # b's connection was ended: logged, dropped
+    assert wait_for(b.info, timeout=20, what="b connected again")
+
+
 def test_two_routers_starting_at_once_exactly_one_leads(pg: PG) -> None:
     for group in [pg.other_group(str(i)) for i in range(5)]:
         racers = [pg.lease(f"m{i}", group=group) for i in range(4)]
@@ -308,10 +322,15 @@ def test_bad_lease_settings_say_how_to_fix_them(
         Lease(dsn, "default", member, lease_seconds=seconds)
 
 
-def test_nothing_listening_none_and_one_log_line(pg: PG, caplog: pytest.LogCaptureFixture) -> None:
-    port = free_port()
-    dsn = f"postgresql://postgres@127.0.0.1:{port}/test?connect_timeout=5"
-    lease = pg.lease("a", dsn=dsn)
+@pytest.mark.parametrize("where", ["nothing listening", "no such database"])
+def test_unreachable_none_and_one_log_line(
+    pg: PG, caplog: pytest.LogCaptureFixture, where: str
+) -> None:
+    if where == "nothing listening":
+        server = f"127.0.0.1:{free_port()}/test"
+    else:
+        server = "127.0.0.1:5432/emq_no_such_database"
+    lease = pg.lease("a", dsn=f"postgresql://postgres@{server}?connect_timeout=5")
     with caplog.at_level(logging.INFO, logger=LOGGER):
         for _ in range(5):
             assert lease.try_lead() is None
@@ -320,7 +339,7 @@ def test_nothing_listening_none_and_one_log_line(pg: PG, caplog: pytest.LogCaptu
     warnings = [r for r in caplog.records if r.name == LOGGER]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     assert warnings[0].levelno == logging.WARNING
-    assert f"127.0.0.1:{port}/test" in warnings[0].getMessage()
+    assert server in warnings[0].getMessage()
 
 
 def test_nothing_listening_a_reminder_after_remind_seconds(
