@@ -8,6 +8,8 @@ PostgreSQL journal does, as the last statement of its transactions.
 from __future__ import annotations
 
 import logging
+import signal
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -24,7 +26,7 @@ from django_eventmq.router.leadership import (
     fence,
 )
 from tests.pg_support import drop_group, pg_dsn, pg_group  # noqa: F401
-from tests.support import free_port, wait_for
+from tests.support import Proc, free_port, wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -176,6 +178,44 @@ def test_holder_connection_gone_standby_leads_at_its_next_poll(pg: PG, how: str)
     assert wait_for(b.try_lead, timeout=20, what="b takes over from a dead holder") == 2
     info = b.info()
     assert info is not None and (info.member, info.failovers) == ("b", 1)
+
+
+# A leader process: takes the lease, then renews it from its "journal" connection.
+LEADER = """
+import sys, time, psycopg
+from django_eventmq.router.leadership import Lease, fence
+dsn, group = sys.argv[1:3]
+lease = Lease(dsn, group, "proc", lease_seconds=600.0)
+epoch = lease.try_lead()
+journal = psycopg.connect(dsn)
+renewals = 0
+while True:
+    with journal.cursor() as cur:
+        fence(cur, group, epoch, 600.0)
+    journal.commit()
+    renewals += 1
+    if renewals == 3:
+        print("leading with epoch", epoch, flush=True)
+    time.sleep(0.05)  # a router's loop between two fenced commits
+"""
+
+
+def test_sigkill_of_the_leader_process_fails_over_at_the_next_poll(pg: PG) -> None:
+    standby = pg.lease("standby", 600.0)
+    proc = Proc([sys.executable, "-c", LEADER, pg.dsn, pg.group])
+    try:
+        proc.wait_output("leading with epoch 1")
+        assert standby.try_lead() is None
+        proc.signal(signal.SIGKILL)
+        proc.popen.wait(10)
+        # Ten minutes of lease left: the dead connection is what hands it over.
+        assert wait_for(standby.try_lead, timeout=20, what="the standby takes over") == 2
+    finally:
+        proc.stop()
+    info = standby.info()
+    assert info is not None and (info.member, info.failovers) == ("standby", 1)
+    assert info.last_failover_seconds is not None
+    print(f"failover after SIGKILL: {info.last_failover_seconds:.3f} s without a leader")
 
 
 def test_lease_connection_killed_is_logged_and_reconnected(
