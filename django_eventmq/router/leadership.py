@@ -226,7 +226,7 @@ class Lease:
         if not (isinstance(lease_seconds, int | float) and 0 < lease_seconds < 86400):
             raise ConfigurationError(
                 f"lease_seconds={lease_seconds!r} cannot work: give the seconds a leader may "
-                "go without renewing, more than 0 (e.g. LEASE_SECONDS = 5)"
+                "go without renewing, more than 0 and less than a day (e.g. LEASE_SECONDS = 5)"
             )
         if not member:
             raise ConfigurationError("a router group member needs a name (e.g. host:port)")
