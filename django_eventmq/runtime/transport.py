@@ -304,16 +304,17 @@ class Channel:
 
         "the connection dropped": one was up and none is now (the peer closed it
         or died; a router that stops or steps down closes it at once, and ZeroMQ
-        alone would quietly reconnect to the same address). "nothing listens
-        there": an attempt to connect failed and none was ever made (a router
-        group's standby binds nothing). "" on an unwatched channel. Never waits.
+        alone would quietly reconnect to the same address). "no connection
+        made": an attempt to connect failed and none was ever made (nothing
+        listens there, as at a router group's standby, which binds nothing; or
+        the handshake failed). "" on an unwatched channel. Never waits.
         """
         if self.peer_connected() is not False:
             return ""
         if self._peer_seen:
             return "the connection dropped"
         if self._connect_failed:
-            return "nothing listens there"
+            return "no connection made (nothing listens there, or the handshake failed)"
         return ""
 
     def _read_monitor(self) -> None:
