@@ -31,12 +31,16 @@ lost or terminated, the server out of disk), the transaction is rolled back
 and the journal is dead: that call and every later one raise
 :class:`LeadershipLost`, :attr:`~PostgresJournal.closed` is True and the
 kept writes are dropped, as in a crash (nothing that depended on them was
-released). It never retries: the router steps down, and opens a new journal
-when it leads again. The connection sets ``idle_in_transaction_session_timeout``
-and ``lock_timeout`` to the lease, so a leader stopped inside a transaction
-cannot hold the lease row's lock (nor its writes) past it, nor wait longer for
-it; and TCP keepalives (unless the DSN sets its own), so a silent server ends
-the connection instead of hanging the leader.
+released). (A connection lost while COMMIT itself is under way leaves the
+outcome unknown, as for any database client: what it held may be stored, and
+its jobs are then duplicates when resent, refused by msgid.) It never
+retries: the router steps down, and opens a new journal when it leads again.
+
+The connection sets ``idle_in_transaction_session_timeout`` and
+``lock_timeout`` to the lease, so a leader stopped inside a transaction cannot
+hold the lease row's lock (nor its writes) past it, nor wait longer for it;
+and TCP keepalives (unless the DSN sets its own), so a silent server ends the
+connection instead of hanging the leader.
 """
 
 from __future__ import annotations
@@ -250,7 +254,7 @@ class PostgresJournal(KeptWrites):
                 self.conn.execute("ROLLBACK")
         self._in_tx = False
         self._close_conn()
-        log.error("%s; this router stops writing (the failed transaction is not stored)", reason)
+        log.error("%s; this router stops writing (its open transaction is rolled back)", reason)
         if isinstance(exc, LeadershipLost):
             raise exc
         if isinstance(exc, psycopg.Error):
