@@ -40,7 +40,9 @@ The connection sets ``idle_in_transaction_session_timeout`` and
 ``lock_timeout`` to the lease, so a leader stopped inside a transaction cannot
 hold the lease row's lock (nor its writes) past it, nor wait longer for it;
 and TCP keepalives (unless the DSN sets its own), so a silent server ends the
-connection instead of hanging the leader.
+connection instead of hanging the leader. It needs a session of its own: a
+pooler in transaction mode (PgBouncer's ``pool_mode = transaction``) would
+drop those settings and its temporary table between transactions.
 """
 
 from __future__ import annotations

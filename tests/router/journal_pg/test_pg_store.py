@@ -410,3 +410,11 @@ def test_a_nul_in_what_clients_send_is_stored_like_any_other_character(
     assert journal.parcels_holding("p\x00") == [10]
     assert journal.open_parcel(10, skip=set()) == (queue, 0)
     assert journal.drop_schedules("k\x00", "t\x00") == 1
+
+
+@pytest.mark.parametrize(("sync", "setting"), [("full", "on"), ("normal", "off")])
+def test_sync_sets_synchronous_commit(open_journal: Opener, sync: str, setting: str) -> None:
+    journal = open_journal(sync=sync)
+    assert journal.conn.execute("SHOW synchronous_commit").fetchone() == (setting,)
+    add(journal, 1)
+    assert journal.commit() is True
