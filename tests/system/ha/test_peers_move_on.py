@@ -51,6 +51,35 @@ def test_a_router_that_never_acks_is_left_for_the_next_address() -> None:
     assert FAST["heartbeat_timeout"] > HANDSHAKE_WAIT  # it left before a heartbeat timeout
 
 
+def test_a_router_gone_silent_with_its_connection_up_is_left_for_the_next_address() -> None:
+    """A paused router (SIGSTOP) keeps its connections: silence past the heartbeat
+    timeout moves the job manager on, and the READYs go to the next router only."""
+    paused, live = FakeRouter(), FakeRouter()
+    try:
+        settings = settings_for(
+            live,
+            worker_addr=f"{paused.addr},{live.addr}",
+            heartbeat_interval=0.3,
+            heartbeat_timeout=1.0,
+            reconnect_max_delay=1.0,
+        )
+        with running(settings) as jm:
+            identity, _ = paused.handshake(features=True)
+            paused.expect(Features)
+            paused.wait_count(Ready, 1, identity)
+            # From now on the paused router sends nothing (no HEARTBEAT either).
+            live_identity, _ = live.handshake(features=True)
+            live.expect(Features)
+            live.wait_count(Ready, 1, live_identity)
+            assert jm.link.addr == live.addr and jm.link.heartbeats_missed == 1
+            readies = paused.count(Ready, identity)
+            paused.pump(0.05)
+            assert paused.count(Ready, identity) == readies
+    finally:
+        paused.close()
+        live.close()
+
+
 def test_after_a_failover_the_new_router_hears_the_running_job_and_it_runs_once(
     tmp_path: Path,
 ) -> None:
