@@ -179,13 +179,14 @@ class PostgresJournal(KeptWrites):
         # A server (or the way to it) gone silent must not hang the leader in a
         # read: TCP keepalives end the connection within about a lease, unless
         # the DSN says otherwise.
-        keepalive = {
+        keepalive: dict[str, Any] = {
             "keepalives": 1,
             "keepalives_idle": max(1, int(lease_seconds)),
             "keepalives_interval": 1,
             "keepalives_count": 3,
             "tcp_user_timeout": int(lease_seconds * 1000) + 3000,
         }
+        keepalive["application_name"] = f"emq_router {group} journal"  # in pg_stat_activity
         options = {key: value for key, value in keepalive.items() if key not in given}
         try:
             conninfo = psycopg.conninfo.make_conninfo(dsn, **options)

@@ -15,7 +15,7 @@ import pytest
 from django_eventmq.errors import ConfigurationError
 from django_eventmq.protocol.batch import pack_jobs
 from django_eventmq.router.journal.postgres import LEASE_SHARE, PostgresJournal
-from django_eventmq.router.leadership import LeadershipLost
+from django_eventmq.router.leadership import LeadershipLost, Lease, fence
 from tests.router.journal_pg.conftest import Opener, add
 from tests.support import free_port, wait_for
 
@@ -277,3 +277,39 @@ def test_keepalive_settings_in_the_dsn_win(pg_dsn: str, pg_group: str) -> None:
 def test_a_dsn_that_is_not_one_says_how_to_write_it(pg_group: str) -> None:
     with pytest.raises(ConfigurationError, match="postgresql://user@host:port/database"):
         PostgresJournal("not a dsn", group=pg_group)
+
+
+def test_with_the_group_lease_a_deposed_leader_cannot_commit(
+    pg_dsn: str, pg_group: str, other: psycopg.Connection[Any]
+) -> None:
+    """The seam with .leadership: the journal fenced by the epoch a Lease won
+    commits while that epoch holds the lease, and not once another member took it."""
+    first = Lease(pg_dsn, pg_group, "a", lease_seconds=0.5)
+    second = Lease(pg_dsn, pg_group, "b", lease_seconds=0.5)
+    try:
+        epoch = first.try_lead()
+        assert epoch is not None
+        journal = PostgresJournal(
+            pg_dsn,
+            group=pg_group,
+            fence=lambda cursor: fence(cursor, pg_group, epoch, 0.5),
+            lease_seconds=0.5,
+        )
+        add(journal, 1)
+        assert journal.commit() is True
+        journal.renew()
+        assert journal.conn.execute("SELECT application_name FROM pg_stat_activity"
+                                    " WHERE pid = pg_backend_pid()").fetchone() == (
+            f"emq_router {pg_group} journal",
+        )  # fmt: skip
+        # The leader stops renewing: once its lease ran out the other member leads.
+        taken = wait_for(second.try_lead, timeout=10, what="the second member to take over")
+        assert taken == epoch + 1
+        add(journal, 2)
+        with pytest.raises(LeadershipLost, match=f"epoch {epoch}"):
+            journal.commit()
+        assert other.execute("SELECT seq FROM jobs").fetchall() == [(1,)]
+        assert_dead(journal)
+    finally:
+        first.close()
+        second.close()
