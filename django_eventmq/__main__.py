@@ -22,9 +22,15 @@ from django_eventmq.cli.options import (
     settings_from_options,
 )
 from django_eventmq.errors import ConfigurationError, EventMQError
+from django_eventmq.runtime.service import Service
 from django_eventmq.runtime.settings import Settings, from_mapping
 
-ROUTER_HELP = "run the router: clients and job managers connect to it; it queues and routes jobs"
+ROUTER_HELP = (
+    "run the router: clients and job managers connect to it; it queues and routes jobs. "
+    "With --journal postgresql://... it is one member of a router --group sharing that "
+    "journal: one member serves, the others stand by and take over when it fails "
+    "(docs/ha.md)"
+)
 JOBMANAGER_HELP = (
     "run a job manager: connects to a router and runs the jobs of its queues in a pool "
     "of worker processes"
@@ -94,12 +100,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_router(settings: Settings, *, journal_recover: bool = False) -> int:
-    """Run a router until SIGTERM/SIGINT (``journal_recover``: see ``--journal-recover``)."""
+    """Run a router until SIGTERM/SIGINT (``journal_recover``: see ``--journal-recover``);
+    with a PostgreSQL journal (``JOURNAL_URL``), a member of its router group."""
+    router_service(settings, journal_recover=journal_recover).run()
+    return 0
+
+
+def router_service(settings: Settings, *, journal_recover: bool = False) -> Service:
+    """The router process: a plain router, or a router group's member (``JOURNAL_URL``)."""
+    if settings.journal_url:
+        if journal_recover:
+            raise ConfigurationError(
+                "--journal-recover salvages an SQLite journal file; a PostgreSQL journal "
+                "(JOURNAL_URL) has nothing to salvage: drop the option"
+            )
+        from django_eventmq.router.group import GroupMember
+
+        return GroupMember(settings)
     from django_eventmq.router.router import Router
 
-    router = Router(settings, journal_recover=journal_recover)
-    router.run()
-    return 0
+    return Router(settings, journal_recover=journal_recover)
 
 
 def run_jobmanager(settings: Settings, hooks: str | None) -> int:

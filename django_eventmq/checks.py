@@ -7,6 +7,7 @@ Stable ids (``python manage.py check`` shows them; silence with
 - ``django_eventmq.E002`` ``QUEUES`` cannot be parsed or names a bad queue
 - ``django_eventmq.E003`` an ``*_ADDR`` setting is not a ZeroMQ address
 - ``django_eventmq.E004`` a ``JOB_MODULES`` entry cannot be imported
+- ``django_eventmq.E005`` ``JOURNAL_URL`` names a ``DATABASES`` entry that is not PostgreSQL
 - ``django_eventmq.W001`` ``EAGER`` is on while ``DEBUG`` is off
 - ``django_eventmq.W002`` ``BROKER_ADDR`` is empty while ``DEBUG`` is off
 - ``django_eventmq.E010`` ``TASKS`` uses our backend but ``django_eventmq`` is not
@@ -58,6 +59,7 @@ def _error(code: str, exc: Exception | str, hint: str) -> checks.Error:
 def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[Any]:
     """Every check of ours, in one pass over the settings."""
     mapping, env, errors = _sources()
+    errors.extend(_resolve_journal_alias(mapping, env))
     # Queues and addresses are checked one key at a time so each gets its own
     # id; the keys that failed are left out of the full build below, which
     # then reports only the other problems (E001).
@@ -97,6 +99,21 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     errors.extend(_check_job_modules(settings.job_modules))
     errors.extend(_check_inline(settings))
     return errors
+
+
+def _resolve_journal_alias(mapping: dict[str, Any], env: dict[str, str]) -> list[Any]:
+    """A JOURNAL_URL naming a DATABASES alias becomes its URL (as conf does), in place."""
+    for source in (mapping, env):
+        key = "JOURNAL_URL" if source is mapping else ENV_PREFIX + "JOURNAL_URL"
+        alias = source.get(key)
+        if not isinstance(alias, str) or alias not in conf.databases():
+            continue
+        try:
+            source[key] = conf.database_url(alias, "JOURNAL_URL")
+        except ConfigurationError as exc:
+            del source[key]
+            return [_error("E005", exc, "Name a PostgreSQL entry of DATABASES, or give a URL.")]
+    return []
 
 
 def _items(mapping: dict[str, Any], env: dict[str, str]) -> Iterable[tuple[str, Any]]:

@@ -10,12 +10,14 @@ core settings provider in ``AppConfig.ready()``; core caches the result until
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from django.conf import settings as django_settings
 
-from django_eventmq.cli.options import settings_from_options
+from django_eventmq.cli.options import OptionError, settings_from_options
 from django_eventmq.errors import ConfigurationError
 from django_eventmq.runtime import config
 from django_eventmq.runtime.settings import Settings, from_mapping
@@ -38,8 +40,56 @@ def raw_settings() -> dict[str, Any]:
 
 
 def get_settings() -> Settings:
-    """Build settings from ``settings.EVENTMQ`` and ``EMQ_*`` (uncached: core caches)."""
-    return from_mapping(raw_settings())
+    """Build settings from ``settings.EVENTMQ`` and ``EMQ_*`` (uncached: core caches).
+
+    A ``JOURNAL_URL`` that names a ``DATABASES`` alias becomes that database's URL.
+    """
+    raw = raw_settings()
+    environ = dict(os.environ)
+    for source, key in ((raw, "JOURNAL_URL"), (environ, "EMQ_JOURNAL_URL")):
+        alias = source.get(key)
+        if isinstance(alias, str) and alias in databases():
+            source[key] = database_url(alias, key)
+    return from_mapping(raw, environ=environ)
+
+
+def databases() -> Mapping[str, Any]:
+    """Django's ``DATABASES`` ({} when absent)."""
+    value = getattr(django_settings, "DATABASES", None)
+    return value if isinstance(value, Mapping) else {}
+
+
+def database_url(alias: str, where: str = "--journal") -> str:
+    """The libpq URL of the PostgreSQL database ``DATABASES[alias]`` (for a router group's
+    journal); a ``ConfigurationError`` naming ``where`` if it is not PostgreSQL."""
+    db = databases().get(alias)
+    if not isinstance(db, Mapping):
+        raise ConfigurationError(f"{where}: DATABASES has no entry {alias!r}")
+    engine = str(db.get("ENGINE", ""))
+    if "postgresql" not in engine and "postgis" not in engine:
+        raise ConfigurationError(
+            f"{where}: DATABASES[{alias!r}] uses {engine or 'no ENGINE'}, not PostgreSQL; a "
+            "router group's journal needs PostgreSQL: name a PostgreSQL alias, or give a "
+            "postgresql://user@host:5432/db URL"
+        )
+    user = quote(str(db.get("USER") or ""), safe="")
+    password = str(db.get("PASSWORD") or "")
+    auth = f"{user}:{quote(password, safe='')}@" if password else (f"{user}@" if user else "")
+    host = str(db.get("HOST") or "")
+    query: dict[str, str] = {}
+    if host.startswith("/"):  # a Unix socket directory goes in the query
+        query["host"], host = host, ""
+    elif ":" in host:
+        host = f"[{host}]"  # IPv6
+    port = f":{db['PORT']}" if db.get("PORT") else ""
+    options = db.get("OPTIONS") or {}
+    if isinstance(options, Mapping):
+        query.update(
+            {str(k): str(v) for k, v in options.items() if isinstance(v, str | int | float)}
+        )
+    name = quote(str(db.get("NAME") or ""), safe="")
+    tail = f"?{urlencode(query)}" if query else ""
+    return f"postgresql://{auth}{host}{port}/{name}{tail}"
 
 
 def debug() -> bool:
@@ -48,8 +98,18 @@ def debug() -> bool:
 
 
 def settings_with_options(options: argparse.Namespace | Mapping[str, Any]) -> Settings:
-    """The current settings with a command's options applied (``OptionError`` if bad)."""
-    return settings_from_options(config.get_settings(), options)
+    """The current settings with a command's options applied (``OptionError`` if bad).
+
+    ``--journal NAME`` naming a ``DATABASES`` alias means that database's URL.
+    """
+    values = dict(vars(options) if isinstance(options, argparse.Namespace) else options)
+    journal = values.get("journal_path")
+    if isinstance(journal, str) and journal in databases():
+        try:
+            values["journal_path"] = database_url(journal)
+        except ConfigurationError as exc:
+            raise OptionError(str(exc)) from None
+    return settings_from_options(config.get_settings(), values)
 
 
 def reset() -> None:

@@ -115,6 +115,9 @@ def router_families(snap: status.Snapshot) -> list[Metric]:
     if snap.error:
         return [up]
     s = snap.status
+    group = status.group_summary(s)
+    if group is not None and group.get("role") != "leader":
+        return [up, *group_families(group)]  # a standby serves nothing else
     depth = _gauge("emq_queue_depth", "Jobs waiting in a queue.", ["queue"])
     inflight = _gauge("emq_jobs_in_flight", "Jobs sent to a job manager, not finished.", ["queue"])
     oldest = _gauge("emq_queue_oldest_waiting_seconds", "Age of the oldest waiting job.", ["queue"])
@@ -154,6 +157,7 @@ def router_families(snap: status.Snapshot) -> list[Metric]:
         slots,
         schedulers,
         *stats_families(s, [row["queue"] for row in rows]),
+        *(group_families(group) if group is not None else ()),
     ]
     m = snap.monitor
     if m:
@@ -175,6 +179,39 @@ def router_families(snap: status.Snapshot) -> list[Metric]:
             family.add_metric([], m.get(key, 0))
             families.append(family)
         families.extend(_client_families(m))
+    return families
+
+
+def group_families(group: Mapping[str, Any]) -> list[Metric]:
+    """A router group member's families: role, epoch, leadership changes, failovers."""
+    labels = [str(group.get("group") or "")]
+    leader = _gauge("emq_router_leader", "1 if this router leads its group, else 0.", ["group"])
+    leader.add_metric(labels, 1 if group.get("role") == "leader" else 0)
+    epoch = _gauge("emq_router_group_epoch", "The group's leadership epoch.", ["group"])
+    epoch.add_metric(labels, group.get("epoch") or 0)
+    changes = CounterMetricFamily(
+        "emq_router_leadership_changes",
+        "Times this router took or lost its group's leadership.",
+        labels=["group"],
+    )
+    changes.add_metric(labels, group.get("leadership_changes") or 0)
+    failovers = CounterMetricFamily(
+        "emq_router_group_failovers",
+        "Times leadership of the group changed hands (from the group's lease).",
+        labels=["group"],
+    )
+    failovers.add_metric(labels, group.get("failovers") or 0)
+    families: list[Metric] = [leader, epoch, changes, failovers]
+    seconds = group.get("last_failover_seconds")
+    if isinstance(seconds, int | float):
+        last = _gauge(
+            "emq_router_last_failover_seconds",
+            "Seconds the group had no leader at its last failover (old leader's last "
+            "renewal to the takeover).",
+            ["group"],
+        )
+        last.add_metric(labels, seconds)
+        families.append(last)
     return families
 
 

@@ -24,7 +24,12 @@ from typing import Any, TextIO
 from django_eventmq.errors import ConfigurationError
 from django_eventmq.protocol import constants as C
 from django_eventmq.pubsub.publisher import PUBLISHER_SNDHWM
-from django_eventmq.runtime.settings import Settings, check_address, parse_queues
+from django_eventmq.runtime.settings import (
+    JOURNAL_URL_SCHEMES,
+    Settings,
+    check_address,
+    parse_queues,
+)
 from django_eventmq.scheduling.timing import CATCHUP_POLICIES
 
 __all__ = [
@@ -176,6 +181,17 @@ class Option:
     shown: str | None = None
     #: Options sharing this key exclude each other.
     exclusive: str | None = None
+    #: ``(prefix, setting)``: a value starting with ``prefix`` sets that setting instead
+    #: (``--journal postgresql://...`` is JOURNAL_URL, not JOURNAL_PATH).
+    redirect: tuple[tuple[str, str], ...] = ()
+
+    def target(self, value: Any) -> str | None:
+        """The setting ``value`` goes to (``setting``, unless a ``redirect`` prefix matches)."""
+        if isinstance(value, str):
+            for prefix, setting in self.redirect:
+                if value.startswith(prefix):
+                    return setting
+        return self.setting
 
     @property
     def name(self) -> str:
@@ -263,14 +279,18 @@ ROUTER = (
 DURABILITY = (
     Option(
         ("--journal",),
-        "file of the on-disk journal that keeps every accepted job until it finished; "
-        "{frontend} becomes the frontend address",
+        "where the journal keeps every accepted job until it finished: a file (SQLite; "
+        "{frontend} becomes the frontend address), or a PostgreSQL URL "
+        "(postgresql://user@host:5432/db, the JOURNAL_URL setting; under manage.py also a "
+        "DATABASES alias such as 'default') shared by the routers of one --group, of which "
+        "one serves and the others stand by",
         "journal_path",
         dest="journal_path",
-        metavar="PATH",
+        metavar="PATH|URL",
         implies=(("journal", True),),
         shown=repr(_DEFAULTS.journal_path),
         exclusive="journal",
+        redirect=tuple((scheme, "journal_url") for scheme in JOURNAL_URL_SCHEMES),
     ),
     Option(
         ("--no-journal",),
@@ -287,6 +307,22 @@ DURABILITY = (
         "its files aside to PATH.damaged-TIME, copy every job SQLite can still read into a "
         "new journal, then start (default: off)",
         action="store_true",
+    ),
+    Option(
+        ("--group",),
+        "router group of a PostgreSQL --journal: routers with the same journal URL and "
+        "group share its jobs and elect one leader ([a-z0-9_], at most 40 characters)",
+        "group",
+        metavar="NAME",
+    ),
+    Option(
+        ("--lease-seconds",),
+        "router group: how long the leader's lease lasts unrenewed, hence roughly how long "
+        "a dead leader goes unreplaced; longer than HEARTBEAT_INTERVAL",
+        "lease_seconds",
+        type=seconds(0, inclusive=False),
+        metavar="SECONDS",
+        shown=f"{_DEFAULTS.lease_seconds:g}",
     ),
     Option(
         ("--journal-sync",),
@@ -578,14 +614,15 @@ def settings_from_options(
         value = values.get(option.key)
         if value is None:
             continue
-        assert option.setting is not None
+        setting = option.target(value)
+        assert setting is not None
         if option.additive:
-            value = tuple(dict.fromkeys((*getattr(base, option.setting), *value)))
+            value = tuple(dict.fromkeys((*getattr(base, setting), *value)))
         try:
-            base.replace(**{option.setting: value})
+            base.replace(**{setting: value})
         except ConfigurationError as exc:
             raise OptionError(f"{option.name}: {_strip_key(str(exc))}") from None
-        changes[option.setting] = value
+        changes[setting] = value
         changes.update(option.implies)
     try:
         return base.replace(**changes)

@@ -193,9 +193,36 @@ def summarize(
         "schedulers": schedulers,
         "totals": totals,
     }
+    group = group_summary(status)
+    if group is not None:
+        summary["group"] = group
     if snap.monitor is not None:
         summary["monitor"] = snap.monitor
     return summary
+
+
+#: What STATUS says about a router group (``router/group.py``), as the summary keeps it.
+GROUP_KEYS = (
+    "group",
+    "role",
+    "member",
+    "epoch",
+    "leader",
+    "leader_pid",
+    "leader_since",
+    "lease_expires",
+    "failovers",
+    "last_failover",
+    "last_failover_seconds",
+    "leadership_changes",
+)
+
+
+def group_summary(status: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The router group part of a STATUS answer (None: not a group member)."""
+    if not status.get("group"):
+        return None
+    return {key: status.get(key) for key in GROUP_KEYS}
 
 
 def _router_clock(snap: Snapshot) -> float | None:
@@ -243,6 +270,33 @@ def _rate(value: float | None) -> str:
     return NONE if value is None else f"{value:.1f}"
 
 
+def _when(unix: Any) -> str:
+    if not isinstance(unix, int | float):
+        return NONE
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(unix))
+
+
+def render_group(group: Mapping[str, Any]) -> list[str]:
+    """The router group lines: role, leader, epoch, since, failovers."""
+    role = str(group.get("role") or NONE)
+    leader = group.get("leader") or NONE
+    lines = [
+        f"group {group.get('group')}: this router ({group.get('member')}) is the {role}; "
+        f"leader {leader} (epoch {group.get('epoch') or NONE}) since "
+        f"{_when(group.get('leader_since'))}"
+    ]
+    seconds = group.get("last_failover_seconds")
+    last = (
+        f", last at {_when(group.get('last_failover'))} ({seconds:.1f}s without a leader)"
+        if isinstance(seconds, int | float)
+        else ""
+    )
+    lines.append(f"failovers: {group.get('failovers') or 0}{last}")
+    if role == "standby":
+        lines.append("standby: binds no frontend or backend; it takes over if the leader fails")
+    return lines
+
+
 def render(summary: Mapping[str, Any], *, title: str = "") -> str:
     """The summary as the ``emq_status`` text: queues, job managers, schedulers, totals."""
     head = title or f"router {summary['router']}"
@@ -250,6 +304,11 @@ def render(summary: Mapping[str, Any], *, title: str = "") -> str:
         return f"{head}\n{summary['error']}\n"
     queues = summary["queues"]
     out = [head, ""]
+    group = summary.get("group")
+    if group:
+        out += [*render_group(group), ""]
+        if group.get("role") == "standby":
+            return "\n".join(out)
     if summary.get("journal_failure"):
         out += [f"JOURNAL CANNOT BE WRITTEN: {summary['journal_failure']}", ""]
     unserved = summary.get("unserved_queues") or {}

@@ -45,12 +45,12 @@ from django_eventmq.protocol.headers import Headers
 from django_eventmq.protocol.status import JobStatus
 from django_eventmq.protocol.views import stored_request
 from django_eventmq.router.dedup import FinishedWindow
+from django_eventmq.router.journal.api import JournalLike
 from django_eventmq.router.journal.store import (
     DELAYED,
     LEASED,
     POISONED,
     WAITING,
-    Journal,
     JournalUnavailable,
     new_row,
     parcel_digest,
@@ -107,7 +107,7 @@ class Book:
     """Every job the router holds, in memory (bounded) and in the journal."""
 
     def __init__(
-        self, settings: Settings, journal: Journal, deliver: Deliver, to_client: ToClient
+        self, settings: Settings, journal: JournalLike, deliver: Deliver, to_client: ToClient
     ) -> None:
         self.settings = settings
         self.journal = journal

@@ -13,7 +13,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from django_eventmq.router.journal.store import Journal
+from django_eventmq.router.journal.api import JournalLike
 
 
 class FinishedWindow:
@@ -21,7 +21,7 @@ class FinishedWindow:
 
     def __init__(
         self,
-        journal: Journal,
+        journal: JournalLike,
         keep: int,
         window: float,
         clock: Callable[[], float] = time.time,

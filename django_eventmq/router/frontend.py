@@ -196,7 +196,7 @@ class FrontendHandlers(QueueMarks):
         job = (msgid_b, queue_b, headers_b, body)
         try:
             self._accept(identity, job, msgid, queue, headers, now, packed=packed)
-        except transport.ContextTerminated:
+        except self.fatal:
             raise
         except Exception:
             log.exception("frontend: error handling REQUEST %s from %s", msgid, show(identity))
@@ -338,7 +338,7 @@ class FrontendHandlers(QueueMarks):
                 else:
                     admitted.append(checked)
             self.book.accept_many(identity, admitted, now, self._sender)
-        except transport.ContextTerminated:
+        except self.fatal:
             raise
         except JournalUnavailable as exc:
             log.warning("BATCH %s not stored: journal: %s", show(batch_msgid), exc.reason)

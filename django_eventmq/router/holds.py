@@ -44,6 +44,8 @@ class QueueMarks:
     settings: Settings
     book: Book
     _sender: str | None
+    #: Exceptions a handler must not swallow (see Router.fatal).
+    fatal: tuple[type[BaseException], ...]
 
     if TYPE_CHECKING:
 
@@ -153,6 +155,8 @@ class QueueMarks:
                     released += jobs
                     try:
                         replay(now)
+                    except self.fatal:
+                        raise
                     except Exception:
                         log.exception(
                             "frontend: error accepting held %s from %s", key, show(identity)

@@ -21,8 +21,11 @@ import json
 import logging
 import math
 import os
+import select
 import time
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
 
 from django_eventmq.errors import ConfigurationError, ProtocolError
 from django_eventmq.protocol import (
@@ -44,6 +47,7 @@ from django_eventmq.router import admin_socket as admin_json
 from django_eventmq.router.backend import BackendHandlers
 from django_eventmq.router.book import Book
 from django_eventmq.router.frontend import DRAIN_CAP, FrontendHandlers
+from django_eventmq.router.journal.api import JournalLike
 from django_eventmq.router.journal.salvage import salvage
 from django_eventmq.router.journal.store import (
     MEMORY,
@@ -60,7 +64,7 @@ from django_eventmq.runtime.service import Service
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.transport import Channel
 
-__all__ = ["COMMIT_INTERVAL", "DRAIN_CAP", "RETRY_MS", "SNDHWM", "Router"]
+__all__ = ["COMMIT_INTERVAL", "DRAIN_CAP", "RETRY_MS", "SNDHWM", "LeasedJournal", "Router"]
 
 log = logging.getLogger("django_eventmq.router")
 
@@ -79,6 +83,39 @@ COMMIT_INTERVAL = 0.05
 #: and for at most this many uncommitted changes.
 COMMIT_GROUP_WAIT = 0.02
 COMMIT_GROUP_MAX = 8192
+
+
+class _Connection(Protocol):
+    def fileno(self) -> int: ...
+
+
+@runtime_checkable
+class LeasedJournal(Protocol):
+    """The lease side of a router group's journal (PostgreSQL; the group's leader)."""
+
+    @property
+    def conn(self) -> _Connection:
+        """The journal's database connection (its socket says when the server ended it)."""
+        ...
+
+    def lease_valid(self, now: float) -> bool:
+        """True while the lease surely holds at monotonic ``now``."""
+        ...
+
+    def renew(self) -> None:
+        """Renew the lease now (one fenced transaction), or raise ``LeadershipLost``."""
+        ...
+
+
+def _has_input(conn: _Connection) -> bool:
+    """True if the server sent something unasked on this idle connection: between
+    queries it sends nothing but the notice that it ends the connection
+    (``pg_terminate_backend``, a shutdown), or the connection closed."""
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except Exception:  # a closed connection (psycopg raises): the renewal says why
+        return True
+    return bool(readable)
 
 
 class Router(Service, FrontendHandlers, BackendHandlers):
@@ -101,11 +138,40 @@ class Router(Service, FrontendHandlers, BackendHandlers):
     label = "router"
     log = log
 
-    def __init__(self, settings: Settings, *, journal_recover: bool = False) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        journal_recover: bool = False,
+        journal: Callable[[], JournalLike] | None = None,
+        lease_seconds: float = 0.0,
+        admin: Channel | None = None,
+        status_extra: Callable[[], dict[str, Any]] | None = None,
+        fatal: tuple[type[BaseException], ...] = (),
+    ) -> None:
+        """The keywords after ``journal_recover`` are for a router group's leader
+        (:mod:`.group`): ``journal`` opens its journal (else the SQLite journal of
+        the settings), whose lease (``lease_seconds``) is checked before anything is
+        handled and renewed while idle; ``admin`` is an admin socket bound by the
+        caller (used, never closed); ``status_extra`` adds to STATUS and MONITOR;
+        ``fatal`` are exceptions (``LeadershipLost``) that end :meth:`loop_once`
+        instead of being logged by a handler."""
         super().__init__()
         self.settings = settings
         #: Salvage a damaged journal at start (``--journal-recover``) instead of refusing it.
         self.journal_recover = journal_recover
+        self._journal_factory = journal
+        self._lease_seconds = lease_seconds
+        self._lease: LeasedJournal | None = None
+        #: Monotonic time of the last fenced commit or renewal (lease heartbeat).
+        self._renewed = 0.0
+        self._borrowed_admin = admin
+        self._status_extra = status_extra
+        #: What a handler re-raises rather than logs: the loop must end (see __init__).
+        self.fatal: tuple[type[BaseException], ...] = (transport.ContextTerminated, *fatal)
+        self._lost_errors = fatal
+        #: The journal was lost (a ``fatal`` error): close() must not commit or send.
+        self.lost = False
         self.schedulers = Schedulers()
         self.frontend_address = ""
         self.backend_address = ""
@@ -151,22 +217,32 @@ class Router(Service, FrontendHandlers, BackendHandlers):
         try:
             # ZAP must serve the sockets' domains before they bind: without a
             # handler ZeroMQ would let any CURVE key in.
-            self._guard = security.Guard(s, (security.FRONTEND, security.BACKEND, security.ADMIN))
+            borrowed = self._borrowed_admin
+            roles = (security.FRONTEND, security.BACKEND)
+            self._guard = security.Guard(s, roles if borrowed else (*roles, security.ADMIN))
             self._guard.start()
             # Past CLIENT_SNDHWM, what a client is sent waits in the outbox, counted.
             self.frontend = self._bind(s.frontend_addr, security.FRONTEND, sndhwm=CLIENT_SNDHWM)
             # Job managers of ours may pack their messages (the frontend looks
             # for packed REQUESTs itself, to ACK each in the form it came in).
             self.backend = self._bind(s.backend_addr, security.BACKEND, unpack=True)
-            self.admin = self._bind(s.admin_addr, security.ADMIN)
+            self.admin = borrowed or self._bind(s.admin_addr, security.ADMIN)
             self.frontend_address = self.frontend.address
             self.backend_address = self.backend.address
             self.admin_address = self.admin.address
-            self.journal_path = (
-                resolve_path(s.journal_path, self.frontend_address) if s.journal else MEMORY
-            )
-            journal = self._open_journal()
-        except BaseException:
+            if self._journal_factory is not None:
+                journal = self._journal_factory()
+                self.journal_path = journal.path
+                if isinstance(journal, LeasedJournal):
+                    self._lease = journal
+                self._renewed = time.monotonic()
+            else:
+                self.journal_path = (
+                    resolve_path(s.journal_path, self.frontend_address) if s.journal else MEMORY
+                )
+                journal = self._open_journal()
+        except BaseException as exc:
+            self.lost = isinstance(exc, self._lost_errors)
             self.close()
             raise
         self.outbox = Outbox(self.frontend, s.outbox_budget, s.outbox_peer_bytes)
@@ -178,6 +254,10 @@ class Router(Service, FrontendHandlers, BackendHandlers):
             raise ConfigurationError(
                 f"JOURNAL_PATH: cannot write journal {journal.path}: {exc.reason}"
             ) from None
+        except BaseException as exc:
+            self.lost = isinstance(exc, self._lost_errors)
+            self.close()
+            raise
         self._durable_seq = self.book.last_seq
         self._recover_schedules()
         self._handlers = {
@@ -185,17 +265,19 @@ class Router(Service, FrontendHandlers, BackendHandlers):
             self.backend: ("backend", False, self._backend_handlers()),
             self.admin: ("admin", True, self._admin_handlers()),
         }
-        self._poller = transport.Poller(*self._channels)
+        self._poller = transport.Poller(*self._channels, *([self.admin] if borrowed else []))
         log.info(
             "router ready: frontend=%s backend=%s admin=%s",
             self.frontend_address,
             self.backend_address,
             self.admin_address,
         )
-        if s.journal:
+        if self._journal_factory is not None:
+            log.info("journal: %s", self.journal_path)
+        elif s.journal:
             log.info("journal: %s (sync %s)", self.journal_path, s.journal_sync)
 
-    def _open_journal(self) -> Journal:
+    def _open_journal(self) -> JournalLike:
         """The journal; a damaged one is refused, or salvaged with ``journal_recover``."""
         s = self.settings
         path = self.journal_path
@@ -232,12 +314,21 @@ class Router(Service, FrontendHandlers, BackendHandlers):
         return channel
 
     def close(self) -> None:
-        """Commit the journal, send what waited on it, close sockets and journal (idempotent)."""
+        """Commit the journal, send what waited on it, close sockets and journal (idempotent).
+
+        After the journal was lost (:attr:`lost`: another router leads the group)
+        nothing is committed or sent: the sockets close and the memory is dropped.
+        """
         book = getattr(self, "book", None)
-        if book is not None and self._channels:
-            with contextlib.suppress(Exception):
+        if book is not None and self._channels and not self.lost:
+            try:
                 self._sync(force=True)
                 self._flush_deliveries()
+            except self._lost_errors as exc:
+                self.lost = True
+                log.warning("journal lost while closing: %s", exc)
+            except Exception:  # noqa: S110 - closing anyway; the journal said why once
+                pass
         for channel in self._channels:
             channel.close()
         self._channels.clear()
@@ -245,13 +336,25 @@ class Router(Service, FrontendHandlers, BackendHandlers):
         if self._guard is not None:
             self._guard.stop()
             self._guard = None
-        if book is not None and not book.journal.closed:
+        if book is not None and not book.journal.closed and self.lost:
+            book.journal.close()  # never commits, never raises (a lost journal)
+        elif book is not None and not book.journal.closed:
             journal = book.journal
             # Only a committed journal can tell it holds nothing.
-            journal.commit()
+            try:
+                journal.commit()
+            except self._lost_errors as exc:
+                self.lost = True
+                log.warning("journal lost while closing: %s", exc)
+                journal.close()
+                return
             empty = journal.path != MEMORY and not journal.pending and journal.is_empty()
             journal.close()
-            if empty and "{frontend}" in self.settings.journal_path:
+            if (
+                empty
+                and self._journal_factory is None
+                and "{frontend}" in self.settings.journal_path
+            ):
                 # A per-address default journal with nothing in it: leave no litter.
                 for suffix in ("", "-wal", "-shm", ".lock", ".mark"):
                     with contextlib.suppress(OSError):
@@ -259,7 +362,17 @@ class Router(Service, FrontendHandlers, BackendHandlers):
 
     def loop_once(self, timeout_ms: int = 100, now: float | None = None) -> None:
         """Wait up to ``timeout_ms`` for messages, handle all that are ready, do any
-        timed work that is due, then commit the journal and send the ACKs."""
+        timed work that is due, then commit the journal and send the ACKs.
+
+        A ``fatal`` error (the group's journal lost its lease) ends it at once and
+        marks the router :attr:`lost`: close it without committing."""
+        try:
+            self._turn(timeout_ms, now)
+        except self._lost_errors:
+            self.lost = True
+            raise
+
+    def _turn(self, timeout_ms: int, now: float | None) -> None:
         if self._poller is None:
             self.start()
         assert self._poller is not None
@@ -270,6 +383,16 @@ class Router(Service, FrontendHandlers, BackendHandlers):
         if due is not None:
             timeout_ms = max(0, min(timeout_ms, int((due - time.time()) * 1000) + 1))
         ready = self._poller.poll(timeout_ms)
+        lease = self._lease
+        if lease is not None and (
+            not lease.lease_valid(time.monotonic()) or _has_input(lease.conn)
+        ):
+            # Before anything is handled or sent: a router resumed after a pause
+            # (SIGSTOP, a VM freeze) learns here that another one may lead now;
+            # so does one whose journal connection the server ended (a standby
+            # takes over at once then, its lease still running).
+            lease.renew()
+            self._renewed = time.monotonic()
         t = time.monotonic() if now is None else now
         for channel in ready:
             if channel is self.frontend:
@@ -289,6 +412,11 @@ class Router(Service, FrontendHandlers, BackendHandlers):
         self._flush_deliveries()
         self.outbox.flush()
         self._sync(now=t)
+        if lease is not None:
+            clock = time.monotonic()
+            if clock - self._renewed >= self._lease_seconds / 3:
+                lease.renew()  # the lease heartbeat, while no commit fenced it
+                self._renewed = clock
         self._check_high_water()
 
     # -- the journal and the ACKs waiting for it ----------------------------------
@@ -305,8 +433,11 @@ class Router(Service, FrontendHandlers, BackendHandlers):
             or journal.pending > 50_000
         ):
             last = self.book.last_seq
+            writes = journal.pending
             journal.commit()
             self._last_commit = t
+            if writes and not journal.pending:
+                self._renewed = time.monotonic()  # the commit was fenced: the lease holds
             if journal.pending:
                 # Not written (journal.failure says why; it is retried): nothing
                 # that depends on it leaves, neither ACKs nor new jobs' hand-outs.
@@ -420,7 +551,7 @@ class Router(Service, FrontendHandlers, BackendHandlers):
             return
         try:
             handler(identity, frames, message, now)
-        except transport.ContextTerminated:
+        except self.fatal:
             raise
         except JournalUnavailable as exc:  # said once by the journal; no ACK: it comes again
             log.debug("%s: %s from %s not stored: %s", name, message, show(identity), exc.reason)
@@ -439,6 +570,8 @@ class Router(Service, FrontendHandlers, BackendHandlers):
             body["poisoned_messages"] = admin_json.poisoned(self.book)
             body.update(self.book.stats.as_dict())
             body["journal_failure"] = self.book.journal.failure
+            if self._status_extra is not None:
+                body.update(self._status_extra())
         elif msg.action == C.ROUTER_SHOW_WORKERS:
             body = admin_json.show_workers(self.routing)
         elif msg.action == C.MONITOR:

@@ -26,6 +26,9 @@ _ADDRESS = re.compile(
     r"^(tcp://[^\s:]+:(\d+|\*)|tcp://\[[0-9a-fA-F:.]+\]:(\d+|\*)|ipc://\S+|inproc://\S+)$"
 )
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_GROUP_NAME = re.compile(r"^[a-z0-9_]{1,40}$")
+#: What a JOURNAL_URL starts with (libpq URLs).
+JOURNAL_URL_SCHEMES = ("postgresql://", "postgres://")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,6 +100,19 @@ class Settings:
     #: sqlite3 shell, a backup) before the router stops acknowledging new jobs and
     #: retries each second; at most 1, so heartbeats keep flowing.
     journal_busy_timeout: float = 0.1
+    #: Router group: its shared journal on PostgreSQL, a libpq URL such as
+    #: ``postgresql://eventmq@db.example:5432/eventmq`` (under ``manage.py`` also the
+    #: name of a PostgreSQL entry of ``DATABASES``). Set, the router is one member of
+    #: ``group``: every member points at the same URL and exactly one serves (the
+    #: leader); the others stand by. Empty: the SQLite journal at ``journal_path``.
+    journal_url: str = ""
+    #: Router group: its name (``[a-z0-9_]``, at most 40); its journal is the schema
+    #: ``emq_<group>``, so several groups can share one database.
+    group: str = "default"
+    #: Router group: seconds the leader's lease lasts without a renewal. A stopped or
+    #: cut-off leader is replaced about this long after its last renewal; it renews at
+    #: least every third of it. Longer than ``heartbeat_interval``.
+    lease_seconds: float = 5.0
     #: Router: waiting jobs per queue kept in memory; the others wait on disk only.
     queue_window: int = 1000
     #: Router: waiting + delayed jobs (all queues) at which new REQUESTs are held back.
@@ -238,6 +254,7 @@ class Settings:
                 f"JOURNAL_BUSY_TIMEOUT: at most 1 (seconds), got {self.journal_busy_timeout}: "
                 "the router's loop must not wait for seconds"
             )
+        _check_group(self)
         if self.journal_sync not in ("full", "normal"):
             raise ConfigurationError(
                 f"JOURNAL_SYNC: expected 'full' or 'normal', got {self.journal_sync!r}"
@@ -303,6 +320,32 @@ def check_address(name: str, value: object) -> None:
         raise ConfigurationError(
             f"{name.upper()}: {value!r} is not a ZeroMQ address; "
             "use e.g. 'tcp://127.0.0.1:47291' or 'ipc:///run/eventmq.sock'"
+        )
+
+
+def _check_group(s: Settings) -> None:
+    """JOURNAL_URL, GROUP and LEASE_SECONDS (a router group, docs/ha.md)."""
+    if not isinstance(s.journal_url, str) or (
+        s.journal_url and not s.journal_url.startswith(JOURNAL_URL_SCHEMES)
+    ):
+        raise ConfigurationError(
+            f"JOURNAL_URL: expected a PostgreSQL URL such as "
+            f"'postgresql://eventmq@db.example:5432/eventmq' (under manage.py also the name "
+            f"of a PostgreSQL entry of DATABASES), or '' for the SQLite journal; "
+            f"got {s.journal_url!r}"
+        )
+    if not isinstance(s.group, str) or not _GROUP_NAME.match(s.group):
+        raise ConfigurationError(
+            f"GROUP: {s.group!r} is not a group name: use 1 to 40 lower-case letters, digits "
+            "and '_', e.g. 'default' or 'eu_west'"
+        )
+    _positive("lease_seconds", s.lease_seconds)
+    if s.journal_url and s.lease_seconds <= s.heartbeat_interval:
+        raise ConfigurationError(
+            f"LEASE_SECONDS ({s.lease_seconds:g}) must be longer than HEARTBEAT_INTERVAL "
+            f"({s.heartbeat_interval:g}): standbys look for a lapsed lease once a heartbeat, "
+            f"so a shorter lease could lapse unseen; set LEASE_SECONDS to at least "
+            f"{max(2 * s.heartbeat_interval, 1):g} or lower HEARTBEAT_INTERVAL"
         )
 
 

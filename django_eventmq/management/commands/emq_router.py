@@ -17,7 +17,10 @@ class Command(BaseCommand):
         "Run the EventMQ router: binds the frontend (clients, schedulers), backend (job "
         "managers) and admin addresses and routes jobs between them until SIGTERM/SIGINT. "
         "Settings come from settings.EVENTMQ and EMQ_* environment variables; the options "
-        "below override them."
+        "below override them. With a PostgreSQL journal (--journal postgresql://... or a "
+        "DATABASES alias such as 'default', or the JOURNAL_URL setting) the router is one "
+        "member of a router group (--group): the member holding the group's lease serves, "
+        "the others bind only their admin address and take over when it fails."
     )
     # The router does not use the database.
     requires_migrations_checks = False
@@ -32,9 +35,12 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         cli.configure_logging(options["log_level"])
         connections.close_all()
-        from django_eventmq.router.router import Router
+        from django_eventmq.__main__ import router_service
 
-        router = Router(settings, journal_recover=bool(options.get("journal_recover")))
+        try:
+            router = router_service(settings, journal_recover=bool(options.get("journal_recover")))
+        except EventMQError as exc:
+            raise CommandError(str(exc)) from None
         server = self._start_metrics(options.get("metrics"), router, settings.admin_addr)
         try:
             router.run()
