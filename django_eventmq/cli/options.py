@@ -28,6 +28,7 @@ from django_eventmq.runtime.settings import (
     JOURNAL_URL_SCHEMES,
     Settings,
     check_address,
+    check_peer_addresses,
     parse_queues,
 )
 from django_eventmq.scheduling.timing import CATCHUP_POLICIES
@@ -83,6 +84,17 @@ def address(text: str) -> str:
             f"{text!r} is not a ZeroMQ address; use e.g. 'tcp://127.0.0.1:47291', "
             "'tcp://*:47291' or 'ipc:///run/eventmq.sock'"
         ) from None
+    return text
+
+
+def addresses(text: str) -> str:
+    """A router's address, or a router group's members separated by commas."""
+    if "," not in text:
+        return address(text)
+    try:
+        check_peer_addresses("address", text)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(_strip_key(str(exc))) from None
     return text
 
 
@@ -358,9 +370,9 @@ _HOOKS = Option(
 JOBMANAGER = (
     Option(
         ("--broker", "-B"),
-        "router backend address to connect to",
+        "router backend address to connect to (a router group: every member's, comma separated)",
         "worker_addr",
-        type=address,
+        type=addresses,
         metavar="ADDR",
     ),
     Option(
@@ -431,10 +443,10 @@ JOBMANAGER = (
 SCHEDULER = (
     Option(
         ("--broker", "-B"),
-        "router frontend address to connect to",
+        "router frontend address to connect to (a router group: every member's, comma separated)",
         "broker_addr",
         dest="scheduler_broker",
-        type=address,
+        type=addresses,
         metavar="ADDR",
     ),
     Option(

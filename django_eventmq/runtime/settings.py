@@ -19,6 +19,7 @@ from typing import Any
 
 from django_eventmq.errors import ConfigurationError
 from django_eventmq.protocol import constants as C
+from django_eventmq.runtime.addresses import parse_addresses
 
 QueueList = tuple[tuple[int, str], ...]
 
@@ -218,10 +219,12 @@ class Settings:
     record_all_results: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("worker_addr", "frontend_addr", "backend_addr", "admin_addr"):
+        for name in ("frontend_addr", "backend_addr", "admin_addr"):
             check_address(name, getattr(self, name))
+        # Peers may name every member of a router group: "tcp://a:47290,tcp://b:47290".
+        check_peer_addresses("worker_addr", self.worker_addr)
         if self.broker_addr:  # empty means "no broker": jobs run inline
-            check_address("broker_addr", self.broker_addr)
+            check_peer_addresses("broker_addr", self.broker_addr)
         if not self.queues:
             raise ConfigurationError("QUEUES is empty: name at least one queue, e.g. 'default:10'")
         for _weight, name in self.queues:
@@ -321,6 +324,15 @@ def check_address(name: str, value: object) -> None:
             f"{name.upper()}: {value!r} is not a ZeroMQ address; "
             "use e.g. 'tcp://127.0.0.1:47291' or 'ipc:///run/eventmq.sock'"
         )
+
+
+def check_peer_addresses(name: str, value: object) -> None:
+    """One address (:func:`check_address`), or a comma-separated list of a router
+    group's members (:func:`.addresses.parse_addresses`)."""
+    if isinstance(value, str) and "," in value:
+        parse_addresses(value, name.upper())
+    else:
+        check_address(name, value)
 
 
 def _check_group(s: Settings) -> None:

@@ -209,3 +209,27 @@ def test_the_system_check_names_an_alias_that_is_not_postgresql():
     assert "not PostgreSQL" in errors[0].msg
     with override_settings(EVENTMQ={"JOURNAL_URL": "pg", "GROUP": "g1"}):
         assert check_settings() == []
+
+
+# -- peers name every member of a group ------------------------------------------------
+
+
+def test_peers_take_a_list_of_router_addresses():
+    pair = "tcp://10.0.0.1:47290,tcp://10.0.0.2:47290"
+    s = from_mapping({"WORKER_ADDR": pair, "BROKER_ADDR": pair.replace("90", "91")}, environ={})
+    assert (s.worker_addr, s.broker_addr) == (pair, pair.replace("90", "91"))
+    with pytest.raises(ConfigurationError, match=r"WORKER_ADDR: element 2 .* is empty"):
+        from_mapping({"WORKER_ADDR": "tcp://10.0.0.1:1,"}, environ={})
+    parser = argparse.ArgumentParser()
+    cli.add_jobmanager_arguments(parser)
+    assert (
+        cli.settings_from_options(Settings(), parser.parse_args(["-B", pair])).worker_addr == pair
+    )
+
+
+def test_a_bad_list_on_the_command_line_says_which_element(capsys):
+    parser = argparse.ArgumentParser()
+    cli.add_scheduler_arguments(parser)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--broker", "tcp://10.0.0.1:1,localhost"])
+    assert "'localhost' (element 2" in capsys.readouterr().err
