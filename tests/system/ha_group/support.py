@@ -31,9 +31,19 @@ ENV = {
 class Member:
     """One router process of the group, on addresses of its own."""
 
-    def __init__(self, name: str, dsn: str, group: str, env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        name: str,
+        dsn: str,
+        group: str,
+        env: dict[str, str],
+        *,
+        lease: float = LEASE,
+        frontend: str | None = None,
+        wait: bool = True,
+    ) -> None:
         self.name = name
-        self.frontend, self.backend, self.admin = tcp_addr(), tcp_addr(), tcp_addr()
+        self.frontend, self.backend, self.admin = frontend or tcp_addr(), tcp_addr(), tcp_addr()
         self.proc = Proc(
             python_module(
                 "router",
@@ -42,7 +52,7 @@ class Member:
                 "--group",
                 group,
                 "--lease-seconds",
-                str(LEASE),
+                str(lease),
                 "--frontend",
                 self.frontend,
                 "--backend",
@@ -54,7 +64,8 @@ class Member:
             ),
             env=env,
         )
-        self.proc.wait_output(r"router group \w+: member \S+ started")
+        if wait:
+            self.proc.wait_output(r"router group \w+: member \S+ started")
 
     def status(self, timeout: float = 5.0) -> dict[str, Any]:
         return admin_call(self.admin, "STATUS", timeout)
@@ -69,8 +80,10 @@ class Member:
 class Group:
     """Members A and B; A is started first and leads."""
 
-    def __init__(self, dsn: str, group: str, workdir: Path, **env: str) -> None:
-        self.dsn, self.group = dsn, group
+    def __init__(
+        self, dsn: str, group: str, workdir: Path, *, lease: float = LEASE, **env: str
+    ) -> None:
+        self.dsn, self.group, self.lease = dsn, group, lease
         self.record = workdir / "ran.txt"
         self.env = {**ENV, RECORD_ENV: str(self.record), **env}
         self.procs: list[Proc] = []
@@ -84,8 +97,8 @@ class Group:
             print(self.outputs())
             raise
 
-    def member(self, name: str) -> Member:
-        m = Member(name, self.dsn, self.group, self.env)
+    def member(self, name: str, **kwargs: Any) -> Member:
+        m = Member(name, self.dsn, self.group, self.env, lease=self.lease, **kwargs)
         self.procs.append(m.proc)
         return m
 
