@@ -194,6 +194,8 @@ class GroupMember(Service):
             router.start()
         except LeadershipLost as exc:  # deposed before it served (router closed itself)
             self.epoch = None
+            if self._lease is not None:
+                self._lease.release(epoch)  # if still ours: another member may do better
             log.warning(
                 "router group %s: %s lost epoch %d while starting: %s; standing by",
                 self.group,

@@ -233,3 +233,12 @@ def test_a_bad_list_on_the_command_line_says_which_element(capsys):
     with pytest.raises(SystemExit):
         parser.parse_args(["--broker", "tcp://10.0.0.1:1,localhost"])
     assert "'localhost' (element 2" in capsys.readouterr().err
+
+
+@NO_DB_WARNING
+@override_settings(DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": "x"}})
+def test_emq_router_refuses_an_alias_that_is_not_postgresql():
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match=r"--journal: DATABASES\['default'\] uses"):
+        call_command("emq_router", "--journal", "default")

@@ -5,6 +5,7 @@ and what a standby's admin socket answers."""
 from __future__ import annotations
 
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -95,3 +96,39 @@ def test_without_postgresql_a_member_stands_by_says_so_once_and_stops_on_disconn
         assert m.proc.popen.wait(20) == 0
     finally:
         m.proc.stop()
+
+
+def test_manage_py_takes_a_databases_alias_as_the_journal(
+    pg_group: str,  # noqa: F811
+) -> None:
+    from tests.support import Proc, tcp_addr
+
+    admin = tcp_addr()
+    proc = Proc(
+        [
+            sys.executable,
+            "manage.py",
+            "emq_router",
+            "--journal",
+            "default",
+            "--group",
+            pg_group,
+            "--frontend",
+            tcp_addr(),
+            "--backend",
+            tcp_addr(),
+            "--admin",
+            admin,
+        ],
+        env={
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "EMQ_TEST_DB": "postgres",
+            "EMQ_HEARTBEAT_INTERVAL": "0.5",
+        },
+    )
+    try:
+        proc.wait_output(rf"journal: postgresql://postgres@127\.0\.0\.1:5432/test#{pg_group}")
+        status = admin_call(admin, "STATUS")
+        assert (status["role"], status["group"], status["epoch"]) == ("leader", pg_group, 1)
+    finally:
+        assert proc.stop() == 0
