@@ -9,7 +9,7 @@ finished within one commit never reaches the disk. Applying them grouped
 (inserts, then updates, then deletes) is the same as applying them in order,
 because a row's seq is never reused (changes kept for a seq before its row is
 added are dropped: in order, they would have changed nothing). A kept
-:meth:`.journal.Journal.add` cannot see a msgid that is only on disk, so the
+:meth:`.api.KeptWrites.add` cannot see a msgid that is only on disk, so the
 router inserts at once (``on_disk=True``) while some jobs are held on disk only.
 
 Write failures (disk full, read-only or immutable file, I/O error, the write
@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from django_eventmq.errors import ConfigurationError, EventMQError
+from django_eventmq.router.journal.api import KeptWrites
 from django_eventmq.router.journal.check import (
     JournalDamaged,
     check_file,
@@ -80,10 +81,11 @@ class JournalUnavailable(EventMQError):
         self.reason = reason
 
 
-class JournalBase:
-    """The open journal: kept writes, transactions, commits and their failures.
+class JournalBase(KeptWrites):
+    """The open journal: transactions, commits and their failures, applying the
+    writes :class:`.api.KeptWrites` keeps (:meth:`_flush`).
 
-    :class:`.journal.Journal` adds the stores on top. Every method runs in the
+    :class:`.store.Journal` adds the stores on top. Every method runs in the
     router's thread."""
 
     def __init__(
@@ -152,23 +154,12 @@ class JournalBase:
         self._in_tx = False
         self._closed = False
         self._execute = self.db.execute
-        # Writes not yet applied (see the module doc): new rows by seq, their
-        # msgids, column changes by seq, deleted seqs, finished msgids.
-        self._new: dict[int, list[Any]] = {}
-        self._new_msgids: set[str] = set()
-        self._changed: dict[int, dict[str, Any]] = {}
-        self._gone: set[int] = set()
-        self._done: list[tuple[int, str, float]] = []
-        #: Finished msgids kept: at most this many, for at least this many seconds
-        #: (set by :meth:`keep_finished`; 0 keeps none).
-        self.finished_keep = 0
-        self.finished_window = 0.0
+        # Writes not yet applied (see the module doc).
+        self._init_kept()
         self._finished_seq = int(
             self._execute("SELECT COALESCE(MAX(seq), 0) FROM finished").fetchone()[0]
         )
         self._prune_after = 0.0
-        self._finished_added = False
-        self._finished_clock: Callable[[], float] = time.time
         #: Parcels stored, per queue (no query to know a queue has none).
         self._parcels: Counter[str] = Counter(
             dict(self._execute("SELECT queue, COUNT(*) FROM parcels GROUP BY queue").fetchall())

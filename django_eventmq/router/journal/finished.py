@@ -4,9 +4,6 @@ after a restart is still recognised. Pruned by age and count inside a commit
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 from django_eventmq.router.journal.commit import JournalBase
 
 
@@ -14,23 +11,6 @@ class FinishedStore(JournalBase):
     """The finished msgids of :class:`.journal.Journal`."""
 
     # -- finished msgids ------------------------------------------------------
-    def keep_finished(
-        self, keep: int, window: float, clock: Callable[[], float] = time.time
-    ) -> None:
-        """Keep up to ``keep`` finished msgids for ``window`` seconds (0: none) of ``clock``."""
-        self.finished_keep = keep
-        self.finished_window = window
-        self._finished_clock = clock
-
-    def add_finished(self, msgid: str, at: float) -> None:
-        """Remember that ``msgid`` finished at unix time ``at`` (committed with the rest)."""
-        if not self.finished_keep or not self.finished_window:
-            return
-        self._finished_seq += 1
-        self._begin()
-        self._done.append((self._finished_seq, msgid, at))
-        self._finished_added = True
-
     def finished_since(self, since: float) -> list[tuple[str, float]]:
         """The newest ``finished_keep`` msgids finished at or after ``since``, oldest first."""
         self._flush()

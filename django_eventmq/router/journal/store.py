@@ -41,7 +41,6 @@ from django_eventmq.router.journal.finished import FinishedStore
 from django_eventmq.router.journal.parcels import ParcelStore, parcel_digest
 from django_eventmq.router.journal.schedules import ScheduleStore
 from django_eventmq.router.journal.schema import (
-    COLUMN_AT,
     DELAYED,
     INSERT_JOB,
     LEASED,
@@ -98,31 +97,13 @@ __all__ = [
 
 class Journal(ParcelStore, FinishedStore, ScheduleStore):
     """The job store. Every method runs in the router's thread; the per-job
-    writes (:meth:`add`, :meth:`set_state`, :meth:`delete`) are on this class."""
+    writes (:meth:`add`, :meth:`set_state`, :meth:`delete`) are kept in memory
+    by :class:`.api.KeptWrites` and applied by :meth:`_flush`."""
 
-    # -- writes ---------------------------------------------------------------
-    def add(self, values: list[Any], *, on_disk: bool = False) -> bool:
-        """Store a new job (its :func:`new_row`); False (nothing stored) when its
-        msgid is held already.
-
-        Kept for the next write unless ``on_disk`` says the msgid may be stored
-        already: then the row is inserted at once, so that the insert finds out
-        (cheaper than a lookup first). Without it a msgid that is only on disk
-        is not seen.
-        """
-        seq, msgid = values[0], values[1]
-        if msgid in self._new_msgids:
-            return False
-        # Changes kept for this seq came before the row existed: written in
-        # order they would have changed nothing.
-        self._changed.pop(seq, None)
-        self._gone.discard(seq)
-        if on_disk:
-            return self._now(INSERT_JOB, values, changes=1).rowcount == 1
-        self._begin()
-        self._new[seq] = values
-        self._new_msgids.add(msgid)
-        return True
+    # -- writes (kept ones: :class:`.api.KeptWrites`) ----------------------------
+    def _insert_now(self, values: list[Any]) -> bool:
+        """Insert one new job at once; False if its msgid (or seq) is stored already."""
+        return self._now(INSERT_JOB, values, changes=1).rowcount == 1
 
     def add_many(self, rows: list[list[Any]]) -> set[int]:
         """Insert new jobs (:func:`new_row`) at once; the seqs of those stored (a
@@ -148,36 +129,6 @@ class Journal(ParcelStore, FinishedStore, ScheduleStore):
                 )
             )
         return stored
-
-    def _change(self, seq: int, **columns: Any) -> None:
-        self._begin()
-        new = self._new.get(seq)
-        if new is not None:
-            for name, value in columns.items():
-                new[COLUMN_AT[name]] = value
-        else:
-            self._changed.setdefault(seq, {}).update(columns)
-
-    def set_state(self, seq: int, state: JobState) -> None:
-        self._change(seq, state=state)
-
-    def requeue(self, seq: int, deaths: int) -> None:
-        self._change(seq, state=WAITING, deaths=deaths)
-
-    def delay(self, seq: int, due: float, attempts: int) -> None:
-        self._change(seq, state=DELAYED, due=due, attempts=attempts)
-
-    def poison(self, seq: int, deaths: int, reason: str) -> None:
-        self._change(seq, state=POISONED, deaths=deaths, reason=reason)
-
-    def delete(self, seq: int) -> None:
-        self._begin()
-        new = self._new.pop(seq, None)
-        if new is not None:
-            self._new_msgids.discard(new[1])
-            return
-        self._changed.pop(seq, None)
-        self._gone.add(seq)
 
     def holds_row(self, msgid: str) -> bool:
         """True if a job row (not a parcel's job) has ``msgid``: one index lookup."""
