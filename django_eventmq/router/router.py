@@ -21,11 +21,10 @@ import json
 import logging
 import math
 import os
-import select
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from django_eventmq.errors import ConfigurationError, ProtocolError
 from django_eventmq.protocol import (
@@ -56,6 +55,7 @@ from django_eventmq.router.journal.store import (
     JournalUnavailable,
     resolve_path,
 )
+from django_eventmq.router.lease_keeper import LeasedJournal, LeaseKeeper
 from django_eventmq.router.routing import Routing, Schedulers
 from django_eventmq.router.unserved import UnservedQueues
 from django_eventmq.runtime import security, transport
@@ -64,7 +64,7 @@ from django_eventmq.runtime.service import Service
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.transport import Channel
 
-__all__ = ["COMMIT_INTERVAL", "DRAIN_CAP", "RETRY_MS", "SNDHWM", "LeasedJournal", "Router"]
+__all__ = ["COMMIT_INTERVAL", "DRAIN_CAP", "RETRY_MS", "SNDHWM", "Router"]
 
 log = logging.getLogger("django_eventmq.router")
 
@@ -83,39 +83,6 @@ COMMIT_INTERVAL = 0.05
 #: and for at most this many uncommitted changes.
 COMMIT_GROUP_WAIT = 0.02
 COMMIT_GROUP_MAX = 8192
-
-
-class _Connection(Protocol):
-    def fileno(self) -> int: ...
-
-
-@runtime_checkable
-class LeasedJournal(Protocol):
-    """The lease side of a router group's journal (PostgreSQL; the group's leader)."""
-
-    @property
-    def conn(self) -> _Connection:
-        """The journal's database connection (its socket says when the server ended it)."""
-        ...
-
-    def lease_valid(self, now: float) -> bool:
-        """True while the lease surely holds at monotonic ``now``."""
-        ...
-
-    def renew(self) -> None:
-        """Renew the lease now (one fenced transaction), or raise ``LeadershipLost``."""
-        ...
-
-
-def _has_input(conn: _Connection) -> bool:
-    """True if the server sent something unasked on this idle connection: between
-    queries it sends nothing but the notice that it ends the connection
-    (``pg_terminate_backend``, a shutdown), or the connection closed."""
-    try:
-        readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    except Exception:  # a closed connection (psycopg raises): the renewal says why
-        return True
-    return bool(readable)
 
 
 class Router(Service, FrontendHandlers, BackendHandlers):
@@ -162,9 +129,8 @@ class Router(Service, FrontendHandlers, BackendHandlers):
         self.journal_recover = journal_recover
         self._journal_factory = journal
         self._lease_seconds = lease_seconds
-        self._lease: LeasedJournal | None = None
-        #: Monotonic time of the last fenced commit or renewal (lease heartbeat).
-        self._renewed = 0.0
+        #: The group leader's lease checks (None: the SQLite journal, no lease).
+        self._lease: LeaseKeeper | None = None
         self._borrowed_admin = admin
         self._status_extra = status_extra
         #: What a handler re-raises rather than logs: the loop must end (see __init__).
@@ -233,9 +199,11 @@ class Router(Service, FrontendHandlers, BackendHandlers):
             if self._journal_factory is not None:
                 journal = self._journal_factory()
                 self.journal_path = journal.path
-                if isinstance(journal, LeasedJournal):
-                    self._lease = journal
-                self._renewed = time.monotonic()
+                if self._lease_seconds > 0:
+                    if not isinstance(journal, LeasedJournal):  # a bug, not a setting
+                        journal.close()
+                        raise TypeError(f"{type(journal).__name__} keeps no lease")
+                    self._lease = LeaseKeeper(journal, self._lease_seconds)
             else:
                 self.journal_path = (
                     resolve_path(s.journal_path, self.frontend_address) if s.journal else MEMORY
@@ -384,15 +352,8 @@ class Router(Service, FrontendHandlers, BackendHandlers):
             timeout_ms = max(0, min(timeout_ms, int((due - time.time()) * 1000) + 1))
         ready = self._poller.poll(timeout_ms)
         lease = self._lease
-        if lease is not None and (
-            not lease.lease_valid(time.monotonic()) or _has_input(lease.conn)
-        ):
-            # Before anything is handled or sent: a router resumed after a pause
-            # (SIGSTOP, a VM freeze) learns here that another one may lead now;
-            # so does one whose journal connection the server ended (a standby
-            # takes over at once then, its lease still running).
-            lease.renew()
-            self._renewed = time.monotonic()
+        if lease is not None:
+            lease.check()  # before anything is handled or sent (see lease_keeper)
         t = time.monotonic() if now is None else now
         for channel in ready:
             if channel is self.frontend:
@@ -413,10 +374,7 @@ class Router(Service, FrontendHandlers, BackendHandlers):
         self.outbox.flush()
         self._sync(now=t)
         if lease is not None:
-            clock = time.monotonic()
-            if clock - self._renewed >= self._lease_seconds / 3:
-                lease.renew()  # the lease heartbeat, while no commit fenced it
-                self._renewed = clock
+            lease.heartbeat()
         self._check_high_water()
 
     # -- the journal and the ACKs waiting for it ----------------------------------
@@ -436,8 +394,8 @@ class Router(Service, FrontendHandlers, BackendHandlers):
             writes = journal.pending
             journal.commit()
             self._last_commit = t
-            if writes and not journal.pending:
-                self._renewed = time.monotonic()  # the commit was fenced: the lease holds
+            if writes and not journal.pending and self._lease is not None:
+                self._lease.committed()
             if journal.pending:
                 # Not written (journal.failure says why; it is retried): nothing
                 # that depends on it leaves, neither ACKs nor new jobs' hand-outs.
