@@ -16,10 +16,9 @@ class ScheduleStore(JournalBase):
         self, frames: list[bytes], *, unschedule: bool, job_key: str, timing_key: str
     ) -> None:
         """Keep a SCHEDULE or UNSCHEDULE (its frames as received) for a scheduler."""
-        packed = b"".join(struct.pack(">I", len(frame)) + frame for frame in frames)
         self._write(
             "INSERT INTO schedules (unschedule, job_key, timing_key, frames) VALUES (?, ?, ?, ?)",
-            (unschedule, job_key, timing_key, packed),
+            (unschedule, job_key, timing_key, pack_frames(frames)),
         )
 
     def drop_schedules(self, job_key: str, timing_key: str) -> int:
@@ -35,7 +34,7 @@ class ScheduleStore(JournalBase):
     def schedules(self, limit: int = 1000) -> list[tuple[int, bool, list[bytes]]]:
         """The oldest ``limit`` kept messages, oldest first: ``(seq, is UNSCHEDULE, frames)``."""
         return [
-            (seq, bool(unschedule), _unpack(packed))
+            (seq, bool(unschedule), unpack_frames(packed))
             for seq, unschedule, packed in self._execute(
                 "SELECT seq, unschedule, frames FROM schedules ORDER BY seq LIMIT ?", (limit,)
             )
@@ -48,7 +47,14 @@ class ScheduleStore(JournalBase):
         return int(self._execute("SELECT COUNT(*) FROM schedules").fetchone()[0])
 
 
-def _unpack(packed: bytes) -> list[bytes]:
+def pack_frames(frames: list[bytes]) -> bytes:
+    """A message's frames as one blob (each after its length, 4 bytes big-endian);
+    both backends store a kept SCHEDULE this way."""
+    return b"".join(struct.pack(">I", len(frame)) + frame for frame in frames)
+
+
+def unpack_frames(packed: bytes) -> list[bytes]:
+    """The frames :func:`pack_frames` packed."""
     frames = []
     at = 0
     while at < len(packed):
