@@ -57,6 +57,10 @@ ROUTER_FEATURES: Mapping[str, int] = MappingProxyType(
         ("cancel", "delay", "done", "nack", PACKED, "partial", "priority", "reject", "unready"), 1
     )
 )
+#: The key of a job manager's FEATURES answer that lists the msgids of the jobs it
+#: holds (still running, or not reported yet): after a failover or a reconnect its
+#: new router keeps them in flight on it instead of handing them out again.
+HOLDING = "holding"
 #: What a job manager of ours answers to its router's FEATURES.
 JOBMANAGER_FEATURES: Mapping[str, int] = MappingProxyType(
     dict.fromkeys(("done", "nack", "cancel", "timeout", "retry", "partial", "unready", PACKED), 1)
@@ -348,6 +352,14 @@ class RouterPeerSession:
     def speaks(self, key: str) -> bool:
         """Its FEATURES named extension ``key`` (only a FEATURES fills ``announced``)."""
         return bool(self.announced.get(key))
+
+    def holding(self) -> list[str]:
+        """The msgids its FEATURES named as jobs it holds (:data:`HOLDING`), each once,
+        in its order; entries that are not a msgid (not text, empty) are left out."""
+        listed = self.announced.get(HOLDING)
+        if not isinstance(listed, list):
+            return []
+        return list(dict.fromkeys(m for m in listed if isinstance(m, str) and m))
 
     def receive(self, message: Message) -> list[Message]:
         """A message from the peer; returns what to send back (ACK + FEATURES to its INFORM)."""
