@@ -189,7 +189,11 @@ class BackendHandlers:
             assert isinstance(msg, Nack)
             self.book.nack(identity, msg.job_msgid, msg.reason, now)
         elif kind is Features:
-            worker.session.receive(msg)  # what it announced: packed, cancel, ...
+            session = worker.session
+            session.receive(msg)  # what it announced: packed, cancel, ...
+            holding = session.holding()
+            if holding:  # jobs it still runs: a failover or a reconnect
+                self.book.adopt(identity, holding, now)
         elif kind is Unready:
             assert isinstance(msg, Unready)
             self.book.routing.unready(identity, msg.count)

@@ -31,12 +31,13 @@ a failure, and deaths are counted apart (``poison_after``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django_eventmq.protocol import Message, Reply, new_msgid
@@ -120,6 +121,8 @@ class Book:
         self.duplicates = 0
         self.rejected = 0
         self.recovered = 0
+        #: Waiting jobs kept in flight on the job manager that said it holds them.
+        self.adopted = 0
         #: Jobs received, handed out, finished, retried; read by admin STATUS and metrics.
         self.stats = Stats()
         #: msgids finished recently (kept in the journal too): a resend is not run again.
@@ -466,7 +469,7 @@ class Book:
         """A worker's REPLY (the reference's way) finished ``msgid``; returns its client."""
         job = self.routing.reply(msgid)
         if job is None:
-            job = self._requeued_copy(msgid)
+            job = self._reported_waiting(msgid, "REPLY")
             if job is None:
                 return None
         job_debug(log, "finished: REPLY from %s", msgid, job.queue, show(identity))
@@ -477,6 +480,13 @@ class Book:
     def done(self, identity: bytes, msgid: str, status: str, payload: str, now: float) -> None:
         """DONE: the slot is free again; what happens to the job depends on ``status``."""
         worker = self.routing.workers.get(identity)
+        # Not in flight: it may wait (after a restart, on disk only). Taken out
+        # first, or the slot this DONE frees could be handed it again.
+        waited = (
+            None
+            if msgid in self.routing.inflight
+            else self._reported_waiting(msgid, f"DONE {status}")
+        )
         if worker is not None:
             job, nxt = self.routing.done(identity, msgid, now)
             if nxt is not None:
@@ -484,9 +494,8 @@ class Book:
         else:
             job = self.routing.release_msgid(msgid)
         if job is None:
-            job = self._requeued_copy(msgid)
+            job = waited
             if job is None:
-                log.debug("DONE %s for msgid %s: not held (already finished)", status, msgid)
                 return
         job_debug(log, "DONE %s from %s", msgid, job.queue, status, show(identity))
         if status == JobStatus.DIED:
@@ -497,7 +506,9 @@ class Book:
             self.routing.count_finished(job, identity)
             # A retry past its retry-count is a failure; time from hand-out to report.
             outcome = JobStatus.FAILED if status == JobStatus.RETRY else status
-            self.stats.finish(job.queue, outcome, now - job.dispatched_at)
+            # A job not handed out by this router (waiting since a restart): time unknown.
+            ran = now - job.dispatched_at if job.dispatched_at else None
+            self.stats.finish(job.queue, outcome, ran)
             if status == JobStatus.REFUSED:
                 self._refused(job, payload)
             else:
@@ -529,12 +540,98 @@ class Book:
         self.routing.waiting.push(job)
         self.pump(now, [job.queue])
 
-    def _requeued_copy(self, msgid: str) -> RoutedJob | None:
-        """A late report for a job that was requeued meanwhile: it did run; take it out."""
-        job = self.routing.waiting.index.get(msgid)
-        if job is not None:
-            self.routing.waiting.queue(job.queue).discard(job)
+    def _reported_waiting(self, msgid: str, report: str) -> RoutedJob | None:
+        """A report (DONE, REPLY) for a job not in flight: if it waits (requeued
+        meanwhile, or recovered as waiting after a restart or a failover, in
+        memory or on disk only), it did run: taken out and returned. None if it
+        is not held (finished already), or the journal cannot be read now (then
+        it stays, and may run again)."""
+        try:
+            job = self._take_waiting(msgid)
+        except JournalUnavailable as exc:
+            log.warning(
+                "%s for msgid %s not applied: journal: %s; the job waits and may run again",
+                report,
+                msgid,
+                exc.reason,
+            )
+            return None
+        if job is None:
+            log.debug("%s for msgid %s: not held (already finished)", report, msgid)
         return job
+
+    def _take_waiting(self, msgid: str, now: float = 0.0) -> RoutedJob | None:
+        """Take the waiting job ``msgid`` out of its queue (in memory, or on disk only:
+        a journal read); None if it does not wait. :class:`JournalUnavailable` if
+        the journal cannot be read now."""
+        waiting = self.routing.waiting
+        job = waiting.index.get(msgid)
+        if job is not None:
+            waiting.queue(job.queue).discard(job)
+            # A copy: the one discarded stays in the queue's heap until popped,
+            # skipped there; this one may wait again (its job manager lost).
+            return dataclasses.replace(job, gone=False)
+        if msgid in self.finished or waiting.total() <= waiting.memory():
+            return None  # nothing waits on disk only
+        journal = self.journal
+        found = journal.find(msgid)
+        if found is None:
+            for seq in journal.parcels_holding(msgid):
+                self._open_parcel(seq)
+            found = journal.find(msgid)
+        if found is None or found[0] != WAITING:
+            return None
+        row = found[1]
+        waiting.queue(row.queue).forget_on_disk()
+        # No longer WAITING for a queue's next load from disk; the caller gives
+        # it its next state (finished, delayed, waiting again).
+        journal.set_state(row.seq, LEASED)
+        return job_from_row(row, now)
+
+    # -- jobs a job manager holds (after a failover or a reconnect) ---------------------
+    def adopt(self, identity: bytes, msgids: Iterable[str], now: float) -> int:
+        """The job manager ``identity`` said (FEATURES ``holding``) it holds these jobs:
+        those that wait here (recovered as waiting by a restart or a failover) stay
+        in flight on it, their lease starting ``now``, and are not handed to
+        another. Others are ignored: unknown, finished, or handed out already.
+        Returns how many it keeps."""
+        if identity not in self.routing.workers:
+            return 0
+        kept: list[str] = []
+        for msgid in msgids:
+            if msgid in self.routing.inflight:
+                log.debug(
+                    "worker %s holds msgid %s, handed out already: ignored", show(identity), msgid
+                )
+                continue
+            try:
+                job = self._take_waiting(msgid, now)
+            except JournalUnavailable as exc:
+                log.warning(
+                    "worker %s holds jobs not looked up: journal: %s; they may run again",
+                    show(identity),
+                    exc.reason,
+                )
+                break
+            if job is None:
+                log.debug(
+                    "worker %s holds msgid %s, not waiting here: ignored", show(identity), msgid
+                )
+                continue
+            self.routing.adopt(identity, job, now)
+            self.lease(job, now)
+            self.journal.set_state(job.seq, LEASED)  # a copy from memory was WAITING
+            kept.append(msgid)
+        if kept:
+            self.adopted += len(kept)
+            log.info(
+                "worker %s still holds %d job(s) handed out before: kept in flight on it "
+                "(msgids %s)",
+                show(identity),
+                len(kept),
+                ", ".join(kept[:20]),
+            )
+        return len(kept)
 
     # -- workers that go away -----------------------------------------------------------
     def worker_failed(self, identity: bytes, why: str) -> None:

@@ -259,6 +259,24 @@ class Routing:
             worker.capacity = session.credit
         return job, self._after_free_slot(worker, now)
 
+    def adopt(self, identity: bytes, job: RoutedJob, now: float) -> bool:
+        """``job`` runs on the worker already (its FEATURES named it as held, after a
+        failover or a reconnect): in flight there from ``now``, no REQUEST to send.
+
+        It takes none of the worker's free slots: a job manager's READYs leave
+        out the jobs it holds, so the slot it uses was never announced; the
+        job's DONE or NACK frees it, as for a job handed out. False if the
+        worker is not connected.
+        """
+        worker = self.workers.get(identity)
+        if worker is None:
+            return False
+        worker.inflight.append(job)
+        job.worker = identity
+        job.dispatched_at = now
+        self.inflight[job.msgid] = job
+        return True
+
     def unready(self, identity: bytes, count: int) -> None:
         """UNREADY: the worker takes back ``count`` slots (it wants fewer jobs).
 
