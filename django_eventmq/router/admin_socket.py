@@ -117,6 +117,8 @@ def monitor(book: Book) -> dict[str, Any]:
         "expired": book.expired,
         "requeued": routing.requeued,
         "recovered": book.recovered,
+        # Waiting jobs a reconnecting job manager said it still holds (after a failover).
+        "adopted": book.adopted,
         "duplicates": book.duplicates,
         "rejected": book.rejected,
         "finished_remembered": len(book.finished),
