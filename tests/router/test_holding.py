@@ -83,7 +83,7 @@ def test_a_job_its_job_manager_holds_after_a_restart_is_not_handed_to_another(
     with pytest.raises(AssertionError, match="nothing received"):
         other.expect("REQUEST", timeout=0.5)  # the held job is not handed out again
     info = monitor(h)
-    assert (info["queued"], info["in_flight"]) == (0, 2)
+    assert (info["queued"], info["in_flight"], info["adopted"]) == (0, 2, 1)
 
     back.send("DONE", running, "ok", '{"value": 1}')
     other.send("DONE", waiting, "ok", '{"value": 2}')
