@@ -227,6 +227,7 @@ class Pipeline:
         on_wait: Callable[[], object] | None = None,
         on_other: Callable[[list[bytes]], object] | None = None,
         on_reject: Callable[[bytes, str], object] | None = None,
+        on_answer: Callable[[bytes], object] | None = None,
         logger: logging.Logger = log,
     ) -> None:
         check_window(window, ack_timeout, give_up, batch)
@@ -243,6 +244,10 @@ class Pipeline:
         self.on_other = on_other
         #: Called with the msgid and reason of every job the router refused.
         self.on_reject = on_reject
+        #: Called with the msgid of every job answered (ACK or REJECT): a sender
+        #: spreading jobs over router groups knows what a group that went away
+        #: still owed it (:mod:`.shards`).
+        self.on_answer = on_answer
         self._log = logger
         #: Per queue name.
         self.counts: dict[str, QueueCounts] = {}
@@ -644,6 +649,8 @@ class Pipeline:
                 if entry is not None:
                     self._by_queue[entry[0]].acked += 1
                     self._last_progress = self._last_answer
+                    if self.on_answer is not None:
+                        self.on_answer(acked)
                 elif batches:
                     batch = batches.pop(acked, None)
                     if batch is not None:
@@ -657,9 +664,12 @@ class Pipeline:
         """Every job of ``batch`` not refused (REJECT came first) is stored."""
         in_batch = self._in_batch
         by_queue = self._by_queue
+        on_answer = self.on_answer
         for msgid, (queue, _headers, _body) in batch.jobs.items():
             del in_batch[msgid]
             by_queue[queue].acked += 1
+            if on_answer is not None:
+                on_answer(msgid)
 
     def _refused(self, msgid: bytes) -> bytes | None:
         """Take a job the router refused out of the window; its queue (None: not ours)."""
@@ -686,6 +696,8 @@ class Pipeline:
             queue = self._refused(key)
             if queue is not None:
                 self._last_progress = self._last_answer
+                if self.on_answer is not None:
+                    self.on_answer(key)
                 counts = self._by_queue[queue]
                 counts.rejected += 1
                 if len(counts.reasons) < REASONS_KEPT and message.reason not in counts.reasons:
@@ -695,10 +707,13 @@ class Pipeline:
                 return
         elif isinstance(message, Reply) and message.reply_to is None:
             # The reference router's receipt for a REQUEST: REPLY with its msgid.
-            entry = self._pending.pop(message.payload.encode(), None)
+            key = message.payload.encode()
+            entry = self._pending.pop(key, None)
             if entry is not None:
                 self._by_queue[entry[0]].acked += 1
                 self._last_progress = self._last_answer
+                if self.on_answer is not None:
+                    self.on_answer(key)
                 return
         elif isinstance(message, Features):
             self._use_features(message.features)

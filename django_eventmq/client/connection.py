@@ -20,6 +20,10 @@ leader (the one member that binds) and none waits for a standby
 (tests/system/ha/test_addresses_live.py shows that nothing reaches a router
 that starts later at a listed address).
 
+``BROKER_ADDR`` naming several groups (``"a,b;c,d"``: shards, each with its
+own leader and journal) gives a :class:`~.shards.ShardedClient` instead: one
+:class:`Client` per group, each job sent to one group (:mod:`.shards`).
+
 What the router sends back (ACKs, partial replies, job outcomes,
 rejections) arrives on the same socket, interleaved between jobs; the client
 files it by job msgid so that each
@@ -39,6 +43,7 @@ from typing import Any
 
 from django_eventmq.client import bulk as pipeline
 from django_eventmq.client import exit as client_exit
+from django_eventmq.client.shards import ShardedClient
 from django_eventmq.errors import BrokerUnavailable, ProtocolError
 from django_eventmq.protocol import (
     EMPTY_HEADERS,
@@ -60,7 +65,12 @@ from django_eventmq.protocol.packed import pack_request
 from django_eventmq.protocol.session import ClientSession
 from django_eventmq.protocol.views import is_ack, request_frames
 from django_eventmq.runtime import config, security, transport
-from django_eventmq.runtime.addresses import parse_addresses
+from django_eventmq.runtime.addresses import (
+    SHARD_BY_QUEUE,
+    check_shard_by,
+    parse_addresses,
+    parse_groups,
+)
 
 logger = logging.getLogger("django_eventmq.client")
 
@@ -92,10 +102,13 @@ class Client:
         *,
         send_timeout: float = 5.0,
         options: Mapping[int, Any] | None = None,
+        watch_peer: bool = False,
     ) -> None:
         """Connect to ``addr`` (one address, or several separated by commas: every
         member of a router group); ``options`` are extra socket options (CURVE keys,
-        from :func:`~.security.secure_channel_options`)."""
+        from :func:`~.security.secure_channel_options`). ``watch_peer``: the channel
+        knows whether a router is connected (a client of several groups,
+        :mod:`.shards`, skips a group without one)."""
         self.addr = addr
         self.pid = os.getpid()
         self._sends = 0
@@ -135,6 +148,7 @@ class Client:
                 **(options or {}),
             },
             ctx=client_exit.context(),
+            watch_peer=watch_peer,
         )
         client_exit.opened(self)
         self._ask_features()
@@ -577,13 +591,15 @@ def _poll_ms(deadline: float | None) -> int | None:
     return None if left <= 0 else max(1, int(left * 1000))
 
 
-def get_client(addr: str, *, send_timeout: float = 5.0) -> Client:
+def get_client(addr: str, *, send_timeout: float = 5.0) -> Client | ShardedClient:
     """This thread's client for ``addr`` (a new one after fork).
 
-    Its socket speaks CURVE as the current settings say (the router's
-    frontend role), so every client of this process uses the same key pair.
+    ``addr`` naming several router groups (``"a,b;c,d"``) gives a
+    :class:`~.shards.ShardedClient`, one :class:`Client` per group. Its
+    sockets speak CURVE as the current settings say (the router's frontend
+    role), so every client of this process uses the same key pair.
     """
-    clients: dict[str, Client] | None = getattr(_local, "clients", None)
+    clients: dict[str, Client | ShardedClient] | None = getattr(_local, "clients", None)
     pid = os.getpid()
     if clients is None or getattr(_local, "pid", None) != pid:
         # After fork the inherited sockets belong to the parent: never use
@@ -592,18 +608,47 @@ def get_client(addr: str, *, send_timeout: float = 5.0) -> Client:
         _local.pid = pid
     client = clients.get(addr)
     if client is None:
-        options = security.secure_channel_options(
-            config.get_settings(), security.FRONTEND, security.CLIENT
+        settings = config.get_settings()
+        client = clients[addr] = connect(
+            addr,
+            send_timeout=send_timeout,
+            options=security.secure_channel_options(settings, security.FRONTEND, security.CLIENT),
+            # The Settings field SHARD_BY, once runtime/settings.py has it.
+            shard_by=getattr(settings, "shard_by", SHARD_BY_QUEUE),
         )
-        client = clients[addr] = Client(addr, send_timeout=send_timeout, options=options)
     return client
 
 
-def existing_client(addr: str) -> Client | None:
+def connect(
+    addr: str,
+    *,
+    send_timeout: float = 5.0,
+    options: Mapping[int, Any] | None = None,
+    shard_by: str = SHARD_BY_QUEUE,
+) -> Client | ShardedClient:
+    """A new client for ``addr``: a :class:`Client` for one router group, a
+    :class:`~.shards.ShardedClient` (a Client per group, jobs spread as
+    ``shard_by`` says) for several (``"a,b;c,d"``)."""
+    groups = parse_groups(addr, "BROKER_ADDR")
+    if len(groups) == 1:
+        return Client(addr, send_timeout=send_timeout, options=options)
+    members = [
+        Client(",".join(group), send_timeout=send_timeout, options=options, watch_peer=True)
+        for group in groups
+    ]
+    return ShardedClient(
+        addr,
+        members,
+        send_timeout=send_timeout,
+        shard_by=check_shard_by(shard_by),
+    )
+
+
+def existing_client(addr: str) -> Client | ShardedClient | None:
     """This thread's client for ``addr`` if it has one (none is made)."""
     if getattr(_local, "pid", None) != os.getpid():
         return None
-    clients: dict[str, Client] = getattr(_local, "clients", None) or {}
+    clients: dict[str, Client | ShardedClient] = getattr(_local, "clients", None) or {}
     return clients.get(addr)
 
 
