@@ -6,13 +6,20 @@ table-less proxy model, so the admin index links it):
 (the JSON it polls every ~2 s). The router is read through its admin socket
 with a short timeout; when it does not answer the page says "router
 unreachable" and still shows failures and schedules from the database.
+
+With several routers (``EMQ_STATUS_ADMIN_ADDRS``, e.g. ``"a,b;c"``: router
+groups, i.e. shards, of members) the numbers add up each shard's leader, and
+``.../dashboard/routers/`` (polled by the page too) lists every router with its
+role and each shard's queue depths.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
@@ -23,6 +30,7 @@ from django.urls import NoReverseMatch, URLPattern, path, reverse
 from django.utils import timezone
 
 from django_eventmq.cli import status
+from django_eventmq.errors import ConfigurationError
 from django_eventmq.models.dashboard import Dashboard
 from django_eventmq.models.results import JobResult, JobStatus
 from django_eventmq.models.schedules import Schedule
@@ -38,24 +46,36 @@ SCHEDULES_SHOWN = 10
 FAILED = (JobStatus.FAILED, JobStatus.TIMED_OUT)
 
 
+#: Turns the snapshots of the last sample (by address) into the routers' summary.
+Summarize = Callable[[Mapping[str, status.Snapshot]], dict[str, Any]]
+
+
 class _Samples:
     """A ring of (time, waiting by queue, jobs/s by queue) shared by this process's requests."""
 
     def __init__(self, size: int = SAMPLES) -> None:
         self._lock = threading.Lock()
         self._ring: deque[dict[str, Any]] = deque(maxlen=size)
-        self._previous: status.Snapshot | None = None
+        # The snapshots the last sample came from, by address (for throughput).
+        self._previous: dict[str, status.Snapshot] = {}
+        self._kept_at = 0.0
 
     def add(self, snap: status.Snapshot) -> dict[str, Any]:
-        """Summarise ``snap`` against the last snapshot; keep a sample if one is due."""
+        """Summarise one router's ``snap`` against the last one; keep a sample if one is due."""
+        return self.add_many([snap], lambda prev: status.summarize(snap, prev.get(snap.admin_addr)))
+
+    def add_many(self, snaps: Sequence[status.Snapshot], summarize: Summarize) -> dict[str, Any]:
+        """``summarize`` (given the last snapshots) of ``snaps``; keep a sample if one is due."""
         with self._lock:
             previous = self._previous
-            summary = status.summarize(snap, previous)
-            if snap.error:
+            summary = summarize(previous)
+            answered = {snap.admin_addr: snap for snap in snaps if not snap.error}
+            if not answered:
                 return summary
-            if previous is None or snap.taken_at - previous.taken_at >= MIN_SAMPLE_SPACING:
-                self._previous = snap
-                if previous is not None:
+            taken_at = max(snap.taken_at for snap in answered.values())
+            if not previous or taken_at - self._kept_at >= MIN_SAMPLE_SPACING:
+                self._previous, self._kept_at = answered, taken_at
+                if previous:
                     self._ring.append(
                         {
                             "t": time.time(),
@@ -73,7 +93,8 @@ class _Samples:
     def clear(self) -> None:
         with self._lock:
             self._ring.clear()
-            self._previous = None
+            self._previous = {}
+            self._kept_at = 0.0
 
 
 samples = _Samples()
@@ -121,20 +142,62 @@ def schedules_due(request: HttpRequest, limit: int = SCHEDULES_SHOWN) -> list[di
     ]
 
 
+def _targets() -> tuple[str, tuple[tuple[str, ...], ...] | None]:
+    """The routers to read (:func:`.status.admin_targets`) and their shards (None: one)."""
+    target = status.admin_targets(None, get_settings().admin_addr, os.environ)
+    return target, status.admin_groups(target, status.ADMIN_LIST_ENV)
+
+
+def read_routers() -> tuple[list[status.Snapshot], Summarize]:
+    """Ask the routers; their snapshots and how to summarise them: :func:`.status.summarize`
+    for one router, :func:`.status.summarize_groups` for several. A bad
+    ``EMQ_STATUS_ADMIN_ADDRS`` reads as an unreachable router saying why."""
+    try:
+        target, groups = _targets()
+    except ConfigurationError as exc:
+        bad = status.Snapshot(admin_addr="", taken_at=0.0, error=str(exc))
+        return [bad], lambda _previous: status.summarize(bad)
+    if groups is None:
+        snap = status.fetch(target, timeout=ROUTER_TIMEOUT)
+        return [snap], lambda previous: status.summarize(snap, previous.get(snap.admin_addr))
+    by_shard = status.fetch_groups(groups, timeout=ROUTER_TIMEOUT)
+    snaps = [snap for members in by_shard for snap in members]
+    return snaps, lambda previous: status.summarize_groups(by_shard, previous)
+
+
+def routers_part(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """What the page's router table shows: every router and each shard's queues ([] for one
+    router, whose page is as before)."""
+    return {
+        "routers": summary.get("routers", []),
+        "shards": [
+            {key: shard[key] for key in ("shard", "group", "members", "leader", "error")}
+            | {"queues": (shard["summary"] or {}).get("queues", [])}
+            for shard in summary.get("shards", [])
+        ],
+    }
+
+
 def dashboard_data(request: HttpRequest) -> JsonResponse:
     """The JSON the dashboard polls: router summary, samples, failures, schedules."""
-    snap = status.fetch(get_settings().admin_addr, timeout=ROUTER_TIMEOUT)
-    summary = samples.add(snap)
+    summary = samples.add_many(*read_routers())
     return JsonResponse(
         {
             "now": timezone.now().isoformat(),
             "router": summary,
+            **routers_part(summary),
             "workers_alive": len(summary["job_managers"]),
             "samples": samples.list(),
             "failures": recent_failures(request),
             "schedules": schedules_due(request),
         }
     )
+
+
+def routers_data() -> JsonResponse:
+    """Every router's role and each shard's queues, for the page's router table."""
+    _snaps, summarize = read_routers()
+    return JsonResponse({"now": timezone.now().isoformat(), **routers_part(summarize({}))})
 
 
 if TYPE_CHECKING:
@@ -145,10 +208,11 @@ else:  # ModelAdmin takes no type argument at run time
 
 @admin.register(Dashboard)
 class DashboardAdmin(_ModelAdmin):
-    """The dashboard's two views, where the admin puts a model's pages.
+    """The dashboard's views, where the admin puts a model's pages.
 
     ``admin/django_eventmq/dashboard/`` is the page (and the "changelist" the
-    admin index links), ``.../data/`` the JSON it polls. Any active staff
+    admin index links), ``.../data/`` the JSON it polls, ``.../routers/`` the
+    router table it polls when it reads several routers. Any active staff
     member may open both, as before the dashboard had a model: the admin
     site's own login check, and no model permission on top.
     """
@@ -156,9 +220,11 @@ class DashboardAdmin(_ModelAdmin):
     def get_urls(self) -> list[URLPattern]:
         page = self.admin_site.admin_view(self.dashboard_view)
         data = self.admin_site.admin_view(self.data_view)
+        routers = self.admin_site.admin_view(self.routers_view)
         return [
             path("", page, name="django_eventmq_dashboard"),
             path("data/", data, name="django_eventmq_dashboard_data"),
+            path("routers/", routers, name="django_eventmq_dashboard_routers"),
             # The name the admin index reverses for a model's row: the same page.
             path("", page, name="django_eventmq_dashboard_changelist"),
         ]
@@ -171,6 +237,8 @@ class DashboardAdmin(_ModelAdmin):
             "title": "EventMQ dashboard",
             "opts": self.opts,
             "data_url": reverse(f"{self.admin_site.name}:django_eventmq_dashboard_data"),
+            "routers_url": reverse(f"{self.admin_site.name}:django_eventmq_dashboard_routers"),
+            "several_routers": _several_routers(),
             "poll_ms": 2000,
         }
         return TemplateResponse(request, "django_eventmq/dashboard.html", context)
@@ -178,6 +246,10 @@ class DashboardAdmin(_ModelAdmin):
     def data_view(self, request: HttpRequest) -> JsonResponse:
         self._check_view(request)
         return dashboard_data(request)
+
+    def routers_view(self, request: HttpRequest) -> JsonResponse:
+        self._check_view(request)
+        return routers_data()
 
     def _check_view(self, request: HttpRequest) -> None:
         if not self.has_view_permission(request):
@@ -198,6 +270,13 @@ class DashboardAdmin(_ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+def _several_routers() -> bool:
+    try:
+        return _targets()[1] is not None
+    except ConfigurationError:
+        return False  # the data view says what is wrong
 
 
 def _is_staff(request: HttpRequest) -> bool:

@@ -9,14 +9,19 @@ tables are tested without sockets. Never imports Django.
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from django_eventmq.cli import admin_client
-from django_eventmq.errors import BrokerUnavailable
+from django_eventmq.cli import options as cli_options
+from django_eventmq.errors import BrokerUnavailable, ConfigurationError
 from django_eventmq.protocol import constants as C
 
 #: Clears the terminal and moves the cursor home: each ``--watch`` frame redraws in place.
@@ -230,17 +235,210 @@ def _router_clock(snap: Snapshot) -> float | None:
     return float(now) if isinstance(now, int | float) else snap.taken_at
 
 
+# -- several routers: router groups (members ',' apart) and shards (groups ';' apart) --
+
+
+def fetch_groups(
+    groups: Sequence[Sequence[str]],
+    *,
+    timeout: float = 2.0,
+    monitor: bool = False,
+    ask: Ask = admin_client.ask,
+) -> list[list[Snapshot]]:
+    """:func:`fetch` of every member of every group at once: an unreachable member costs one
+    ``timeout``, not one per member."""
+    addresses = [addr for members in groups for addr in members]
+    with ThreadPoolExecutor(max_workers=len(addresses)) as pool:
+        snaps = iter(
+            pool.map(lambda addr: fetch(addr, timeout=timeout, monitor=monitor, ask=ask), addresses)
+        )
+        return [[next(snaps) for _ in members] for members in groups]
+
+
+def router_row(shard: int, snap: Snapshot) -> dict[str, Any]:
+    """One member of a shard: its role (``leader``, ``standby`` or ``unreachable``) and the
+    lease it reports. A router outside a group serves its shard alone: ``leader``."""
+    if snap.error:
+        row = {"shard": shard, "address": snap.admin_addr, "role": "unreachable"}
+        return {**row, "error": snap.error, **dict.fromkeys(ROUTER_ROW_KEYS)}
+    group = group_summary(snap.status) or {}
+    return {
+        "shard": shard,
+        "address": snap.admin_addr,
+        "role": str(group.get("role") or "leader"),
+        "error": "",
+        "group": group.get("group"),
+        "member": group.get("member"),
+        "epoch": group.get("epoch"),
+        "leader": group.get("leader"),
+        "since": group.get("leader_since"),
+        "failovers": group.get("failovers"),
+        "last_failover": group.get("last_failover"),
+        "last_failover_seconds": group.get("last_failover_seconds"),
+    }
+
+
+#: What a row of the router table says besides shard, address, role and error.
+ROUTER_ROW_KEYS = (
+    "group",
+    "member",
+    "epoch",
+    "leader",
+    "since",
+    "failovers",
+    "last_failover",
+    "last_failover_seconds",
+)
+
+
+def _shard_leader(rows: Sequence[Mapping[str, Any]]) -> int | None:
+    """The index of the member that leads (the highest epoch if two say so), or None."""
+    leaders = [i for i, row in enumerate(rows) if row["role"] == "leader"]
+    if not leaders:
+        return None
+    return max(leaders, key=lambda i: rows[i]["epoch"] or 0)
+
+
+def _sum_optional(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _max_optional(values: Iterable[int | None]) -> int | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def _combined_queues(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per queue, the leaders' rows added up (oldest wait and age: the largest)."""
+    by_queue: dict[str, list[Mapping[str, Any]]] = {}
+    for summary in summaries:
+        for row in summary["queues"]:
+            by_queue.setdefault(row["queue"], []).append(row)
+    combined = []
+    for name, rows in sorted(by_queue.items()):
+        in_flight = sum(r["in_flight"] for r in rows)
+        weighted = [
+            (r["age_mean_ms"], r["in_flight"]) for r in rows if r["age_mean_ms"] is not None
+        ]
+        combined.append(
+            {
+                "queue": name,
+                "waiting": sum(r["waiting"] for r in rows),
+                "in_flight": in_flight,
+                "waiting_since_ms": _max_optional(r["waiting_since_ms"] for r in rows),
+                "processed": sum(r["processed"] for r in rows),
+                "jobs_per_s": _sum_optional(r["jobs_per_s"] for r in rows),
+                "age_mean_ms": (
+                    sum(age * n for age, n in weighted) / in_flight
+                    if weighted and in_flight
+                    else None
+                ),
+                "age_max_ms": _max_optional(r["age_max_ms"] for r in rows),
+                **{key: sum(r[key] for r in rows) for key in COUNTER_KEYS},
+            }
+        )
+    return combined
+
+
+#: The per-queue job counters of the router (a summary's queue rows).
+COUNTER_KEYS = ("received", "dispatched", "failed", "retried")
+
+
+def _combined_totals(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    totals: dict[str, Any] = {}
+    for key in (
+        "waiting",
+        "in_flight",
+        "processed",
+        "requeued",
+        "failed",
+        "retried",
+        "heartbeats_missed",
+        "poisoned",
+        "buffered_schedule_messages",
+    ):
+        totals[key] = sum(int(s["totals"].get(key) or 0) for s in summaries)
+    totals["jobs_per_s"] = _sum_optional(s["totals"]["jobs_per_s"] for s in summaries)
+    return totals
+
+
+def summarize_groups(
+    groups: Sequence[Sequence[Snapshot]], previous: Mapping[str, Snapshot] | None = None
+) -> dict[str, Any]:
+    """Every router of every shard, and each shard's leader's summary, as plain data.
+
+    ``routers``: one row per member (:func:`router_row`); ``shards``: per shard
+    its members, its leader's address and :func:`summarize` (None when no
+    member leads, with ``error`` saying why). ``queues``, ``job_managers``,
+    ``schedulers``, ``totals`` and ``unserved_queues`` add the leaders up, so
+    the summary also has the shape of one router's. ``previous``: the last
+    snapshots by address, for throughput. ``reachable``: every shard has a
+    leader that answered.
+    """
+    previous = previous or {}
+    routers: list[dict[str, Any]] = []
+    shards: list[dict[str, Any]] = []
+    for number, snaps in enumerate(groups, 1):
+        rows = [router_row(number, snap) for snap in snaps]
+        routers += rows
+        index = _shard_leader(rows)
+        shard: dict[str, Any] = {
+            "shard": number,
+            "group": next((r["group"] for r in rows if r["group"]), None),
+            "members": [snap.admin_addr for snap in snaps],
+            "leader": None,
+            "error": "",
+            "summary": None,
+        }
+        if index is None:
+            answered = any(not snap.error for snap in snaps)
+            shard["error"] = (
+                f"shard {number}: no member leads (standby only)"
+                if answered
+                else f"shard {number}: no member answered"
+            )
+        else:
+            leader = snaps[index]
+            shard["leader"] = leader.admin_addr
+            shard["summary"] = summarize(leader, previous.get(leader.admin_addr))
+        shards.append(shard)
+    led = [(s["shard"], s["summary"]) for s in shards if s["summary"] is not None]
+    summaries = [summary for _, summary in led]
+    unserved: dict[str, int] = {}
+    for summary in summaries:
+        for queue, count in summary["unserved_queues"].items():
+            unserved[queue] = unserved.get(queue, 0) + count
+    failures = [f"shard {n}: {s['journal_failure']}" for n, s in led if s["journal_failure"]]
+    errors = [s["error"] for s in shards if s["error"]]
+    return {
+        "router": ";".join(",".join(s["members"]) for s in shards),
+        "reachable": not errors,
+        "error": "; ".join(errors),
+        "journal_failure": "; ".join(failures) or None,
+        "unserved_queues": unserved,
+        "routers": routers,
+        "shards": shards,
+        "queues": _combined_queues(summaries),
+        "job_managers": [{**m, "shard": n} for n, s in led for m in s["job_managers"]],
+        "schedulers": [{**c, "shard": n} for n, s in led for c in s["schedulers"]],
+        "totals": _combined_totals(summaries),
+    }
+
+
 # -- text ------------------------------------------------------------------------
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    """Columns padded to their widest cell; the first column left-aligned, the rest right."""
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]], *, left: int = 1) -> str:
+    """Columns padded to their widest cell; the first ``left`` columns left-aligned, the rest
+    right."""
     cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = []
     for row in cells:
         parts = [
-            cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i]) for i, cell in enumerate(row)
+            cell.ljust(widths[i]) if i < left else cell.rjust(widths[i])
+            for i, cell in enumerate(row)
         ]
         lines.append("  ".join(parts).rstrip())
     return "\n".join(lines)
@@ -297,6 +495,33 @@ def render_group(group: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _unserved_warning(unserved: Mapping[str, int], where: str = "") -> str:
+    waiting = ", ".join(f"{q} ({n} waiting)" for q, n in sorted(unserved.items()))
+    return (
+        f"WARNING: {where}no connected job manager serves {waiting}: "
+        "start one that names the queue (--queues)"
+    )
+
+
+def _manager_cells(m: Mapping[str, Any]) -> tuple[object, ...]:
+    """A job manager's row: name, queues, free slots, in flight, last heartbeat."""
+    return (
+        m["name"],
+        ",".join(f"{q}:{w}" for w, q in m["queues"]),
+        NONE if m["free_slots"] is None else m["free_slots"],
+        NONE if m["in_flight"] is None else m["in_flight"],
+        _ago(m["heartbeat_ago_s"]),
+    )
+
+
+def _totals_text(t: Mapping[str, Any]) -> str:
+    return (
+        f"{t['waiting']} waiting, {t['in_flight']} in flight, {t['processed']} processed "
+        f"({_rate(t['jobs_per_s'])} jobs/s), {t['failed']} failed, {t['retried']} retried, "
+        f"{t['requeued']} requeued, {t['poisoned']} poisoned"
+    )
+
+
 def render(summary: Mapping[str, Any], *, title: str = "") -> str:
     """The summary as the ``emq_status`` text: queues, job managers, schedulers, totals."""
     head = title or f"router {summary['router']}"
@@ -313,12 +538,7 @@ def render(summary: Mapping[str, Any], *, title: str = "") -> str:
         out += [f"JOURNAL CANNOT BE WRITTEN: {summary['journal_failure']}", ""]
     unserved = summary.get("unserved_queues") or {}
     if unserved:
-        waiting = ", ".join(f"{q} ({n} waiting)" for q, n in sorted(unserved.items()))
-        out += [
-            f"WARNING: no connected job manager serves {waiting}: "
-            "start one that names the queue (--queues)",
-            "",
-        ]
+        out += [_unserved_warning(unserved), ""]
     if queues:
         out.append(
             table(
@@ -355,16 +575,7 @@ def render(summary: Mapping[str, Any], *, title: str = "") -> str:
         out.append(
             table(
                 ("JOB MANAGER", "QUEUES (WEIGHT)", "FREE SLOTS", "IN FLIGHT", "LAST HEARTBEAT"),
-                (
-                    (
-                        m["name"],
-                        ",".join(f"{q}:{w}" for w, q in m["queues"]),
-                        NONE if m["free_slots"] is None else m["free_slots"],
-                        NONE if m["in_flight"] is None else m["in_flight"],
-                        _ago(m["heartbeat_ago_s"]),
-                    )
-                    for m in managers
-                ),
+                (_manager_cells(m) for m in managers),
             )
         )
     else:
@@ -383,34 +594,205 @@ def render(summary: Mapping[str, Any], *, title: str = "") -> str:
     t = summary["totals"]
     out += [
         "",
-        f"total: {t['waiting']} waiting, {t['in_flight']} in flight, {t['processed']} processed "
-        f"({_rate(t['jobs_per_s'])} jobs/s), {t['failed']} failed, {t['retried']} retried, "
-        f"{t['requeued']} requeued, {t['poisoned']} poisoned",
+        f"total: {_totals_text(t)}",
     ]
     if "monitor" in summary:
         out += ["", "monitor:", admin_client.format_monitor(summary["monitor"])]
     return "\n".join(out) + "\n"
 
 
+def _seconds(value: Any) -> str:
+    return duration(value * 1000) if isinstance(value, int | float) else NONE
+
+
+def _shown(value: Any) -> object:
+    return NONE if value is None else value
+
+
+def render_groups(summary: Mapping[str, Any], *, title: str = "") -> str:
+    """:func:`summarize_groups` as text: the routers, each shard's queues, totals across."""
+    out = [title or f"routers {summary['router']}", ""]
+    routers = summary["routers"]
+    out.append(
+        table(
+            (
+                "SHARD",
+                "GROUP",
+                "ADDRESS",
+                "ROLE",
+                "EPOCH",
+                "LEADER SINCE",
+                "FAILOVERS",
+                "LAST FAILOVER",
+                "WITHOUT LEADER",
+            ),
+            (
+                (
+                    r["shard"],
+                    _shown(r["group"]),
+                    r["address"],
+                    r["role"],
+                    _shown(r["epoch"]),
+                    _when(r["since"]),
+                    _shown(r["failovers"]),
+                    _when(r["last_failover"]),
+                    _seconds(r["last_failover_seconds"]),
+                )
+                for r in routers
+            ),
+            left=4,
+        )
+    )
+    out += [f"{r['address']}: {r['error']}" for r in routers if r["error"]]
+    out.append("")
+    warnings = [s["error"] for s in summary["shards"] if s["error"]]
+    if summary.get("journal_failure"):
+        warnings.append(f"JOURNAL CANNOT BE WRITTEN: {summary['journal_failure']}")
+    for shard in summary["shards"]:
+        unserved = (shard["summary"] or {}).get("unserved_queues") or {}
+        if unserved:
+            warnings.append(_unserved_warning(unserved, f"shard {shard['shard']}: "))
+    if warnings:
+        out += [*warnings, ""]
+    rows = [
+        (s["shard"], q)
+        for s in summary["shards"]
+        if s["summary"] is not None
+        for q in s["summary"]["queues"]
+    ]
+    if len(summary["shards"]) > 1:
+        rows += [("all", q) for q in summary["queues"]]
+    if rows:
+        out.append(
+            table(
+                ("SHARD", "QUEUE", "WAITING", "IN FLIGHT", "WAITING SINCE", "PROCESSED", "JOBS/S"),
+                (
+                    (
+                        shard,
+                        q["queue"],
+                        q["waiting"],
+                        q["in_flight"],
+                        duration(q["waiting_since_ms"]),
+                        q["processed"],
+                        _rate(q["jobs_per_s"]),
+                    )
+                    for shard, q in rows
+                ),
+                left=2,
+            )
+        )
+    else:
+        out.append("no queues yet")
+    out.append("")
+    managers = summary["job_managers"]
+    if managers:
+        out.append(
+            table(
+                (
+                    "JOB MANAGER",
+                    "SHARD",
+                    "QUEUES (WEIGHT)",
+                    "FREE SLOTS",
+                    "IN FLIGHT",
+                    "LAST HEARTBEAT",
+                ),
+                ((m["name"], m["shard"], *_manager_cells(m)[1:]) for m in managers),
+            )
+        )
+    else:
+        out.append("no job managers connected")
+    if summary["schedulers"]:
+        out += [
+            "",
+            table(
+                ("SCHEDULER", "SHARD", "LAST HEARTBEAT"),
+                (
+                    (c["name"], c["shard"], _ago(c["heartbeat_ago_s"]))
+                    for c in summary["schedulers"]
+                ),
+            ),
+        ]
+    t = summary["totals"]
+    led = sum(1 for s in summary["shards"] if s["summary"] is not None)
+    out += [
+        "",
+        f"total across {led} of {len(summary['shards'])} shard(s): {_totals_text(t)}",
+    ]
+    for shard in summary["shards"]:
+        monitor = (shard["summary"] or {}).get("monitor")
+        if monitor is not None:
+            out += [
+                "",
+                f"monitor of shard {shard['shard']} ({shard['leader']}):",
+                admin_client.format_monitor(monitor),
+            ]
+    return "\n".join(out) + "\n"
+
+
 # -- the command -----------------------------------------------------------------
+
+#: Names several routers for ``emq_status`` and the dashboard when ``--admin`` does not:
+#: ``ADMIN_ADDR`` is the one address a router binds, so it takes no list.
+ADMIN_LIST_ENV = "EMQ_STATUS_ADMIN_ADDRS"
+
+
+def admin_targets(option: str | None, admin_addr: str, environ: Mapping[str, str]) -> str:
+    """Which routers to read: ``--admin``, else ``EMQ_STATUS_ADMIN_ADDRS``, else ``ADMIN_ADDR``."""
+    return option or environ.get(ADMIN_LIST_ENV, "").strip() or admin_addr
+
+
+def admin_groups(value: str, setting: str) -> tuple[tuple[str, ...], ...] | None:
+    """The shards and members ``value`` names (each address connectable), or None when it is
+    one address, read as always. A bad list is a :class:`ConfigurationError` naming ``setting``."""
+    if not admin_client.is_admin_list(value):
+        return None
+    groups = admin_client.parse_admin_groups(value, setting)
+    return tuple(tuple(connectable(addr) for addr in members) for members in groups)
+
+
+def admin_list(text: str) -> str:
+    """``emq_status --admin``: one admin address (checked as every command checks one), or
+    several (``a,b;c``); argparse's check."""
+    if not admin_client.is_admin_list(text):
+        return cli_options.address(text)
+    try:
+        admin_groups(text, "--admin")
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--admin: ")) from None
+    return text
+
+
+Previous = dict[str, Snapshot]
 
 
 def frame(
     admin_addr: str,
-    previous: Snapshot | None,
+    previous: Mapping[str, Snapshot] | None,
     *,
     as_json: bool,
     monitor: bool,
     timeout: float,
     ask: Ask = admin_client.ask,
-) -> tuple[str, Snapshot]:
-    """One view of the router (text or one JSON line) and the snapshot it came from."""
-    snap = fetch(admin_addr, timeout=timeout, monitor=monitor, ask=ask)
-    summary = summarize(snap, previous)
-    if as_json:
-        return json.dumps(summary, sort_keys=True) + "\n", snap
+) -> tuple[str, Previous, bool]:
+    """One view (text or one JSON line), the snapshots that answered (by address, for the
+    next frame's throughput) and whether it is healthy: the router answered or, with several,
+    every shard has a leader that answered."""
+    previous = previous or {}
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-    return render(summary, title=f"router {snap.admin_addr} at {stamp}"), snap
+    groups = admin_groups(admin_addr, "--admin")
+    if groups is None:
+        snap = fetch(admin_addr, timeout=timeout, monitor=monitor, ask=ask)
+        summary = summarize(snap, previous.get(snap.admin_addr))
+        answered = {} if snap.error else {snap.admin_addr: snap}
+        text = render(summary, title=f"router {snap.admin_addr} at {stamp}")
+    else:
+        snaps = fetch_groups(groups, timeout=timeout, monitor=monitor, ask=ask)
+        summary = summarize_groups(snaps, previous)
+        answered = {s.admin_addr: s for members in snaps for s in members if not s.error}
+        text = render_groups(summary, title=f"routers {summary['router']} at {stamp}")
+    if as_json:
+        text = json.dumps(summary, sort_keys=True) + "\n"
+    return text, answered, bool(summary["reachable"])
 
 
 def run(
@@ -425,27 +807,29 @@ def run(
     frames: int | None = None,
     ask: Ask = admin_client.ask,
 ) -> int:
-    """Print the status once (exit 1 if the router did not answer), or every ``interval``.
+    """Print the status once (exit 1 if the router did not answer, or with several, if a
+    shard has no leader that answered), or every ``interval``.
 
-    With ``watch`` on a terminal each frame clears the screen and redraws in
-    place; otherwise frames follow one another (a blank line between text
-    frames, one JSON object per line). Stops on Ctrl-C or after ``frames``.
+    ``admin_addr`` is one address or a list (``a,b;c``: ',' between the members
+    of a router group, ';' between groups). With ``watch`` on a terminal each
+    frame clears the screen and redraws in place; otherwise frames follow one
+    another (a blank line between text frames, one JSON object per line).
+    Stops on Ctrl-C or after ``frames``.
     """
     tty = watch and not as_json and out.isatty()
-    previous: Snapshot | None = None
+    previous: Previous = {}
     shown = 0
     try:
         while True:
-            text, snap = frame(
+            text, previous, healthy = frame(
                 admin_addr, previous, as_json=as_json, monitor=monitor, timeout=timeout, ask=ask
             )
             if not watch:
                 out.write(text)
                 out.flush()
-                return 1 if snap.error else 0
+                return 0 if healthy else 1
             out.write((CLEAR + text) if tty else text + ("" if as_json else "\n"))
             out.flush()
-            previous = None if snap.error else snap
             shown += 1
             if frames is not None and shown >= frames:
                 return 0
@@ -454,10 +838,25 @@ def run(
         return 0
 
 
-def run_options(options: Mapping[str, Any], admin_addr: str, out: TextIO) -> int:
-    """:func:`run` with the options of :func:`.options.add_status_arguments`."""
+def run_options(
+    options: Mapping[str, Any],
+    admin_addr: str,
+    out: TextIO,
+    *,
+    environ: Mapping[str, str] | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """:func:`run` with the options of :func:`.options.add_status_arguments`; the routers are
+    :func:`admin_targets`. A bad ``EMQ_STATUS_ADMIN_ADDRS`` is one line on ``err``, exit 2."""
+    env = os.environ if environ is None else environ
+    admin = admin_targets(options.get("admin"), admin_addr, env)
+    try:
+        admin_groups(admin, "--admin" if options.get("admin") else ADMIN_LIST_ENV)
+    except ConfigurationError as exc:
+        (err or sys.stderr).write(f"emq_status: {exc}\n")
+        return 2
     return run(
-        options.get("admin") or admin_addr,
+        admin,
         out,
         as_json=bool(options.get("json")),
         monitor=bool(options.get("monitor")),

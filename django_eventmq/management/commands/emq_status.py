@@ -1,37 +1,59 @@
-"""``manage.py emq_status``: a running router's queues, job managers and schedulers."""
+"""``manage.py emq_status``: running routers' queues, job managers and schedulers."""
 
 from __future__ import annotations
 
+import io
+import os
 from typing import Any, TextIO, cast
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_eventmq.cli import admin_client, status
 from django_eventmq.cli import options as cli
-from django_eventmq.cli import status
 from django_eventmq.errors import EventMQError
 from django_eventmq.runtime.config import get_settings
 
 
 class Command(BaseCommand):
     help = (
-        "Show a running router's queues (waiting, in flight, waiting since, throughput), "
+        "Show running routers' queues (waiting, in flight, waiting since, throughput), "
         "job managers (queues, weights, free slots, last heartbeat) and schedulers, read "
-        "from its admin address. --watch redraws every --interval seconds until Ctrl-C."
+        "from their admin addresses; with several ('a,b;c': ',' between the members of a "
+        "router group, ';' between groups), which router leads each group and per-group "
+        "depths. --watch redraws every --interval seconds until Ctrl-C."
     )
     requires_migrations_checks = False
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         cli.add_status_arguments(parser)
+        # --admin takes a list of routers here (ADMIN_ADDR, which a router binds, does not).
+        for action in parser._actions:
+            if action.dest == "admin":
+                action.type = status.admin_list
+                action.help = (
+                    "the admin address of a router, or of several: 'a,b;c' (',' between the "
+                    "members of a router group, ';' between groups); default: "
+                    f"{status.ADMIN_LIST_ENV}, else the ADMIN_ADDR setting"
+                )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            admin = options.get("admin") or get_settings().admin_addr
+            admin_addr = get_settings().admin_addr
         except EventMQError as exc:
             raise CommandError(str(exc)) from None
         # The raw stream, not Django's wrapper: frames are written whole and
         # --watch asks it isatty().
         out = cast(TextIO, self.stdout._out)  # typed as a callable in django-stubs
-        code = status.run_options(options, admin, out)
+        err = io.StringIO()
+        code = status.run_options(options, admin_addr, out, err=err)
+        if code == 2:  # a bad EMQ_STATUS_ADMIN_ADDRS
+            raise CommandError(err.getvalue().strip().removeprefix("emq_status: "))
         if code:
-            raise CommandError("the router did not answer", returncode=code)
+            several = status.admin_targets(options.get("admin"), admin_addr, os.environ)
+            raise CommandError(
+                "a shard has no leader that answered"
+                if admin_client.is_admin_list(several)
+                else "the router did not answer",
+                returncode=code,
+            )

@@ -1,0 +1,90 @@
+"""The admin dashboard reading several routers (``EMQ_STATUS_ADMIN_ADDRS``), through Django's
+test client: one live router and one that does not answer, in one shard or in two."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from django_eventmq.cli import status
+from tests.support import free_port, wait_for
+from tests.system.ops.test_dashboard import DATA, PAGE, _fresh_samples  # noqa: F401 - autouse
+
+pytestmark = pytest.mark.django_db
+
+ROUTERS = "admin:django_eventmq_dashboard_routers"
+
+
+@pytest.fixture
+def nowhere() -> str:
+    return f"tcp://127.0.0.1:{free_port()}"
+
+
+def test_two_shards_one_unreachable_is_a_row_not_an_error_page(
+    admin_client, site, nowhere, monkeypatch
+):
+    monkeypatch.setenv(status.ADMIN_LIST_ENV, f"{site.admin};{nowhere}")
+    response = admin_client.get(reverse(DATA))
+    assert response.status_code == 200
+    data = response.json()
+    assert [(r["shard"], r["address"], r["role"]) for r in data["routers"]] == [
+        (1, site.admin, "leader"),
+        (2, nowhere, "unreachable"),
+    ]
+    assert data["routers"][1]["error"].startswith("router unreachable: no answer to STATUS")
+    assert [(s["shard"], s["leader"]) for s in data["shards"]] == [(1, site.admin), (2, None)]
+    assert data["shards"][1]["error"] == "shard 2: no member answered"
+    assert {q["queue"] for q in data["shards"][0]["queues"]} >= {"email", "default"}
+    # The tiles and charts add up the leaders: shard 1's numbers here.
+    assert data["router"]["reachable"] is False
+    assert data["workers_alive"] == 1
+    assert data["router"]["job_managers"][0]["shard"] == 1
+
+    routers = admin_client.get(reverse(ROUTERS)).json()
+    assert [r["role"] for r in routers["routers"]] == ["leader", "unreachable"]
+    assert routers["shards"] == data["shards"]
+
+
+def test_the_page_has_the_router_table_only_with_several_routers(
+    admin_client, site, nowhere, monkeypatch, eventmq_settings
+):
+    eventmq_settings(ADMIN_ADDR=site.admin)
+    html = admin_client.get(reverse(PAGE)).content.decode()
+    assert 'id="emq-routers"' not in html  # one router: the page as before
+    monkeypatch.setenv(status.ADMIN_LIST_ENV, f"{site.admin},{nowhere}")
+    html = admin_client.get(reverse(PAGE)).content.decode()
+    assert 'id="emq-routers"' in html
+    assert 'data-url="/admin/django_eventmq/dashboard/routers/"' in html
+
+
+def test_samples_and_throughput_with_several_routers(admin_client, site, nowhere, monkeypatch):
+    monkeypatch.setenv(status.ADMIN_LIST_ENV, f"{site.admin},{nowhere}")
+    first = admin_client.get(reverse(DATA)).json()
+    assert first["router"]["reachable"] is True  # the shard's leader answered
+    site.send("email", "noop", 1)
+    data = wait_for(
+        lambda: (d := admin_client.get(reverse(DATA)).json())["samples"] and d,
+        30,
+        "a chart sample",
+        poll=0.2,
+    )
+    assert "email" in data["samples"][-1]["waiting"]
+    assert data["router"]["totals"]["jobs_per_s"] is not None
+
+
+def test_a_bad_list_reads_as_unreachable_with_the_reason(admin_client, monkeypatch):
+    monkeypatch.setenv(status.ADMIN_LIST_ENV, "tcp://127.0.0.1:1;")
+    response = admin_client.get(reverse(DATA))
+    assert response.status_code == 200
+    data = response.json()
+    assert data["router"]["reachable"] is False
+    assert data["router"]["error"].startswith("EMQ_STATUS_ADMIN_ADDRS: group 2 of ")
+    assert data["routers"] == []
+    assert admin_client.get(reverse(PAGE)).status_code == 200
+    assert admin_client.get(reverse(ROUTERS)).json()["routers"] == []
+
+
+def test_non_staff_cannot_read_the_router_table(client):
+    response = client.get(reverse(ROUTERS))
+    assert response.status_code == 302
+    assert response["Location"].startswith("/admin/login/")
