@@ -110,6 +110,7 @@ def test_the_router_table_shows_the_leader_and_then_the_new_leader(group, server
             )
             rows = page.evaluate(ROWS)
             assert rows[b][4] == "2"  # the new epoch
+            page.screenshot(path=str(ARTIFACTS / "dashboard_groups_failover.png"), full_page=True)
             shard = page.text_content("#emq-shards")
             assert b in shard
             assert a not in shard
