@@ -17,16 +17,15 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from django_eventmq.errors import BrokerUnavailable, ConfigurationError
+from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.protocol import AdminRequest, Reply, new_msgid
 from django_eventmq.protocol import constants as C
 from django_eventmq.runtime import config, security, transport
-from django_eventmq.runtime.addresses import parse_addresses
+from django_eventmq.runtime.addresses import parse_groups
 from django_eventmq.runtime.settings import Settings
 
 #: Between the router groups (shards) of an admin address list; "," is between members.
 GROUP_SEPARATOR = ";"
-_GROUPS_EXAMPLE = "e.g. 'tcp://10.0.0.1:47293,tcp://10.0.0.2:47293;tcp://10.0.0.3:47293'"
 
 #: Milliseconds between looks at the handshake while waiting for an answer.
 _HANDSHAKE_CHECK_MS = 50
@@ -51,29 +50,9 @@ def is_admin_list(value: str) -> bool:
 
 
 def parse_admin_groups(value: str, setting: str) -> tuple[tuple[str, ...], ...]:
-    """The admin addresses of each router group in ``value`` (``"a,b;c"``), in order.
-
-    Each group is checked by :func:`.addresses.parse_addresses`; an empty group
-    (a stray ``;``) or an address named in two groups raises a
-    :class:`ConfigurationError` naming ``setting``.
-    """
-    groups: list[tuple[str, ...]] = []
-    seen: set[str] = set()
-    for number, part in enumerate(value.split(GROUP_SEPARATOR), 1):
-        if not part.strip():
-            raise ConfigurationError(
-                f"{setting}: group {number} of {value!r} is empty (a stray ';'?); separate "
-                f"the members of a group with ',' and the groups with ';', {_GROUPS_EXAMPLE}"
-            )
-        members = parse_addresses(part, setting)
-        for address in members:
-            if address in seen:
-                raise ConfigurationError(
-                    f"{setting}: {address!r} is listed twice in {value!r}; name each router once"
-                )
-            seen.add(address)
-        groups.append(members)
-    return tuple(groups)
+    """The admin addresses of each router group in ``value`` (``"a,b;c"``), in order, checked
+    as peers' router lists are (:func:`.addresses.parse_groups`; errors name ``setting``)."""
+    return parse_groups(value, setting)
 
 
 def ask(

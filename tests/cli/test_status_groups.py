@@ -107,7 +107,7 @@ def test_a_list_is_parsed_into_shards_of_members():
     ("value", "message"),
     [
         (f"{A1};", "X: group 2 of .* is empty \\(a stray ';'\\?\\)"),
-        (f"{A1};{A1}", "X: 'tcp://127.0.0.1:1001' is listed twice"),
+        (f"{A1};{A1}", "X: 'tcp://127.0.0.1:1001' is in group 1 and in group 2"),
         (f"{A1},{A1}", "X: 'tcp://127.0.0.1:1001' is listed twice"),
         (f"{A1},nowhere", "X: 'nowhere' .* is not a tcp:// address"),
     ],
