@@ -60,6 +60,9 @@ class ManagedJob:
     skip: str = ""
     #: Monotonic time it became its child's running job, as far as we saw (0: not seen).
     began: float = 0.0
+    #: The router group it came from (index of the job manager's link): its
+    #: outcome goes back there.
+    link: int = 0
 
 
 #: Reports a job's outcome: ``(job, DONE status, reply payload)``.
@@ -84,6 +87,7 @@ class Lifecycle:
         nack: HandBack,
         router_retries: Callable[[], bool],
         partial: SendPartial | None = None,
+        retries_for: Callable[[ManagedJob], bool] | None = None,
     ) -> None:
         self.settings = settings
         self.pool = pool
@@ -97,6 +101,9 @@ class Lifecycle:
         self.partials: Coalescer[ManagedJob] = Coalescer(self._partial)
         self._nack = nack
         self._router_retries = router_retries
+        #: Whether the router a given job came from retries it (several groups:
+        #: each link has its own mode); None: ``router_retries`` for every job.
+        self._retries_for = retries_for
         self.jobs: dict[int, ManagedJob] = {}
         self.pending: deque[int] = deque()  # accepted, waiting for a free child
         self._retries: list[tuple[float, int]] = []  # (due, seq) held for a local retry
@@ -280,7 +287,7 @@ class Lifecycle:
         )
         if job.record:
             self._record(job, JobStatus.RETRYING, now, error=error)
-        if self._router_retries():
+        if self._router_retries_job(job):
             self._report(job, JobStatus.RETRY, outcomes.retry_payload(job.attempt, error))
             return
         s = self.settings
@@ -433,7 +440,7 @@ class Lifecycle:
             if job.record:
                 # Our router hands it out again (a new run, in another process);
                 # a reference router takes the death as the job's failure.
-                redelivered = self._router_retries()
+                redelivered = self._router_retries_job(job)
                 status = JobStatus.RETRYING if redelivered else JobStatus.FAILED
                 error = outcomes.error_info("WorkerDied", message)
                 self._record(job, status, now, error=error)
@@ -472,9 +479,18 @@ class Lifecycle:
         del self.jobs[seq]
         self._cancelled(job)
 
-    def hand_back_unstarted(self) -> None:
-        """Give back every job that has not started (graceful stop with our router)."""
+    def _router_retries_job(self, job: ManagedJob) -> bool:
+        """The router ``job`` came from retries it (our router, DONE mode)."""
+        if self._retries_for is not None:
+            return self._retries_for(job)
+        return self._router_retries()
+
+    def hand_back_unstarted(self, which: Callable[[ManagedJob], bool] | None = None) -> None:
+        """Give back every job that has not started (graceful stop with our router);
+        ``which``: only those it says yes to (the jobs of the groups that take them back)."""
         for seq, job in list(self.jobs.items()):
+            if which is not None and not which(job):
+                continue
             child = job.child
             if child is None:
                 del self.jobs[seq]
@@ -482,5 +498,11 @@ class Lifecycle:
             elif child.head != seq and not job.skip:
                 job.skip = SKIP_NACK
                 self.pool.cancel(child, seq)
-        self.pending.clear()
-        self._retries.clear()
+        if which is None:
+            self.pending.clear()
+            self._retries.clear()
+        else:
+            jobs = self.jobs
+            self.pending = deque(seq for seq in self.pending if seq in jobs)
+            self._retries = [(due, seq) for due, seq in self._retries if seq in jobs]
+            heapq.heapify(self._retries)

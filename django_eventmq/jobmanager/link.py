@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Generic, TypeVar
 
 from django_eventmq.errors import ProtocolError
@@ -62,11 +62,18 @@ class RouterLink(Generic[T]):
         settings: Settings,
         poller: transport.FdPoller,
         holding: Callable[[], list[str]] | None = None,
+        *,
+        addresses: Sequence[str] | None = None,
     ) -> None:
         """``holding``: the msgids of the jobs the job manager holds and has not
-        reported (told to each router we connect to, in our FEATURES answer)."""
+        reported (told to each router we connect to, in our FEATURES answer).
+        ``addresses``: the members of the router group this link talks to (a job
+        manager of several groups has a link per group); by default
+        ``WORKER_ADDR``, which must then name one group."""
         self.settings = settings
-        self.addresses = AddressCycle(parse_addresses(settings.worker_addr, "WORKER_ADDR"))
+        if addresses is None:
+            addresses = parse_addresses(settings.worker_addr, "WORKER_ADDR")
+        self.addresses = AddressCycle(addresses)
         self._holding = holding
         self._poller = poller
         self.channel: transport.Channel | None = None

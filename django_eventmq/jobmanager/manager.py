@@ -39,6 +39,14 @@ Choices worth knowing:
   the job.
 * We say goodbye with the ``KBYE`` spelling of KBAI: the reference router only
   forgets a worker on KBYE; ours accepts both.
+* Several router groups (``WORKER_ADDR="tcp://a:N,tcp://b:N;tcp://c:N"``,
+  shards with a leader and a journal each): one link per group
+  (:class:`~.link.RouterLink`, its own session, credit, heartbeats and
+  reconnect), every queue served on each. A job's outcome goes back over the
+  link it came from. Every link may hold credit for all the free slots, so
+  jobs of a busy group are not kept waiting by an idle one: up to one READY
+  per group beyond the slots may be answered at once (those jobs wait here
+  for a child, as prefetched ones do).
 * After a reconnect (to another router of a group after a failover, or to the
   same one) the jobs we hold are named in our FEATURES answer (``holding``),
   and their outcomes go as DONE as they end. A router that hands one of them
@@ -53,6 +61,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass
+from functools import partial
 
 from django_eventmq.errors import InvalidJob
 from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
@@ -71,6 +80,7 @@ from django_eventmq.protocol.headers import attempt_of
 from django_eventmq.protocol.session import JobManagerState
 from django_eventmq.protocol.status import JobStatus
 from django_eventmq.runtime import registry, transport
+from django_eventmq.runtime.addresses import parse_groups
 from django_eventmq.runtime.logs import job_debug
 from django_eventmq.runtime.service import Service
 from django_eventmq.runtime.settings import Settings
@@ -146,13 +156,19 @@ class JobManager(Service):
             nack=self._nack,
             router_retries=lambda: self.link.session.extended,
             partial=self._partial,
+            retries_for=lambda job: self.links[job.link].session.extended,
         )
         self.lifecycle.wake_supervisor = self._wake_supervisor
         self.lifecycle.resend_records = self._resend_records
         self.jobs = self.lifecycle.jobs
-        #: msgids of the jobs we held when the current connection was made.
-        self._held_at_connect: set[str] = set()
-        self.link: RouterLink[_Held] = RouterLink(settings, self._poller, self._holding)
+        groups = parse_groups(settings.worker_addr, "WORKER_ADDR")
+        #: One link per router group, in WORKER_ADDR's order (a job's ``link`` indexes it).
+        self.links: list[RouterLink[_Held]] = [
+            RouterLink(settings, self._poller, partial(self._holding, index), addresses=members)
+            for index, members in enumerate(groups)
+        ]
+        #: Per link: msgids of the jobs we held when its current connection was made.
+        self._held_at_connect: list[set[str]] = [set() for _ in groups]
         self._next_supervise = 0.0
         self._started = False
 
@@ -179,7 +195,8 @@ class JobManager(Service):
     def close(self) -> None:
         """Stop the children and close the socket (idempotent; also after a failed start)."""
         self.pool.close()
-        self.link.close()
+        for link in self.links:
+            link.close()
 
     # -- the loop --------------------------------------------------------------
     def loop_once(self, timeout_ms: int | None = None, now: float | None = None) -> None:
@@ -232,35 +249,47 @@ class JobManager(Service):
         return max(0, min(timeout_ms, int((due - time.monotonic()) * 1000) + 1))
 
     @property
+    def link(self) -> RouterLink[_Held]:
+        """The link to the first (or only) router group."""
+        return self.links[0]
+
+    @property
     def mode(self) -> str:
-        """How outcomes are reported on this connection: "done", "reference", or "" (not yet)."""
+        """How outcomes are reported on the first group's connection: "done",
+        "reference", or "" (not yet)."""
         return _MODES.get(self.link.session.state, "")
 
     def _read_router(self, now: float) -> None:
-        """Handle every message waiting on the router socket (the session saw it first)."""
-        state = self.link.session.state
-        for message in self.link.messages(now):
-            self._handle(message, now)
-            if self.link.session.state is not state:
-                state = self.link.session.state
-                self._after_session_step()
+        """Handle every message waiting on the router sockets (the session saw it first)."""
+        for index, link in enumerate(self.links):
+            state = link.session.state
+            for message in link.messages(now):
+                self._handle(message, now, index)
+                if link.session.state is not state:
+                    state = link.session.state
+                    self._after_session_step(index)
 
-    def _handle(self, message: Message, now: float) -> None:
+    def _handle(self, message: Message, now: float, index: int = 0) -> None:
         if isinstance(message, Request):
-            self._accept(message)
+            self._accept(message, index)
         elif isinstance(message, Cancel):
             self.lifecycle.cancel(message.job_msgid, now)
         elif isinstance(message, Disconnect):
-            self._lose_router(now, "the router sent DISCONNECT")
+            self._lose_router(now, "the router sent DISCONNECT", index)
         elif isinstance(message, Kbai):
-            self._lose_router(now, f"the router said {message.wire_command()}")
+            self._lose_router(now, f"the router said {message.wire_command()}", index)
         # ACK, FEATURES, HEARTBEAT: the session's business.
 
-    def _after_session_step(self) -> None:
+    def _after_session_step(self, index: int = 0) -> None:
         """Once the mode is settled, send the outcomes that waited for it; then READY."""
-        session = self.link.session
+        link = self.links[index]
+        session = link.session
         if session.settled and session.held:
-            logger.debug("jobmanager reports to %s in %s mode", self.addr, self.mode)
+            logger.debug(
+                "jobmanager reports to %s in %s mode",
+                link.addr,
+                _MODES.get(session.state, ""),
+            )
             for item in session.take_held():
                 if isinstance(item, _HeldNack):
                     self._nack(item.job, item.reason)
@@ -269,7 +298,7 @@ class JobManager(Service):
         self._top_up()
 
     # -- jobs --------------------------------------------------------------------
-    def _accept(self, request: Request) -> None:
+    def _accept(self, request: Request, index: int = 0) -> None:
         headers, body = request.headers, request.body_text
         reply = headers.reply_requested
         job = ManagedJob(
@@ -282,11 +311,12 @@ class JobManager(Service):
             attempt_of(headers),
             (reply or self.settings.record_all_results) and self.pool.can_record is not False,
         )
+        job.link = index
         self.lifecycle.stats.received[job.queue] += 1
         job_debug(logger, "received, attempt %d", job.msgid, job.queue, job.attempt, body=body)
-        if self._held_at_connect and self._runs_here(request.msgid):
+        if self._held_at_connect[index] and self._runs_here(request.msgid, index):
             return
-        if self.stopping and self.link.session.extended:
+        if self.stopping and self.links[index].session.extended:
             self._nack(job, "stopping")
             return
         if request.queue not in self.settings.queue_names:
@@ -299,24 +329,26 @@ class JobManager(Service):
             return
         self.lifecycle.accept(job)
 
-    def _holding(self) -> list[str]:
-        """The msgids of the jobs we hold and have not reported (for a new connection)."""
-        msgids = [job.msgid for job in self.jobs.values()]
-        self._held_at_connect = set(msgids)
+    def _holding(self, index: int = 0) -> list[str]:
+        """The msgids of the jobs of group ``index`` we hold and have not reported
+        (for a new connection to that group)."""
+        msgids = [job.msgid for job in self.jobs.values() if job.link == index]
+        self._held_at_connect[index] = set(msgids)
         return msgids
 
-    def _runs_here(self, msgid: str) -> bool:
+    def _runs_here(self, msgid: str, index: int = 0) -> bool:
         """A REQUEST for a job we held at the reconnect and still hold: not a second run."""
-        if msgid not in self._held_at_connect:
+        held = self._held_at_connect[index]
+        if msgid not in held:
             return False
         if not any(job.msgid == msgid for job in self.jobs.values()):
-            self._held_at_connect.discard(msgid)  # reported before: a new attempt
+            held.discard(msgid)  # reported before: a new attempt
             return False
         logger.info(
             "job msgid=%s handed out again by %s while it runs here: not run twice, "
             "its DONE answers both",
             msgid,
-            self.link.addr,
+            self.links[index].addr,
         )
         return True
 
@@ -343,13 +375,14 @@ class JobManager(Service):
         return False
 
     def _report(self, job: ManagedJob, status: JobStatus, payload: str) -> None:
-        """Tell the router a job is over, as this connection's mode says."""
-        session = self.link.session
+        """Tell the router the job came from that it is over, as that connection's mode says."""
+        link = self.links[job.link]
+        session = link.session
         if session.extended:
-            self._send(session.done(job.msgid, status, payload))  # frees the slot
+            link.send(session.done(job.msgid, status, payload))  # frees the slot
         elif session.state is JobManagerState.REFERENCE:
             if job.reply_requested:
-                self._send(session.reply(job.msgid, payload))
+                link.send(session.reply(job.msgid, payload))
         else:
             session.hold(_HeldDone(job, status, payload))
 
@@ -358,15 +391,17 @@ class JobManager(Service):
 
         Not kept while disconnected or in reference mode: partials are best effort.
         """
-        partial = self.link.session.partial(job.msgid, payload) if job.reply_requested else None
+        link = self.links[job.link]
+        partial = link.session.partial(job.msgid, payload) if job.reply_requested else None
         if partial is not None:
-            self._send(partial)
+            link.send(partial)
 
     def _nack(self, job: ManagedJob, reason: str) -> None:
         """Give an unstarted job back to the router (or run it, if the router cannot take it)."""
-        session = self.link.session
+        link = self.links[job.link]
+        session = link.session
         if session.extended:
-            self._send(session.nack(job.msgid, reason))  # frees the slot
+            link.send(session.nack(job.msgid, reason))  # frees the slot
         elif session.state is JobManagerState.REFERENCE:
             job.skip = ""
             self.lifecycle.accept(job)  # a reference router cannot take it back
@@ -406,10 +441,8 @@ class JobManager(Service):
     # -- router connection ---------------------------------------------------------
     @property
     def connected(self) -> bool:
-        return self.link.connected
-
-    def _send(self, message: Message) -> None:
-        self.link.send(message)
+        """Every link's INFORM was ACKed (one group: its router's)."""
+        return all(link.connected for link in self.links)
 
     @property
     def slots(self) -> int:
@@ -428,32 +461,42 @@ class JobManager(Service):
         if self.stopping:
             return
         free = self.slots - len(self.jobs)
-        for message in self.link.session.top_up(free, slack=self.prefetch.value // 4):
-            self.link.send(message)
+        # Several groups: each may hold credit for every free slot (see the module
+        # doc), and no UNREADY churn as the other groups' jobs come and go.
+        slack = self.prefetch.value // 4 if len(self.links) == 1 else self.slots
+        for link in self.links:
+            for message in link.session.top_up(free, slack=slack):
+                link.send(message)
 
     def _connect(self, now: float) -> None:
-        self.link.connect(now)  # a new session: the previous router's view of us is gone
+        for link in self.links:
+            link.connect(now)  # a new session: the previous router's view of us is gone
 
-    def _lose_router(self, now: float, why: str) -> None:
-        self.link.lose(now, why)
+    def _lose_router(self, now: float, why: str, index: int = 0) -> None:
+        self.links[index].lose(now, why)
 
     def _keepalive(self, now: float) -> None:
         """Heartbeat, reconnect, and settle the mode if FEATURES did not come."""
-        self.link.keepalive(now)
-        session = self.link.session
-        if session.state is JobManagerState.DECIDING:
-            session.tick(now)
-            if session.settled:
-                self._after_session_step()
+        for index, link in enumerate(self.links):
+            link.keepalive(now)
+            session = link.session
+            if session.state is JobManagerState.DECIDING:
+                session.tick(now)
+                if session.settled:
+                    self._after_session_step(index)
 
     # -- shutdown ------------------------------------------------------------------
     def _drain(self, timeout_ms: int) -> None:
         """Hand back or finish jobs within the grace period, then say goodbye."""
         grace = self.settings.shutdown_grace
         self.loop_once(0)  # take in REQUESTs already delivered: the router counts them as ours
-        if self.link.session.extended:
-            # Our router can give unstarted jobs to someone else right away.
-            self.lifecycle.hand_back_unstarted()
+        links = self.links
+        if len(links) == 1:
+            if self.link.session.extended:
+                # Our router can give unstarted jobs to someone else right away.
+                self.lifecycle.hand_back_unstarted()
+        elif any(link.session.extended for link in links):
+            self.lifecycle.hand_back_unstarted(lambda job: links[job.link].session.extended)
         if self.jobs:
             logger.info(
                 "jobmanager stopping: waiting up to %ss for %d job(s)", grace, len(self.jobs)
@@ -467,7 +510,8 @@ class JobManager(Service):
                 ",".join(job.msgid for job in self.jobs.values()),
             )
         self._send_records(time.monotonic(), force=True)
-        self.link.goodbye()  # "jobmanager stopped" is run_service's line, after close()
+        for link in self.links:
+            link.goodbye()  # "jobmanager stopped" is run_service's line, after close()
 
     # -- poller bookkeeping ----------------------------------------------------------
     def _watch(self, fd: int) -> None:

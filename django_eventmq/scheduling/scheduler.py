@@ -43,7 +43,7 @@ from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.codec import describe
 from django_eventmq.protocol.heartbeat import Liveness
 from django_eventmq.runtime import security, transport
-from django_eventmq.runtime.addresses import AddressCycle, parse_addresses
+from django_eventmq.runtime.addresses import AddressCycle, parse_groups
 from django_eventmq.runtime.service import Service
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.waitlog import RouterWait
@@ -179,7 +179,20 @@ class Scheduler(Service):
         self._reconnect_delay = RECONNECT_MIN_DELAY
         #: ``BROKER_ADDR``: one router, or the members of a group, talked to one at a
         #: time (a DEALER connected to two live routers would share our messages).
-        self.addresses = AddressCycle(parse_addresses(settings.broker_addr, "BROKER_ADDR"))
+        #: Several groups (shards): a scheduler serves the first. The store is shared,
+        #: so each group's SCHEDULEs (clients send them to the group of their queue)
+        #: reach it through a scheduler whose BROKER_ADDR names that group, and any
+        #: of them fires a run (claimed once) into its own group.
+        groups = parse_groups(settings.broker_addr, "BROKER_ADDR")
+        self.addresses = AddressCycle(groups[0])
+        if len(groups) > 1:
+            logger.info(
+                "scheduler: BROKER_ADDR names %d router groups; this scheduler serves the "
+                "first (%s): run one scheduler per group (BROKER_ADDR=that group's members) "
+                "to take the schedules sent to each",
+                len(groups),
+                ",".join(groups[0]),
+            )
         self._next_peer_check = 0.0
         self.waiting = RouterWait(logger, "scheduler", self.addresses.label)
         self._refreshed_at = -1e18
