@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from django_eventmq.cli.admin_client import is_admin_list, parse_admin_groups
 from django_eventmq.errors import ConfigurationError
 from django_eventmq.protocol import constants as C
 from django_eventmq.pubsub.publisher import PUBLISHER_SNDHWM
@@ -46,6 +47,7 @@ __all__ = [
     "add_status_arguments",
     "add_subscriber_arguments",
     "address",
+    "admin_addresses",
     "configure_logging",
     "log_level",
     "module",
@@ -93,6 +95,19 @@ def addresses(text: str) -> str:
         return address(text)
     try:
         check_peer_addresses("address", text)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(_strip_key(str(exc))) from None
+    return text
+
+
+def admin_addresses(text: str) -> str:
+    """``emq_status --admin``: one router's admin address (checked as :func:`address` checks
+    one), or several routers' as ``a,b;c`` (',' between the members of a router group, ';'
+    between groups)."""
+    if not is_admin_list(text):
+        return address(text)
+    try:
+        parse_admin_groups(text, "ADMIN")
     except ConfigurationError as exc:
         raise argparse.ArgumentTypeError(_strip_key(str(exc))) from None
     return text
@@ -515,9 +530,11 @@ SUBSCRIBER = (
 STATUS = (
     Option(
         ("--admin",),
-        "the router's admin address (default: the ADMIN_ADDR setting or EMQ_ADMIN_ADDR, "
-        f"else {_DEFAULTS.admin_addr})",
-        type=address,
+        "the admin address of the router to read, or of several routers: 'a,b;c' (',' "
+        "between the members of a router group, ';' between groups) (default: "
+        "EMQ_STATUS_ADMIN_ADDRS, else the ADMIN_ADDR setting or EMQ_ADMIN_ADDR, else "
+        f"{_DEFAULTS.admin_addr})",
+        type=admin_addresses,
         metavar="ADDR",
     ),
     Option(("--json",), "print JSON (with --watch: one object per line)", action="store_true"),

@@ -9,7 +9,6 @@ tables are tested without sockets. Never imports Django.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -20,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from django_eventmq.cli import admin_client
-from django_eventmq.cli import options as cli_options
 from django_eventmq.errors import BrokerUnavailable, ConfigurationError
 from django_eventmq.protocol import constants as C
 
@@ -748,18 +746,6 @@ def admin_groups(value: str, setting: str) -> tuple[tuple[str, ...], ...] | None
         return None
     groups = admin_client.parse_admin_groups(value, setting)
     return tuple(tuple(connectable(addr) for addr in members) for members in groups)
-
-
-def admin_list(text: str) -> str:
-    """``emq_status --admin``: one admin address (checked as every command checks one), or
-    several (``a,b;c``); argparse's check."""
-    if not admin_client.is_admin_list(text):
-        return cli_options.address(text)
-    try:
-        admin_groups(text, "--admin")
-    except ConfigurationError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("--admin: ")) from None
-    return text
 
 
 Previous = dict[str, Snapshot]

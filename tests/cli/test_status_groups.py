@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from django_eventmq.cli import admin_client, status
+from django_eventmq.cli import options as cli_options
 from django_eventmq.cli.status import Snapshot
 from django_eventmq.errors import BrokerUnavailable, ConfigurationError
 from tests.cli.test_group_options import GROUP
@@ -117,13 +118,13 @@ def test_a_bad_list_says_what_is_wrong(value, message):
     with pytest.raises(ConfigurationError, match=message):
         admin_client.parse_admin_groups(value, "X")
     with pytest.raises(argparse.ArgumentTypeError, match=message.removeprefix("X: ")):
-        status.admin_list(value)
+        cli_options.admin_addresses(value)
 
 
 def test_the_option_takes_one_address_as_before():
-    assert status.admin_list("tcp://*:47293") == "tcp://*:47293"
+    assert cli_options.admin_addresses("tcp://*:47293") == "tcp://*:47293"
     with pytest.raises(argparse.ArgumentTypeError, match="is not a ZeroMQ address"):
-        status.admin_list("localhost")
+        cli_options.admin_addresses("localhost")
 
 
 def test_which_routers_to_read():

@@ -27,15 +27,6 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         cli.add_status_arguments(parser)
-        # --admin takes a list of routers here (ADMIN_ADDR, which a router binds, does not).
-        for action in parser._actions:
-            if action.dest == "admin":
-                action.type = status.admin_list
-                action.help = (
-                    "the admin address of a router, or of several: 'a,b;c' (',' between the "
-                    "members of a router group, ';' between groups); default: "
-                    f"{status.ADMIN_LIST_ENV}, else the ADMIN_ADDR setting"
-                )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
