@@ -355,6 +355,9 @@ class _Spread:
         #: Jobs taken back from a group that went away, to send elsewhere.
         self.again: list[Job] = []
         self.moved: dict[str, int] = {}
+        #: By queue: the group its jobs go to while every group is up (SHARD_BY=queue).
+        self.by_queue: dict[bytes, int] = {}
+        self.keep_choice = owner.chooser.shard_by == SHARD_BY_QUEUE
 
     def run(self, jobs: Iterable[Job]) -> pipeline.SendResult:
         for job in jobs:
@@ -378,10 +381,15 @@ class _Spread:
 
     def _route(self, job: Job) -> None:
         owner = self.owner
-        order = owner.chooser.order(job[1])
-        index = next((i for i in order if owner._up(i)), None)
+        queue = job[1]
+        index = self.by_queue.get(queue)
         if index is None:
-            index = self._wait_for_a_group(order)
+            order = owner.chooser.order(queue)
+            index = next((i for i in order if owner._up(i)), None)
+            if index is None:
+                index = self._wait_for_a_group(order)
+            if self.keep_choice and not any(owner.down):
+                self.by_queue[queue] = index  # its own group: until one goes down
         buffered = self.buffers[index]
         buffered.append(job)
         if len(buffered) >= CHUNK:
@@ -468,6 +476,7 @@ class _Spread:
             self.finished.append(sender)
             if sender.router_features is not None:
                 owner.clients[index].session.answered(sender.router_features)
+        self.by_queue.clear()
         owed = list(self.owed[index].values()) + self.buffers[index]
         self.owed[index] = {}
         self.buffers[index] = []
