@@ -7,7 +7,7 @@ table-less proxy model, so the admin index links it):
 with a short timeout; when it does not answer the page says "router
 unreachable" and still shows failures and schedules from the database.
 
-With several routers (``EMQ_STATUS_ADMIN_ADDRS``, e.g. ``"a,b;c"``: router
+With several routers (the ``STATUS_ADMIN_ADDRS`` setting, e.g. ``"a,b;c"``: router
 groups, i.e. shards, of members) the numbers add up each shard's leader, and
 ``.../dashboard/routers/`` (polled by the page too) lists every router with its
 role and each shard's queue depths.
@@ -15,7 +15,6 @@ role and each shard's queue depths.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import deque
@@ -144,14 +143,15 @@ def schedules_due(request: HttpRequest, limit: int = SCHEDULES_SHOWN) -> list[di
 
 def _targets() -> tuple[str, tuple[tuple[str, ...], ...] | None]:
     """The routers to read (:func:`.status.admin_targets`) and their shards (None: one)."""
-    target = status.admin_targets(None, get_settings().admin_addr, os.environ)
-    return target, status.admin_groups(target, status.ADMIN_LIST_ENV)
+    settings = get_settings()
+    target = status.admin_targets(None, settings.admin_addr, settings)
+    return target, status.admin_groups(target, "STATUS_ADMIN_ADDRS")
 
 
 def read_routers() -> tuple[list[status.Snapshot], Summarize]:
     """Ask the routers; their snapshots and how to summarise them: :func:`.status.summarize`
-    for one router, :func:`.status.summarize_groups` for several. A bad
-    ``EMQ_STATUS_ADMIN_ADDRS`` reads as an unreachable router saying why."""
+    for one router, :func:`.status.summarize_groups` for several. Bad settings (such as a
+    malformed ``STATUS_ADMIN_ADDRS``) read as an unreachable router saying why."""
     try:
         target, groups = _targets()
     except ConfigurationError as exc:

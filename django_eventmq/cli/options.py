@@ -531,9 +531,9 @@ STATUS = (
     Option(
         ("--admin",),
         "the admin address of the router to read, or of several routers: 'a,b;c' (',' "
-        "between the members of a router group, ';' between groups) (default: "
-        "EMQ_STATUS_ADMIN_ADDRS, else the ADMIN_ADDR setting or EMQ_ADMIN_ADDR, else "
-        f"{_DEFAULTS.admin_addr})",
+        "between the members of a router group, ';' between groups) (default: the "
+        "STATUS_ADMIN_ADDRS setting or EMQ_STATUS_ADMIN_ADDRS, else the ADMIN_ADDR setting or "
+        f"EMQ_ADMIN_ADDR, else {_DEFAULTS.admin_addr})",
         type=admin_addresses,
         metavar="ADDR",
     ),

@@ -10,7 +10,6 @@ tables are tested without sockets. Never imports Django.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -21,6 +20,8 @@ from typing import Any, TextIO
 from django_eventmq.cli import admin_client
 from django_eventmq.errors import BrokerUnavailable, ConfigurationError
 from django_eventmq.protocol import constants as C
+from django_eventmq.runtime import config
+from django_eventmq.runtime.settings import Settings
 
 #: Clears the terminal and moves the cursor home: each ``--watch`` frame redraws in place.
 CLEAR = "\x1b[H\x1b[2J"
@@ -729,14 +730,11 @@ def render_groups(summary: Mapping[str, Any], *, title: str = "") -> str:
 
 # -- the command -----------------------------------------------------------------
 
-#: Names several routers for ``emq_status`` and the dashboard when ``--admin`` does not:
-#: ``ADMIN_ADDR`` is the one address a router binds, so it takes no list.
-ADMIN_LIST_ENV = "EMQ_STATUS_ADMIN_ADDRS"
 
-
-def admin_targets(option: str | None, admin_addr: str, environ: Mapping[str, str]) -> str:
-    """Which routers to read: ``--admin``, else ``EMQ_STATUS_ADMIN_ADDRS``, else ``ADMIN_ADDR``."""
-    return option or environ.get(ADMIN_LIST_ENV, "").strip() or admin_addr
+def admin_targets(option: str | None, admin_addr: str, settings: Settings) -> str:
+    """Which routers to read: ``option`` (``--admin``), else the STATUS_ADMIN_ADDRS setting,
+    else ``admin_addr`` (the ADMIN_ADDR setting: one router)."""
+    return option or settings.status_admin_addrs or admin_addr
 
 
 def admin_groups(value: str, setting: str) -> tuple[tuple[str, ...], ...] | None:
@@ -829,15 +827,19 @@ def run_options(
     admin_addr: str,
     out: TextIO,
     *,
-    environ: Mapping[str, str] | None = None,
+    settings: Settings | None = None,
     err: TextIO | None = None,
 ) -> int:
     """:func:`run` with the options of :func:`.options.add_status_arguments`; the routers are
-    :func:`admin_targets`. A bad ``EMQ_STATUS_ADMIN_ADDRS`` is one line on ``err``, exit 2."""
-    env = os.environ if environ is None else environ
-    admin = admin_targets(options.get("admin"), admin_addr, env)
+    :func:`admin_targets` (``settings``: this process's by default, read only when
+    ``--admin`` is not given). A bad list that reached it unchecked (``call_command``'s
+    keyword arguments skip the parser) is one line on ``err``, exit 2."""
+    given = options.get("admin")
+    admin = given or admin_targets(
+        None, admin_addr, config.get_settings() if settings is None else settings
+    )
     try:
-        admin_groups(admin, "--admin" if options.get("admin") else ADMIN_LIST_ENV)
+        admin_groups(admin, "--admin" if given else "STATUS_ADMIN_ADDRS")
     except ConfigurationError as exc:
         (err or sys.stderr).write(f"emq_status: {exc}\n")
         return 2

@@ -19,7 +19,7 @@ from typing import Any
 
 from django_eventmq.errors import ConfigurationError
 from django_eventmq.protocol import constants as C
-from django_eventmq.runtime.addresses import parse_addresses
+from django_eventmq.runtime.addresses import parse_addresses, parse_groups
 
 QueueList = tuple[tuple[int, str], ...]
 
@@ -47,6 +47,12 @@ class Settings:
     backend_addr: str = C.DEFAULT_BACKEND_ADDR
     #: Address the router binds for administrative commands.
     admin_addr: str = C.DEFAULT_ADMIN_ADDR
+    #: Admin tools (``emq_status``, the admin dashboard): the routers they read when
+    #: ``--admin`` does not say, by their admin addresses: ``","`` between the members of
+    #: a router group, ``";"`` between groups (shards), e.g.
+    #: ``"tcp://a:47293,tcp://b:47293;tcp://c:47293"``. Empty: ``admin_addr``, one
+    #: router (which stays one address: it is what a router binds).
+    status_admin_addrs: str = ""
     #: Queues a job manager serves, ``((weight, name), ...)``; higher weight first.
     queues: QueueList = ((C.DEFAULT_QUEUE_WEIGHT, C.DEFAULT_QUEUE_NAME),)
     #: Worker processes per job manager.
@@ -221,6 +227,7 @@ class Settings:
     def __post_init__(self) -> None:
         for name in ("frontend_addr", "backend_addr", "admin_addr"):
             check_address(name, getattr(self, name))
+        _check_status_admin_addrs(self.status_admin_addrs)
         # Peers may name every member of a router group: "tcp://a:47290,tcp://b:47290".
         check_peer_addresses("worker_addr", self.worker_addr)
         if self.broker_addr:  # empty means "no broker": jobs run inline
@@ -333,6 +340,18 @@ def check_peer_addresses(name: str, value: object) -> None:
         parse_addresses(value, name.upper())
     else:
         check_address(name, value)
+
+
+def _check_status_admin_addrs(value: object) -> None:
+    """STATUS_ADMIN_ADDRS: empty, or router groups as peers' router lists are written."""
+    if not isinstance(value, str):
+        raise ConfigurationError(
+            f"STATUS_ADMIN_ADDRS: expected the routers' admin addresses as one string, ',' "
+            f"between the members of a router group and ';' between groups, e.g. "
+            f"'tcp://a:47293,tcp://b:47293;tcp://c:47293'; got {value!r}"
+        )
+    if value:
+        parse_groups(value, "STATUS_ADMIN_ADDRS")
 
 
 def _check_group(s: Settings) -> None:

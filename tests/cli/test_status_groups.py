@@ -18,6 +18,7 @@ from django_eventmq.cli import admin_client, status
 from django_eventmq.cli import options as cli_options
 from django_eventmq.cli.status import Snapshot
 from django_eventmq.errors import BrokerUnavailable, ConfigurationError
+from django_eventmq.runtime.settings import Settings
 from tests.cli.test_group_options import GROUP
 
 A1, B1, A2, B2 = (f"tcp://127.0.0.1:{port}" for port in (1001, 1002, 2001, 2002))
@@ -128,10 +129,10 @@ def test_the_option_takes_one_address_as_before():
 
 
 def test_which_routers_to_read():
-    env = {status.ADMIN_LIST_ENV: LIST}
-    assert status.admin_targets("tcp://x:1", "tcp://d:3", env) == "tcp://x:1"
-    assert status.admin_targets(None, "tcp://d:3", env) == LIST
-    assert status.admin_targets(None, "tcp://d:3", {}) == "tcp://d:3"
+    settings = Settings(status_admin_addrs=LIST)
+    assert status.admin_targets("tcp://x:1", "tcp://d:3", settings) == "tcp://x:1"
+    assert status.admin_targets(None, "tcp://d:3", settings) == LIST
+    assert status.admin_targets(None, "tcp://d:3", Settings()) == "tcp://d:3"
 
 
 def test_summary_rows_of_leader_standby_and_unreachable():
@@ -256,9 +257,16 @@ def test_run_prints_the_table_and_exits_by_leaders(capsys):
     assert data["shards"][1]["summary"] is None
 
 
-def test_run_options_reads_the_list_from_the_environment():
+def test_run_options_reads_the_list_from_the_settings():
+    out = io.StringIO()
+    settings = Settings(status_admin_addrs=f"{A1};{A2}")
+    code = status.run_options({"json": True, "timeout": 0.1}, A1, out, settings=settings)
+    assert code == 1  # the addresses are nothing: no shard has a leader that answered
+    assert [r["address"] for r in json.loads(out.getvalue())["routers"]] == [A1, A2]
+
+
+def test_run_options_refuses_a_bad_list_that_skipped_the_parser():
     out, err = io.StringIO(), io.StringIO()
-    env = {status.ADMIN_LIST_ENV: f"{A1};"}
-    assert status.run_options({}, "tcp://127.0.0.1:9", out, environ=env, err=err) == 2
-    assert err.getvalue().startswith(f"emq_status: {status.ADMIN_LIST_ENV}: group 2 of ")
+    assert status.run_options({"admin": f"{A1};"}, A1, out, settings=Settings(), err=err) == 2
+    assert err.getvalue().startswith("emq_status: --admin: group 2 of ")
     assert out.getvalue() == ""

@@ -5,16 +5,19 @@ admin address or several ('a,b;c'), taken by both front ends from the one option
 from __future__ import annotations
 
 import argparse
+import io
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
 
 import pytest
-from django.core.management import load_command_class
+from django.core.management import call_command, load_command_class
 from django.core.management.base import CommandError
 
 from django_eventmq.__main__ import build_parser
 from django_eventmq.cli import options as cli_options
+from django_eventmq.runtime import config
 from tests.support import ROOT, clean_environ, free_port, python_module
 from tests.system.ops.conftest import start_router
 
@@ -134,3 +137,45 @@ def test_manage_py_emq_status_reads_groups_given_to_admin(router_admin):
     ]
     assert "shard 2: no member answered" in done.stdout
     assert "a shard has no leader that answered" in done.stderr
+
+
+def test_call_command_refuses_a_bad_list_its_keywords_bring(capsys):
+    # call_command's keyword arguments skip the parser's check: run_options makes it.
+    with pytest.raises(CommandError, match=r"^--admin: group 2 of .* is empty"):
+        call_command("emq_status", admin=f"{A};", stdout=io.StringIO())
+
+
+def test_emq_status_reads_the_routers_from_the_setting(router_admin, eventmq_settings):
+    nowhere = f"tcp://127.0.0.1:{free_port()}"
+    eventmq_settings(STATUS_ADMIN_ADDRS=f"{router_admin},{nowhere}")
+    out = io.StringIO()
+    call_command("emq_status", json=True, timeout=0.3, stdout=out)
+    summary = json.loads(out.getvalue())
+    assert [(r["address"], r["role"]) for r in summary["routers"]] == [
+        (router_admin, "leader"),
+        (nowhere, "unreachable"),
+    ]
+    # --admin wins over the setting.
+    out = io.StringIO()
+    call_command("emq_status", "--admin", router_admin, json=True, stdout=out)
+    assert json.loads(out.getvalue())["router"] == router_admin
+
+
+def test_a_bad_setting_is_named_by_both_commands(settings):
+    settings.EVENTMQ = {"STATUS_ADMIN_ADDRS": f"{A};"}
+    config.reset()
+    with pytest.raises(CommandError, match=r"^STATUS_ADMIN_ADDRS: group 2 of .* is empty"):
+        call_command("emq_status", stdout=io.StringIO())
+    done = subprocess.run(
+        python_module("status"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**clean_environ(), "PYTHONPATH": str(ROOT), "EMQ_STATUS_ADMIN_ADDRS": f"{A},x"},
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert "environment variable EMQ_STATUS_ADMIN_ADDRS: 'x' (element 2 of " in done.stderr
+    assert "Traceback" not in done.stderr

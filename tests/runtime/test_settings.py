@@ -96,3 +96,35 @@ def test_replace_validates():
     assert s.replace(concurrency=8).concurrency == 8
     with pytest.raises(ConfigurationError):
         s.replace(concurrency=-1)
+
+
+def test_status_admin_addrs_from_the_mapping_or_the_environment():
+    assert Settings().status_admin_addrs == ""  # emq_status and the dashboard: ADMIN_ADDR
+    groups = "tcp://10.0.0.1:47293,tcp://10.0.0.2:47293;tcp://10.0.0.3:47293"
+    assert from_mapping({"STATUS_ADMIN_ADDRS": groups}, environ={}).status_admin_addrs == groups
+    s = from_mapping(
+        {"STATUS_ADMIN_ADDRS": "tcp://10.0.0.9:47293"},
+        environ={"EMQ_STATUS_ADMIN_ADDRS": groups},
+    )
+    assert s.status_admin_addrs == groups
+    one = "ipc:///run/eventmq-admin.sock"
+    assert from_mapping({}, environ={"EMQ_STATUS_ADMIN_ADDRS": one}).status_admin_addrs == one
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("tcp://10.0.0.1:47293;", r"STATUS_ADMIN_ADDRS: group 2 of .* is empty \(a stray ';'\?\)"),
+        ("tcp://a:1;tcp://a:1", "STATUS_ADMIN_ADDRS: 'tcp://a:1' is in group 1 and in group 2"),
+        ("tcp://a:1,,tcp://b:2", r"STATUS_ADMIN_ADDRS: element 2 of .* is empty \(a stray comma"),
+        ("localhost:47293", "STATUS_ADMIN_ADDRS: 'localhost:47293' .* is not a tcp:// address"),
+        (["tcp://a:1"], "STATUS_ADMIN_ADDRS: expected the routers' admin addresses as one string"),
+    ],
+    ids=["stray-semicolon", "in-two-groups", "stray-comma", "malformed", "not-a-string"],
+)
+def test_a_bad_status_admin_addrs_says_how_to_write_it(value, message):
+    with pytest.raises(ConfigurationError, match=message):
+        from_mapping({"STATUS_ADMIN_ADDRS": value}, environ={})
+    if isinstance(value, str):
+        with pytest.raises(ConfigurationError, match=message):
+            from_mapping({}, environ={"EMQ_STATUS_ADMIN_ADDRS": value})

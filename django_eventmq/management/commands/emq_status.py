@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import os
 from typing import Any, TextIO, cast
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -30,21 +29,21 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            admin_addr = get_settings().admin_addr
+            settings = get_settings()  # a bad STATUS_ADMIN_ADDRS stops here, named
         except EventMQError as exc:
             raise CommandError(str(exc)) from None
         # The raw stream, not Django's wrapper: frames are written whole and
         # --watch asks it isatty().
         out = cast(TextIO, self.stdout._out)  # typed as a callable in django-stubs
         err = io.StringIO()
-        code = status.run_options(options, admin_addr, out, err=err)
-        if code == 2:  # a bad EMQ_STATUS_ADMIN_ADDRS
+        code = status.run_options(options, settings.admin_addr, out, settings=settings, err=err)
+        if code == 2:  # a bad --admin list given to call_command (the parser checks the CLI's)
             raise CommandError(err.getvalue().strip().removeprefix("emq_status: "))
         if code:
-            several = status.admin_targets(options.get("admin"), admin_addr, os.environ)
+            routers = status.admin_targets(options.get("admin"), settings.admin_addr, settings)
             raise CommandError(
                 "a shard has no leader that answered"
-                if admin_client.is_admin_list(several)
+                if admin_client.is_admin_list(routers)
                 else "the router did not answer",
                 returncode=code,
             )

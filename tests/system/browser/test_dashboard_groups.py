@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from django_eventmq.cli import status
 from tests.pg_support import pg_dsn, pg_group  # noqa: F401 - fixtures
 from tests.support import ROOT, Proc, free_port, wait_for
 from tests.system.browser.test_dashboard import (
@@ -69,7 +68,7 @@ def server(group: Group, tmp_path: Path) -> Iterator[str]:  # noqa: F811
     port = free_port()
     proc = Proc(
         manage("runserver", f"127.0.0.1:{port}", "--noreload"),
-        env={**env, status.ADMIN_LIST_ENV: f"{group.a.admin},{group.b.admin}"},
+        env={**env, "EMQ_STATUS_ADMIN_ADDRS": f"{group.a.admin},{group.b.admin}"},
     )
     try:
         proc.wait_output(r"Quit the server with", timeout=60)

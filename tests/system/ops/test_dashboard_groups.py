@@ -1,4 +1,4 @@
-"""The admin dashboard reading several routers (``EMQ_STATUS_ADMIN_ADDRS``), through Django's
+"""The admin dashboard reading several routers (``STATUS_ADMIN_ADDRS``), through Django's
 test client: one live router and one that does not answer, in one shard or in two."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from django_eventmq.cli import status
+from django_eventmq.runtime import config
 from tests.support import free_port, wait_for
 from tests.system.ops.test_dashboard import DATA, PAGE, _fresh_samples  # noqa: F401 - autouse
 
@@ -21,9 +21,9 @@ def nowhere() -> str:
 
 
 def test_two_shards_one_unreachable_is_a_row_not_an_error_page(
-    admin_client, site, nowhere, monkeypatch
+    admin_client, site, nowhere, eventmq_settings
 ):
-    monkeypatch.setenv(status.ADMIN_LIST_ENV, f"{site.admin};{nowhere}")
+    eventmq_settings(STATUS_ADMIN_ADDRS=f"{site.admin};{nowhere}")
     response = admin_client.get(reverse(DATA))
     assert response.status_code == 200
     data = response.json()
@@ -46,19 +46,19 @@ def test_two_shards_one_unreachable_is_a_row_not_an_error_page(
 
 
 def test_the_page_has_the_router_table_only_with_several_routers(
-    admin_client, site, nowhere, monkeypatch, eventmq_settings
+    admin_client, site, nowhere, eventmq_settings
 ):
     eventmq_settings(ADMIN_ADDR=site.admin)
     html = admin_client.get(reverse(PAGE)).content.decode()
     assert 'id="emq-routers"' not in html  # one router: the page as before
-    monkeypatch.setenv(status.ADMIN_LIST_ENV, f"{site.admin},{nowhere}")
+    eventmq_settings(ADMIN_ADDR=site.admin, STATUS_ADMIN_ADDRS=f"{site.admin},{nowhere}")
     html = admin_client.get(reverse(PAGE)).content.decode()
     assert 'id="emq-routers"' in html
     assert 'data-url="/admin/django_eventmq/dashboard/routers/"' in html
 
 
-def test_samples_and_throughput_with_several_routers(admin_client, site, nowhere, monkeypatch):
-    monkeypatch.setenv(status.ADMIN_LIST_ENV, f"{site.admin},{nowhere}")
+def test_samples_and_throughput_with_several_routers(admin_client, site, nowhere, eventmq_settings):
+    eventmq_settings(STATUS_ADMIN_ADDRS=f"{site.admin},{nowhere}")
     first = admin_client.get(reverse(DATA)).json()
     assert first["router"]["reachable"] is True  # the shard's leader answered
     site.send("email", "noop", 1)
@@ -72,13 +72,14 @@ def test_samples_and_throughput_with_several_routers(admin_client, site, nowhere
     assert data["router"]["totals"]["jobs_per_s"] is not None
 
 
-def test_a_bad_list_reads_as_unreachable_with_the_reason(admin_client, monkeypatch):
-    monkeypatch.setenv(status.ADMIN_LIST_ENV, "tcp://127.0.0.1:1;")
+def test_a_bad_list_reads_as_unreachable_with_the_reason(admin_client, settings):
+    settings.EVENTMQ = {"STATUS_ADMIN_ADDRS": "tcp://127.0.0.1:1;"}
+    config.reset()
     response = admin_client.get(reverse(DATA))
     assert response.status_code == 200
     data = response.json()
     assert data["router"]["reachable"] is False
-    assert data["router"]["error"].startswith("EMQ_STATUS_ADMIN_ADDRS: group 2 of ")
+    assert data["router"]["error"].startswith("STATUS_ADMIN_ADDRS: group 2 of ")
     assert data["routers"] == []
     assert admin_client.get(reverse(PAGE)).status_code == 200
     assert admin_client.get(reverse(ROUTERS)).json()["routers"] == []

@@ -12,7 +12,6 @@ import sys
 import pytest
 from django.core.management import CommandError, call_command
 
-from django_eventmq.cli import status
 from tests.pg_support import pg_dsn, pg_group  # noqa: F401 - fixtures
 from tests.support import ROOT, clean_environ, free_port, python_module, wait_for
 from tests.system.ha_group.support import Group
@@ -77,7 +76,7 @@ def test_the_table_names_the_leader_then_the_new_leader_after_sigterm(group: Gro
         text=True,
         timeout=60,
         cwd=ROOT,
-        env={**clean_environ(), status.ADMIN_LIST_ENV: members, "PYTHONPATH": str(ROOT)},
+        env={**clean_environ(), "EMQ_STATUS_ADMIN_ADDRS": members, "PYTHONPATH": str(ROOT)},
         check=False,
     )
     assert out.returncode == 0, out.stdout + out.stderr
@@ -118,7 +117,7 @@ def test_a_shard_that_does_not_answer_is_a_row_and_exit_1(group: Group) -> None:
     ("args", "env", "message"),
     [
         (("--admin", "tcp://127.0.0.1:1;"), {}, "--admin: group 2 of .* is empty"),
-        ((), {status.ADMIN_LIST_ENV: "tcp://127.0.0.1:1,x"}, "EMQ_STATUS_ADMIN_ADDRS: 'x'"),
+        ((), {"EMQ_STATUS_ADMIN_ADDRS": "tcp://127.0.0.1:1,x"}, "STATUS_ADMIN_ADDRS: 'x'"),
     ],
     ids=["option", "environment"],
 )
