@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from django_eventmq.client.connection import connect
+from django_eventmq.client.connection import Client, connect
 from django_eventmq.client.shards import ShardedClient
 from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.protocol import Headers, Reply, new_msgid
@@ -96,6 +96,16 @@ def test_jobs_go_to_their_queue_group_and_replies_come_back_on_its_socket(
             assert client.clients[index].seen(msgid) is outcome
             assert client.clients[1 - index].seen(msgid) is None
         assert client.down == [False, False]
+        # Jobs sent in bulk are not remembered by msgid: their outcomes are looked
+        # for on every group's socket.
+        wanted = Headers(reply_requested=True, guarantee=True).encode().encode()
+        bulk = {f"bulk-{q}": q for q in (QA, QB)}
+        result = client.send_many(
+            (m.encode(), q.encode(), wanted, body(m)) for m, q in bulk.items()
+        )
+        assert result.acked == 2
+        for msgid in bulk:
+            assert isinstance(client.outcome(msgid, 30), Reply), jm.output()
     finally:
         client.close()
         jm.stop()
@@ -163,3 +173,11 @@ def test_schedules_go_to_their_queue_group_even_round_robin(routers: list[Router
         assert admin_call(routers[0].admin, "MONITOR", 5.0).get("schedules_kept") == 0
     finally:
         client.close()
+
+
+def test_one_group_is_the_plain_client_as_before() -> None:
+    one = connect(f"{tcp_addr()},{tcp_addr()}", send_timeout=0.2)
+    try:
+        assert isinstance(one, Client)
+    finally:
+        one.close()
