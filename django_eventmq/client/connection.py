@@ -614,7 +614,7 @@ def get_client(addr: str, *, send_timeout: float = 5.0) -> Client | ShardedClien
             send_timeout=send_timeout,
             options=security.secure_channel_options(settings, security.FRONTEND, security.CLIENT),
             # The Settings field SHARD_BY, once runtime/settings.py has it.
-            shard_by=getattr(settings, "shard_by", SHARD_BY_QUEUE),
+            shard_by=settings.shard_by,
         )
     return client
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from django_eventmq.errors import ConfigurationError
 from django_eventmq.protocol import constants as C
-from django_eventmq.runtime.addresses import parse_addresses, parse_groups
+from django_eventmq.runtime.addresses import check_shard_by, parse_groups
 
 QueueList = tuple[tuple[int, str], ...]
 
@@ -53,6 +53,10 @@ class Settings:
     #: ``"tcp://a:47293,tcp://b:47293;tcp://c:47293"``. Empty: ``admin_addr``, one
     #: router (which stays one address: it is what a router binds).
     status_admin_addrs: str = ""
+    #: Clients with several router groups in ``BROKER_ADDR`` (``";"`` between them):
+    #: ``"queue"`` sends every job of a queue to one group (its order kept; a group that
+    #: is down is skipped), ``"round_robin"`` sends to the groups in turn.
+    shard_by: str = "queue"
     #: Queues a job manager serves, ``((weight, name), ...)``; higher weight first.
     queues: QueueList = ((C.DEFAULT_QUEUE_WEIGHT, C.DEFAULT_QUEUE_NAME),)
     #: Worker processes per job manager.
@@ -228,6 +232,7 @@ class Settings:
         for name in ("frontend_addr", "backend_addr", "admin_addr"):
             check_address(name, getattr(self, name))
         _check_status_admin_addrs(self.status_admin_addrs)
+        check_shard_by(self.shard_by)
         # Peers may name every member of a router group: "tcp://a:47290,tcp://b:47290".
         check_peer_addresses("worker_addr", self.worker_addr)
         if self.broker_addr:  # empty means "no broker": jobs run inline
@@ -334,10 +339,10 @@ def check_address(name: str, value: object) -> None:
 
 
 def check_peer_addresses(name: str, value: object) -> None:
-    """One address (:func:`check_address`), or a comma-separated list of a router
-    group's members (:func:`.addresses.parse_addresses`)."""
-    if isinstance(value, str) and "," in value:
-        parse_addresses(value, name.upper())
+    """One address (:func:`check_address`), or router groups: ``","`` between a
+    group's members, ``";"`` between groups (:func:`.addresses.parse_groups`)."""
+    if isinstance(value, str) and ("," in value or ";" in value):
+        parse_groups(value, name.upper())
     else:
         check_address(name, value)
 

@@ -146,13 +146,16 @@ def test_settings_take_several_groups_whose_value_has_a_comma() -> None:
 
 
 def test_settings_take_groups_of_one_member() -> None:
-    try:
-        Settings(broker_addr="tcp://a:1;tcp://c:1")
-    except ConfigurationError:
-        pytest.skip(
-            "runtime/settings.py: check_peer_addresses must call parse_addresses for a value "
-            "with ';' as well as ',' (owned by another engineer)"
-        )
+    s = Settings(broker_addr="tcp://a:1;tcp://c:1", worker_addr="tcp://a:2;tcp://c:2")
+    assert parse_groups(s.broker_addr, "BROKER_ADDR") == (("tcp://a:1",), ("tcp://c:1",))
+    with pytest.raises(ConfigurationError, match="WORKER_ADDR"):
+        Settings(worker_addr="tcp://a:2;nowhere")
+
+
+def test_settings_check_shard_by() -> None:
+    assert Settings(shard_by="round_robin").shard_by == "round_robin"
+    with pytest.raises(ConfigurationError, match=r"SHARD_BY: 'random' .* use 'queue'"):
+        Settings(shard_by="random")
 
 
 def test_shard_by_is_queue_or_round_robin() -> None:
