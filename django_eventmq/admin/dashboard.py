@@ -28,7 +28,7 @@ from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, URLPattern, path, reverse
 from django.utils import timezone
 
-from django_eventmq.cli import status
+from django_eventmq.cli import status, status_groups
 from django_eventmq.errors import ConfigurationError
 from django_eventmq.models.dashboard import Dashboard
 from django_eventmq.models.results import JobResult, JobStatus
@@ -145,12 +145,12 @@ def _targets() -> tuple[str, tuple[tuple[str, ...], ...] | None]:
     """The routers to read (:func:`.status.admin_targets`) and their shards (None: one)."""
     settings = get_settings()
     target = status.admin_targets(None, settings.admin_addr, settings)
-    return target, status.admin_groups(target, "STATUS_ADMIN_ADDRS")
+    return target, status_groups.admin_groups(target, "STATUS_ADMIN_ADDRS")
 
 
 def read_routers() -> tuple[list[status.Snapshot], Summarize]:
     """Ask the routers; their snapshots and how to summarise them: :func:`.status.summarize`
-    for one router, :func:`.status.summarize_groups` for several. Bad settings (such as a
+    for one router, :func:`.status_groups.summarize_groups` for several. Bad settings (such as a
     malformed ``STATUS_ADMIN_ADDRS``) read as an unreachable router saying why."""
     try:
         target, groups = _targets()
@@ -160,9 +160,9 @@ def read_routers() -> tuple[list[status.Snapshot], Summarize]:
     if groups is None:
         snap = status.fetch(target, timeout=ROUTER_TIMEOUT)
         return [snap], lambda previous: status.summarize(snap, previous.get(snap.admin_addr))
-    by_shard = status.fetch_groups(groups, timeout=ROUTER_TIMEOUT)
+    by_shard = status_groups.fetch_groups(groups, timeout=ROUTER_TIMEOUT)
     snaps = [snap for members in by_shard for snap in members]
-    return snaps, lambda previous: status.summarize_groups(by_shard, previous)
+    return snaps, lambda previous: status_groups.summarize_groups(by_shard, previous)
 
 
 def routers_part(summary: Mapping[str, Any]) -> dict[str, Any]:

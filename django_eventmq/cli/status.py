@@ -4,7 +4,9 @@
 ROUTER_SHOW_SCHEDULERS (and MONITOR); :func:`summarize` turns two successive
 snapshots into plain rows (throughput needs the previous one); :func:`render`
 draws them. Everything but :func:`fetch` and :func:`watch` is pure, so the
-tables are tested without sockets. Never imports Django.
+tables are tested without sockets. Several routers (``--admin 'a,b;c'``) are
+:mod:`.status_groups`, built on these pieces; the command here (:func:`frame`,
+:func:`run`, :func:`run_options`) reads either. Never imports Django.
 """
 
 from __future__ import annotations
@@ -13,11 +15,10 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from django_eventmq.cli import admin_client
+from django_eventmq.cli import admin_client, status_groups
 from django_eventmq.errors import BrokerUnavailable, ConfigurationError
 from django_eventmq.protocol import constants as C
 from django_eventmq.runtime import config
@@ -234,197 +235,6 @@ def _router_clock(snap: Snapshot) -> float | None:
     return float(now) if isinstance(now, int | float) else snap.taken_at
 
 
-# -- several routers: router groups (members ',' apart) and shards (groups ';' apart) --
-
-
-def fetch_groups(
-    groups: Sequence[Sequence[str]],
-    *,
-    timeout: float = 2.0,
-    monitor: bool = False,
-    ask: Ask = admin_client.ask,
-) -> list[list[Snapshot]]:
-    """:func:`fetch` of every member of every group at once: an unreachable member costs one
-    ``timeout``, not one per member."""
-    addresses = [addr for members in groups for addr in members]
-    with ThreadPoolExecutor(max_workers=len(addresses)) as pool:
-        snaps = iter(
-            pool.map(lambda addr: fetch(addr, timeout=timeout, monitor=monitor, ask=ask), addresses)
-        )
-        return [[next(snaps) for _ in members] for members in groups]
-
-
-def router_row(shard: int, snap: Snapshot) -> dict[str, Any]:
-    """One member of a shard: its role (``leader``, ``standby`` or ``unreachable``) and the
-    lease it reports. A router outside a group serves its shard alone: ``leader``."""
-    if snap.error:
-        row = {"shard": shard, "address": snap.admin_addr, "role": "unreachable"}
-        return {**row, "error": snap.error, **dict.fromkeys(ROUTER_ROW_KEYS)}
-    group = group_summary(snap.status) or {}
-    return {
-        "shard": shard,
-        "address": snap.admin_addr,
-        "role": str(group.get("role") or "leader"),
-        "error": "",
-        "group": group.get("group"),
-        "member": group.get("member"),
-        "epoch": group.get("epoch"),
-        "leader": group.get("leader"),
-        "since": group.get("leader_since"),
-        "failovers": group.get("failovers"),
-        "last_failover": group.get("last_failover"),
-        "last_failover_seconds": group.get("last_failover_seconds"),
-    }
-
-
-#: What a row of the router table says besides shard, address, role and error.
-ROUTER_ROW_KEYS = (
-    "group",
-    "member",
-    "epoch",
-    "leader",
-    "since",
-    "failovers",
-    "last_failover",
-    "last_failover_seconds",
-)
-
-
-def _shard_leader(rows: Sequence[Mapping[str, Any]]) -> int | None:
-    """The index of the member that leads (the highest epoch if two say so), or None."""
-    leaders = [i for i, row in enumerate(rows) if row["role"] == "leader"]
-    if not leaders:
-        return None
-    return max(leaders, key=lambda i: rows[i]["epoch"] or 0)
-
-
-def _sum_optional(values: Iterable[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
-
-
-def _max_optional(values: Iterable[int | None]) -> int | None:
-    known = [v for v in values if v is not None]
-    return max(known) if known else None
-
-
-def _combined_queues(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per queue, the leaders' rows added up (oldest wait and age: the largest)."""
-    by_queue: dict[str, list[Mapping[str, Any]]] = {}
-    for summary in summaries:
-        for row in summary["queues"]:
-            by_queue.setdefault(row["queue"], []).append(row)
-    combined = []
-    for name, rows in sorted(by_queue.items()):
-        in_flight = sum(r["in_flight"] for r in rows)
-        weighted = [
-            (r["age_mean_ms"], r["in_flight"]) for r in rows if r["age_mean_ms"] is not None
-        ]
-        combined.append(
-            {
-                "queue": name,
-                "waiting": sum(r["waiting"] for r in rows),
-                "in_flight": in_flight,
-                "waiting_since_ms": _max_optional(r["waiting_since_ms"] for r in rows),
-                "processed": sum(r["processed"] for r in rows),
-                "jobs_per_s": _sum_optional(r["jobs_per_s"] for r in rows),
-                "age_mean_ms": (
-                    sum(age * n for age, n in weighted) / in_flight
-                    if weighted and in_flight
-                    else None
-                ),
-                "age_max_ms": _max_optional(r["age_max_ms"] for r in rows),
-                **{key: sum(r[key] for r in rows) for key in COUNTER_KEYS},
-            }
-        )
-    return combined
-
-
-#: The per-queue job counters of the router (a summary's queue rows).
-COUNTER_KEYS = ("received", "dispatched", "failed", "retried")
-
-
-def _combined_totals(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    totals: dict[str, Any] = {}
-    for key in (
-        "waiting",
-        "in_flight",
-        "processed",
-        "requeued",
-        "failed",
-        "retried",
-        "heartbeats_missed",
-        "poisoned",
-        "buffered_schedule_messages",
-    ):
-        totals[key] = sum(int(s["totals"].get(key) or 0) for s in summaries)
-    totals["jobs_per_s"] = _sum_optional(s["totals"]["jobs_per_s"] for s in summaries)
-    return totals
-
-
-def summarize_groups(
-    groups: Sequence[Sequence[Snapshot]], previous: Mapping[str, Snapshot] | None = None
-) -> dict[str, Any]:
-    """Every router of every shard, and each shard's leader's summary, as plain data.
-
-    ``routers``: one row per member (:func:`router_row`); ``shards``: per shard
-    its members, its leader's address and :func:`summarize` (None when no
-    member leads, with ``error`` saying why). ``queues``, ``job_managers``,
-    ``schedulers``, ``totals`` and ``unserved_queues`` add the leaders up, so
-    the summary also has the shape of one router's. ``previous``: the last
-    snapshots by address, for throughput. ``reachable``: every shard has a
-    leader that answered.
-    """
-    previous = previous or {}
-    routers: list[dict[str, Any]] = []
-    shards: list[dict[str, Any]] = []
-    for number, snaps in enumerate(groups, 1):
-        rows = [router_row(number, snap) for snap in snaps]
-        routers += rows
-        index = _shard_leader(rows)
-        shard: dict[str, Any] = {
-            "shard": number,
-            "group": next((r["group"] for r in rows if r["group"]), None),
-            "members": [snap.admin_addr for snap in snaps],
-            "leader": None,
-            "error": "",
-            "summary": None,
-        }
-        if index is None:
-            answered = any(not snap.error for snap in snaps)
-            shard["error"] = (
-                f"shard {number}: no member leads (standby only)"
-                if answered
-                else f"shard {number}: no member answered"
-            )
-        else:
-            leader = snaps[index]
-            shard["leader"] = leader.admin_addr
-            shard["summary"] = summarize(leader, previous.get(leader.admin_addr))
-        shards.append(shard)
-    led = [(s["shard"], s["summary"]) for s in shards if s["summary"] is not None]
-    summaries = [summary for _, summary in led]
-    unserved: dict[str, int] = {}
-    for summary in summaries:
-        for queue, count in summary["unserved_queues"].items():
-            unserved[queue] = unserved.get(queue, 0) + count
-    failures = [f"shard {n}: {s['journal_failure']}" for n, s in led if s["journal_failure"]]
-    errors = [s["error"] for s in shards if s["error"]]
-    return {
-        "router": ";".join(",".join(s["members"]) for s in shards),
-        "reachable": not errors,
-        "error": "; ".join(errors),
-        "journal_failure": "; ".join(failures) or None,
-        "unserved_queues": unserved,
-        "routers": routers,
-        "shards": shards,
-        "queues": _combined_queues(summaries),
-        "job_managers": [{**m, "shard": n} for n, s in led for m in s["job_managers"]],
-        "schedulers": [{**c, "shard": n} for n, s in led for c in s["schedulers"]],
-        "totals": _combined_totals(summaries),
-    }
-
-
 # -- text ------------------------------------------------------------------------
 
 
@@ -459,15 +269,15 @@ def duration(ms: float | None) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
-def _ago(seconds: float | None) -> str:
+def ago_text(seconds: float | None) -> str:
     return NONE if seconds is None else f"{duration(seconds * 1000)} ago"
 
 
-def _rate(value: float | None) -> str:
+def rate_text(value: float | None) -> str:
     return NONE if value is None else f"{value:.1f}"
 
 
-def _when(unix: Any) -> str:
+def when_text(unix: Any) -> str:
     if not isinstance(unix, int | float):
         return NONE
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(unix))
@@ -480,11 +290,11 @@ def render_group(group: Mapping[str, Any]) -> list[str]:
     lines = [
         f"group {group.get('group')}: this router ({group.get('member')}) is the {role}; "
         f"leader {leader} (epoch {group.get('epoch') or NONE}) since "
-        f"{_when(group.get('leader_since'))}"
+        f"{when_text(group.get('leader_since'))}"
     ]
     seconds = group.get("last_failover_seconds")
     last = (
-        f", last at {_when(group.get('last_failover'))} ({seconds:.1f}s without a leader)"
+        f", last at {when_text(group.get('last_failover'))} ({seconds:.1f}s without a leader)"
         if isinstance(seconds, int | float)
         else ""
     )
@@ -494,7 +304,7 @@ def render_group(group: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _unserved_warning(unserved: Mapping[str, int], where: str = "") -> str:
+def unserved_warning(unserved: Mapping[str, int], where: str = "") -> str:
     waiting = ", ".join(f"{q} ({n} waiting)" for q, n in sorted(unserved.items()))
     return (
         f"WARNING: {where}no connected job manager serves {waiting}: "
@@ -509,14 +319,29 @@ def _manager_cells(m: Mapping[str, Any]) -> tuple[object, ...]:
         ",".join(f"{q}:{w}" for w, q in m["queues"]),
         NONE if m["free_slots"] is None else m["free_slots"],
         NONE if m["in_flight"] is None else m["in_flight"],
-        _ago(m["heartbeat_ago_s"]),
+        ago_text(m["heartbeat_ago_s"]),
     )
 
 
-def _totals_text(t: Mapping[str, Any]) -> str:
+def managers_table(managers: Sequence[Mapping[str, Any]], *, by_shard: bool = False) -> str:
+    """The job managers' table (``by_shard``: with each one's shard), or a line saying there
+    are none."""
+    if not managers:
+        return "no job managers connected"
+    shard = ("SHARD",) if by_shard else ()
+    return table(
+        ("JOB MANAGER", *shard, "QUEUES (WEIGHT)", "FREE SLOTS", "IN FLIGHT", "LAST HEARTBEAT"),
+        (
+            (m["name"], *((m["shard"],) if by_shard else ()), *_manager_cells(m)[1:])
+            for m in managers
+        ),
+    )
+
+
+def totals_text(t: Mapping[str, Any]) -> str:
     return (
         f"{t['waiting']} waiting, {t['in_flight']} in flight, {t['processed']} processed "
-        f"({_rate(t['jobs_per_s'])} jobs/s), {t['failed']} failed, {t['retried']} retried, "
+        f"({rate_text(t['jobs_per_s'])} jobs/s), {t['failed']} failed, {t['retried']} retried, "
         f"{t['requeued']} requeued, {t['poisoned']} poisoned"
     )
 
@@ -537,7 +362,7 @@ def render(summary: Mapping[str, Any], *, title: str = "") -> str:
         out += [f"JOURNAL CANNOT BE WRITTEN: {summary['journal_failure']}", ""]
     unserved = summary.get("unserved_queues") or {}
     if unserved:
-        out += [_unserved_warning(unserved), ""]
+        out += [unserved_warning(unserved), ""]
     if queues:
         out.append(
             table(
@@ -558,7 +383,7 @@ def render(summary: Mapping[str, Any], *, title: str = "") -> str:
                         q["in_flight"],
                         duration(q["waiting_since_ms"]),
                         q["processed"],
-                        _rate(q["jobs_per_s"]),
+                        rate_text(q["jobs_per_s"]),
                         duration(q["age_mean_ms"]),
                         duration(q["age_max_ms"]),
                     )
@@ -569,23 +394,14 @@ def render(summary: Mapping[str, Any], *, title: str = "") -> str:
     else:
         out.append("no queues yet")
     out.append("")
-    managers = summary["job_managers"]
-    if managers:
-        out.append(
-            table(
-                ("JOB MANAGER", "QUEUES (WEIGHT)", "FREE SLOTS", "IN FLIGHT", "LAST HEARTBEAT"),
-                (_manager_cells(m) for m in managers),
-            )
-        )
-    else:
-        out.append("no job managers connected")
+    out.append(managers_table(summary["job_managers"]))
     out.append("")
     schedulers = summary["schedulers"]
     if schedulers:
         out.append(
             table(
                 ("SCHEDULER", "LAST HEARTBEAT"),
-                ((s["name"], _ago(s["heartbeat_ago_s"])) for s in schedulers),
+                ((s["name"], ago_text(s["heartbeat_ago_s"])) for s in schedulers),
             )
         )
     else:
@@ -593,138 +409,10 @@ def render(summary: Mapping[str, Any], *, title: str = "") -> str:
     t = summary["totals"]
     out += [
         "",
-        f"total: {_totals_text(t)}",
+        f"total: {totals_text(t)}",
     ]
     if "monitor" in summary:
         out += ["", "monitor:", admin_client.format_monitor(summary["monitor"])]
-    return "\n".join(out) + "\n"
-
-
-def _seconds(value: Any) -> str:
-    return duration(value * 1000) if isinstance(value, int | float) else NONE
-
-
-def _shown(value: Any) -> object:
-    return NONE if value is None else value
-
-
-def render_groups(summary: Mapping[str, Any], *, title: str = "") -> str:
-    """:func:`summarize_groups` as text: the routers, each shard's queues, totals across."""
-    out = [title or f"routers {summary['router']}", ""]
-    routers = summary["routers"]
-    out.append(
-        table(
-            (
-                "SHARD",
-                "GROUP",
-                "ADDRESS",
-                "ROLE",
-                "EPOCH",
-                "LEADER SINCE",
-                "FAILOVERS",
-                "LAST FAILOVER",
-                "WITHOUT LEADER",
-            ),
-            (
-                (
-                    r["shard"],
-                    _shown(r["group"]),
-                    r["address"],
-                    r["role"],
-                    _shown(r["epoch"]),
-                    _when(r["since"]),
-                    _shown(r["failovers"]),
-                    _when(r["last_failover"]),
-                    _seconds(r["last_failover_seconds"]),
-                )
-                for r in routers
-            ),
-            left=4,
-        )
-    )
-    out += [f"{r['address']}: {r['error']}" for r in routers if r["error"]]
-    out.append("")
-    warnings = [s["error"] for s in summary["shards"] if s["error"]]
-    if summary.get("journal_failure"):
-        warnings.append(f"JOURNAL CANNOT BE WRITTEN: {summary['journal_failure']}")
-    for shard in summary["shards"]:
-        unserved = (shard["summary"] or {}).get("unserved_queues") or {}
-        if unserved:
-            warnings.append(_unserved_warning(unserved, f"shard {shard['shard']}: "))
-    if warnings:
-        out += [*warnings, ""]
-    rows = [
-        (s["shard"], q)
-        for s in summary["shards"]
-        if s["summary"] is not None
-        for q in s["summary"]["queues"]
-    ]
-    if len(summary["shards"]) > 1:
-        rows += [("all", q) for q in summary["queues"]]
-    if rows:
-        out.append(
-            table(
-                ("SHARD", "QUEUE", "WAITING", "IN FLIGHT", "WAITING SINCE", "PROCESSED", "JOBS/S"),
-                (
-                    (
-                        shard,
-                        q["queue"],
-                        q["waiting"],
-                        q["in_flight"],
-                        duration(q["waiting_since_ms"]),
-                        q["processed"],
-                        _rate(q["jobs_per_s"]),
-                    )
-                    for shard, q in rows
-                ),
-                left=2,
-            )
-        )
-    else:
-        out.append("no queues yet")
-    out.append("")
-    managers = summary["job_managers"]
-    if managers:
-        out.append(
-            table(
-                (
-                    "JOB MANAGER",
-                    "SHARD",
-                    "QUEUES (WEIGHT)",
-                    "FREE SLOTS",
-                    "IN FLIGHT",
-                    "LAST HEARTBEAT",
-                ),
-                ((m["name"], m["shard"], *_manager_cells(m)[1:]) for m in managers),
-            )
-        )
-    else:
-        out.append("no job managers connected")
-    if summary["schedulers"]:
-        out += [
-            "",
-            table(
-                ("SCHEDULER", "SHARD", "LAST HEARTBEAT"),
-                (
-                    (c["name"], c["shard"], _ago(c["heartbeat_ago_s"]))
-                    for c in summary["schedulers"]
-                ),
-            ),
-        ]
-    t = summary["totals"]
-    led = sum(1 for s in summary["shards"] if s["summary"] is not None)
-    out += [
-        "",
-        f"total across {led} of {len(summary['shards'])} shard(s): {_totals_text(t)}",
-    ]
-    for shard in summary["shards"]:
-        monitor = (shard["summary"] or {}).get("monitor")
-        if monitor is not None:
-            out += [
-                "",
-                f"monitor of shard {shard['shard']} ({shard['leader']}):",
-                admin_client.format_monitor(monitor),
-            ]
     return "\n".join(out) + "\n"
 
 
@@ -735,15 +423,6 @@ def admin_targets(option: str | None, admin_addr: str, settings: Settings) -> st
     """Which routers to read: ``option`` (``--admin``), else the STATUS_ADMIN_ADDRS setting,
     else ``admin_addr`` (the ADMIN_ADDR setting: one router)."""
     return option or settings.status_admin_addrs or admin_addr
-
-
-def admin_groups(value: str, setting: str) -> tuple[tuple[str, ...], ...] | None:
-    """The shards and members ``value`` names (each address connectable), or None when it is
-    one address, read as always. A bad list is a :class:`ConfigurationError` naming ``setting``."""
-    if not admin_client.is_admin_list(value):
-        return None
-    groups = admin_client.parse_admin_groups(value, setting)
-    return tuple(tuple(connectable(addr) for addr in members) for members in groups)
 
 
 Previous = dict[str, Snapshot]
@@ -763,17 +442,17 @@ def frame(
     every shard has a leader that answered."""
     previous = previous or {}
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-    groups = admin_groups(admin_addr, "--admin")
+    groups = status_groups.admin_groups(admin_addr, "--admin")
     if groups is None:
         snap = fetch(admin_addr, timeout=timeout, monitor=monitor, ask=ask)
         summary = summarize(snap, previous.get(snap.admin_addr))
         answered = {} if snap.error else {snap.admin_addr: snap}
         text = render(summary, title=f"router {snap.admin_addr} at {stamp}")
     else:
-        snaps = fetch_groups(groups, timeout=timeout, monitor=monitor, ask=ask)
-        summary = summarize_groups(snaps, previous)
+        snaps = status_groups.fetch_groups(groups, timeout=timeout, monitor=monitor, ask=ask)
+        summary = status_groups.summarize_groups(snaps, previous)
         answered = {s.admin_addr: s for members in snaps for s in members if not s.error}
-        text = render_groups(summary, title=f"routers {summary['router']} at {stamp}")
+        text = status_groups.render_groups(summary, title=f"routers {summary['router']} at {stamp}")
     if as_json:
         text = json.dumps(summary, sort_keys=True) + "\n"
     return text, answered, bool(summary["reachable"])
@@ -839,7 +518,7 @@ def run_options(
         None, admin_addr, config.get_settings() if settings is None else settings
     )
     try:
-        admin_groups(admin, "--admin" if given else "STATUS_ADMIN_ADDRS")
+        status_groups.admin_groups(admin, "--admin" if given else "STATUS_ADMIN_ADDRS")
     except ConfigurationError as exc:
         (err or sys.stderr).write(f"emq_status: {exc}\n")
         return 2

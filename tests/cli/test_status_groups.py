@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_eventmq.cli import admin_client, status
+from django_eventmq.cli import admin_client, status, status_groups
 from django_eventmq.cli import options as cli_options
 from django_eventmq.cli.status import Snapshot
 from django_eventmq.errors import BrokerUnavailable, ConfigurationError
@@ -92,17 +92,17 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def groups(spec: str = LIST) -> list[list[Snapshot]]:
-    parsed = status.admin_groups(spec, "--admin")
+    parsed = status_groups.admin_groups(spec, "--admin")
     assert parsed is not None
-    return status.fetch_groups(parsed, timeout=0.1, ask=ask)
+    return status_groups.fetch_groups(parsed, timeout=0.1, ask=ask)
 
 
 def test_a_list_is_parsed_into_shards_of_members():
     assert admin_client.parse_admin_groups(LIST, "X") == ((A1, B1), (A2, B2))
-    assert status.admin_groups("tcp://*:1,tcp://*:2", "X") == (
+    assert status_groups.admin_groups("tcp://*:1,tcp://*:2", "X") == (
         ("tcp://127.0.0.1:1", "tcp://127.0.0.1:2"),
     )
-    assert status.admin_groups("tcp://*:1", "X") is None  # one address: read as always
+    assert status_groups.admin_groups("tcp://*:1", "X") is None  # one address: read as always
 
 
 @pytest.mark.parametrize(
@@ -136,7 +136,7 @@ def test_which_routers_to_read():
 
 
 def test_summary_rows_of_leader_standby_and_unreachable():
-    summary = status.summarize_groups(groups())
+    summary = status_groups.summarize_groups(groups())
     roles = [(r["shard"], r["address"], r["role"], r["epoch"]) for r in summary["routers"]]
     assert roles == [
         (1, A1, "leader", 3),
@@ -191,19 +191,19 @@ total across 2 of 2 shard(s): 7 waiting, 2 in flight, 30 processed (- jobs/s), 2
 
 
 def test_the_text_snapshot():
-    text = status.render_groups(status.summarize_groups(groups()), title="routers")
+    text = status_groups.render_groups(status_groups.summarize_groups(groups()), title="routers")
     assert text == SNAPSHOT
 
 
 def test_a_shard_without_a_leader_is_a_row_and_a_line_not_an_error():
     # Shard 2 is only its unreachable member; shard 1 only its standby.
-    summary = status.summarize_groups(groups(f"{B1};{A2}"))
+    summary = status_groups.summarize_groups(groups(f"{B1};{A2}"))
     assert [r["role"] for r in summary["routers"]] == ["standby", "unreachable"]
     assert summary["reachable"] is False
     assert summary["error"] == (
         "shard 1: no member leads (standby only); shard 2: no member answered"
     )
-    text = status.render_groups(summary)
+    text = status_groups.render_groups(summary)
     assert "shard 1: no member leads (standby only)\nshard 2: no member answered\n" in text
     assert "no queues yet" in text
     assert text.endswith("total across 0 of 2 shard(s): 0 waiting, 0 in flight, 0 processed "
@@ -219,7 +219,7 @@ def test_the_highest_epoch_leads_when_two_members_say_they_lead():
             Snapshot(B1, 1.0, new["STATUS"], new["ROUTER_SHOW_WORKERS"]),
         ]
     ]
-    assert status.summarize_groups(snaps)["shards"][0]["leader"] == B1
+    assert status_groups.summarize_groups(snaps)["shards"][0]["leader"] == B1
 
 
 def test_throughput_per_leader_and_across():
@@ -240,7 +240,7 @@ def test_throughput_per_leader_and_across():
         ]
         for members in first
     ]
-    summary = status.summarize_groups(later, previous)
+    summary = status_groups.summarize_groups(later, previous)
     assert summary["totals"]["jobs_per_s"] == 4.0  # 2/s on each shard's leader
     email = next(q for q in summary["queues"] if q["queue"] == "email")
     assert email["jobs_per_s"] == 4.0
