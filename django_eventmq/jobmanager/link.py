@@ -32,7 +32,7 @@ from django_eventmq.protocol import (
     new_msgid,
 )
 from django_eventmq.protocol.packed import pack
-from django_eventmq.protocol.session import JobManagerSession
+from django_eventmq.protocol.session import HOLDING, JobManagerSession
 from django_eventmq.runtime import security, transport
 from django_eventmq.runtime.addresses import AddressCycle, parse_addresses
 from django_eventmq.runtime.settings import Settings
@@ -45,8 +45,6 @@ logger = logging.getLogger("django_eventmq.jobmanager")
 RECONNECT_MIN_DELAY = 0.1
 #: Seconds between two looks at whether the connection dropped (several addresses).
 PEER_CHECK_EVERY = 0.1
-#: The key of our FEATURES answer that lists the msgids of the jobs we hold.
-HOLDING = "holding"
 
 T = TypeVar("T")
 
