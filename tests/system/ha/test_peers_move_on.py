@@ -10,8 +10,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from django_eventmq.protocol.session import HOLDING
 from django_eventmq.protocol import Done, Features, Inform, Ready
+from django_eventmq.protocol.session import HOLDING
 from django_eventmq.runtime.addresses import HANDSHAKE_WAIT
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.scheduling.scheduler import Scheduler
