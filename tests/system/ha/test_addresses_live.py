@@ -27,7 +27,6 @@ from django_eventmq.runtime import transport
 from django_eventmq.runtime.settings import Settings
 from tests.support import Proc, tcp_addr, wait_for
 from tests.system.chaos.support import admin_call, body, start_router
-from tests.system.ha.support import needs_address_lists
 
 EARLY = 10
 
@@ -150,7 +149,6 @@ def test_a_client_given_a_dead_and_a_live_router_sends_to_the_live_one_only(
         client.close()
 
 
-@needs_address_lists
 def test_a_job_manager_link_takes_one_address_at_a_time_and_moves_on(
     router_a: tuple[Proc, str, str, str], tmp_path: Path
 ) -> None:

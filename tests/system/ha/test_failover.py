@@ -27,7 +27,6 @@ from django_eventmq.client.connection import Client
 from tests.support import Proc, python_module, tcp_addr, wait_for
 from tests.system.chaos.support import LOG_LEVEL, admin_call, start_router
 from tests.system.ha.jobs import RECORD_ENV
-from tests.system.ha.support import needs_address_lists
 
 JOB_PATH = "tests.system.ha.jobs"
 JOBS = 1200
@@ -108,7 +107,6 @@ def pair(tmp_path: Path) -> Iterator[Pair]:
         made.stop()
 
 
-@needs_address_lists
 def test_failover_to_a_router_on_the_same_journal_loses_nothing_and_runs_the_long_job_once(
     pair: Pair,
 ) -> None:

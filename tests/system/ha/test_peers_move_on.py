@@ -19,9 +19,6 @@ from tests.fake_router import FakeRouter, body
 from tests.jobs_fixtures.running import running, settings_for
 from tests.scheduling.fakes import MemoryStore
 from tests.support import tcp_addr, wait_for
-from tests.system.ha.support import needs_address_lists
-
-pytestmark = needs_address_lists
 
 FAST = {"heartbeat_interval": 0.5, "heartbeat_timeout": 3.0, "reconnect_max_delay": 1.0}
 
