@@ -8,9 +8,9 @@ with a short timeout; when it does not answer the page says "router
 unreachable" and still shows failures and schedules from the database.
 
 With several routers (the ``STATUS_ADMIN_ADDRS`` setting, e.g. ``"a,b;c"``: router
-groups, i.e. shards, of members) the numbers add up each shard's leader, and
-``.../dashboard/routers/`` (polled by the page too) lists every router with its
-role and each shard's queue depths.
+groups, i.e. shards, of members) the numbers add up each shard's leader, and the
+same JSON lists every router with its role and each shard's queue depths, which
+the page draws as two more tables.
 """
 
 from __future__ import annotations
@@ -194,12 +194,6 @@ def dashboard_data(request: HttpRequest) -> JsonResponse:
     )
 
 
-def routers_data() -> JsonResponse:
-    """Every router's role and each shard's queues, for the page's router table."""
-    _snaps, summarize = read_routers()
-    return JsonResponse({"now": timezone.now().isoformat(), **routers_part(summarize({}))})
-
-
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[Dashboard]
 else:  # ModelAdmin takes no type argument at run time
@@ -211,8 +205,7 @@ class DashboardAdmin(_ModelAdmin):
     """The dashboard's views, where the admin puts a model's pages.
 
     ``admin/django_eventmq/dashboard/`` is the page (and the "changelist" the
-    admin index links), ``.../data/`` the JSON it polls, ``.../routers/`` the
-    router table it polls when it reads several routers. Any active staff
+    admin index links) and ``.../data/`` the JSON it polls. Any active staff
     member may open both, as before the dashboard had a model: the admin
     site's own login check, and no model permission on top.
     """
@@ -220,11 +213,9 @@ class DashboardAdmin(_ModelAdmin):
     def get_urls(self) -> list[URLPattern]:
         page = self.admin_site.admin_view(self.dashboard_view)
         data = self.admin_site.admin_view(self.data_view)
-        routers = self.admin_site.admin_view(self.routers_view)
         return [
             path("", page, name="django_eventmq_dashboard"),
             path("data/", data, name="django_eventmq_dashboard_data"),
-            path("routers/", routers, name="django_eventmq_dashboard_routers"),
             # The name the admin index reverses for a model's row: the same page.
             path("", page, name="django_eventmq_dashboard_changelist"),
         ]
@@ -237,7 +228,6 @@ class DashboardAdmin(_ModelAdmin):
             "title": "EventMQ dashboard",
             "opts": self.opts,
             "data_url": reverse(f"{self.admin_site.name}:django_eventmq_dashboard_data"),
-            "routers_url": reverse(f"{self.admin_site.name}:django_eventmq_dashboard_routers"),
             "several_routers": _several_routers(),
             "poll_ms": 2000,
         }
@@ -246,10 +236,6 @@ class DashboardAdmin(_ModelAdmin):
     def data_view(self, request: HttpRequest) -> JsonResponse:
         self._check_view(request)
         return dashboard_data(request)
-
-    def routers_view(self, request: HttpRequest) -> JsonResponse:
-        self._check_view(request)
-        return routers_data()
 
     def _check_view(self, request: HttpRequest) -> None:
         if not self.has_view_permission(request):

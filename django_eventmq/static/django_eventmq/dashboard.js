@@ -116,6 +116,55 @@
     });
   }
 
+  var DASH = "\u2013";
+
+  function shown(value) { return value === null || value === undefined ? DASH : String(value); }
+
+  function when(unix) { return unix === null || unix === undefined ? DASH : new Date(unix * 1000).toLocaleString(); }
+
+  // Rows of cells, each row with its class (the role) and title (why a router is unreachable);
+  // cells from numbersFrom on are numbers (right-aligned).
+  function fillRows(id, rows) {
+    var body = $(id);
+    body.replaceChildren();
+    rows.forEach(function (row) {
+      var tr = document.createElement("tr");
+      row.cells.forEach(function (value, i) { cell(tr, value, i >= row.numbersFrom ? "num" : null); });
+      if (row.className) { tr.className = row.className; }
+      if (row.title) { tr.title = row.title; }
+      body.appendChild(tr);
+    });
+  }
+
+  // Several routers: every router's role, and each shard's leader and queues. The data view
+  // sends routers and shards (both empty with one router, whose page has no such tables).
+  function renderRouters(data) {
+    if (!$("emq-routers")) { return; }
+    fillRows("emq-routers", data.routers.map(function (r) {
+      var seconds = r.last_failover_seconds;
+      return {
+        cells: [r.shard, shown(r.group), r.address, r.role, shown(r.epoch), when(r.since),
+                shown(r.failovers), when(r.last_failover),
+                seconds === null || seconds === undefined ? DASH : seconds.toFixed(2) + "s"],
+        numbersFrom: 4, className: "emq-role-" + r.role, title: r.error || ""
+      };
+    }));
+    var rows = [];
+    data.shards.forEach(function (s) {
+      if (!s.leader) {
+        rows.push({cells: [s.shard, DASH, s.error, DASH, DASH, DASH], numbersFrom: 3,
+                   className: "emq-role-unreachable"});
+      } else if (!s.queues.length) {
+        rows.push({cells: [s.shard, s.leader, "no queues yet", DASH, DASH, DASH], numbersFrom: 3});
+      }
+      s.queues.forEach(function (q) {
+        rows.push({cells: [s.shard, s.leader, q.queue, q.waiting, q.in_flight, q.processed],
+                   numbersFrom: 3});
+      });
+    });
+    fillRows("emq-shards", rows);
+  }
+
   function render(data) {
     var router = data.router;
     var state = $("emq-state");
@@ -153,6 +202,7 @@
     chart("emq-depth-chart", data.samples, "waiting", names, now);
     chart("emq-rate-chart", data.samples, "rate", names, now);
     legend(names);
+    renderRouters(data);
     var root = $("emq-dashboard");
     root.dataset.polls = String(Number(root.dataset.polls) + 1);
     root.dataset.reachable = String(router.reachable);

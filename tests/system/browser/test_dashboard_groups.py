@@ -1,5 +1,6 @@
 """The admin dashboard's router table in a real headless Chromium: both routers of a group on
-PostgreSQL, which one leads, and the other one leading after SIGTERM of the leader.
+PostgreSQL, which one leads, and the other one leading after SIGTERM of the leader; the
+table is drawn by dashboard.js from the one data URL the page polls.
 
 The example site runs ``runserver`` with ``EMQ_STATUS_ADMIN_ADDRS`` naming both members'
 admin addresses. Needs Chromium, Playwright and PostgreSQL (skipped without them, as
@@ -85,6 +86,11 @@ def test_the_router_table_shows_the_leader_and_then_the_new_leader(group, server
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1100})
+            polled: list[str] = []  # what the page's script fetches
+            page.on(
+                "request",
+                lambda r: polled.append(r.url) if r.resource_type == "fetch" else None,
+            )
             page.goto(f"{server}/admin/login/?next=/admin/django_eventmq/dashboard/")
             page.fill("#id_username", "admin")
             page.fill("#id_password", PASSWORD)
@@ -114,6 +120,11 @@ def test_the_router_table_shows_the_leader_and_then_the_new_leader(group, server
             assert b in shard
             assert a not in shard
             assert page.text_content("#emq-state").startswith("live: router ")
+            # One URL polled: the router table comes from the data view, drawn by dashboard.js.
+            assert polled
+            assert {url.removeprefix(server) for url in polled} == {
+                "/admin/django_eventmq/dashboard/data/"
+            }
         finally:
             browser.close()
     assert shot.stat().st_size > 10_000
