@@ -23,8 +23,12 @@ journal off.
 **end-to-end jobs/s**: router + one job manager (``--concurrency 2``, job
 ``benchmarks.noop_jobs.noop``); the same client sends N jobs (the same
 guaranteed send, headers without ``guarantee``); from the first send until
-the router's STATUS ``processed_messages_by_queue`` has grown by N. SQLite
-journal (``full``), PostgreSQL journal (``full``) and journal off.
+the router's STATUS ``processed_messages_by_queue`` (asked every ``--poll``
+seconds, 5 ms by default) has grown by N. SQLite journal (``full``),
+PostgreSQL journal (``full``) and journal off. Each STATUS makes the
+PostgreSQL journal write what it kept and answer a query (a round trip to
+the server), which SQLite does in process: a shorter poll costs PostgreSQL
+more.
 
 With ``--repeat N`` every figure is measured N times, the kinds interleaved
 within each round (SQLite and PostgreSQL alternate which goes first), so that
@@ -204,6 +208,7 @@ def end_to_end(
     groups: Groups | None,
     profile: Path | None = None,
     concurrency: int = 2,
+    poll: float = 0.005,
 ) -> float:
     with router(store, groups, profile) as (frontend, backend, admin_addr):
         jobmanager = Proc(
@@ -227,7 +232,7 @@ def end_to_end(
             before = admin.processed()
             start = time.perf_counter()
             client.enqueue(n, window, headers=b"")
-            wait_until(lambda: admin.processed() - before >= n, 600, "every job", poll=0.005)
+            wait_until(lambda: admin.processed() - before >= n, 600, "every job", poll=poll)
             return n / (time.perf_counter() - start)
         finally:
             client.close()
@@ -274,7 +279,7 @@ class Rounds:
             for name, store in enqueue
         ]
         figures += [
-            (name, end_to_end(args.e2e_jobs, args.window, store, self.groups))
+            (name, end_to_end(args.e2e_jobs, args.window, store, self.groups, poll=args.poll))
             for name, store in e2e
         ]
         return figures
@@ -363,6 +368,13 @@ def main() -> int:
     parser.add_argument("--skip-postgres", action="store_true", help="SQLite and no journal only")
     parser.add_argument(
         "--profile", type=Path, metavar="DIR", help="then cProfile the routers; stats kept in DIR"
+    )
+    parser.add_argument(
+        "--poll",
+        type=float,
+        default=0.005,
+        metavar="SECONDS",
+        help="end to end: ask the router's STATUS this often (default 0.005)",
     )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
