@@ -7,6 +7,7 @@ cannot leak into the next one. Client sockets a test opened are closed after it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -29,6 +30,19 @@ def _reset_eventmq_config() -> Iterator[None]:
     client.close_clients()
     pubsub.close_publish_clients()
     config.reset()
+
+
+@pytest.fixture(autouse=True)
+def _restore_eventmq_logger() -> Iterator[None]:
+    """Put the ``django_eventmq`` logger back as it was after each test: a command
+    run in-process (``main([...])``) configures it (its own stderr handler, a level,
+    no propagation), which would hide later tests' log lines from ``caplog``."""
+    logger = logging.getLogger("django_eventmq")
+    state = (list(logger.handlers), logger.level, logger.propagate)
+    yield
+    logger.handlers[:] = state[0]
+    logger.setLevel(state[1])
+    logger.propagate = state[2]
 
 
 @pytest.fixture

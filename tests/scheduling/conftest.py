@@ -56,7 +56,8 @@ def pg_database() -> Iterator[PgDatabase]:
             raise
         pytest.skip(f"PostgreSQL is not reachable at 127.0.0.1:5432: {exc}")
     name = f"emq_sched_{uuid.uuid4().hex[:12]}"
-    admin.execute(f'CREATE DATABASE "{name}"')
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
     env = {
         "DJANGO_SETTINGS_MODULE": "tests.settings",
         "EMQ_TEST_DB": "postgres",
@@ -73,5 +74,7 @@ def pg_database() -> Iterator[PgDatabase]:
         )
         yield PgDatabase(name, env)
     finally:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
+        # A new connection: one held for the whole session would not survive the
+        # PostgreSQL restart of tests/system/ha_group/test_faults.py.
+        with psycopg.connect(f"{PG_DSN} dbname=postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
