@@ -164,7 +164,7 @@ def run_keys(options: argparse.Namespace, subparser: argparse.ArgumentParser) ->
 
 def run_status(options: argparse.Namespace, subparser: argparse.ArgumentParser) -> int:
     """Print the router's status (``--admin``, else EMQ_ADMIN_ADDR, else the default)."""
-    from django_eventmq.cli.status import run_options
+    from django_eventmq.cli.status_command import run_options
 
     admin = options.admin
     if not admin:

@@ -28,7 +28,7 @@ from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, URLPattern, path, reverse
 from django.utils import timezone
 
-from django_eventmq.cli import status, status_groups
+from django_eventmq.cli import status, status_command, status_groups
 from django_eventmq.errors import ConfigurationError
 from django_eventmq.models.dashboard import Dashboard
 from django_eventmq.models.results import JobResult, JobStatus
@@ -142,9 +142,9 @@ def schedules_due(request: HttpRequest, limit: int = SCHEDULES_SHOWN) -> list[di
 
 
 def _targets() -> tuple[str, tuple[tuple[str, ...], ...] | None]:
-    """The routers to read (:func:`.status.admin_targets`) and their shards (None: one)."""
+    """The routers to read (:func:`.status_command.admin_targets`) and their shards (None: one)."""
     settings = get_settings()
-    target = status.admin_targets(None, settings.admin_addr, settings)
+    target = status_command.admin_targets(None, settings.admin_addr, settings)
     return target, status_groups.admin_groups(target, "STATUS_ADMIN_ADDRS")
 
 

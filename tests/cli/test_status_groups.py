@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_eventmq.cli import admin_client, status, status_groups
+from django_eventmq.cli import admin_client, status_command, status_groups
 from django_eventmq.cli import options as cli_options
 from django_eventmq.cli.status import Snapshot
 from django_eventmq.errors import BrokerUnavailable, ConfigurationError
@@ -130,9 +130,9 @@ def test_the_option_takes_one_address_as_before():
 
 def test_which_routers_to_read():
     settings = Settings(status_admin_addrs=LIST)
-    assert status.admin_targets("tcp://x:1", "tcp://d:3", settings) == "tcp://x:1"
-    assert status.admin_targets(None, "tcp://d:3", settings) == LIST
-    assert status.admin_targets(None, "tcp://d:3", Settings()) == "tcp://d:3"
+    assert status_command.admin_targets("tcp://x:1", "tcp://d:3", settings) == "tcp://x:1"
+    assert status_command.admin_targets(None, "tcp://d:3", settings) == LIST
+    assert status_command.admin_targets(None, "tcp://d:3", Settings()) == "tcp://d:3"
 
 
 def test_summary_rows_of_leader_standby_and_unreachable():
@@ -248,10 +248,10 @@ def test_throughput_per_leader_and_across():
 
 def test_run_prints_the_table_and_exits_by_leaders(capsys):
     out = io.StringIO()
-    assert status.run(LIST, out, ask=ask) == 0
+    assert status_command.run(LIST, out, ask=ask) == 0
     assert out.getvalue().startswith(f"routers {LIST} at ")
     out = io.StringIO()
-    assert status.run(f"{A1};{A2}", out, ask=ask, as_json=True) == 1  # shard 2: no leader
+    assert status_command.run(f"{A1};{A2}", out, ask=ask, as_json=True) == 1  # shard 2: no leader
     data = json.loads(out.getvalue())
     assert [r["role"] for r in data["routers"]] == ["leader", "unreachable"]
     assert data["shards"][1]["summary"] is None
@@ -260,13 +260,15 @@ def test_run_prints_the_table_and_exits_by_leaders(capsys):
 def test_run_options_reads_the_list_from_the_settings():
     out = io.StringIO()
     settings = Settings(status_admin_addrs=f"{A1};{A2}")
-    code = status.run_options({"json": True, "timeout": 0.1}, A1, out, settings=settings)
+    code = status_command.run_options({"json": True, "timeout": 0.1}, A1, out, settings=settings)
     assert code == 1  # the addresses are nothing: no shard has a leader that answered
     assert [r["address"] for r in json.loads(out.getvalue())["routers"]] == [A1, A2]
 
 
 def test_run_options_refuses_a_bad_list_that_skipped_the_parser():
     out, err = io.StringIO(), io.StringIO()
-    assert status.run_options({"admin": f"{A1};"}, A1, out, settings=Settings(), err=err) == 2
+    assert (
+        status_command.run_options({"admin": f"{A1};"}, A1, out, settings=Settings(), err=err) == 2
+    )
     assert err.getvalue().startswith("emq_status: --admin: group 2 of ")
     assert out.getvalue() == ""

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from django_eventmq.cli import status
+from django_eventmq.cli import status, status_command
 from django_eventmq.cli.status import Snapshot
 from django_eventmq.errors import BrokerUnavailable
 
@@ -238,7 +238,7 @@ def answering(addr: str, command: str, timeout: float) -> dict[str, object]:
 )
 def test_watch_frames(tty, as_json, starts):
     out = FakeOut(tty)
-    code = status.run(
+    code = status_command.run(
         "tcp://127.0.0.1:9",
         out,
         watch=True,

@@ -7,7 +7,7 @@ from typing import Any, TextIO, cast
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_eventmq.cli import admin_client, status
+from django_eventmq.cli import admin_client, status_command
 from django_eventmq.cli import options as cli
 from django_eventmq.errors import EventMQError
 from django_eventmq.runtime.config import get_settings
@@ -36,11 +36,15 @@ class Command(BaseCommand):
         # --watch asks it isatty().
         out = cast(TextIO, self.stdout._out)  # typed as a callable in django-stubs
         err = io.StringIO()
-        code = status.run_options(options, settings.admin_addr, out, settings=settings, err=err)
+        code = status_command.run_options(
+            options, settings.admin_addr, out, settings=settings, err=err
+        )
         if code == 2:  # a bad --admin list given to call_command (the parser checks the CLI's)
             raise CommandError(err.getvalue().strip().removeprefix("emq_status: "))
         if code:
-            routers = status.admin_targets(options.get("admin"), settings.admin_addr, settings)
+            routers = status_command.admin_targets(
+                options.get("admin"), settings.admin_addr, settings
+            )
             raise CommandError(
                 "a shard has no leader that answered"
                 if admin_client.is_admin_list(routers)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from django_eventmq.cli import admin_client as router_cli
-from django_eventmq.cli import status
+from django_eventmq.cli import status_command
 from django_eventmq.client.connection import Client
 from tests.support import Proc, python_module, wait_for
 
@@ -58,7 +58,7 @@ def ask(site: Site, command: str = "STATUS") -> dict:
 
 def emq_status(site: Site) -> str:
     out = io.StringIO()
-    assert status.run(site.admin, out) == 0
+    assert status_command.run(site.admin, out) == 0
     return out.getvalue()
 
 
