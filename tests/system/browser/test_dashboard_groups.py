@@ -41,6 +41,11 @@ ROWS = """() => Object.fromEntries(
     return [cells[2], cells.slice(0, 5)];
   }))"""
 
+#: Each router row's role cell colour, by address.
+ROLE_COLOURS = """() => Object.fromEntries(
+  Array.from(document.querySelectorAll('#emq-routers tr')).map(tr =>
+    [tr.children[2].textContent, getComputedStyle(tr.children[3]).color]))"""
+
 
 @pytest.fixture
 def server(group: Group, tmp_path: Path) -> Iterator[str]:  # noqa: F811
@@ -115,6 +120,10 @@ def test_the_router_table_shows_the_leader_and_then_the_new_leader(group, server
             )
             rows = page.evaluate(ROWS)
             assert rows[b][4] == "2"  # the new epoch
+            # dashboard.css colours the roles: the unreachable member red, the leader green.
+            colours = page.evaluate(ROLE_COLOURS)
+            assert colours[a] == "rgb(198, 40, 40)"
+            assert colours[b] == "rgb(46, 125, 50)"
             page.screenshot(path=str(ARTIFACTS / "dashboard_groups_failover.png"), full_page=True)
             shard = page.text_content("#emq-shards")
             assert b in shard
