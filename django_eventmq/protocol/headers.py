@@ -22,6 +22,9 @@ RUN_COUNT = "run_count"
 # Our extensions (a reference peer keeps them as unknown headers):
 PRIORITY = "priority"  # higher is handed out first within a queue; may be negative
 DELAY_UNTIL = "delay-until"  # unix time before which the job is not handed out
+#: Seconds after which the job manager raises SoftTimeLimitExceeded inside the job
+#: (before the hard ``timeout`` kills its process); a whole number > 0, < timeout.
+SOFT_TIMEOUT = "soft-timeout"
 
 _FLAGS = (REPLY_REQUESTED, GUARANTEE, NOHASTE)
 _NUMBERS = (RETRY_COUNT, TIMEOUT, RUN_COUNT)
@@ -32,7 +35,9 @@ class Headers:
     """Headers of a REQUEST, SCHEDULE or PUBLISH.
 
     ``retry_count`` and ``timeout`` are 0 when absent (the spec's defaults);
-    ``run_count`` is None when absent (run for ever).
+    ``run_count`` is None when absent (run for ever); ``soft_timeout`` is None
+    when absent (no soft limit), else a whole number of seconds > 0 and, when
+    ``timeout`` is set, less than it.
     """
 
     reply_requested: bool = False
@@ -40,6 +45,7 @@ class Headers:
     nohaste: bool = False
     retry_count: int = 0
     timeout: int = 0
+    soft_timeout: int | None = None
     run_count: int | None = None
     priority: int = 0
     delay_until: float | None = None
@@ -50,6 +56,8 @@ class Headers:
             value = getattr(self, name)
             if type(value) is not int or value < 0:
                 raise ProtocolError(f"header {name}: expected a whole number >= 0, got {value!r}")
+        if self.soft_timeout is not None:
+            _check_soft_timeout(self.soft_timeout, self.timeout)
         if self.run_count is not None and (type(self.run_count) is not int or self.run_count < 0):
             raise ProtocolError(
                 f"header run_count: expected a whole number >= 0, got {self.run_count!r}"
@@ -73,6 +81,8 @@ class Headers:
             parts.append(f"{RETRY_COUNT}:{self.retry_count}")
         if self.timeout:
             parts.append(f"{TIMEOUT}:{self.timeout}")
+        if self.soft_timeout is not None:
+            parts.append(f"{SOFT_TIMEOUT}:{self.soft_timeout}")
         if self.run_count is not None:
             parts.append(f"{RUN_COUNT}:{self.run_count}")
         if self.priority:
@@ -85,6 +95,19 @@ class Headers:
     def with_(self, **changes: object) -> Headers:
         """A copy with some fields changed."""
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _check_soft_timeout(soft: object, timeout: int) -> None:
+    """Raise :class:`ProtocolError` unless ``soft`` is a whole number > 0 below ``timeout``."""
+    if type(soft) is not int or soft <= 0:
+        raise ProtocolError(
+            f"header soft_timeout: expected a whole number of seconds > 0, got {soft!r}"
+        )
+    if timeout and soft >= timeout:
+        raise ProtocolError(
+            f"header soft_timeout: {soft} must be less than timeout ({timeout}), so the job "
+            "can clean up before the hard limit kills it; lower soft_timeout or raise timeout"
+        )
 
 
 EMPTY_HEADERS = Headers()
@@ -102,6 +125,7 @@ def parse_headers(text: str) -> Headers:
     numbers: dict[str, int] = {}
     extra: list[str] = []
     delay_until: float | None = None
+    soft_timeout: int | None = None
     for raw in text.split(","):
         item = raw.strip()
         if not item:
@@ -134,13 +158,26 @@ def parse_headers(text: str) -> Headers:
             if not math.isfinite(stamp):
                 raise ProtocolError(f"header delay-until: expected a unix time, got {value!r}")
             delay_until = stamp
-        elif name in _FLAGS or name in _NUMBERS:
+        elif name == SOFT_TIMEOUT and sep:
+            try:
+                soft_timeout = int(value)
+            except ValueError:
+                raise ProtocolError(
+                    f"header soft-timeout: expected a whole number of seconds, got {value!r}"
+                ) from None
+        elif name in _FLAGS or name in _NUMBERS or name == SOFT_TIMEOUT:
             raise ProtocolError(
                 f"header {item!r}: malformed (flags take no value, numbers need one)"
             )
         else:
             extra.append(item)
-    return Headers(**flags, **numbers, delay_until=delay_until, extra=tuple(extra))  # type: ignore[arg-type]
+    return Headers(
+        **flags,
+        **numbers,  # type: ignore[arg-type]
+        delay_until=delay_until,
+        soft_timeout=soft_timeout,
+        extra=tuple(extra),
+    )
 
 
 #: The header a router of ours adds to a REQUEST it hands out again: ``attempt:K``
