@@ -83,3 +83,14 @@ class JobRejected(EventMQError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class SoftTimeLimitExceeded(EventMQError):
+    """Raised inside a running job when its ``soft_timeout`` passes, so it can clean up.
+
+    Catch it to tidy up, then re-raise (the job fails with this error) or
+    return a value (the job succeeds). The hard ``timeout`` still stops the
+    worker process if the job goes on. An async job sees
+    :class:`asyncio.CancelledError` at the ``await`` it was in instead; if the
+    cancellation ends it, the job fails with this error.
+    """

@@ -8,6 +8,9 @@ at start-up; a job that names anything not registered with ``@job`` (or in
 Frames, parent -> child (first byte says what):
 
 - ``J<seq>\\n<job body JSON>``: run a job (several may come in one write);
+  ``J<seq>:<seconds>\\n<job body JSON>`` with a soft time limit (the job's
+  ``soft-timeout`` header; :mod:`.invoke` raises ``SoftTimeLimitExceeded``
+  inside the job when it passes);
 - ``C<seq>``: cancel job ``seq`` if it has not started (answered with a
   ``cancelled`` result; ignored when it already ran);
 - ``X``: exit once the jobs before it are done.
@@ -43,11 +46,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from types import GeneratorType, ModuleType
+from types import ModuleType
 from typing import Any
 
 from django_eventmq.errors import InvalidJob, JobNotAllowed, SerializationError
-from django_eventmq.jobmanager import progress
+from django_eventmq.jobmanager import invoke, progress
 from django_eventmq.jobmanager.pipe import FrameReader, frame, write_all
 from django_eventmq.protocol import encode_json, parse_job
 from django_eventmq.protocol.payload import MAX_JSON_BYTES, MAX_JSON_DEPTH
@@ -100,8 +103,17 @@ def load_hooks(path: str | None) -> Hooks:
 
 
 # -- frame codec (used by both sides) -------------------------------------------
-def encode_job(seq: int, body_text: str) -> bytes:
+def encode_job(seq: int, body_text: str, soft_timeout: int | None = None) -> bytes:
+    if soft_timeout:
+        return b"J%d:%d\n%s" % (seq, soft_timeout, body_text.encode())
     return b"J%d\n%s" % (seq, body_text.encode())
+
+
+def decode_job(data: bytes) -> tuple[bytes, int | None, bytes]:
+    """``(seq, soft timeout or None, body)`` from a ``J`` frame."""
+    head, _, body = data[1:].partition(b"\n")
+    seq, _, soft = head.partition(b":")
+    return seq, int(soft) if soft else None, body
 
 
 def encode_result(seq: bytes, status: str, payload: str) -> bytes:
@@ -148,12 +160,17 @@ class JobRunner:
         self.max_body_bytes = max_body_bytes
 
     def run(
-        self, body: bytes | str, report: Callable[[str], object] | None = None
+        self,
+        body: bytes | str,
+        report: Callable[[str], object] | None = None,
+        soft_timeout: float | None = None,
     ) -> tuple[JobStatus, str]:
         """Run one job; returns ``(status, payload JSON)``. Never raises.
 
         ``report`` takes each partial the job reports (:func:`.progress.progress`,
         or each value of a generator job, whose ``return`` value is the result).
+        ``soft_timeout``: seconds after which ``SoftTimeLimitExceeded`` is raised
+        inside the job (:mod:`.invoke`; async jobs run there too).
         """
         name = "?"
         try:
@@ -169,9 +186,7 @@ class JobRunner:
             self.hooks.before_job()
             progress.set_reporter(report)
             try:
-                value = func(*job.args, **job.kwargs)
-                if isinstance(value, GeneratorType):
-                    value = _run_generator(value)
+                value = invoke.call(func, job.args, job.kwargs, soft_timeout)
             finally:
                 progress.set_reporter(None)
                 self.hooks.after_job()
@@ -189,16 +204,6 @@ class JobRunner:
                 SerializationError(f"return value of {name} is not JSON-serialisable: {exc}"),
                 with_traceback=False,
             )
-
-
-def _run_generator(gen: GeneratorType[Any, None, Any]) -> Any:
-    """Report each value a generator job yields; its ``return`` value is the result."""
-    while True:
-        try:
-            part = next(gen)
-        except StopIteration as stop:
-            return stop.value
-        progress.progress(part)
 
 
 def _error_payload(name: str, exc: BaseException, *, with_traceback: bool = True) -> str:
@@ -256,7 +261,12 @@ def child_main(
     try:
         serve(fd, runner, records.fileno() if can_record else None)
     finally:
+        invoke.close_loop()
         conn.close()
+
+
+#: A job waiting in the child: (seq, soft time limit or None, body).
+_Queued = tuple[bytes, int | None, bytes]
 
 
 def serve(fd: int, runner: JobRunner, records_fd: int | None = None) -> None:
@@ -271,11 +281,13 @@ def serve(fd: int, runner: JobRunner, records_fd: int | None = None) -> None:
     writing = threading.Lock()
 
     def send(data: bytes) -> bool:
-        try:
-            with writing:
-                write_all(fd, frame(data))
-        except OSError:
-            return False
+        # A soft time limit waits until the frame is whole (a job's progress report).
+        with invoke.shield():
+            try:
+                with writing:
+                    write_all(fd, frame(data))
+            except OSError:
+                return False
         return True
 
     gate = progress.PartialGate(lambda seq, payload: send(encode_partial(seq, payload)))
@@ -296,7 +308,7 @@ def _serve(
     reader = FrameReader(fd)
     waiting = select.poll()
     waiting.register(fd, select.POLLIN)
-    jobs: deque[tuple[bytes, bytes] | None] = deque()  # (seq, body); None: exit here
+    jobs: deque[_Queued | None] = deque()  # None: exit here
     while True:
         if not jobs or waiting.poll(0):
             try:
@@ -310,22 +322,19 @@ def _serve(
         item = jobs.popleft()
         if item is None:
             return
-        seq, body = item
+        seq, soft, body = item
         gate.start(seq)
-        status, payload = runner.run(body, gate.report)
+        status, payload = runner.run(body, gate.report, soft)
         gate.finish()
         if not send(encode_result(seq, status, payload)):
             return
 
 
-def _take(
-    data: bytes, jobs: deque[tuple[bytes, bytes] | None], send: Callable[[bytes], bool]
-) -> bool:
+def _take(data: bytes, jobs: deque[_Queued | None], send: Callable[[bytes], bool]) -> bool:
     """Handle one frame from the job manager; False when the child should stop."""
     kind = data[:1]
     if kind == JOB:
-        seq, _, body = data[1:].partition(b"\n")
-        jobs.append((seq, body))
+        jobs.append(decode_job(data))
     elif kind == CANCEL:
         seq = data[1:]
         for item in jobs:

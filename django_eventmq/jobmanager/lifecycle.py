@@ -4,7 +4,8 @@
 through its worker pool: hands them to children (several per pipe write),
 reads results, kills a child whose job ran past its ``timeout:N`` or was
 cancelled, retries failures, and hands back the jobs queued behind a job
-whose child died or was stopped, so none is lost. It does not talk to the
+whose child died or was stopped, so none is lost. A ``soft-timeout:N`` goes
+to the child with the job, which raises it inside the job (:mod:`.invoke`). It does not talk to the
 router: every outcome goes to the ``report``/``nack`` callbacks, and the job
 manager decides how the router hears of it (DONE, or READY + REPLY).
 
@@ -63,6 +64,9 @@ class ManagedJob:
     #: The router group it came from (index of the job manager's link): its
     #: outcome goes back there.
     link: int = 0
+    #: Seconds after which its child raises SoftTimeLimitExceeded inside it
+    #: (the ``soft-timeout`` header; None: no soft limit). ``timeout`` still kills.
+    soft_timeout: int | None = None
 
 
 #: Reports a job's outcome: ``(job, DONE status, reply payload)``.
@@ -134,7 +138,7 @@ class Lifecycle:
             seq = pending.popleft()
             job.child = child
             idle = not child.inflight
-            pool.assign(child, seq, job.msgid, job.body_text, now)
+            pool.assign(child, seq, job.msgid, job.body_text, now, job.soft_timeout)
             self.stats.dispatched[job.queue] += 1
             if len(child.outgoing) == 1:
                 touched.append(child)

@@ -250,9 +250,22 @@ class Pool:
                 best = child
         return best
 
-    def assign(self, child: Child, seq: int, msgid: str, body_text: str, now: float) -> None:
-        """Queue one job for ``child``; :meth:`flush` writes it."""
-        data = frame(child_side.encode_job(seq, body_text))
+    def assign(
+        self,
+        child: Child,
+        seq: int,
+        msgid: str,
+        body_text: str,
+        now: float,
+        soft_timeout: int | None = None,
+    ) -> None:
+        """Queue one job for ``child``; :meth:`flush` writes it.
+
+        ``soft_timeout``: seconds after which the child raises
+        ``SoftTimeLimitExceeded`` inside the job (the hard timeout is the
+        lifecycle's to enforce).
+        """
+        data = frame(child_side.encode_job(seq, body_text, soft_timeout))
         if child.inflight:
             size = len(data)
             child.queued_bytes += size
@@ -265,9 +278,16 @@ class Pool:
         if self.max_jobs and child.assigned >= self.max_jobs:
             child.status = Status.RETIRING
 
-    def send(self, child: Child, seq: int, msgid: str, body_text: str) -> None:
+    def send(
+        self,
+        child: Child,
+        seq: int,
+        msgid: str,
+        body_text: str,
+        soft_timeout: int | None = None,
+    ) -> None:
         """Hand one job to ``child`` now."""
-        self.assign(child, seq, msgid, body_text, time.monotonic())
+        self.assign(child, seq, msgid, body_text, time.monotonic(), soft_timeout)
         self.flush(child)
 
     def flush(self, child: Child) -> None:

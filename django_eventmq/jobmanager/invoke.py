@@ -1,0 +1,213 @@
+"""Calling a job's code in a worker child: soft time limits and async jobs.
+
+**Soft time limit of a plain job** (``soft-timeout:N`` header): a one-shot
+``SIGALRM`` timer (``signal.setitimer(ITIMER_REAL, N)``) is armed around the
+call; its handler raises :class:`~django_eventmq.errors.SoftTimeLimitExceeded`
+in the child's main thread, wherever the job's Python code is (a
+``time.sleep`` or a socket wait is interrupted too), once. Limits: C code that
+does not return to the interpreter (a long C extension call, a blocking call
+that retries on EINTR inside C) sees it only when it returns; job code that
+uses ``SIGALRM`` itself is overridden while the timer is armed; the timer
+only works in the main thread (children run jobs there; elsewhere no soft
+limit is set and a warning is logged). The hard ``timeout`` still stops the
+process whatever the job does.
+
+While the child writes a frame to its pipe for the job (a progress report),
+the limit is held back (:func:`shield`) and raised right after, so a frame is
+never cut in half.
+
+**Async jobs** (``@job async def``): the coroutine runs as a task on the
+child's event loop, made the first time and reused for every async job of
+the process (:func:`event_loop`). The soft limit is ``loop.call_later(N,
+task.cancel)``: the job sees :class:`asyncio.CancelledError` at the
+``await`` it was in (as with :func:`asyncio.timeout`); if the cancellation
+ends the task the job fails with ``SoftTimeLimitExceeded``, if the job
+catches it and returns, that value is its result. A job that blocks the loop
+(no ``await``) is not cancelled until it awaits; the hard timeout still
+applies. Tasks a job started and left running are cancelled when it ends.
+An ``async def`` generator reports each value it yields as progress; its
+result is None.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import signal
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from types import FrameType, GeneratorType
+from typing import Any
+
+from django_eventmq.errors import SoftTimeLimitExceeded
+from django_eventmq.jobmanager import progress
+
+logger = logging.getLogger("django_eventmq.worker")
+
+
+class _Alarm:
+    """The state the SIGALRM handler reads (main thread only)."""
+
+    armed = False
+    #: The limit fired while shielded: raise when the shield is left.
+    pending = False
+    shielded = 0
+    seconds = 0.0
+
+
+_alarm = _Alarm()
+_warned_thread = False
+
+
+def _message(seconds: float) -> str:
+    return f"soft time limit of {seconds:g}s exceeded"
+
+
+def _on_alarm(signum: int, frame: FrameType | None) -> None:
+    if not _alarm.armed:
+        return  # disarmed between the timer firing and this handler running
+    if _alarm.shielded:
+        _alarm.pending = True
+        return
+    _alarm.armed = False  # once: the job's clean-up is not interrupted again
+    raise SoftTimeLimitExceeded(_message(_alarm.seconds))
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def soft_limit(seconds: float | None) -> Iterator[None]:
+    """Raise :class:`SoftTimeLimitExceeded` in the body after ``seconds`` (None: no limit)."""
+    global _warned_thread
+    if not seconds:
+        yield
+        return
+    if not _in_main_thread():
+        if not _warned_thread:
+            _warned_thread = True
+            logger.warning("soft time limits need the main thread; jobs here run without one")
+        yield
+        return
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    _alarm.seconds, _alarm.pending, _alarm.armed = seconds, False, True
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        _alarm.armed = False  # first: a signal from here on does nothing
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def shield() -> Iterator[None]:
+    """Hold a soft limit back while the body runs (a pipe write); raise it after."""
+    if not _in_main_thread():
+        yield  # the handler runs in the main thread: another thread's write is safe
+        return
+    _alarm.shielded += 1
+    try:
+        yield
+    finally:
+        _alarm.shielded -= 1
+        if not _alarm.shielded and _alarm.pending and _alarm.armed:
+            _alarm.pending = _alarm.armed = False
+            raise SoftTimeLimitExceeded(_message(_alarm.seconds))
+
+
+def call(func: Callable[..., Any], args: Any, kwargs: Any, soft: float | None = None) -> Any:
+    """Run a job's callable to its result under the soft limit ``soft`` (seconds).
+
+    A generator's values are reported as progress (its ``return`` value is the
+    result); a coroutine or async generator runs on :func:`event_loop`.
+    """
+    if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
+        return run_async(func(*args, **kwargs), soft)
+    deadline = time.monotonic() + soft if soft else None
+    with soft_limit(soft):
+        value = func(*args, **kwargs)
+        if isinstance(value, GeneratorType):
+            value = _run_generator(value)
+    if inspect.iscoroutine(value) or inspect.isasyncgen(value):
+        # A plain function that returned a coroutine: the rest of its time on the loop.
+        left = None if deadline is None else max(0.001, deadline - time.monotonic())
+        value = run_async(value, left)
+    return value
+
+
+def _run_generator(gen: GeneratorType[Any, None, Any]) -> Any:
+    """Report each value a generator job yields; its ``return`` value is the result."""
+    while True:
+        try:
+            part = next(gen)
+        except StopIteration as stop:
+            return stop.value
+        progress.progress(part)
+
+
+async def _drain(agen: AsyncIterator[Any]) -> None:
+    """Report each value an async generator job yields."""
+    async for part in agen:
+        progress.progress(part)
+
+
+_loops = threading.local()
+
+
+def event_loop() -> asyncio.AbstractEventLoop:
+    """This thread's event loop for async jobs: made once, reused by every later job."""
+    loop: asyncio.AbstractEventLoop | None = getattr(_loops, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _loops.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+    return loop
+
+
+def close_loop() -> None:
+    """Close this thread's event loop (the child is exiting)."""
+    loop: asyncio.AbstractEventLoop | None = getattr(_loops, "loop", None)
+    if loop is not None and not loop.is_closed():
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+    _loops.loop = None
+
+
+def run_async(work: Any, soft: float | None = None) -> Any:
+    """Run a coroutine (or drain an async generator) on :func:`event_loop` to its result."""
+    loop = event_loop()
+    coro: Coroutine[Any, Any, Any] = _drain(work) if inspect.isasyncgen(work) else work
+    task = loop.create_task(coro)
+    fired = False
+
+    def expire() -> None:
+        nonlocal fired
+        fired = True
+        task.cancel(_message(soft or 0))
+
+    timer = loop.call_later(soft, expire) if soft else None
+    try:
+        return loop.run_until_complete(task)
+    except asyncio.CancelledError:
+        if fired:
+            raise SoftTimeLimitExceeded(_message(soft or 0)) from None
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+        _cancel_leftovers(loop)
+
+
+def _cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the tasks a job started and did not wait for, and let them finish."""
+    left = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    if not left:
+        return
+    for task in left:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
