@@ -9,9 +9,9 @@
 (below), which runs the task in a worker.
 The task's priority becomes the ``priority`` header (handed out first within
 a queue), ``run_after`` the ``delay-until`` header (held by the router until
-due). Results come from the results table: the backend writes the
-``queued`` row, job managers the rest (the request asks for a reply, so its
-outcome is recorded).
+due), set by ``Job.send(eta=...)`` as for any job. Results come from the
+results table: the backend writes the ``queued`` row, job managers the rest
+(the request asks for a reply, so its outcome is recorded).
 
 ``OPTIONS``: ``GUARANTEE`` (bool, default True): ``enqueue()`` returns once
 the router has stored the task (its ACK), as ``@job(guarantee=True)`` does,
@@ -164,7 +164,6 @@ class EventMQBackend(BaseTaskBackend):
             reply_requested=True,  # so that job managers record the outcome
             guarantee=self.guarantee,
             priority=int(task.priority),
-            delay_until=task.run_after.timestamp() if task.run_after is not None else None,
         )
         # The row first: a worker's record of the run then only moves it on.
         # It carries the result's own enqueued_at, so get_result() matches it.
@@ -189,6 +188,7 @@ class EventMQBackend(BaseTaskBackend):
                 queue=task.queue_name,
                 headers=headers,
                 msgid=task_id,
+                eta=task.run_after,  # the delay-until header, as Job.send(eta=...) sets it
             )
         except BaseException:
             # Not stored by the router (BrokerUnavailable), or not even sent: no

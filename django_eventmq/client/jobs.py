@@ -1,20 +1,27 @@
 """``@job``: register a function as a job and give it ``.delay()``.
 
 The decorated object is still callable directly with the function's own
-signature (kept for type checkers through ``ParamSpec``).
+signature (kept for type checkers through ``ParamSpec``). ``.delay_in()``,
+``.send(countdown=...)`` and ``.send(eta=...)`` set the ``delay-until``
+header (the router holds the job until then); headers given to ``.send()``
+are merged over the decorator's options, field by field.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
+import math
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from django_eventmq.client.connection import get_client
 from django_eventmq.client.handles import EagerHandle, JobHandle, NoReplyHandle
-from django_eventmq.errors import ConfigurationError, SerializationError
+from django_eventmq.errors import ConfigurationError, ProtocolError, SerializationError
 from django_eventmq.protocol import Headers, JobBody, new_msgid
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.payload import compact_json
@@ -57,6 +64,95 @@ def _periodics(
 
 _encode = compact_json
 
+_DEFAULT_HEADERS = Headers()
+
+
+class JobOptions(TypedDict, total=False):
+    """The ``@job(...)`` options that become the job's headers (defaults: ``Headers()``'s)."""
+
+    reply_requested: bool
+    guarantee: bool
+    retry_count: int
+    timeout: int
+    soft_timeout: int | None
+    priority: int
+
+
+def due_time(countdown: float | timedelta | None, eta: datetime | None, now: float) -> float | None:
+    """The ``delay-until`` unix time of ``countdown=`` (seconds after ``now``) or ``eta=``.
+
+    None when neither delays the job (or ``countdown`` is 0). A negative
+    countdown, a naive ``eta`` or both at once raise :class:`ConfigurationError`;
+    an ``eta`` already past is kept (the router hands such a job out at once).
+    """
+    if countdown is not None and eta is not None:
+        raise ConfigurationError("give countdown= or eta=, not both")
+    if countdown is not None:
+        seconds = countdown.total_seconds() if isinstance(countdown, timedelta) else countdown
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not math.isfinite(seconds)
+        ):
+            raise ConfigurationError(
+                f"countdown= takes seconds (a number or a timedelta), got {countdown!r}"
+            )
+        if seconds < 0:
+            raise ConfigurationError(
+                f"countdown= must be >= 0 seconds, got {countdown!r}; "
+                "to run the job now, leave countdown= out"
+            )
+        return now + seconds if seconds else None
+    if eta is not None:
+        if not isinstance(eta, datetime):
+            raise ConfigurationError(f"eta= takes an aware datetime, got {eta!r}")
+        if eta.utcoffset() is None:
+            raise ConfigurationError(
+                f"eta= must be an aware datetime (with a tzinfo), got the naive {eta!r}; "
+                "pass e.g. django.utils.timezone.now() + timedelta(minutes=5) "
+                "or datetime.now(UTC) + ..."
+            )
+        return eta.timestamp()
+    return None
+
+
+#: What ``send(headers=...)`` takes: a :class:`Headers`, or field names and values.
+HeaderChanges = Headers | Mapping[str, Any]
+
+_HEADER_FIELDS = frozenset(item.name for item in dataclasses.fields(Headers))
+
+
+def merged_headers(base: Headers, explicit: HeaderChanges) -> Headers:
+    """``base`` (the decorator's options) with every field ``explicit`` sets.
+
+    A :class:`Headers`: a field left at its default keeps ``base``'s value
+    (so ``Headers(priority=5)`` keeps the decorator's ``timeout``); unknown
+    headers (``extra``) are joined, ``explicit``'s winning by name. A mapping
+    of field names (``{"timeout": 0, "reply_requested": False}``): each field
+    it names is set as given, a default value too, so it can turn an option off.
+    """
+    changes: dict[str, Any]
+    if isinstance(explicit, Headers):
+        changes = {}
+        for name in _HEADER_FIELDS - {"extra"}:
+            value = getattr(explicit, name)
+            if value != getattr(_DEFAULT_HEADERS, name):
+                changes[name] = value
+        if explicit.extra:
+            named = {extra.partition(":")[0] for extra in explicit.extra}
+            kept = tuple(extra for extra in base.extra if extra.partition(":")[0] not in named)
+            changes["extra"] = kept + explicit.extra
+    else:
+        unknown = sorted(set(explicit) - _HEADER_FIELDS)
+        if unknown:
+            raise ConfigurationError(
+                f"headers= names no header field {', '.join(unknown)}; "
+                f"the fields are {', '.join(sorted(_HEADER_FIELDS))}"
+            )
+        changes = dict(explicit)
+    return base.with_(**changes) if changes else base
+
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -69,12 +165,9 @@ class Job(Generic[P, R]):
         func: Callable[P, R],
         *,
         queue: str = C.DEFAULT_QUEUE_NAME,
-        reply_requested: bool = False,
-        guarantee: bool = False,
-        retry_count: int = 0,
-        timeout: int = 0,
         schedule: Periodic | Sequence[Periodic] | None = None,
         cron: str | None = None,
+        **options: Unpack[JobOptions],
     ) -> None:
         qualname = getattr(func, "__qualname__", "")
         if "<locals>" in qualname or "." in qualname:
@@ -92,12 +185,16 @@ class Job(Generic[P, R]):
         self.queue = queue
         self.path = func.__module__
         self.callable_name = func.__name__
-        self.headers = Headers(
-            reply_requested=reply_requested,
-            guarantee=guarantee,
-            retry_count=retry_count,
-            timeout=timeout,
-        )
+        unknown = sorted(set(options) - JobOptions.__optional_keys__)
+        if unknown:
+            raise ConfigurationError(
+                f"@job {qualname}: unknown option(s) {', '.join(unknown)}; it takes queue, "
+                f"schedule, cron, {', '.join(sorted(JobOptions.__optional_keys__))}"
+            )
+        try:
+            self.headers = Headers(**options)
+        except ProtocolError as exc:
+            raise ConfigurationError(f"@job {qualname}: {exc}") from exc
         self.name = registry.register(func, self.path, self.callable_name)
         #: Schedules declared in code for this job (see ``declared_schedules``).
         self.schedules = _periodics(schedule, cron)
@@ -113,7 +210,7 @@ class Job(Generic[P, R]):
         )
         self._queue_b = queue.encode()
         self._headers_b = self.headers.encode().encode()
-        self._guarantee = guarantee
+        self._guarantee = self.headers.guarantee
         self._handle_cls = _handle_class(self.headers)
         functools.update_wrapper(self, func)
 
@@ -148,7 +245,19 @@ class Job(Generic[P, R]):
         the router has acknowledged (stored) it, and raises
         :class:`BrokerUnavailable` when it did not after ``ACK_RETRIES`` resends.
         """
-        return self.send(args, kwargs)
+        # send() without its options: the decorator's headers, encoded once in __init__.
+        body_text = self.encode_body(args, kwargs)
+        return self._send_encoded(body_text, args, kwargs, None, None, new_msgid())
+
+    def delay_in(
+        self, seconds: float | timedelta, /, *args: P.args, **kwargs: P.kwargs
+    ) -> JobHandle:
+        """Queue the job to run ``seconds`` from now (``send(countdown=seconds)``).
+
+        The router holds it until then (and keeps it across restarts); with
+        ``EAGER`` it runs now. A negative delay raises :class:`ConfigurationError`.
+        """
+        return self.send(args, kwargs, countdown=seconds)
 
     def delay_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Queue the job when the current database transaction commits.
@@ -169,13 +278,46 @@ class Job(Generic[P, R]):
         kwargs: dict[str, Any] | None = None,
         *,
         queue: str | None = None,
-        headers: Headers | None = None,
+        headers: HeaderChanges | None = None,
         msgid: str | None = None,
+        countdown: float | timedelta | None = None,
+        eta: datetime | None = None,
     ) -> JobHandle:
-        """Queue the job with explicit options (queue, headers, msgid)."""
+        """Queue the job with explicit options (queue, headers, msgid, a delay).
+
+        ``headers`` (a :class:`Headers`, or a mapping of its field names to
+        values) are merged over the decorator's (:func:`merged_headers`);
+        ``countdown`` (seconds, or a timedelta) or ``eta`` (an aware datetime)
+        hold the job in the router until then.
+        """
         kwargs = kwargs or {}
         body_text = self.encode_body(args, kwargs)  # TypeError before anything is sent
+        if headers is not None or countdown is not None or eta is not None:
+            headers = self.headers_for(headers, countdown=countdown, eta=eta)
         return self._send_encoded(body_text, args, kwargs, queue, headers, msgid or new_msgid())
+
+    def headers_for(
+        self,
+        headers: HeaderChanges | None = None,
+        *,
+        countdown: float | timedelta | None = None,
+        eta: datetime | None = None,
+        now: float | None = None,
+    ) -> Headers:
+        """The headers a :meth:`send` with these options carries.
+
+        ``headers`` merged over the decorator's (:func:`merged_headers`), then
+        ``delay-until`` from ``countdown`` (seconds after ``now``, the wall
+        clock by default) or ``eta``; giving one of them and
+        a ``delay_until`` in ``headers`` too raises :class:`ConfigurationError`.
+        """
+        merged = self.headers if headers is None else merged_headers(self.headers, headers)
+        due = due_time(countdown, eta, time.time() if now is None else now)
+        if due is None:
+            return merged
+        if merged.delay_until is not None:
+            raise ConfigurationError("give countdown=/eta= or headers with delay_until, not both")
+        return merged.with_(delay_until=due)
 
     def _send_encoded(
         self,
@@ -226,12 +368,9 @@ def job(func: Callable[P, R], /) -> Job[P, R]: ...
 def job(
     *,
     queue: str = ...,
-    reply_requested: bool = ...,
-    guarantee: bool = ...,
-    retry_count: int = ...,
-    timeout: int = ...,
     schedule: Periodic | Sequence[Periodic] | None = ...,
     cron: str | None = ...,
+    **options: Unpack[JobOptions],
 ) -> Callable[[Callable[P, R]], Job[P, R]]: ...
 
 
@@ -240,29 +379,23 @@ def job(
     /,
     *,
     queue: str = C.DEFAULT_QUEUE_NAME,
-    reply_requested: bool = False,
-    guarantee: bool = False,
-    retry_count: int = 0,
-    timeout: int = 0,
     schedule: Periodic | Sequence[Periodic] | None = None,
     cron: str | None = None,
+    **options: Unpack[JobOptions],
 ) -> Job[P, R] | Callable[[Callable[P, R]], Job[P, R]]:
     """Register a module-level function as a job: ``@job`` or ``@job(queue="email")``.
 
-    ``schedule=every(60)`` / ``schedule=crontab("30 2 * * *", timezone=...)``
-    (or a list of them) and ``cron="0 9 * * *"`` declare periodic runs.
+    The :class:`JobOptions` become the job's headers, kept however it is
+    sent: ``reply_requested``, ``guarantee``, ``retry_count``, ``timeout``
+    (seconds, then the job manager kills it), ``soft_timeout`` (seconds, then
+    it raises inside the job; less than ``timeout``) and ``priority`` (higher
+    is handed out first within its queue); a bad one raises
+    :class:`ConfigurationError`. ``schedule=every(60)`` /
+    ``schedule=crontab("30 2 * * *", timezone=...)`` (or a list of them) and
+    ``cron="0 9 * * *"`` declare periodic runs.
     """
 
     def wrap(f: Callable[P, R]) -> Job[P, R]:
-        return Job(
-            f,
-            queue=queue,
-            reply_requested=reply_requested,
-            guarantee=guarantee,
-            retry_count=retry_count,
-            timeout=timeout,
-            schedule=schedule,
-            cron=cron,
-        )
+        return Job(f, queue=queue, schedule=schedule, cron=cron, **options)
 
     return wrap(func) if func is not None else wrap
