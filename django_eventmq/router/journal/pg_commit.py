@@ -55,6 +55,7 @@ from django_eventmq.router.journal.api import KeptWrites
 from django_eventmq.router.journal.commit import PRUNE_INTERVAL
 from django_eventmq.router.journal.pg_schema import (
     CHANGE_TYPES,
+    INSERT_PARCEL,
     NEW_TYPES,
     STAGE_COPY,
     STAGE_CREATE,
@@ -134,6 +135,9 @@ class PgJournalBase(KeptWrites):
         self._closed = False
         self._in_tx = False
         self._init_kept()
+        #: Parcels kept until the next flush (:meth:`_flush_parcels`): their INSERT
+        #: statements' parameters.
+        self._new_parcels: list[tuple[Any, ...]] = []
         self._prune_after = 0.0
         try:
             given = psycopg.conninfo.conninfo_to_dict(dsn)
@@ -182,6 +186,16 @@ class PgJournalBase(KeptWrites):
                     )
                 }
             )
+            #: The digest of each parcel not opened yet, and its seq (and back): the
+            #: leader is the group's only writer, so they answer holds_parcel without
+            #: a query. Joined: a digest whose parcel is gone holds nothing.
+            self._digests: dict[bytes, int] = {
+                bytes(digest): int(seq)
+                for digest, seq in self.conn.execute(
+                    "SELECT digest, seq FROM parcel_digests JOIN parcels USING (seq)"
+                )
+            }
+            self._digest_of: dict[int, bytes] = {v: k for k, v in self._digests.items()}
         except psycopg.Error as exc:
             self._close_conn()
             raise LeadershipLost(f"journal {self.path}: cannot open: {exc}".strip()) from None
@@ -218,6 +232,7 @@ class PgJournalBase(KeptWrites):
         self._changed.clear()
         self._gone.clear()
         self._done = []
+        self._new_parcels.clear()
         if self._in_tx:
             with contextlib.suppress(psycopg.Error):
                 self.conn.execute("ROLLBACK")
@@ -266,8 +281,35 @@ class PgJournalBase(KeptWrites):
         row = self.conn.execute(query, params).fetchone()
         return None if row is None else row[0]
 
+    def _kept(self) -> bool:
+        return bool(self._new_parcels) or super()._kept()
+
+    def _flush_parcels(self) -> None:
+        """Store the parcels kept (:meth:`.pg_stores.PgParcelStore.add_parcel`) in one
+        round trip (pipeline mode), the transaction's BEGIN with them if need be."""
+        parcels = self._new_parcels
+        seqs = [parcel[0] for parcel in parcels]
+        # A parcel whose digest gave way to a later one's (the same frame) has none.
+        digests = [(seq, self._digest_of[seq]) for seq in seqs if seq in self._digest_of]
+        with self.conn.pipeline():
+            if not self._in_tx:
+                self.conn.execute("BEGIN")
+                self._in_tx = True
+            cursor = self.conn.cursor()
+            cursor.executemany(INSERT_PARCEL, parcels)
+            # A digest left by a parcel lost elsewhere gives way, as the same frame's
+            # digest of an earlier parcel does.
+            cursor.execute(
+                "DELETE FROM parcel_digests WHERE digest = ANY(%s) OR seq = ANY(%s)",
+                ([digest for _, digest in digests], seqs),
+            )
+            cursor.executemany("INSERT INTO parcel_digests (seq, digest) VALUES (%s, %s)", digests)
+        parcels.clear()
+
     def _flush(self) -> None:
         """Apply the writes kept in memory inside the open transaction (see the module doc)."""
+        if self._new_parcels:
+            self._flush_parcels()
         if self._new:
             rows = list(self._new.values())
             stored = self._insert_jobs(rows)
@@ -355,8 +397,8 @@ class PgJournalBase(KeptWrites):
 
     def _end(self) -> None:
         with self._guard():
-            self._tx()
             self._flush()
+            self._tx()
             if self._finished_added:
                 self._prune_finished(self._finished_clock())
             started = time.monotonic()

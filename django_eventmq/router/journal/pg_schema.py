@@ -190,6 +190,10 @@ INSERT_JOB = (
     f"INSERT INTO jobs ({NEW_COLUMNS}) VALUES ({', '.join(['%s'] * 15)})"  # noqa: S608
     " ON CONFLICT DO NOTHING"
 )
+INSERT_PARCEL = (
+    "INSERT INTO parcels (seq, count, queue, nprio, guarantee, headers, client, accepted, jobs)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
 #: The columns of a :class:`.schema.Row`, in its order.
 ROW = "seq, msgid, queue, nprio, guarantee, headers, body, client, accepted, deaths, attempts"
 WAITING_FIRST = (

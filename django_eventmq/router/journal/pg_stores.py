@@ -32,30 +32,26 @@ class PgParcelStore(PgJournalBase):
         digest: bytes | None = None,
     ) -> None:
         """Store ``count`` jobs of ``queue`` (the JOBS frame ``jobs``) as one row; they
-        take seqs ``seq .. seq + count - 1``."""
+        take seqs ``seq .. seq + count - 1``. Kept until the next flush (a commit, or
+        a read of parcels), like the jobs' writes: nothing waits on it before then."""
         digest = parcel_digest(jobs) if digest is None else digest
-        with self._guard():
-            self._now(
-                "INSERT INTO parcels (seq, count, queue, nprio, guarantee, headers, client,"
-                " accepted, jobs) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (seq, count, queue.encode(), -priority, guarantee, headers, client, accepted, jobs),
-            )
-            # A digest left by a parcel lost elsewhere gives way (SQLite's REPLACE).
-            self._now("DELETE FROM parcel_digests WHERE digest = %s OR seq = %s", (digest, seq))
-            self._now("INSERT INTO parcel_digests (seq, digest) VALUES (%s, %s)", (seq, digest))
-            self.pending += count
+        self._begin(count)
+        self._new_parcels.append(
+            (seq, count, queue.encode(), -priority, guarantee, headers, client, accepted, jobs)
+        )
+        # The same frame's digest held by an earlier parcel gives way (SQLite's REPLACE).
+        earlier = self._digests.get(digest)
+        if earlier is not None:
+            del self._digest_of[earlier]
+        self._digests[digest] = seq
+        self._digest_of[seq] = digest
         self._parcels[queue] += 1
 
     def holds_parcel(self, digest: bytes) -> bool:
-        """True if a parcel not opened yet has the JOBS frame of this digest."""
-        if not self._parcels.total():
-            return False
-        return bool(
-            self._select(
-                "SELECT 1 FROM parcel_digests JOIN parcels USING (seq) WHERE digest = %s",
-                (digest,),
-            )
-        )
+        """True if a parcel not opened yet has the JOBS frame of this digest (known
+        in memory: see :class:`.pg_commit.PgJournalBase`)."""
+        self._alive()
+        return digest in self._digests
 
     def parcel_count(self) -> int:
         """Parcels stored and not opened yet."""
@@ -108,6 +104,9 @@ class PgParcelStore(PgJournalBase):
             self._now("DELETE FROM parcels WHERE seq = %s", (seq,))
             self._now("DELETE FROM parcel_digests WHERE seq = %s", (seq,))
             self.pending += len(rows) + 1
+        digest = self._digest_of.pop(seq, None)
+        if digest is not None:
+            del self._digests[digest]
         self._parcels[name] -= 1
         return name, int(count) - stored
 

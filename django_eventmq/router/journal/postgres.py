@@ -47,7 +47,13 @@ from django_eventmq.router.journal.pg_stores import (
     PgParcelStore,
     PgScheduleStore,
 )
-from django_eventmq.router.journal.schema import WAITING, JobState, Row, known_state
+from django_eventmq.router.journal.schema import (
+    POISONED,
+    WAITING,
+    JobState,
+    Row,
+    known_state,
+)
 
 if TYPE_CHECKING:
     from django_eventmq.router.journal.api import JournalLike
@@ -63,6 +69,9 @@ class PostgresJournal(PgParcelStore, PgFinishedStore, PgScheduleStore):
     :class:`.api.KeptWrites`."""
 
     # -- jobs: writes (kept ones: :class:`.api.KeptWrites`) ------------------------------------
+    #: The last :meth:`poisoned` answer: its limit, the list, the seqs in it.
+    _poisoned_cache: tuple[int, list[tuple[Row, str]], set[int]] | None = None
+
     def _insert_now(self, values: list[Any]) -> bool:
         return self._write(INSERT_JOB, encoded_row(values)) == 1
 
@@ -71,6 +80,8 @@ class PostgresJournal(PgParcelStore, PgFinishedStore, PgScheduleStore):
         if not rows:
             return set()
         self._fresh()
+        if any(row[4] == POISONED for row in rows):
+            self._poisoned_cache = None
         with self._guard():
             stored = self._insert_jobs(rows)
             self.pending += len(rows)
@@ -127,9 +138,36 @@ class PostgresJournal(PgParcelStore, PgFinishedStore, PgScheduleStore):
         return "" if self.parcels_holding(msgid) else None
 
     def poisoned(self, limit: int = 100) -> list[tuple[Row, str]]:
-        self._fresh()
-        rows = self._select(POISONED_ROWS, (limit,))
-        return [(decoded_row(values[:-1]), values[-1].decode()) for values in rows]
+        """The first ``limit`` POISONED jobs by seq, and why. Read once, then answered
+        from memory until a write may change them (:meth:`_change`, :meth:`delete`):
+        STATUS asks for them every time."""
+        cached = self._poisoned_cache
+        if cached is None or cached[0] != limit:
+            self._fresh()
+            rows = self._select(POISONED_ROWS, (limit,))
+            listed = [(decoded_row(values[:-1]), values[-1].decode()) for values in rows]
+            cached = self._poisoned_cache = (limit, listed, {row.seq for row, _ in listed})
+        else:
+            self._alive()
+        return list(cached[1])
+
+    # The leader is the group's only writer: only its own writes change poisoned rows.
+    def _change(self, seq: int, **columns: Any) -> None:
+        cached = self._poisoned_cache
+        if cached is not None and (columns.get("state") == POISONED or seq in cached[2]):
+            self._poisoned_cache = None
+        super()._change(seq, **columns)
+
+    def add(self, values: list[Any], *, on_disk: bool = False) -> bool:
+        if values[4] == POISONED:
+            self._poisoned_cache = None
+        return super().add(values, on_disk=on_disk)
+
+    def delete(self, seq: int) -> None:
+        cached = self._poisoned_cache
+        if cached is not None and seq in cached[2]:
+            self._poisoned_cache = None
+        super().delete(seq)
 
     def counts(self) -> dict[JobState, Counter[str]]:
         """state -> queue -> number of jobs (rows in a state this release does not know
