@@ -1,0 +1,135 @@
+"""Soft time limits through the job manager: a REQUEST's ``soft-timeout`` header reaches
+the job (real worker children, the stand-in router), the outcome is reported and
+recorded like any other, and the hard ``timeout`` still kills a job that goes on.
+
+Needs ``JobManager._accept`` to copy ``headers.soft_timeout`` onto the ManagedJob
+(manager.py, not in the commit that added these tests): until then the header is
+dropped and these fail, hence the strict xfail, to be removed with that line.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from django_eventmq.protocol import Done
+from django_eventmq.runtime.settings import Settings
+from tests.fake_router import FakeRouter, body
+from tests.jobs_fixtures import limits
+from tests.jobs_fixtures.record_hooks import read_records
+from tests.jobs_fixtures.running import payload, running, settings_for
+from tests.support import wait_for
+
+pytestmark = pytest.mark.xfail(
+    strict=True,
+    reason="jobmanager/manager.py _accept does not copy headers.soft_timeout onto ManagedJob yet",
+)
+
+LIMITS = limits.MODULE
+HOOKS = "tests.jobs_fixtures.record_hooks"
+
+
+def settings(router: FakeRouter, **options: Any) -> Settings:
+    return settings_for(router, job_modules=(LIMITS,), **options)
+
+
+def steps(path: Path) -> list[str]:
+    return [line.split()[0] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.fixture
+def records_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "records.jsonl"
+    monkeypatch.setenv("EMQ_TEST_RECORDS_FILE", str(path))
+    return path
+
+
+def final_record(path: Path, msgid: str) -> dict[str, Any]:
+    def final() -> dict[str, Any] | None:
+        found = [r for r in read_records(path) if r["msgid"] == msgid and r["finished"]]
+        return found[-1] if found else None
+
+    record: dict[str, Any] = wait_for(final, 20, f"the final record of {msgid}")
+    return record
+
+
+def test_a_job_past_its_soft_timeout_cleans_up_and_its_result_says_so(
+    router: FakeRouter, tmp_path: Path, records_file: Path
+) -> None:
+    marker = tmp_path / "marker"
+    with running(settings(router, concurrency=1), hooks=HOOKS):
+        identity, _ = router.handshake(features=True)
+        msgid = router.request(
+            identity,
+            body("cleans_up", 60, str(marker), path=LIMITS),
+            reply=True,
+            timeout=10,
+            soft_timeout=1,
+        )
+        _, done = router.expect(Done, job_msgid=msgid, timeout=20)
+        record = final_record(records_file, msgid)
+    assert done.status == "ok"
+    assert payload(done) == {"value": "cleaned up after: soft time limit of 1s exceeded"}
+    assert steps(marker) == ["start", "cleanup"]
+    assert record["status"] == "succeeded"
+
+
+def test_a_job_that_re_raises_is_a_failure_recorded_as_soft_time_limit_exceeded(
+    router: FakeRouter, tmp_path: Path, records_file: Path
+) -> None:
+    marker = tmp_path / "marker"
+    with running(settings(router, concurrency=1), hooks=HOOKS):
+        identity, _ = router.handshake(features=True)
+        msgid = router.request(
+            identity,
+            body("cleans_up_and_fails", 60, str(marker), path=LIMITS),
+            reply=True,
+            soft_timeout=1,
+        )
+        _, done = router.expect(Done, job_msgid=msgid, timeout=20)
+        record = final_record(records_file, msgid)
+    assert done.status == "failed"
+    assert payload(done)["error"]["type"] == "SoftTimeLimitExceeded"
+    assert steps(marker) == ["cleanup"]
+    assert (record["status"], record["error"]["type"]) == ("failed", "SoftTimeLimitExceeded")
+
+
+def test_a_job_that_ignores_its_soft_timeout_is_killed_at_the_hard_one(
+    router: FakeRouter, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    marker = tmp_path / "marker"
+    with caplog.at_level(logging.WARNING), running(settings(router, concurrency=1)):
+        identity, _ = router.handshake(features=True)
+        msgid = router.request(
+            identity,
+            body("ignores_soft", 60, str(marker), path=LIMITS),
+            reply=True,
+            timeout=3,
+            soft_timeout=1,
+        )
+        _, done = router.expect(Done, job_msgid=msgid, timeout=20)
+    assert done.status == "timeout"
+    assert steps(marker) == ["start", "soft"]  # saw the soft limit, never finished
+    assert any("timed out" in r.getMessage() and msgid in r.getMessage() for r in caplog.records)
+
+
+def test_an_async_job_past_its_soft_timeout_sees_the_cancellation(
+    router: FakeRouter, tmp_path: Path
+) -> None:
+    marker = tmp_path / "marker"
+    with running(settings(router, concurrency=1)):
+        identity, _ = router.handshake(features=True)
+        msgid = router.request(
+            identity,
+            body("async_cleans_up_and_fails", 60, str(marker), path=LIMITS),
+            reply=True,
+            timeout=10,
+            soft_timeout=1,
+        )
+        _, done = router.expect(Done, job_msgid=msgid, timeout=20)
+    assert done.status == "failed"
+    assert payload(done)["error"]["type"] == "SoftTimeLimitExceeded"
+    assert steps(marker) == ["cleanup"]
