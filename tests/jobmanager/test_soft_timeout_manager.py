@@ -56,44 +56,37 @@ def final_record(path: Path, msgid: str) -> dict[str, Any]:
     return record
 
 
+def run_limited(
+    router: FakeRouter, name: str, marker: Path, hooks: str | None = None, **headers: Any
+) -> Done:
+    """Run the fixture job ``name`` (60 s of work) with ``headers``; its DONE."""
+    with running(settings(router, concurrency=1), hooks=hooks):
+        identity, _ = router.handshake(features=True)
+        job_body = body(name, 60, str(marker), path=LIMITS)
+        msgid = router.request(identity, job_body, reply=True, **headers)
+        return router.expect(Done, job_msgid=msgid, timeout=20)[1]
+
+
 def test_a_job_past_its_soft_timeout_cleans_up_and_its_result_says_so(
     router: FakeRouter, tmp_path: Path, records_file: Path
 ) -> None:
     marker = tmp_path / "marker"
-    with running(settings(router, concurrency=1), hooks=HOOKS):
-        identity, _ = router.handshake(features=True)
-        msgid = router.request(
-            identity,
-            body("cleans_up", 60, str(marker), path=LIMITS),
-            reply=True,
-            timeout=10,
-            soft_timeout=1,
-        )
-        _, done = router.expect(Done, job_msgid=msgid, timeout=20)
-        record = final_record(records_file, msgid)
+    done = run_limited(router, "cleans_up", marker, HOOKS, timeout=10, soft_timeout=1)
     assert done.status == "ok"
     assert payload(done) == {"value": "cleaned up after: soft time limit of 1s exceeded"}
     assert steps(marker) == ["start", "cleanup"]
-    assert record["status"] == "succeeded"
+    assert final_record(records_file, done.job_msgid)["status"] == "succeeded"
 
 
 def test_a_job_that_re_raises_is_a_failure_recorded_as_soft_time_limit_exceeded(
     router: FakeRouter, tmp_path: Path, records_file: Path
 ) -> None:
     marker = tmp_path / "marker"
-    with running(settings(router, concurrency=1), hooks=HOOKS):
-        identity, _ = router.handshake(features=True)
-        msgid = router.request(
-            identity,
-            body("cleans_up_and_fails", 60, str(marker), path=LIMITS),
-            reply=True,
-            soft_timeout=1,
-        )
-        _, done = router.expect(Done, job_msgid=msgid, timeout=20)
-        record = final_record(records_file, msgid)
+    done = run_limited(router, "cleans_up_and_fails", marker, HOOKS, soft_timeout=1)
     assert done.status == "failed"
     assert payload(done)["error"]["type"] == "SoftTimeLimitExceeded"
     assert steps(marker) == ["cleanup"]
+    record = final_record(records_file, done.job_msgid)
     assert (record["status"], record["error"]["type"]) == ("failed", "SoftTimeLimitExceeded")
 
 
@@ -101,35 +94,19 @@ def test_a_job_that_ignores_its_soft_timeout_is_killed_at_the_hard_one(
     router: FakeRouter, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     marker = tmp_path / "marker"
-    with caplog.at_level(logging.WARNING), running(settings(router, concurrency=1)):
-        identity, _ = router.handshake(features=True)
-        msgid = router.request(
-            identity,
-            body("ignores_soft", 60, str(marker), path=LIMITS),
-            reply=True,
-            timeout=3,
-            soft_timeout=1,
-        )
-        _, done = router.expect(Done, job_msgid=msgid, timeout=20)
+    with caplog.at_level(logging.WARNING):
+        done = run_limited(router, "ignores_soft", marker, timeout=3, soft_timeout=1)
     assert done.status == "timeout"
     assert steps(marker) == ["start", "soft"]  # saw the soft limit, never finished
-    assert any("timed out" in r.getMessage() and msgid in r.getMessage() for r in caplog.records)
+    timed_out = [r.getMessage() for r in caplog.records if "timed out" in r.getMessage()]
+    assert len(timed_out) == 1 and done.job_msgid in timed_out[0]
 
 
 def test_an_async_job_past_its_soft_timeout_sees_the_cancellation(
     router: FakeRouter, tmp_path: Path
 ) -> None:
     marker = tmp_path / "marker"
-    with running(settings(router, concurrency=1)):
-        identity, _ = router.handshake(features=True)
-        msgid = router.request(
-            identity,
-            body("async_cleans_up_and_fails", 60, str(marker), path=LIMITS),
-            reply=True,
-            timeout=10,
-            soft_timeout=1,
-        )
-        _, done = router.expect(Done, job_msgid=msgid, timeout=20)
+    done = run_limited(router, "async_cleans_up_and_fails", marker, timeout=10, soft_timeout=1)
     assert done.status == "failed"
     assert payload(done)["error"]["type"] == "SoftTimeLimitExceeded"
     assert steps(marker) == ["cleanup"]
