@@ -183,3 +183,20 @@ async def async_leaves_a_task(marker: str) -> str:
 async def async_fails(message: str) -> None:
     await asyncio.sleep(0)
     raise ValueError(message)
+
+
+# -- sent with .delay() by a client (a reply is asked for) --------------------------------------
+
+
+@job(reply_requested=True)
+async def async_multiply(a: int, b: int) -> int:
+    await asyncio.sleep(0.01)
+    return a * b
+
+
+@job(reply_requested=True)
+async def async_counts(steps: int, pause: float) -> str:
+    for n in range(1, steps + 1):
+        progress(n)
+        await asyncio.sleep(pause)
+    return "counted"
