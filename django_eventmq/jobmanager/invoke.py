@@ -9,8 +9,9 @@ does not return to the interpreter (a long C extension call, a blocking call
 that retries on EINTR inside C) sees it only when it returns; job code that
 uses ``SIGALRM`` itself is overridden while the timer is armed; the timer
 only works in the main thread (children run jobs there; elsewhere no soft
-limit is set and a warning is logged). The hard ``timeout`` still stops the
-process whatever the job does.
+limit is set and a warning is logged). A timer that was already set (not in a
+worker child) is set again afterwards with the time it had left. The hard
+``timeout`` still stops the process whatever the job does.
 
 While the child writes a frame to its pipe for the job (a progress report),
 the limit is held back (:func:`shield`) and raised right after, so a frame is
@@ -95,13 +96,17 @@ def soft_limit(seconds: float | None) -> Iterator[None]:
         return
     previous = signal.signal(signal.SIGALRM, _on_alarm)
     _alarm.seconds, _alarm.pending, _alarm.armed = seconds, False, True
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    began = time.monotonic()
+    earlier = signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
     finally:
         _alarm.armed = False  # first: a signal from here on does nothing
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        if earlier[0]:  # someone else's timer (not in a worker child): give it back
+            left = max(0.001, earlier[0] - (time.monotonic() - began))
+            signal.setitimer(signal.ITIMER_REAL, left, earlier[1])
 
 
 @contextlib.contextmanager
