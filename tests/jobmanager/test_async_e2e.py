@@ -10,26 +10,15 @@ from typing import Any
 import pytest
 
 from tests.jobs_fixtures import limits
-from tests.support import ROOT, Proc, clean_environ, python_module
-from tests.system.streaming.conftest import start_router
+from tests.jobs_fixtures.limits_stack import router_and_jobmanager
 
 
 @pytest.fixture(scope="module")
 def frontend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A router and a job manager (two workers) serving the limits fixtures."""
-    env = {**clean_environ(), "PYTHONPATH": str(ROOT)}
     journal = tmp_path_factory.mktemp("async-e2e") / "journal.sqlite3"
-    router, front, backend = start_router(journal, env=env)
-    procs = [router]
-    try:
-        serving = ("--job-module", limits.MODULE, "--concurrency", "2")
-        jobmanager = Proc(python_module("jobmanager", "--broker", backend, *serving), env=env)
-        procs.append(jobmanager)
-        jobmanager.wait_output(r"jobmanager ready: ", timeout=60)
+    with router_and_jobmanager(journal, concurrency=2) as (front, _router):
         yield front
-    finally:
-        for proc in reversed(procs):
-            proc.stop()
 
 
 @pytest.fixture
