@@ -4,16 +4,17 @@ journal's.
 
 Writes are kept in memory as the SQLite journal keeps them
 (:class:`.api.KeptWrites`: new rows, column changes merged per row, deleted
-rows, finished msgids) and applied a few statements per kind, never one per
-row: new rows by binary COPY into a temporary table and one INSERT from it
-(twice an ``executemany``'s rate), changes by one UPDATE from arrays per set
-of columns, deletes by one ``seq = ANY(array)``, finished msgids by one
-``executemany`` (pipeline mode), in the transaction that
-:meth:`PgJournalBase.commit` ends: one transaction,
-one COMMIT per router loop iteration (group commit). commit() returns True
-only once COMMIT returned. Writes that must happen at once (an add that may
-meet a msgid stored already, parcels, SCHEDULEs) open that transaction early;
-reads whose answer must include kept writes apply them into it first.
+rows, finished msgids; and parcels) and applied a few statements per kind,
+never one per row: parcels and their digests in one round trip (pipeline
+mode, with the transaction's BEGIN), new rows by binary COPY into a
+temporary table and one INSERT from it (twice an ``executemany``'s rate),
+changes by one UPDATE from arrays per set of columns, deletes by one
+``seq = ANY(array)``, finished msgids by one ``executemany`` (pipeline
+mode), in the transaction that :meth:`PgJournalBase.commit` ends: one
+transaction, one COMMIT per router loop iteration (group commit). commit()
+returns True only once COMMIT returned. Writes that must happen at once (an
+add that may meet a msgid stored already, SCHEDULEs) open that transaction
+early; reads whose answer must include kept writes apply them into it first.
 
 Fencing: ``fence(cursor)`` (:func:`.leadership.fence`, bound to the leader's
 epoch) runs as the last statement of every transaction the journal commits.
