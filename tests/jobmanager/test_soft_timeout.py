@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -162,10 +163,10 @@ def test_async_job_ended_by_the_cancellation_fails_with_soft_time_limit_exceeded
     assert run("async_add", 1, 2) == (JobStatus.OK, {"value": 3})
 
 
-def test_lifecycle_hands_the_soft_timeout_to_the_child(tmp_path: Path) -> None:
-    """ManagedJob.soft_timeout reaches the child through Lifecycle.dispatch."""
-    marker = tmp_path / "marker"
-    settings = Settings(concurrency=1, job_modules=(LIMITS,))
+def lifecycle_run(job: ManagedJob) -> list[tuple[str, JobStatus, str]]:
+    """Run ``job`` through a Lifecycle and one real child (local retries, as with a
+    reference router); the outcomes it reports."""
+    settings = Settings(concurrency=1, job_modules=(LIMITS,), retry_backoff_base=0.1)
     pool = Pool(settings)
     reported: list[tuple[str, JobStatus, str]] = []
     lifecycle = Lifecycle(
@@ -174,26 +175,45 @@ def test_lifecycle_hands_the_soft_timeout_to_the_child(tmp_path: Path) -> None:
         Recorder("test"),
         report=lambda job, status, payload: reported.append((job.msgid, status, payload)),
         nack=lambda job, reason: None,
-        router_retries=lambda: True,
+        router_retries=lambda: False,
     )
     try:
         (one,) = pool.respawn()
         wait_for(lambda: pool.receive(one) == [] and one.status is Status.UP, 20, "child up")
-        job = ManagedJob("soft-1", "default", body("cleans_up", 30, str(marker), path=LIMITS), True)
-        job.timeout, job.soft_timeout = 20, 1
         lifecycle.accept(job)
-        lifecycle.dispatch(0.0)
 
         def reported_yet() -> bool:
-            lifecycle.receive(one, 0.0)
+            now = time.monotonic()
+            lifecycle.due_retries(now)
+            lifecycle.dispatch(now)
+            lifecycle.receive(one, now)
             return bool(reported)
 
         wait_for(reported_yet, 30, "the job's outcome")
     finally:
         pool.close()
-    ((msgid, status, payload),) = reported
+    return reported
+
+
+def test_lifecycle_hands_the_soft_timeout_to_the_child(tmp_path: Path) -> None:
+    """ManagedJob.soft_timeout reaches the child through Lifecycle.dispatch."""
+    marker = tmp_path / "marker"
+    job = ManagedJob("soft-1", "default", body("cleans_up", 30, str(marker), path=LIMITS), True)
+    job.timeout, job.soft_timeout = 20, 1
+    ((msgid, status, payload),) = lifecycle_run(job)
     assert (msgid, status) == ("soft-1", JobStatus.OK)
     assert json.loads(payload)["value"].startswith("cleaned up after: soft time limit")
+
+
+def test_a_retried_job_gets_its_soft_timeout_again(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    job_body = body("cleans_up_and_fails", 30, str(marker), path=LIMITS)
+    job = ManagedJob("soft-2", "default", job_body, True, retry_count=1)
+    job.soft_timeout = 1
+    ((msgid, status, payload),) = lifecycle_run(job)
+    assert (msgid, status) == ("soft-2", JobStatus.FAILED)
+    assert "SoftTimeLimitExceeded" in payload
+    assert [line.split()[0] for line in lines(marker)] == ["cleanup", "cleanup"]  # both runs
 
 
 def test_soft_limit_outside_the_main_thread_is_not_set_and_says_so(
