@@ -238,6 +238,14 @@ class PgJournalBase(KeptWrites):
             with contextlib.suppress(psycopg.Error):
                 self.conn.execute("ROLLBACK")
         self._in_tx = False
+        if not isinstance(exc, LeadershipLost):
+            deposed = self._deposed()
+            if deposed is not None:
+                # A deposed leader's writes can fail before its fence does (the new
+                # leader took the same finished seqs): the cause is the lost lease.
+                reason = f"{deposed} (its last transaction failed first: {reason})"
+                exc = LeadershipLost(reason)
+                self._dead = self.failure = reason
         self._close_conn()
         log.error("%s; this router stops writing (its open transaction is rolled back)", reason)
         if isinstance(exc, LeadershipLost):
@@ -368,6 +376,24 @@ class PgJournalBase(KeptWrites):
             self.pending += changes
             return count
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _deposed(self) -> str | None:
+        """After a failed transaction: why this router no longer leads, if it does not
+        (the fence alone, in a transaction rolled back); None if it still leads or the
+        connection cannot tell."""
+        if self._fence is None:
+            return None
+        try:
+            self.conn.execute("BEGIN")
+            try:
+                self._fence(self.conn.cursor())
+            finally:
+                self.conn.execute("ROLLBACK")
+        except LeadershipLost as lost:
+            return str(lost)
+        except psycopg.Error:
+            return None
+        return None
 
     # -- commits and the lease -------------------------------------------------------------
     def commit(self) -> bool:

@@ -6,6 +6,7 @@ call and every later one, close() never raises."""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -311,5 +312,52 @@ def test_with_the_group_lease_a_deposed_leader_cannot_commit(
         assert other.execute("SELECT seq FROM jobs").fetchall() == [(1,)]
         assert_dead(journal)
     finally:
+        first.close()
+        second.close()
+
+
+def test_a_deposed_leader_whose_write_fails_first_is_told_it_lost_the_lease(
+    pg_dsn: str, pg_group: str, other: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The new leader records finished msgids with the seqs the old one counts on
+    too, so the old one's commit fails on that INSERT before its fence runs: the
+    reason it gives is still the lost lease (seen in a soak: a resumed leader
+    logged only a UniqueViolation)."""
+    first = Lease(pg_dsn, pg_group, "a", lease_seconds=0.5)
+    second = Lease(pg_dsn, pg_group, "b", lease_seconds=0.5)
+    journals: list[PostgresJournal] = []
+
+    def led_by(epoch: int) -> PostgresJournal:
+        journal = PostgresJournal(
+            pg_dsn,
+            group=pg_group,
+            fence=lambda cursor: fence(cursor, pg_group, epoch, 0.5),
+            lease_seconds=0.5,
+        )
+        journal.keep_finished(100, 3600)
+        journals.append(journal)
+        return journal
+
+    try:
+        epoch = first.try_lead()
+        assert epoch is not None
+        old = led_by(epoch)
+        taken = wait_for(second.try_lead, timeout=10, what="the second member to take over")
+        assert taken is not None
+        new = led_by(taken)
+        new.add_finished("by-the-new-leader", time.time())
+        assert new.commit() is True
+        old.add_finished("by-the-old-leader", time.time())  # the same finished seq
+        with (
+            caplog.at_level(logging.ERROR, logger="django_eventmq.router"),
+            pytest.raises(LeadershipLost, match=f"epoch {epoch}.*failed first: .*Unique"),
+        ):
+            old.commit()
+        assert "failed first" in caplog.text
+        assert other.execute("SELECT msgid FROM finished").fetchall() == [(b"by-the-new-leader",)]
+        assert_dead(old)
+    finally:
+        for journal in journals:
+            journal.close()
         first.close()
         second.close()
