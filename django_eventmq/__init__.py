@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         JobRejected,
         ResultTimeout,
         SerializationError,
+        SoftTimeLimitExceeded,
     )
     from django_eventmq.jobmanager.progress import progress
     from django_eventmq.pubsub.api import publish, subscriber
@@ -39,6 +40,7 @@ _LAZY = {
     "JobRejected": ("django_eventmq.errors", "JobRejected"),
     "ResultTimeout": ("django_eventmq.errors", "ResultTimeout"),
     "SerializationError": ("django_eventmq.errors", "SerializationError"),
+    "SoftTimeLimitExceeded": ("django_eventmq.errors", "SoftTimeLimitExceeded"),
     "schedule": ("django_eventmq.scheduling.api", "schedule"),
     "unschedule": ("django_eventmq.scheduling.api", "unschedule"),
     "every": ("django_eventmq.scheduling.timing", "every"),
@@ -58,6 +60,7 @@ __all__ = [
     "ResultNotReady",
     "ResultTimeout",
     "SerializationError",
+    "SoftTimeLimitExceeded",
     "__version__",
     "crontab",
     "every",

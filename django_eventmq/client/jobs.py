@@ -9,8 +9,10 @@ are merged over the decorator's options, field by field.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
+import inspect
 import logging
 import math
 import threading
@@ -330,7 +332,10 @@ class Job(Generic[P, R]):
     ) -> JobHandle:
         settings = get_settings()
         if settings.run_inline:
-            return EagerHandle.ran(msgid, self.func(*args, **kwargs))
+            value = self.func(*args, **kwargs)
+            if inspect.iscoroutine(value):  # an async job: run it here, as a worker would
+                value = asyncio.run(value)
+            return EagerHandle.ran(msgid, value)
         client = get_client(settings.broker_addr, send_timeout=settings.send_timeout)
         queue_b = self._queue_b if queue is None else queue.encode()
         if headers is None:

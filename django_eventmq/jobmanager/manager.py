@@ -312,6 +312,7 @@ class JobManager(Service):
             (reply or self.settings.record_all_results) and self.pool.can_record is not False,
         )
         job.link = index
+        job.soft_timeout = headers.soft_timeout
         self.lifecycle.stats.received[job.queue] += 1
         job_debug(logger, "received, attempt %d", job.msgid, job.queue, job.attempt, body=body)
         if self._held_at_connect[index] and self._runs_here(request.msgid, index):

@@ -44,9 +44,6 @@ def test_an_async_job_streams_its_progress(client_of: Callable[[], None]) -> Non
     assert handle.wait(timeout=0) == "counted"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="client/jobs.py: the eager path does not asyncio.run a coroutine yet"
-)
 def test_an_async_job_sent_while_eager_runs_inline(eventmq_settings: Any) -> None:
     eventmq_settings(EAGER=True)
     assert limits.async_multiply.delay(6, 7).wait(timeout=0) == 42

@@ -4,8 +4,7 @@
   (a foreign client; ours cannot build one) is dropped by the router as malformed,
   as any bad header is, with one warning that says why, and never runs;
 - a job sent by a client with ``soft_timeout`` catches the limit, cleans up, and
-  its value says so (needs the job manager to pass the header on: strict xfail
-  until ``manager._accept`` does, see ``test_soft_timeout_manager.py``).
+  its value says so.
 """
 
 from __future__ import annotations
@@ -59,10 +58,6 @@ def test_the_router_drops_a_bad_soft_timeout_and_says_why(
     assert not marker.exists()  # never run
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="jobmanager/manager.py _accept does not copy headers.soft_timeout onto ManagedJob yet",
-)
 def test_a_client_job_past_its_soft_timeout_cleans_up_and_wait_says_so(
     stack: tuple[str, Proc], eventmq_settings: Any, tmp_path: Path
 ) -> None:

@@ -1,10 +1,6 @@
 """Soft time limits through the job manager: a REQUEST's ``soft-timeout`` header reaches
 the job (real worker children, the stand-in router), the outcome is reported and
 recorded like any other, and the hard ``timeout`` still kills a job that goes on.
-
-Needs ``JobManager._accept`` to copy ``headers.soft_timeout`` onto the ManagedJob
-(manager.py, not in the commit that added these tests): until then the header is
-dropped and these fail, hence the strict xfail, to be removed with that line.
 """
 
 from __future__ import annotations
@@ -22,11 +18,6 @@ from tests.jobs_fixtures import limits
 from tests.jobs_fixtures.record_hooks import read_records
 from tests.jobs_fixtures.running import payload, running, settings_for
 from tests.support import wait_for
-
-pytestmark = pytest.mark.xfail(
-    strict=True,
-    reason="jobmanager/manager.py _accept does not copy headers.soft_timeout onto ManagedJob yet",
-)
 
 LIMITS = limits.MODULE
 HOOKS = "tests.jobs_fixtures.record_hooks"
