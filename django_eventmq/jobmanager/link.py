@@ -226,7 +226,16 @@ class RouterLink(Generic[T]):
         elif self.addresses.several and now >= self._next_peer_check and (why := self._gone(now)):
             self.lose(now, why)
         elif liveness.due(now):
-            self.channel.send(Heartbeat(msgid=new_msgid(), timestamp=time.time()))
+            try:
+                # Never blocking: a DEALER whose only connection failed its
+                # handshake (the router refused our CURVE key) has no pipe, and a
+                # blocking send would hang the job manager for good, deaf to
+                # SIGTERM. Unsent, the router's silence makes us reconnect.
+                self.channel.send(
+                    Heartbeat(msgid=new_msgid(), timestamp=time.time()), flags=transport.NOBLOCK
+                )
+            except transport.Again:
+                logger.debug("heartbeat not sent: no connection to the router at %s", self.addr)
             liveness.sent(now)
         return False
 

@@ -1,7 +1,8 @@
 """End to end with CURVE: a router and job managers started with keys in ``EMQ_*``.
 
 (a) a keyed client's job runs; (b) a client with a wrong key or none cannot
-enqueue (its job never runs); (c) a job manager with a wrong key receives nothing.
+enqueue (its job never runs); (c) a job manager with a wrong key receives
+nothing, keeps retrying, and stops on SIGTERM.
 """
 
 from __future__ import annotations
@@ -54,13 +55,15 @@ def router(keys: Keys, tmp_path: Path) -> Iterator[dict[str, str]]:
         proc.stop()
 
 
-def _jobmanager(keys: Keys, backend: str, pair: tuple[str, str]) -> Proc:
+def _jobmanager(
+    keys: Keys, backend: str, pair: tuple[str, str], extra_env: dict[str, str] | None = None
+) -> Proc:
     return Proc(
         python_module(
             "jobmanager", "--broker", backend, "--concurrency", "1",
             "--job-module", "tests.jobs_fixtures.sample",
         ),
-        env=_peer_env(keys, pair),
+        env={**_peer_env(keys, pair), **(extra_env or {})},
     )  # fmt: skip
 
 
@@ -125,3 +128,23 @@ def test_job_manager_with_a_wrong_key_receives_nothing(
             manager.stop()
     finally:
         impostor.stop()
+
+
+def test_job_manager_whose_key_is_refused_keeps_retrying_and_stops_on_sigterm(
+    keys: Keys, router: dict[str, str]
+) -> None:
+    # Its DEALER has no connection once the handshake failed: a heartbeat sent
+    # blocking hung the job manager for good at the first one (no reconnect,
+    # SIGTERM unheard until SIGKILL). Short heartbeats reach that point soon.
+    impostor = _jobmanager(
+        keys,
+        router["backend"],
+        keys.stranger,
+        {"EMQ_HEARTBEAT_INTERVAL": "0.2", "EMQ_HEARTBEAT_TIMEOUT": "0.6"},
+    )
+    try:
+        impostor.wait_output(r"jobmanager waiting for the router at \S+: no answer yet", 10.0)
+    finally:
+        code = impostor.stop(timeout=10.0)
+    assert code == 0, impostor.output()
+    assert "jobmanager stopped" in impostor.output()
