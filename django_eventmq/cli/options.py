@@ -30,6 +30,7 @@ from django_eventmq.runtime.settings import (
     Settings,
     check_address,
     check_peer_addresses,
+    parse_autoscale,
     parse_queues,
 )
 from django_eventmq.scheduling.timing import CATCHUP_POLICIES
@@ -157,6 +158,15 @@ def seconds(minimum: float = 0.0, *, inclusive: bool = True) -> Callable[[str], 
 
     parse.__name__ = f"seconds {bound}"
     return parse
+
+
+def autoscale(text: str) -> str:
+    """``MIN,MAX`` worker processes, ``1 <= MIN <= MAX``."""
+    try:
+        parse_autoscale(text)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(_strip_key(str(exc))) from None
+    return text
 
 
 def module(text: str) -> str:
@@ -401,10 +411,30 @@ JOBMANAGER = (
     ),
     Option(
         ("--concurrency", "-c"),
-        "worker processes running jobs",
+        "worker processes running jobs (a fixed number; or --autoscale, not both)",
         "concurrency",
         type=whole(1),
         metavar="N",
+        exclusive="workers",
+        implies=(("autoscale", ""),),  # a fixed number given here beats an AUTOSCALE setting
+    ),
+    Option(
+        ("--autoscale",),
+        "grow the worker processes up to MAX while all are busy and the router fills "
+        "every slot, shrink back to MIN once they idle (--autoscale-idle); replaces "
+        "--concurrency, so give one of the two",
+        "autoscale",
+        type=autoscale,
+        metavar="MIN,MAX",
+        exclusive="workers",
+        shown="off",
+    ),
+    Option(
+        ("--autoscale-idle",),
+        "seconds a worker process idles before --autoscale stops it (never below MIN)",
+        "autoscale_idle",
+        type=seconds(0, inclusive=False),
+        metavar="SECONDS",
     ),
     Option(
         ("--prefetch",),

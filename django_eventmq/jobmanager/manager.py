@@ -58,7 +58,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -67,7 +69,7 @@ from django_eventmq.errors import InvalidJob
 from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
 from django_eventmq.jobmanager.link import RouterLink
 from django_eventmq.jobmanager.outcomes import Recorder
-from django_eventmq.jobmanager.pool import Pool
+from django_eventmq.jobmanager.pool import Pool, Status
 from django_eventmq.protocol import (
     Cancel,
     Disconnect,
@@ -171,6 +173,11 @@ class JobManager(Service):
         self._held_at_connect: list[set[str]] = [set() for _ in groups]
         self._next_supervise = 0.0
         self._started = False
+        #: ``(MIN, MAX)`` worker processes when autoscaling (AUTOSCALE), else None.
+        self.autoscale = settings.autoscale_bounds
+        #: Set by SIGHUP (or :meth:`reload`): renew the children at the next turn.
+        self._reload_asked = False
+        self._saved_sighup: object = None
 
     # -- lifecycle (run(), stop() and stopping come from Service) ---------------
     def start(self, now: float | None = None) -> None:
@@ -178,15 +185,30 @@ class JobManager(Service):
         now = time.monotonic() if now is None else now
         self.pool.respawn(now)
         queues = ",".join(f"{name}:{weight}" for weight, name in self.settings.queues)
+        bounds = self.autoscale
         logger.info(
-            "jobmanager ready: broker=%s queues=%s concurrency=%d pid=%d",
+            "jobmanager ready: broker=%s queues=%s concurrency=%s pid=%d",
             self.addr,
             queues,
-            self.settings.concurrency,
+            self.pool.size if bounds is None else f"{bounds[0]}..{bounds[1]} (autoscale)",
             os.getpid(),
         )
+        if threading.current_thread() is threading.main_thread():
+            self._saved_sighup = signal.signal(signal.SIGHUP, self._on_sighup)
         self._connect(now)
         self._started = True
+
+    def reload(self) -> None:
+        """Ask for a warm restart (what SIGHUP does): new children with the job code
+        imported afresh take new jobs; the old ones finish theirs, then exit.
+
+        Only sets a flag: safe from a signal handler.
+        """
+        self._reload_asked = True
+        self._next_supervise = 0.0
+
+    def _on_sighup(self, signum: int, frame: object) -> None:
+        self.reload()
 
     def drain(self) -> None:
         """Once stop was asked: hand back or finish the jobs we hold, then say goodbye."""
@@ -197,6 +219,9 @@ class JobManager(Service):
         self.pool.close()
         for link in self.links:
             link.close()
+        saved, self._saved_sighup = self._saved_sighup, None
+        if saved is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGHUP, saved)  # type: ignore[arg-type]
 
     # -- the loop --------------------------------------------------------------
     def loop_once(self, timeout_ms: int | None = None, now: float | None = None) -> None:
@@ -431,10 +456,63 @@ class JobManager(Service):
         lifecycle.check_timeouts(now)
         lifecycle.due_retries(now)
         if not self.stopping:
+            if self._reload_asked:
+                self._renew()
+            if self.autoscale is not None:
+                self._autoscale(now)
             pool.respawn(now)
         if lifecycle.pending:
             lifecycle.dispatch(now)
         self._top_up()
+
+    def _renew(self) -> None:
+        self._reload_asked = False
+        old = self.pool.renew()
+        logger.info(
+            "reload: starting %d new worker processes; %d old ones finish their jobs and exit",
+            self.pool.size,
+            old,
+        )
+
+    @property
+    def waiting(self) -> int:
+        """Jobs we hold that no child runs yet (prefetched, or waiting for a child)."""
+        return max(0, len(self.jobs) - self.pool.busy())
+
+    def _autoscale(self, now: float) -> None:
+        """Grow while every child is busy and the router used every slot we offered;
+        shrink once children idled ``AUTOSCALE_IDLE`` seconds (never a busy one).
+
+        We cannot see the router's queues, so a full house is the sign of a backlog:
+        each pass while it lasts adds one child per job held beyond the busy ones
+        (at least one), once the children added before are up.
+        """
+        assert self.autoscale is not None
+        low, high = self.autoscale
+        pool = self.pool
+        size = pool.size
+        active = pool.active()
+        starting = any(child.status is not Status.UP for child in active)
+        full = active and len(self.jobs) >= self.slots and pool.busy() >= len(active)
+        if size < high and full and not starting:
+            waiting = self.waiting
+            new = min(high, size + max(1, waiting))
+            pool.resize(new)
+            logger.info(
+                "autoscale: %d -> %d workers (all busy, %d jobs waiting here)",
+                size,
+                new,
+                waiting,
+            )
+            self._top_up()
+            return
+        if size > low and pool.retire_idle(self.settings.autoscale_idle, low, now):
+            logger.info(
+                "autoscale: %d -> %d workers (idle for %gs)",
+                size,
+                pool.size,
+                self.settings.autoscale_idle,
+            )
 
     def _wake_supervisor(self) -> None:
         self._next_supervise = 0.0
@@ -448,7 +526,7 @@ class JobManager(Service):
     @property
     def slots(self) -> int:
         """Jobs we take at once: one per worker process plus the current prefetch."""
-        return self.settings.concurrency + self.prefetch.value
+        return self.pool.size + self.prefetch.value
 
     def _top_up(self) -> None:
         """Send READY until the router holds one per free slot; UNREADY for too many.
@@ -461,7 +539,8 @@ class JobManager(Service):
         """
         if self.stopping:
             return
-        free = self.slots - len(self.jobs)
+        # Jobs finishing in children a warm restart replaced hold no slot of the new ones.
+        free = self.slots - len(self.jobs) + self.pool.renewed_jobs()
         # Several groups: each may hold credit for every free slot (see the module
         # doc), and no UNREADY churn as the other groups' jobs come and go.
         slack = self.prefetch.value // 4 if len(self.links) == 1 else self.slots

@@ -107,6 +107,10 @@ class Child:
     #: It reached UP once; it was told to exit after its share of jobs.
     was_up: bool = False
     retired: bool = False
+    #: Replaced by a warm restart (SIGHUP): finishes its jobs beside its successor.
+    renewed: bool = False
+    #: monotonic time it last had no job (it is idle while ``inflight`` is empty).
+    idle_since: float = 0.0
     kill_at: float = 0.0  # when SIGTERM turns into SIGKILL
 
     def __post_init__(self) -> None:
@@ -179,7 +183,8 @@ class Pool:
     ) -> None:
         self.settings = settings
         self.hooks = hooks
-        self.size = settings.concurrency
+        #: Children to keep active: ``concurrency``, or between the AUTOSCALE bounds.
+        self.size = settings.initial_workers
         self.max_jobs = settings.max_jobs_per_child
         #: The job manager's prefetch; the run times measured here adapt it.
         self.prefetch = prefetch or Prefetch.from_settings(settings)
@@ -210,7 +215,13 @@ class Pool:
         process.start()
         child_end.close()  # so the child's exit shows as EOF on our end
         records_in.close()
-        child = Child(process=process, conn=parent_end, started=_now(now), records_conn=records_out)
+        child = Child(
+            process=process,
+            conn=parent_end,
+            started=_now(now),
+            records_conn=records_out,
+            idle_since=_now(now),
+        )
         self.children[child.fd] = child
         self._watch(child.fd)
         logger.debug("started worker child pid=%d", child.pid)
@@ -227,6 +238,47 @@ class Pool:
         while len(self.active()) < self.size and now >= self._next_start:
             started.append(self.spawn(now))
         return started
+
+    def busy(self) -> int:
+        """Active children running a job."""
+        return sum(1 for c in self.active() if c.inflight)
+
+    def resize(self, size: int) -> None:
+        """Keep ``size`` children active from now on (respawn starts the missing ones)."""
+        self.size = size
+        self.prefetch.resize(size)
+
+    def retire_idle(self, idle: float, keep: int, now: float | None = None) -> int:
+        """Retire UP children idle for ``idle`` seconds, down to ``keep`` active; how many.
+
+        A child with a job is never retired here. The size shrinks by as many.
+        """
+        now = _now(now)
+        active = len(self.active())
+        retired = 0
+        for child in list(self.children.values()):
+            if active - retired <= keep:
+                break
+            if child.status is Status.UP and not child.inflight and now - child.idle_since >= idle:
+                child.status = Status.RETIRING  # check() tells it to exit
+                retired += 1
+        if retired:
+            self.resize(max(keep, self.size - retired))
+        return retired
+
+    def renew(self) -> int:
+        """Warm restart: every active child finishes what it holds and exits; new ones
+        (fresh imports of the job code) replace them at the next respawn. How many."""
+        old = self.active()
+        for child in old:
+            child.status = Status.RETIRING
+            child.renewed = True
+        return len(old)
+
+    def renewed_jobs(self) -> int:
+        """Jobs still held by children a warm restart replaced (their slots are not
+        their successors': the job manager offers those again)."""
+        return sum(len(c.inflight) for c in self.children.values() if c.renewed)
 
     @property
     def depth(self) -> int:
@@ -363,6 +415,8 @@ class Pool:
                     child.queued_bytes -= size
                     inflight[first] = (msgid, 0)
                     child.head_since = at
+                if not inflight:
+                    child.idle_since = at
                 child.jobs_run += 1
                 results.append((seq, status, payload))
             elif kind == child_side.PARTIAL:
@@ -450,7 +504,7 @@ class Pool:
             del self.children[fd]
             child.close_pipes()
             code = child._exitcode = child.process.exitcode
-            if not child.was_up:
+            if not child.was_up and not child.retired:
                 self._start_failed(child, _now(now))
             elif child.kill_at or (child.retired and not child.inflight):
                 logger.debug("worker child pid=%d stopped after %d jobs", child.pid, child.jobs_run)

@@ -56,7 +56,7 @@ class Prefetch:
     @classmethod
     def from_settings(cls, settings: Settings) -> Prefetch:
         """The prefetch ``PREFETCH``, ``PREFETCH_BUDGET`` and ``CONCURRENCY`` describe."""
-        return cls(settings.prefetch, settings.prefetch_budget, settings.concurrency)
+        return cls(settings.prefetch, settings.prefetch_budget, settings.initial_workers)
 
     @property
     def fixed(self) -> bool:
@@ -71,10 +71,21 @@ class Prefetch:
         mean = self.mean
         mean = seconds if mean is None else mean + ALPHA * (seconds - mean)
         self.mean = mean
-        work = self._work
-        value = self.cap if mean * self.cap <= work else int(work / mean)
+        value = self._for(mean)
         if value != self.value:
             self._set(value)
+
+    def _for(self, mean: float) -> int:
+        """The prefetch for a mean run time of ``mean`` seconds."""
+        work = self._work
+        return self.cap if mean * self.cap <= work else int(work / mean)
+
+    def resize(self, concurrency: int) -> None:
+        """Follow a pool that grew or shrank (autoscaling): the budget is per process."""
+        self.concurrency = concurrency
+        self._work = self.budget * concurrency
+        mean = self.mean
+        self._set(self.value if self.fixed or mean is None else self._for(mean))
 
     def _set(self, value: int) -> None:
         self.value = value

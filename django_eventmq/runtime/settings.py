@@ -61,6 +61,13 @@ class Settings:
     queues: QueueList = ((C.DEFAULT_QUEUE_WEIGHT, C.DEFAULT_QUEUE_NAME),)
     #: Worker processes per job manager.
     concurrency: int = 4
+    #: Grow and shrink the worker processes between two bounds, ``"MIN,MAX"``
+    #: (e.g. ``"2,8"``): more while every process is busy and the router fills
+    #: every slot offered, fewer once processes idled ``autoscale_idle`` seconds.
+    #: Replaces ``concurrency`` when set; empty: a fixed ``concurrency``.
+    autoscale: str = ""
+    #: Seconds a worker process idles before an autoscaling job manager stops it.
+    autoscale_idle: float = 30.0
     #: Most jobs handed to a job manager beyond its free processes (READY
     #: slots), so each worker process has its next jobs at hand instead of
     #: idling for a round trip to the router. How many it takes below this cap
@@ -245,6 +252,8 @@ class Settings:
                     f"QUEUES: queue name {name!r} may only hold letters, digits, '_', '.' and '-'"
                 )
         _positive("concurrency", self.concurrency, whole=True)
+        parse_autoscale(self.autoscale)
+        _positive("autoscale_idle", self.autoscale_idle)
         _positive("heartbeat_interval", self.heartbeat_interval)
         _positive("heartbeat_timeout", self.heartbeat_timeout)
         _positive("shutdown_grace", self.shutdown_grace, allow_zero=True)
@@ -325,6 +334,17 @@ class Settings:
         return from_mapping(changes, base=self, environ={})
 
     @property
+    def autoscale_bounds(self) -> tuple[int, int] | None:
+        """``(MIN, MAX)`` worker processes when autoscaling, else None."""
+        return parse_autoscale(self.autoscale)
+
+    @property
+    def initial_workers(self) -> int:
+        """Worker processes a job manager starts with: ``MIN`` when autoscaling."""
+        bounds = self.autoscale_bounds
+        return self.concurrency if bounds is None else bounds[0]
+
+    @property
     def queue_names(self) -> tuple[str, ...]:
         return tuple(name for _, name in self.queues)
 
@@ -383,6 +403,23 @@ def _check_group(s: Settings) -> None:
             f"so a shorter lease could lapse unseen; set LEASE_SECONDS to at least "
             f"{max(2 * s.heartbeat_interval, 1):g} or lower HEARTBEAT_INTERVAL"
         )
+
+
+def parse_autoscale(value: object) -> tuple[int, int] | None:
+    """``"MIN,MAX"`` (``1 <= MIN <= MAX``) as two whole numbers; ``""``: None (no autoscaling)."""
+    if value == "":
+        return None
+    how = "expected 'MIN,MAX' worker processes with 1 <= MIN <= MAX, e.g. '2,8'"
+    if not isinstance(value, str):
+        raise ConfigurationError(f"AUTOSCALE: {how}, got {value!r}")
+    low, sep, high = value.partition(",")
+    try:
+        bounds = (int(low), int(high))
+    except ValueError:
+        raise ConfigurationError(f"AUTOSCALE: {how}, got {value!r}") from None
+    if not sep or bounds[0] < 1 or bounds[0] > bounds[1]:
+        raise ConfigurationError(f"AUTOSCALE: {how}, got {value!r}")
+    return bounds
 
 
 def _positive(name: str, value: object, *, whole: bool = False, allow_zero: bool = False) -> None:
