@@ -21,9 +21,18 @@ def _line(text: str) -> None:
 
 
 @job
-def record(token: str, work: float = 0.0) -> None:
-    """``start token``, ``work`` seconds of the job's own work, ``end token``."""
+def record(token: str, work: float = 0.0, until: str | None = None) -> None:
+    """``start token``, ``work`` seconds of the job's own work, ``end token``.
+
+    With ``until`` (a file name) the work ends as soon as that file exists, at
+    the latest after ``work`` seconds: a test says when its long job may end.
+    """
     _line(f"start {token}")
-    if work:
-        time.sleep(work)  # stands for the job's own work
+    deadline = time.monotonic() + work
+    if until is None:
+        if work:
+            time.sleep(work)  # stands for the job's own work
+    else:
+        while not os.path.exists(until) and time.monotonic() < deadline:
+            time.sleep(0.01)
     _line(f"end {token}")

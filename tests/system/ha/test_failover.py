@@ -31,8 +31,9 @@ from tests.system.ha.jobs import RECORD_ENV
 JOB_PATH = "tests.system.ha.jobs"
 JOBS = 1200
 BATCH = 100
-#: Seconds the long job works: long enough for A to die and B to take over meanwhile.
-LONG = 10.0
+#: Seconds the long job works at most: it ends once the test says so (``Pair.release``),
+#: after A died, B took over and every short job ended; this only bounds a failing run.
+LONG = 60.0
 ENV = {
     "EMQ_HEARTBEAT_INTERVAL": "0.5",
     "EMQ_HEARTBEAT_TIMEOUT": "2",
@@ -41,9 +42,10 @@ ENV = {
 }
 
 
-def body(token: str, work: float = 0.0) -> bytes:
+def body(token: str, work: float = 0.0, until: Path | None = None) -> bytes:
+    args = [token, work] if until is None else [token, work, str(until)]
     return json.dumps(
-        ["run", {"path": JOB_PATH, "callable": "record", "args": [token, work], "kwargs": {}}]
+        ["run", {"path": JOB_PATH, "callable": "record", "args": args, "kwargs": {}}]
     ).encode()
 
 
@@ -61,6 +63,8 @@ class Pair:
         self.b1, self.b2, self.b_admin = tcp_addr(), tcp_addr(), tcp_addr()
         self.journal = workdir / "journal.sqlite3"
         self.record = workdir / "ran.txt"
+        #: Created by the test when the long job may end.
+        self.release = workdir / "release-the-long-job"
         self.env = {**ENV, RECORD_ENV: str(self.record)}
         self.router_a: Proc | None = None
         self.router_b: Proc | None = None
@@ -136,7 +140,8 @@ def test_failover_to_a_router_on_the_same_journal_loses_nothing_and_runs_the_lon
     thread = threading.Thread(target=killer, name="failover")
     try:
         result = client.send_many(
-            [(long_id.encode(), b"default", b"guarantee", body(long_id, LONG))], ack_timeout=2.0
+            [(long_id.encode(), b"default", b"guarantee", body(long_id, LONG, pair.release))],
+            ack_timeout=2.0,
         )
         assert result.acked == 1
         thread.start()
@@ -162,7 +167,19 @@ def test_failover_to_a_router_on_the_same_journal_loses_nothing_and_runs_the_lon
         # The job manager reached B while the long job still ran.
         pair.jobmanager.wait_output(rf"jobmanager connected to {pair.b2}", timeout=30)
         assert ("end", long_id) not in lines(pair.record), "B came after the long job ended"
-        wait_for(lambda: {long_id, *msgids} <= ended(), 150, "every job to end", poll=0.2)
+        # Every job was sent and stored: once B has handed all of them out (a
+        # second hand-out of the long job included), the long job may end. It
+        # runs all along B's recovery and hand-out, not for a fixed time. (Short
+        # jobs the job manager queued behind it end after it.)
+        wait_for(
+            lambda: admin_call(pair.b_admin, "MONITOR")["queued"] == 0,
+            60,
+            "router B to hand out every job",
+            poll=0.1,
+        )
+        assert ("end", long_id) not in lines(pair.record), "the long job ended by itself"
+        pair.release.touch()
+        wait_for(lambda: {long_id, *msgids} <= ended(), 150, "every job to end", poll=0.05)
     except BaseException:
         print(pair.outputs())
         raise
@@ -175,7 +192,7 @@ def test_failover_to_a_router_on_the_same_journal_loses_nothing_and_runs_the_lon
     handed_again = pair.jobmanager.output().count(f"job msgid={long_id} handed out again")
     monitor_b = admin_call(pair.b_admin, "MONITOR")
     print(
-        f"\nfailover: {JOBS} guaranteed jobs + 1 long job ({LONG:g}s); router B recovered "
+        f"\nfailover: {JOBS} guaranteed jobs + 1 long job (until B handed all out); B recovered "
         f"{monitor_b['recovered']} handed-out job(s) from the journal; the long job was "
         f"handed out to the job manager again {handed_again} time(s) and ran "
         f"{starts[long_id]} time(s); {len(twice)} short job(s) ran more than once "
