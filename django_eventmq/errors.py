@@ -73,6 +73,10 @@ class JobError(EventMQError):
         self.traceback = traceback
 
 
+class JobExpired(JobError):
+    """The job was not started before its ``expires`` time, so it never ran."""
+
+
 class ResultTimeout(TimeoutError, EventMQError):
     """Waiting for a job's result took longer than the caller allowed."""
 

@@ -39,9 +39,15 @@ from django.db.models import Field
 from django.db.models.fields.reverse_related import ForeignObjectRel
 from django.utils import timezone
 
-from django_eventmq.errors import JobError
+from django_eventmq.errors import JobError, JobExpired
 from django_eventmq.models.results import JobResult
-from django_eventmq.protocol.status import FINISHED, RESULT_OF, RESULT_STATUSES, JobStatus
+from django_eventmq.protocol.status import (
+    EXPIRED_ERROR,
+    FINISHED,
+    RESULT_OF,
+    RESULT_STATUSES,
+    JobStatus,
+)
 from django_eventmq.runtime.registry import canonical_name
 
 logger = logging.getLogger("django_eventmq.results")
@@ -411,7 +417,10 @@ def get_row(msgid: str) -> JobResult | None:
 
 
 def error_of(row: JobResult) -> JobError:
-    """The :class:`JobError` a finished-but-unsuccessful row stands for."""
+    """The :class:`JobError` a finished-but-unsuccessful row stands for
+    (:class:`JobExpired` for a job not started before its expiry)."""
+    if row.status == JobStatus.EXPIRED:
+        return JobExpired(row.exc_type or EXPIRED_ERROR, row.exc_message or "expired")
     exc_type = row.exc_type or ("Cancelled" if row.status == JobStatus.CANCELLED else "Error")
     message = row.exc_message or row.get_status_display()
     return JobError(exc_type, message, row.traceback)

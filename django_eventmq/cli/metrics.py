@@ -172,6 +172,7 @@ def router_families(snap: status.Snapshot) -> list[Metric]:
         for key, doc in (
             ("syncs", "Journal syncs to storage."),
             ("expired", "Job leases that expired."),
+            ("jobs_expired", "Jobs not started before their expiry (never run)."),
             ("rejected", "Jobs rejected above the high-water mark."),
             ("duplicates", "Duplicate jobs dropped."),
         ):

@@ -18,9 +18,16 @@ from types import GeneratorType
 from typing import Any, ClassVar
 
 from django_eventmq.client.connection import Outcome, existing_client, get_client
-from django_eventmq.errors import EventMQError, JobError, JobRejected, ProtocolError, ResultTimeout
+from django_eventmq.errors import (
+    EventMQError,
+    JobError,
+    JobExpired,
+    JobRejected,
+    ProtocolError,
+    ResultTimeout,
+)
 from django_eventmq.protocol import Reject, decode_json
-from django_eventmq.protocol.status import JobStatus
+from django_eventmq.protocol.status import EXPIRED_ERROR, JobStatus
 from django_eventmq.runtime import hooks
 from django_eventmq.runtime.config import get_settings
 
@@ -51,6 +58,8 @@ def outcome_status(outcome: Outcome) -> str:
     kind = error.get("type") if isinstance(error, dict) else None
     if kind == "Cancelled":
         return JobStatus.CANCELLED
+    if kind == EXPIRED_ERROR:
+        return JobStatus.EXPIRED
     # A job manager's timeout reply (outcomes.timeout_payload); a job that raised
     # TimeoutError itself has its message as the value.
     if kind == "TimeoutError" and reply.get("value") == "TimeoutError":
@@ -72,7 +81,9 @@ def outcome_value(outcome: Outcome) -> Any:
     if error:
         if not isinstance(error, dict):
             raise JobError("Error", str(error))
-        raise JobError(
+        # Not started before its expiry (the router's or a job manager's reply).
+        cls = JobExpired if error.get("type") == EXPIRED_ERROR else JobError
+        raise cls(
             str(error.get("type") or "Error"),
             str(error.get("message", "")),
             str(error.get("traceback") or ""),
@@ -96,7 +107,8 @@ class JobHandle(str):
 
         Raises :class:`JobError` (with the remote exception's class, message
         and traceback) when the job failed, timed out or was cancelled,
-        :class:`JobRejected` when the router refused it, and
+        :class:`JobExpired` (a :class:`JobError`) when it was not started before
+        its ``expires`` time and never ran, :class:`JobRejected` when the router refused it, and
         :class:`ResultTimeout` after ``timeout`` seconds. Call it in the
         thread that queued the job: the outcome comes back on that thread's
         socket.

@@ -78,6 +78,8 @@ class JobOptions(TypedDict, total=False):
     timeout: int
     soft_timeout: int | None
     priority: int
+    #: Seconds (or a timedelta) after sending: a job not started by then is not run.
+    expires: float | timedelta | None
 
 
 def due_time(countdown: float | timedelta | None, eta: datetime | None, now: float) -> float | None:
@@ -116,6 +118,33 @@ def due_time(countdown: float | timedelta | None, eta: datetime | None, now: flo
             )
         return eta.timestamp()
     return None
+
+
+def expiry_time(expires: float | timedelta | datetime | None, now: float) -> float | None:
+    """The ``expires`` unix time of ``expires=``: seconds (or a timedelta) after ``now``,
+    or an aware datetime. None for None; anything else raises :class:`ConfigurationError`.
+    """
+    if expires is None:
+        return None
+    if isinstance(expires, datetime):
+        if expires.utcoffset() is None:
+            raise ConfigurationError(
+                f"expires= must be an aware datetime (with a tzinfo), got the naive {expires!r}; "
+                "pass e.g. django.utils.timezone.now() + timedelta(minutes=5), or seconds"
+            )
+        return expires.timestamp()
+    seconds = expires.total_seconds() if isinstance(expires, timedelta) else expires
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ConfigurationError(
+            f"expires= takes seconds (a number or a timedelta) or an aware datetime, "
+            f"got {expires!r}"
+        )
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigurationError(
+            f"expires= must be a finite number of seconds > 0, got {expires!r}; "
+            "for a job that never expires, leave expires= out"
+        )
+    return now + seconds
 
 
 #: What ``send(headers=...)`` takes: a :class:`Headers`, or field names and values.
@@ -193,8 +222,20 @@ class Job(Generic[P, R]):
                 f"@job {qualname}: unknown option(s) {', '.join(unknown)}; it takes queue, "
                 f"schedule, cron, {', '.join(sorted(JobOptions.__optional_keys__))}"
             )
+        fields: dict[str, Any] = dict(options)
+        expires = fields.pop("expires", None)
+        if isinstance(expires, datetime):
+            raise ConfigurationError(
+                f"@job {qualname}: expires= takes seconds after each send here; "
+                "give a datetime to send(..., expires=) instead"
+            )
         try:
-            self.headers = Headers(**options)
+            #: Seconds after sending before the job expires (None: never).
+            self.expires_after = expiry_time(expires, 0.0)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"@job {qualname}: {exc}") from exc
+        try:
+            self.headers = Headers(**fields)
         except ProtocolError as exc:
             raise ConfigurationError(f"@job {qualname}: {exc}") from exc
         self.name = registry.register(func, self.path, self.callable_name)
@@ -249,7 +290,13 @@ class Job(Generic[P, R]):
         """
         # send() without its options: the decorator's headers, encoded once in __init__.
         body_text = self.encode_body(args, kwargs)
-        return self._send_encoded(body_text, args, kwargs, None, None, new_msgid())
+        return self._send_encoded(body_text, args, kwargs, None, self._expiring(), new_msgid())
+
+    def _expiring(self) -> Headers | None:
+        """The decorator's headers with its expiry counted from now (None: it has none)."""
+        if self.expires_after is None:
+            return None
+        return self.headers.with_(expires=time.time() + self.expires_after)
 
     def delay_in(
         self, seconds: float | timedelta, /, *args: P.args, **kwargs: P.kwargs
@@ -271,7 +318,9 @@ class Job(Generic[P, R]):
         on_commit = hooks.on_commit()
         body_text = self.encode_body(args, kwargs)  # TypeError now, not at commit
         msgid = new_msgid()
-        on_commit(lambda: self._send_encoded(body_text, args, kwargs, None, None, msgid))
+        on_commit(
+            lambda: self._send_encoded(body_text, args, kwargs, None, self._expiring(), msgid)
+        )
         return self._handle_cls(msgid)
 
     def send(
@@ -284,18 +333,27 @@ class Job(Generic[P, R]):
         msgid: str | None = None,
         countdown: float | timedelta | None = None,
         eta: datetime | None = None,
+        expires: float | timedelta | datetime | None = None,
     ) -> JobHandle:
-        """Queue the job with explicit options (queue, headers, msgid, a delay).
+        """Queue the job with explicit options (queue, headers, msgid, a delay, an expiry).
 
         ``headers`` (a :class:`Headers`, or a mapping of its field names to
         values) are merged over the decorator's (:func:`merged_headers`);
         ``countdown`` (seconds, or a timedelta) or ``eta`` (an aware datetime)
-        hold the job in the router until then.
+        hold the job in the router until then; ``expires`` (seconds from now,
+        a timedelta or an aware datetime; default: the decorator's) is when a
+        job not started yet is dropped instead of run.
         """
         kwargs = kwargs or {}
         body_text = self.encode_body(args, kwargs)  # TypeError before anything is sent
-        if headers is not None or countdown is not None or eta is not None:
-            headers = self.headers_for(headers, countdown=countdown, eta=eta)
+        if (
+            headers is not None
+            or countdown is not None
+            or eta is not None
+            or expires is not None
+            or self.expires_after is not None
+        ):
+            headers = self.headers_for(headers, countdown=countdown, eta=eta, expires=expires)
         return self._send_encoded(body_text, args, kwargs, queue, headers, msgid or new_msgid())
 
     def headers_for(
@@ -304,6 +362,7 @@ class Job(Generic[P, R]):
         *,
         countdown: float | timedelta | None = None,
         eta: datetime | None = None,
+        expires: float | timedelta | datetime | None = None,
         now: float | None = None,
     ) -> Headers:
         """The headers a :meth:`send` with these options carries.
@@ -312,9 +371,18 @@ class Job(Generic[P, R]):
         ``delay-until`` from ``countdown`` (seconds after ``now``, the wall
         clock by default) or ``eta``; giving one of them and
         a ``delay_until`` in ``headers`` too raises :class:`ConfigurationError`.
+        ``expires`` (or else the decorator's, counted from ``now``) sets the
+        ``expires`` time unless ``headers`` set one.
         """
         merged = self.headers if headers is None else merged_headers(self.headers, headers)
-        due = due_time(countdown, eta, time.time() if now is None else now)
+        now = time.time() if now is None else now
+        if merged.expires is None or expires is not None:
+            at = expiry_time(expires, now)
+            if at is None and self.expires_after is not None:
+                at = now + self.expires_after
+            if at is not None:
+                merged = merged.with_(expires=at)
+        due = due_time(countdown, eta, now)
         if due is None:
             return merged
         if merged.delay_until is not None:
@@ -393,8 +461,9 @@ def job(
     The :class:`JobOptions` become the job's headers, kept however it is
     sent: ``reply_requested``, ``guarantee``, ``retry_count``, ``timeout``
     (seconds, then the job manager kills it), ``soft_timeout`` (seconds, then
-    it raises inside the job; less than ``timeout``) and ``priority`` (higher
-    is handed out first within its queue); a bad one raises
+    it raises inside the job; less than ``timeout``), ``priority`` (higher
+    is handed out first within its queue) and ``expires`` (seconds after
+    sending: a job not started by then is never run); a bad one raises
     :class:`ConfigurationError`. ``schedule=every(60)`` /
     ``schedule=crontab("30 2 * * *", timezone=...)`` (or a list of them) and
     ``cron="0 9 * * *"`` declare periodic runs.

@@ -67,6 +67,8 @@ class ManagedJob:
     #: Seconds after which its child raises SoftTimeLimitExceeded inside it
     #: (the ``soft-timeout`` header; None: no soft limit). ``timeout`` still kills.
     soft_timeout: int | None = None
+    #: Unix time after which it is not started (the ``expires`` header; None: never).
+    expires: float | None = None
 
 
 #: Reports a job's outcome: ``(job, DONE status, reply payload)``.
@@ -131,6 +133,11 @@ class Lifecycle:
             job = jobs.get(pending[0])
             if job is None or job.child is not None:  # cancelled, or a stale entry
                 pending.popleft()
+                continue
+            if job.expires is not None and job.expires <= time.time():
+                # It waited here (prefetched, or for a retry) past its expiry: not started.
+                del jobs[pending.popleft()]
+                self._expired(job, now)
                 continue
             child = pool.pick(len(job.body_text) + 16)
             if child is None:
@@ -309,6 +316,21 @@ class Lifecycle:
             self._nack(job, "stopping")
         else:
             self._cancelled(job)
+
+    def _expired(self, job: ManagedJob, now: float) -> None:
+        """``job`` was not started before its ``expires`` time: reported expired, never run."""
+        name = job_name(job.body_text)
+        logger.info(
+            "job expired before it started, not run msgid=%s job=%s queue=%s",
+            job.msgid,
+            name,
+            job.queue,
+            extra=job_fields(job.msgid, job.queue, name),
+        )
+        if job.record:
+            self._record(job, JobStatus.EXPIRED, now, error=outcomes.expired_error())
+        # DONE ``cancelled`` with an ``Expired`` error: the DONE words are fixed.
+        self._report(job, JobStatus.CANCELLED, outcomes.expired_payload())
 
     def _cancelled(self, job: ManagedJob) -> None:
         if job.record:

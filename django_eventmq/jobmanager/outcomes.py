@@ -30,7 +30,7 @@ from typing import Any
 from django_eventmq.errors import InvalidJob
 from django_eventmq.jobmanager.child import encode_records
 from django_eventmq.protocol import encode_json, parse_job
-from django_eventmq.protocol.status import JobStatus
+from django_eventmq.protocol.status import EXPIRED_ERROR, JobStatus
 
 #: A records batch goes out when it is this old (seconds) or this long.
 RECORD_EVERY = 0.2
@@ -64,6 +64,19 @@ def cancelled_payload() -> str:
     return encode_json(
         {"value": "Cancelled", "error": error_info("Cancelled", "the job was cancelled")}
     )
+
+
+def expired_error() -> dict[str, str]:
+    """The error of a job not started before its ``expires`` time (clients raise JobExpired)."""
+    return error_info(EXPIRED_ERROR, "not started before its expiry; it never ran")
+
+
+def expired_payload() -> str:
+    """The reply for a job held past its ``expires`` time and not started.
+
+    Reported in a DONE ``cancelled`` (see ``protocol.status.expired_reply``).
+    """
+    return encode_json({"value": None, "error": expired_error()})
 
 
 def retry_payload(attempt: int, error: dict[str, str]) -> str:

@@ -25,6 +25,10 @@ DELAY_UNTIL = "delay-until"  # unix time before which the job is not handed out
 #: Seconds after which the job manager raises SoftTimeLimitExceeded inside the job
 #: (before the hard ``timeout`` kills its process); a whole number > 0, < timeout.
 SOFT_TIMEOUT = "soft-timeout"
+#: Unix time after which the job is not started (the router drops it at hand-out,
+#: a job manager will not start it): ``expires:<seconds since the epoch>``, > 0.
+EXPIRES = "expires"
+EXPIRES_B = EXPIRES.encode() + b":"
 
 _FLAGS = (REPLY_REQUESTED, GUARANTEE, NOHASTE)
 _NUMBERS = (RETRY_COUNT, TIMEOUT, RUN_COUNT)
@@ -49,6 +53,7 @@ class Headers:
     run_count: int | None = None
     priority: int = 0
     delay_until: float | None = None
+    expires: float | None = None
     extra: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
@@ -70,6 +75,8 @@ class Headers:
             raise ProtocolError(
                 f"header delay-until: expected a unix time, got {self.delay_until!r}"
             )
+        if self.expires is not None:
+            _check_expires(self.expires)
         for item in self.extra:
             if not item or "," in item:
                 raise ProtocolError(f"header {item!r}: empty or contains a comma")
@@ -89,6 +96,8 @@ class Headers:
             parts.append(f"{PRIORITY}:{self.priority}")
         if self.delay_until is not None:
             parts.append(f"{DELAY_UNTIL}:{self.delay_until!r}")
+        if self.expires is not None:
+            parts.append(f"{EXPIRES}:{self.expires!r}")
         parts.extend(self.extra)
         return ",".join(parts)
 
@@ -110,6 +119,17 @@ def _check_soft_timeout(soft: object, timeout: int) -> None:
         )
 
 
+def _check_expires(value: object) -> None:
+    """Raise :class:`ProtocolError` unless ``value`` is a finite unix time > 0."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ProtocolError(f"header expires: expected a unix time > 0, got {value!r}")
+
+
 EMPTY_HEADERS = Headers()
 
 
@@ -126,6 +146,7 @@ def parse_headers(text: str) -> Headers:
     extra: list[str] = []
     delay_until: float | None = None
     soft_timeout: int | None = None
+    expires: float | None = None
     for raw in text.split(","):
         item = raw.strip()
         if not item:
@@ -165,7 +186,9 @@ def parse_headers(text: str) -> Headers:
                 raise ProtocolError(
                     f"header soft-timeout: expected a whole number of seconds, got {value!r}"
                 ) from None
-        elif name in _FLAGS or name in _NUMBERS or name == SOFT_TIMEOUT:
+        elif name == EXPIRES and sep:
+            expires = _unix_time(value)  # checked (finite, > 0) by Headers
+        elif name in _FLAGS or name in _NUMBERS or name in (SOFT_TIMEOUT, EXPIRES):
             raise ProtocolError(
                 f"header {item!r}: malformed (flags take no value, numbers need one)"
             )
@@ -176,8 +199,30 @@ def parse_headers(text: str) -> Headers:
         **numbers,  # type: ignore[arg-type]
         delay_until=delay_until,
         soft_timeout=soft_timeout,
+        expires=expires,
         extra=tuple(extra),
     )
+
+
+def _unix_time(value: str) -> float:
+    """The ``expires`` header's value as a float (:class:`ProtocolError` if not a number)."""
+    try:
+        return float(value)
+    except ValueError:
+        raise ProtocolError(f"header expires: expected a unix time, got {value!r}") from None
+
+
+def expires_of(raw: bytes) -> float | None:
+    """The ``expires`` time in a raw header frame (None without one, or unreadable).
+
+    For the router's hand-out path: a frame without ``expires:`` costs one search.
+    """
+    if EXPIRES_B not in raw:
+        return None
+    try:
+        return parse_headers(raw.decode()).expires
+    except (ProtocolError, UnicodeDecodeError):
+        return None
 
 
 #: The header a router of ours adds to a REQUEST it hands out again: ``attempt:K``

@@ -17,7 +17,9 @@ The wire says ``ok``/``timeout``/``retry`` where a row says ``succeeded``/
 row records a refused job as failed, and a died one as failed or retrying,
 depending on whether the job is handed out again), and ``queued``/``running``
 only in rows (no DONE reports a job that has not ended); ``failed`` and
-``cancelled`` are in both. :data:`RESULT_OF` maps one subset onto the other.
+``cancelled`` are in both; ``expired`` (not started before its ``expires``
+time) is a row's word only, a DONE says it as ``cancelled`` with an
+``Expired`` error. :data:`RESULT_OF` maps one subset onto the other.
 :class:`JobStatus` is a ``StrEnum``: a member *is* its string (equal to it,
 hashed like it, written as it on the wire, in JSON and in logs), so code that
 compares with the plain words keeps working.
@@ -28,6 +30,7 @@ model derives its ``choices`` from :data:`RESULT_STATUSES`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from enum import StrEnum
 from types import MappingProxyType
@@ -45,6 +48,10 @@ class JobStatus(StrEnum):
     TIMED_OUT = "timed_out"
     RETRYING = "retrying"
     CANCELLED = "cancelled"
+    #: Not started before its ``expires`` time, never run: a row's word only; a DONE
+    #: (and the finished-jobs metric) says ``cancelled`` with an ``Expired`` error
+    #: (:func:`expired_reply`); routers count these apart (MONITOR ``jobs_expired``).
+    EXPIRED = "expired"
     # How a job ended, as a DONE says it (DONE_STATUSES: these, FAILED and CANCELLED).
     OK = "ok"
     TIMEOUT = "timeout"
@@ -73,6 +80,7 @@ RESULT_STATUSES: Final = (
     JobStatus.TIMED_OUT,
     JobStatus.RETRYING,
     JobStatus.CANCELLED,
+    JobStatus.EXPIRED,
 )
 
 #: The statuses a DONE may carry (a router of ours refuses a DONE with any other).
@@ -102,7 +110,13 @@ FAILED_OUTCOMES: Final = frozenset(
 RECORD_STATUSES: Final = frozenset(RESULT_STATUSES) - {JobStatus.QUEUED}
 #: Statuses after which nothing more happens to the job.
 FINISHED: Final = frozenset(
-    {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.CANCELLED}
+    {
+        JobStatus.SUCCEEDED,
+        JobStatus.FAILED,
+        JobStatus.TIMED_OUT,
+        JobStatus.CANCELLED,
+        JobStatus.EXPIRED,
+    }
 )
 #: Finished without a result: what a failure count or list of a results table counts.
 FAILED_RESULTS: Final = frozenset({JobStatus.FAILED, JobStatus.TIMED_OUT})
@@ -120,3 +134,23 @@ RESULT_OF: Final[Mapping[JobStatus, JobStatus]] = MappingProxyType(
         JobStatus.RETRY: JobStatus.RETRYING,
     }
 )
+
+#: The error type of the reply to a job not started before its ``expires`` time.
+EXPIRED_ERROR: Final = "Expired"
+
+
+def expired_reply(payload: str) -> bool:
+    """True if a reply payload says its job expired before it started.
+
+    A job manager reports such a job in a DONE ``cancelled`` (the DONE words
+    are fixed: routers already deployed read them) with this error type, which
+    our router counts as expired and an older one forwards as it is.
+    """
+    if EXPIRED_ERROR not in payload:
+        return False
+    try:
+        reply = json.loads(payload)
+    except ValueError:
+        return False
+    error = reply.get("error") if isinstance(reply, dict) else None
+    return isinstance(error, dict) and error.get("type") == EXPIRED_ERROR

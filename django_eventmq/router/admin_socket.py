@@ -105,6 +105,11 @@ def monitor(book: Book) -> dict[str, Any]:
             entry(queue)["poisoned"] = n
     for queue, n in book.expired_by_queue.items():
         entry(queue)["expired"] = n
+    # Jobs not started before their ``expires`` time ("expired" above is leases);
+    # only in the queues that had any.
+    for queue, n in book.jobs_expired.items():
+        if n:
+            entry(queue)["jobs_expired"] = n
     return {
         "queued": routing.waiting.total(),
         "in_memory": routing.waiting.memory(),
@@ -115,6 +120,7 @@ def monitor(book: Book) -> dict[str, Any]:
         "store_bytes": book.journal.size_bytes(),
         "syncs": book.journal.syncs,
         "expired": book.expired,
+        "jobs_expired": sum(book.jobs_expired.values()),
         "requeued": routing.requeued,
         "recovered": book.recovered,
         # Waiting jobs a reconnecting job manager said it still holds (after a failover).

@@ -21,6 +21,17 @@ Promises (README "Nothing lost"):
   msgids, ``dedup_window`` seconds; kept in the journal, so across a
   restart too), is acknowledged again and not run twice.
 
+Expiry: a job with an ``expires`` header is never handed out after that
+time (the router's wall clock; the client computed it from its own, so the
+two are assumed roughly in sync). A pop from a wait queue skips it
+(:class:`.waiting.Expiry`), a new job that arrives expired is not stored, and
+a job manager reports one it held too long as DONE ``cancelled`` with an
+``Expired`` error (:func:`~django_eventmq.protocol.status.expired_reply`); each is
+finished (deleted from the journal, its msgid remembered), counted per queue
+in :attr:`Book.jobs_expired` (and as ``cancelled`` in the finished-jobs stats,
+whose words are the DONE's), and its client, if it asked for a reply, gets
+an ``Expired`` error reply.
+
 Attempts: a job retried after DONE status ``retry`` is handed out with an
 ``attempt:K`` header (K = 2 for the first retry; any ``attempt:N`` it had is
 replaced) so the job manager records and counts the right attempt. A job
@@ -43,7 +54,7 @@ from typing import Any
 from django_eventmq.protocol import Message, Reply, new_msgid
 from django_eventmq.protocol.extensions import Reject, refusal_reason
 from django_eventmq.protocol.headers import Headers
-from django_eventmq.protocol.status import JobStatus
+from django_eventmq.protocol.status import EXPIRED_ERROR, JobStatus, expired_reply
 from django_eventmq.protocol.views import stored_request
 from django_eventmq.router.dedup import FinishedWindow
 from django_eventmq.router.journal.api import JournalLike
@@ -74,6 +85,11 @@ NACK_STOPPING = "stopping"
 CANCELLED_PAYLOAD = (
     '{"value": null, "error": {"type": "Cancelled", "message": "cancelled before it ran",'
     ' "traceback": ""}}'
+)
+#: The reply a client that asked for one gets for a job that expired before it started.
+EXPIRED_PAYLOAD = (
+    f'{{"value": null, "error": {{"type": "{EXPIRED_ERROR}", "message": "not started before'
+    ' its expiry; it never ran", "traceback": ""}}'
 )
 
 Deliver = Callable[[JobManagerPeer, RoutedJob], None]
@@ -129,6 +145,9 @@ class Book:
         self.finished = FinishedWindow(journal, settings.dedup_memory, settings.dedup_window)
         #: Leases that ran out, per queue.
         self.expired_by_queue: Counter[str] = Counter()
+        #: Jobs not started before their ``expires`` time (never run), per queue.
+        self.jobs_expired: Counter[str] = Counter()
+        self._expiry = self.routing.waiting.expiry
         self._seq = 0
         self._next_due: float | None = None
         self._last_digest: tuple[bytes, bytes] | None = None
@@ -251,6 +270,10 @@ class Book:
             return False
         job = self._new_job(identity, frames, msgid, queue, headers, now)
         wall = time.time()
+        if headers.expires is not None and headers.expires <= wall:
+            self.stats.received[queue] += 1
+            self._expired(job, stored=False)
+            return True
         due = headers.delay_until
         delayed = due is not None and due > wall
         worker = None if delayed else self.routing.free_worker(queue)
@@ -401,6 +424,7 @@ class Book:
             reply=headers.reply_requested,
             retry_count=headers.retry_count,
             timeout=headers.timeout,
+            expires=math.inf if headers.expires is None else headers.expires,
         )
 
     def _route_new(
@@ -417,6 +441,8 @@ class Book:
         worker = self.routing.submit(job, now)
         if worker is not None:
             self._hand_out(worker, job, now, stored_as_leased=stored_as_leased)
+        elif self._expiry.expired:
+            self.settle_expired()
 
     def reject(self, identity: bytes, msgid: str, reason: str) -> None:
         self.rejected += 1
@@ -448,6 +474,28 @@ class Book:
         for queue in queues if queues is not None else list(routing.waiting):
             while (pair := routing.dispatch_waiting(queue, now)) is not None:
                 self._hand_out(*pair, now)
+        if self._expiry.expired:
+            self.settle_expired()
+
+    def settle_expired(self) -> None:
+        """Finish the jobs a wait queue skipped because their ``expires`` time passed."""
+        dropped = self._expiry.expired
+        while dropped:
+            self._expired(dropped.pop(0))
+
+    def _expired(self, job: RoutedJob, *, stored: bool = True) -> None:
+        """``job`` was not started before its expiry: finished, never run."""
+        self.jobs_expired[job.queue] += 1
+        self.stats.finish(job.queue, JobStatus.CANCELLED)  # the DONE words
+        job_debug(log, "expired before it started, not run", job.msgid, job.queue)
+        if stored:
+            self._forget_finished(job)
+        else:
+            self.finished.add(job.msgid)
+        if job.reply and job.client:
+            self.to_client(
+                job.client, Reply(msgid=new_msgid(), payload=EXPIRED_PAYLOAD, reply_to=job.msgid)
+            )
 
     def undo(self, job: RoutedJob) -> None:
         """Sending ``job`` failed: it waits again (its worker keeps the slot)."""
@@ -464,6 +512,8 @@ class Book:
             self._forget_finished(done)
         if job is not None:
             self._hand_out(self.routing.workers[identity], job, now)
+        if self._expiry.expired:
+            self.settle_expired()
 
     def reply(self, identity: bytes, msgid: str) -> bytes | None:
         """A worker's REPLY (the reference's way) finished ``msgid``; returns its client."""
@@ -491,6 +541,8 @@ class Book:
             job, nxt = self.routing.done(identity, msgid, now)
             if nxt is not None:
                 self._hand_out(worker, nxt, now)
+            if self._expiry.expired:
+                self.settle_expired()
         else:
             job = self.routing.release_msgid(msgid)
         if job is None:
@@ -500,6 +552,11 @@ class Book:
         job_debug(log, "DONE %s from %s", msgid, job.queue, status, show(identity))
         if status == JobStatus.DIED:
             self._died(job, f"its worker process died ({payload[:200]})")
+        elif status == JobStatus.CANCELLED and expired_reply(payload):
+            # The job manager held it past its expiry and did not start it.
+            self.jobs_expired[job.queue] += 1
+            self.stats.finish(job.queue, JobStatus.CANCELLED)  # the DONE words
+            self._finish(job, payload)
         elif status == JobStatus.RETRY and job.attempts < job.retry_count:
             self._retry(job)
         else:
@@ -532,6 +589,8 @@ class Book:
             job, nxt = self.routing.done(identity, msgid, now)
             if nxt is not None:
                 self._hand_out(worker, nxt, now)
+            if self._expiry.expired:
+                self.settle_expired()
         if job is None:
             return
         job_debug(log, "NACK (%s), waits again", msgid, job.queue, reason)

@@ -9,7 +9,10 @@ memory are exactly the waiting jobs whose key ``(-priority, seq)`` is at
 most ``boundary`` (``None``: all of them), so loading more is one keyset
 query "after ``boundary``".
 
-Pure bookkeeping: the loader is a callable, no I/O here.
+A job whose ``expires`` time passed while it waited is not handed out: a pop
+skips it into ``Waiting.expiry.expired``, for the book to finish as expired.
+
+Pure bookkeeping: the loader and the wall clock are callables, no I/O here.
 """
 
 from __future__ import annotations
@@ -17,8 +20,13 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+
+from django_eventmq.errors import ProtocolError
+from django_eventmq.protocol.headers import expires_of
+from django_eventmq.protocol.views import stored_request
 
 Key = tuple[int, int]
 #: Heap entries: (-priority, seq, tie-breaker, job); the tie-breaker keeps jobs
@@ -59,19 +67,59 @@ class RoutedJob:
     lease_until: float = math.inf
     #: Taken out of its wait queue while still in the heap (skipped lazily).
     gone: bool = field(default=False)
+    #: Unix time after which it is not handed out (``expires`` header; inf: never;
+    #: nan: not read yet, see :func:`expires_at`).
+    expires: float = math.nan
 
     @property
     def key(self) -> Key:
         return (-self.priority, self.seq)
 
 
+def expires_at(job: RoutedJob) -> float:
+    """``job.expires``, read from its header frame the first time (a job rebuilt from
+    the journal does not carry it); inf when it has none."""
+    at = job.expires
+    if at != at:  # nan: not read yet
+        try:
+            found = expires_of(stored_request(job.frames).headers)
+        except ProtocolError:
+            found = None
+        at = job.expires = math.inf if found is None else found
+    return at
+
+
+class Expiry:
+    """Jobs a pop skipped because their ``expires`` time passed, and the clock it asks."""
+
+    __slots__ = ("clock", "expired")
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.expired: list[RoutedJob] = []
+
+    def passed(self, job: RoutedJob) -> bool:
+        """True (and ``job`` kept in :attr:`expired`) if it may no longer be handed out."""
+        at = expires_at(job)
+        if at == math.inf or at > self.clock():
+            return False
+        self.expired.append(job)
+        return True
+
+
 class WaitQueue:
     """The waiting jobs of one queue."""
 
     def __init__(
-        self, name: str, window: int, load: Loader | None, index: dict[str, RoutedJob]
+        self,
+        name: str,
+        window: int,
+        load: Loader | None,
+        index: dict[str, RoutedJob],
+        expiry: Expiry | None = None,
     ) -> None:
         self.name = name
+        self._expiry = expiry if expiry is not None else Expiry()
         #: 0: unbounded (no disk to spill to).
         self.window = window if load is not None else 0
         self._load = load
@@ -109,8 +157,12 @@ class WaitQueue:
         return False
 
     def pop(self) -> RoutedJob | None:
-        """The next job to hand out, loading more from disk when memory runs dry."""
+        """The next job to hand out, loading more from disk when memory runs dry.
+
+        A job past its ``expires`` time is taken out into the expiry's list instead.
+        """
         heap = self._heap
+        passed = self._expiry.passed
         while True:
             while heap:
                 job = heapq.heappop(heap)[3]
@@ -119,6 +171,8 @@ class WaitQueue:
                 self.live -= 1
                 self.count -= 1
                 del self._index[job.msgid]
+                if job.expires != math.inf and passed(job):
+                    continue
                 return job
             if self.boundary is None or not self._refill():
                 return None
@@ -194,11 +248,15 @@ class Waiting:
         self._queues: dict[str, WaitQueue] = {}
         #: msgid -> job, for the waiting jobs in memory.
         self.index: dict[str, RoutedJob] = {}
+        #: Jobs a pop found expired (the book finishes them) and the clock for it.
+        self.expiry = Expiry()
 
     def queue(self, name: str) -> WaitQueue:
         found = self._queues.get(name)
         if found is None:
-            found = self._queues[name] = WaitQueue(name, self.window, self._load, self.index)
+            found = self._queues[name] = WaitQueue(
+                name, self.window, self._load, self.index, self.expiry
+            )
         return found
 
     def push(self, job: RoutedJob) -> bool:
