@@ -415,7 +415,6 @@ JOBMANAGER = (
         "concurrency",
         type=whole(1),
         metavar="N",
-        exclusive="workers",
         implies=(("autoscale", ""),),  # a fixed number given here beats an AUTOSCALE setting
     ),
     Option(
@@ -426,7 +425,6 @@ JOBMANAGER = (
         "autoscale",
         type=autoscale,
         metavar="MIN,MAX",
-        exclusive="workers",
         shown="off",
     ),
     Option(
@@ -668,6 +666,12 @@ def settings_from_options(
     values: Mapping[str, Any] = (
         vars(options) if isinstance(options, argparse.Namespace) else options
     )
+    if values.get("concurrency") is not None and values.get("autoscale") is not None:
+        raise OptionError(
+            "--concurrency and --autoscale both given: drop --concurrency for worker "
+            "processes that grow and shrink between MIN and MAX, or drop --autoscale for "
+            "a fixed number"
+        )
     changes: dict[str, Any] = {}
     for option in _SETTING_OPTIONS:
         value = values.get(option.key)

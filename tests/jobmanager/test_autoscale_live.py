@@ -180,7 +180,7 @@ def test_shrinking_never_stops_a_busy_child(stack: Stack, tmp_path: Path) -> Non
         (["--autoscale", "0,2"], "1 <= MIN <= MAX"),
         (["--autoscale", "2"], "'MIN,MAX'"),
         (["--autoscale", "a,b"], "'MIN,MAX'"),
-        (["--autoscale", "1,2", "--concurrency", "2"], "not allowed with argument --autoscale"),
+        (["--autoscale", "1,2", "--concurrency", "2"], "drop --concurrency for worker"),
         (["--autoscale-idle", "0"], "expected a number of seconds > 0"),
     ],
 )
