@@ -71,11 +71,13 @@ def test_jobs_on_an_unserved_queue_are_warned_once_and_shown_by_emq_status(site:
         "WARNING: no connected job manager serves reports (2 waiting): "
         "start one that names the queue (--queues)"
     ) in emq_status(site).splitlines()
-    # Many housekeeping turns later (the jobs have waited five grace periods), still one line.
+    # Many housekeeping turns later, still one line. Three grace periods (1.2 s:
+    # two heartbeat timeouts) suffice: warned after the first, a warning repeated
+    # per turn or per grace period would show twice more by the end of the third.
     wait_for(
-        lambda: ask(site)["waiting_since_by_queue"].get("reports", 0) > 5 * 1200,
+        lambda: ask(site)["waiting_since_by_queue"].get("reports", 0) > 3 * 1200,
         30,
-        "the jobs to wait five grace periods",
+        "the jobs to wait three grace periods",
         poll=0.1,
     )
     assert site.router.output().count(WARNED) == 1
