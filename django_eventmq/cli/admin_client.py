@@ -152,6 +152,7 @@ def format_monitor(info: Mapping[str, Any]) -> str:
         "store_bytes",
         "syncs",
         "expired",
+        "jobs_expired",
         "requeued",
         "duplicates",
         "rejected",

@@ -235,6 +235,8 @@ def child_main(
     """
     # Ctrl-C reaches the whole process group; only the job manager decides.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # SIGHUP is the job manager's (a warm restart): a group-wide one must not kill us.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     fd = conn.fileno()
     try:
         loaded = load_hooks(hooks)

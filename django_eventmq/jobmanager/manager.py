@@ -338,6 +338,7 @@ class JobManager(Service):
         )
         job.link = index
         job.soft_timeout = headers.soft_timeout
+        job.expires = headers.expires
         self.lifecycle.stats.received[job.queue] += 1
         job_debug(logger, "received, attempt %d", job.msgid, job.queue, job.attempt, body=body)
         if self._held_at_connect[index] and self._runs_here(request.msgid, index):
