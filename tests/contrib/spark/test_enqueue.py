@@ -272,7 +272,10 @@ def test_a_full_router_fails_the_export_saying_it_is_full_and_what_to_do(spark, 
     procs = [start_router(frontend, backend, admin, tmp_path / "journal.db", **env)]
     try:
         with pytest.raises((PySparkException, Exception)) as info:
-            export(tokens_frame(spark, "f", 300), frontend, "full", give_up=2, ack_timeout=0.5)
+            # give_up 1 s: a router that reads nothing for that long is not
+            # busy (it answers in milliseconds up to the mark); each of the
+            # task's two attempts waits it out.
+            export(tokens_frame(spark, "f", 300), frontend, "full", give_up=1, ack_timeout=0.5)
         text = str(info.value)
         assert "RouterFull" in text and f"the router at {frontend} is full" in text
         assert "queue 'default'" in text and "emq_jobmanager --queues default" in text
