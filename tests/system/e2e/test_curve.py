@@ -7,6 +7,7 @@ nothing, keeps retrying, and stops on SIGTERM.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,16 +68,28 @@ def _jobmanager(
     )  # fmt: skip
 
 
-def _send_job(frontend: str, options: dict[int, Any], out: Path, tag: str) -> None:
-    channel = Channel(transport.DEALER, connect=frontend, options=options)
+def _send_jobs(frontend: str, sends: list[tuple[dict[int, Any], str]], out: Path) -> None:
+    """One job per (socket options, tag), each from its own socket; all sent at once,
+    then each socket given (together) a second for its handshake before it closes."""
+    channels: list[Channel] = []
     try:
-        body = JobBody(
-            path="tests.jobs_fixtures.sample", callable="record", args=(str(out), tag)
-        ).encode()
-        channel.send(Request(msgid=f"e2e-{tag}", queue="default", body_text=body))
-        channel.poll(1000)  # give the handshake a chance before the socket closes
+        for options, tag in sends:
+            channel = Channel(transport.DEALER, connect=frontend, options=options)
+            channels.append(channel)
+            body = JobBody(
+                path="tests.jobs_fixtures.sample", callable="record", args=(str(out), tag)
+            ).encode()
+            channel.send(Request(msgid=f"e2e-{tag}", queue="default", body_text=body))
+        deadline = time.monotonic() + 1.0
+        for channel in channels:
+            channel.poll(max(0, int((deadline - time.monotonic()) * 1000)))
     finally:
-        channel.close()
+        for channel in channels:
+            channel.close()
+
+
+def _send_job(frontend: str, options: dict[int, Any], out: Path, tag: str) -> None:
+    _send_jobs(frontend, [(options, tag)], out)
 
 
 def _ran(out: Path) -> set[str]:
@@ -100,8 +113,8 @@ def test_keyed_client_job_runs_and_unkeyed_ones_never_do(
     manager = _jobmanager(keys, router["backend"], keys.worker)
     try:
         manager.wait_output(r"jobmanager ready")
-        for tag, pair in (("wrong", keys.stranger), ("none", None), ("worker-key", keys.worker)):
-            _send_job(router["frontend"], _client_options(keys, pair), out, tag)
+        unkeyed = (("wrong", keys.stranger), ("none", None), ("worker-key", keys.worker))
+        _send_jobs(router["frontend"], [(_client_options(keys, p), t) for t, p in unkeyed], out)
         _send_job(router["frontend"], _client_options(keys, keys.client), out, "good")
         wait_for(lambda: "good" in _ran(out), 20.0, "the keyed client's job to run")
         with pytest.raises(AssertionError, match="timed out"):
