@@ -148,6 +148,20 @@ class LeaderInfo:
     last_failover_seconds: float | None
 
 
+def group_conninfo(dsn: str, defaults: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The connection string for ``dsn`` with ``defaults`` for what it does not set
+    (the DSN wins), and its parameters; ConfigurationError if ``dsn`` is not one."""
+    try:
+        given = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigurationError(
+            f"the journal DSN (JOURNAL_URL) is not a PostgreSQL connection string ({exc}); "
+            "write it as postgresql://user@host:port/database"
+        ) from None
+    extra = {key: value for key, value in defaults.items() if key not in given}
+    return make_conninfo(dsn, **extra), given
+
+
 def check_group(group: str) -> str:
     """Return ``group`` if it can name a router group, else raise ConfigurationError."""
     if not isinstance(group, str) or not GROUP_RE.fullmatch(group):
@@ -230,19 +244,10 @@ class Lease:
             )
         if not member:
             raise ConfigurationError("a router group member needs a name (e.g. host:port)")
-        try:
-            params = conninfo_to_dict(dsn)
-        except psycopg.ProgrammingError as exc:
-            raise ConfigurationError(
-                f"the journal DSN is not a libpq connection string ({exc}); "
-                "use postgresql://user@host:port/database"
-            ) from exc
-        extra: dict[str, Any] = {
-            "connect_timeout": CONNECT_TIMEOUT,
-            "application_name": f"emq_router {group} lease",
-        }
-        self._params = params
-        self._conninfo = make_conninfo(dsn, **{k: v for k, v in extra.items() if k not in params})
+        self._conninfo, self._params = group_conninfo(
+            dsn,
+            {"connect_timeout": CONNECT_TIMEOUT, "application_name": f"emq_router {group} lease"},
+        )
         self.dsn = dsn
         self.member = member
         self.lease_seconds = float(lease_seconds)

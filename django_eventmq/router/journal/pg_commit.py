@@ -65,7 +65,7 @@ from django_eventmq.router.journal.pg_schema import (
     migrate,
     schema_name,
 )
-from django_eventmq.router.leadership import LeadershipLost
+from django_eventmq.router.leadership import LeadershipLost, group_conninfo
 
 log = logging.getLogger("django_eventmq.router")
 
@@ -140,27 +140,21 @@ class PgJournalBase(KeptWrites):
         #: statements' parameters.
         self._new_parcels: list[tuple[Any, ...]] = []
         self._prune_after = 0.0
-        try:
-            given = psycopg.conninfo.conninfo_to_dict(dsn)
-        except psycopg.Error as exc:
-            raise ConfigurationError(
-                f"JOURNAL_URL is not a PostgreSQL DSN ({exc}); write it as "
-                "postgresql://user@host:port/database"
-            ) from None
         # A server (or the way to it) gone silent must not hang the leader in a
         # read: TCP keepalives end the connection within about a lease, unless
         # the DSN says otherwise.
-        keepalive: dict[str, Any] = {
-            "keepalives": 1,
-            "keepalives_idle": max(1, int(lease_seconds)),
-            "keepalives_interval": 1,
-            "keepalives_count": 3,
-            "tcp_user_timeout": int(lease_seconds * 1000) + 3000,
-        }
-        keepalive["application_name"] = f"emq_router {group} journal"  # in pg_stat_activity
-        options = {key: value for key, value in keepalive.items() if key not in given}
+        conninfo, _ = group_conninfo(
+            dsn,
+            {
+                "keepalives": 1,
+                "keepalives_idle": max(1, int(lease_seconds)),
+                "keepalives_interval": 1,
+                "keepalives_count": 3,
+                "tcp_user_timeout": int(lease_seconds * 1000) + 3000,
+                "application_name": f"emq_router {group} journal",  # in pg_stat_activity
+            },
+        )
         try:
-            conninfo = psycopg.conninfo.make_conninfo(dsn, **options)
             self.conn: psycopg.Connection[Any] = psycopg.connect(conninfo, autocommit=True)
         except psycopg.Error as exc:
             raise LeadershipLost(f"journal {self.path}: cannot connect: {exc}".strip()) from None
