@@ -11,44 +11,24 @@ psycopg here: the journal is only known by its :class:`LeasedJournal` side.
 
 from __future__ import annotations
 
-import select
 import time
 from typing import Protocol, runtime_checkable
 
 __all__ = ["LeaseKeeper", "LeasedJournal"]
 
 
-class _Connection(Protocol):
-    def fileno(self) -> int: ...
-
-
 @runtime_checkable
 class LeasedJournal(Protocol):
     """The lease side of a router group's journal (PostgreSQL; the group's leader)."""
 
-    @property
-    def conn(self) -> _Connection:
-        """The journal's database connection (its socket says when the server ended it)."""
-        ...
-
     def lease_valid(self, now: float) -> bool:
-        """True while the lease surely holds at monotonic ``now``."""
+        """True while the lease surely holds at monotonic ``now`` (a fence recent
+        enough, and the server has not ended the journal's connection)."""
         ...
 
     def renew(self) -> None:
         """Renew the lease now (one fenced transaction), or raise ``LeadershipLost``."""
         ...
-
-
-def has_input(conn: _Connection) -> bool:
-    """True if the server sent something unasked on this idle connection: between
-    queries it sends nothing but the notice that it ends the connection
-    (``pg_terminate_backend``, a shutdown), or the connection closed."""
-    try:
-        readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    except Exception:  # a closed connection (psycopg raises): the renewal says why
-        return True
-    return bool(readable)
 
 
 class LeaseKeeper:
@@ -67,7 +47,7 @@ class LeaseKeeper:
         one whose journal connection the server ended (a standby takes over at
         once then, while the lease still runs)."""
         journal = self.journal
-        if not journal.lease_valid(time.monotonic()) or has_input(journal.conn):
+        if not journal.lease_valid(time.monotonic()):
             journal.renew()
             self.renewed = time.monotonic()
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import select
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -411,10 +412,24 @@ class PgJournalBase(KeptWrites):
 
     def lease_valid(self, now: float) -> bool:
         """True while the last successful fence (monotonic ``now``) vouches for the
-        lease: for ``lease_seconds * 0.8`` after it began. Always True without a fence."""
+        lease: for ``lease_seconds * 0.8`` after it began, and only while the server
+        has not ended the connection (its goodbye waits unread on the socket: a
+        standby takes over at once then, the lease still running). Always True
+        without a fence."""
         if self._dead is not None:
             return False
-        return self._fence is None or now < self._fenced_at + self.lease_seconds * LEASE_SHARE
+        if self._fence is None:
+            return True
+        return now < self._fenced_at + self.lease_seconds * LEASE_SHARE and not self._has_input()
+
+    def _has_input(self) -> bool:
+        """The server sent something unasked on this idle connection: between queries
+        it sends nothing but the notice that it ends it (or the connection closed)."""
+        try:
+            readable, _, _ = select.select([self.conn.fileno()], [], [], 0)
+        except (OSError, ValueError, psycopg.Error):  # closed: the renewal says why
+            return True
+        return bool(readable)
 
     def _end(self) -> None:
         with self._guard():

@@ -361,3 +361,21 @@ def test_a_deposed_leader_whose_write_fails_first_is_told_it_lost_the_lease(
             journal.close()
         first.close()
         second.close()
+
+
+def test_the_lease_is_not_trusted_once_the_server_ended_the_connection(
+    open_journal: Opener, other: psycopg.Connection[Any]
+) -> None:
+    """A standby takes over at once when the leader's backend is gone, while the
+    leader's own lease still runs: the server's goodbye, unread on the socket, is
+    enough for lease_valid to say no before any statement finds out."""
+    journal, _ = fenced(open_journal, other, lease_seconds=60.0)
+    journal.renew()
+    assert journal.lease_valid(time.monotonic())
+    pid = journal.conn.info.backend_pid
+    assert other.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,)).fetchone() == (True,)
+    wait_for(
+        lambda: not journal.lease_valid(time.monotonic()), 10, "lease_valid to see the goodbye"
+    )
+    with pytest.raises(LeadershipLost):
+        journal.renew()
