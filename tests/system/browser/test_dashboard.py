@@ -58,26 +58,23 @@ def _environ() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
 
 
-@pytest.fixture
-def example_site(tmp_path: Path) -> Iterator[tuple[str, Client]]:
-    """The example site with a router, a job manager and runserver; (base URL, client)."""
-    db = tmp_path / "site.sqlite3"
-    env = {
+def site_env(db: Path) -> dict[str, str]:
+    """The example site's environment on the SQLite database ``db``."""
+    return {
         "DJANGO_SETTINGS_MODULE": "example_project.settings",
         "DATABASE_URL": f"sqlite:///{db}",
         "DEBUG": "true",
         "PYTHONPATH": str(ROOT),
     }
-    setup = (
+
+
+def prepare_site(env: dict[str, str], setup: str = "") -> None:
+    """Migrate the site and make the admin user, then run ``setup`` in its shell."""
+    script = (
         "from django.contrib.auth.models import User\n"
-        f"User.objects.create_superuser('admin', 'admin@example.com', {PASSWORD!r})\n"
-        "from django_eventmq.models.schedules import Schedule\n"
-        "Schedule(name='nightly digest', path='tests.system.ops.jobs', callable='noop', "
-        "interval=3600, nohaste=True).save()\n"
-        "Schedule(name='cache warm-up', path='tests.system.ops.jobs', callable='noop', args=[1], "
-        "interval=300, nohaste=True).save()\n"
+        f"User.objects.create_superuser('admin', 'admin@example.com', {PASSWORD!r})\n" + setup
     )
-    for args in (("migrate", "--noinput"), ("shell", "-c", setup)):
+    for args in (("migrate", "--noinput"), ("shell", "-c", script)):
         done = subprocess.run(
             manage(*args),
             cwd=ROOT,
@@ -88,6 +85,21 @@ def example_site(tmp_path: Path) -> Iterator[tuple[str, Client]]:
             check=False,
         )
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.fixture
+def example_site(tmp_path: Path) -> Iterator[tuple[str, Client]]:
+    """The example site with a router, a job manager and runserver; (base URL, client)."""
+    db = tmp_path / "site.sqlite3"
+    env = site_env(db)
+    prepare_site(
+        env,
+        "from django_eventmq.models.schedules import Schedule\n"
+        "Schedule(name='nightly digest', path='tests.system.ops.jobs', callable='noop', "
+        "interval=3600, nohaste=True).save()\n"
+        "Schedule(name='cache warm-up', path='tests.system.ops.jobs', callable='noop', args=[1], "
+        "interval=300, nohaste=True).save()\n",
+    )
     procs: list[Proc] = []
     client: Client | None = None
     try:

@@ -10,22 +10,22 @@ admin addresses. Needs Chromium, Playwright and PostgreSQL (skipped without them
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.pg_support import pg_dsn, pg_group  # noqa: F401 - fixtures
-from tests.support import ROOT, Proc, free_port, wait_for
+from tests.support import Proc, free_port, wait_for
 from tests.system.browser.test_dashboard import (
     ARTIFACTS,
     CHROMIUM,
     CHROMIUM_ARGS,
     PASSWORD,
-    _environ,
     manage,
     playwright_sync,
+    prepare_site,
+    site_env,
 )
 from tests.system.ha_group.support import Group
 
@@ -50,27 +50,8 @@ ROLE_COLOURS = """() => Object.fromEntries(
 @pytest.fixture
 def server(group: Group, tmp_path: Path) -> Iterator[str]:  # noqa: F811
     """runserver of the example site reading both members; its base URL."""
-    env = {
-        "DJANGO_SETTINGS_MODULE": "example_project.settings",
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'site.sqlite3'}",
-        "DEBUG": "true",
-        "PYTHONPATH": str(ROOT),
-    }
-    setup = (
-        "from django.contrib.auth.models import User\n"
-        f"User.objects.create_superuser('admin', 'admin@example.com', {PASSWORD!r})\n"
-    )
-    for args in (("migrate", "--noinput"), ("shell", "-c", setup)):
-        done = subprocess.run(
-            manage(*args),
-            cwd=ROOT,
-            env={**_environ(), **env},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
+    env = site_env(tmp_path / "site.sqlite3")
+    prepare_site(env)
     port = free_port()
     proc = Proc(
         manage("runserver", f"127.0.0.1:{port}", "--noreload"),
