@@ -40,10 +40,14 @@ class Member:
         *,
         lease: float = LEASE,
         frontend: str | None = None,
+        backend: str | None = None,
+        admin: str | None = None,
         wait: bool = True,
     ) -> None:
         self.name = name
-        self.frontend, self.backend, self.admin = frontend or tcp_addr(), tcp_addr(), tcp_addr()
+        self.frontend = frontend or tcp_addr()
+        self.backend = backend or tcp_addr()
+        self.admin = admin or tcp_addr()
         self.proc = Proc(
             python_module(
                 "router",

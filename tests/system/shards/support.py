@@ -13,16 +13,12 @@ from tests.pg_support import drop_group
 from tests.support import Proc, python_module, tcp_addr
 from tests.system.chaos.jobs import RECORD_ENV
 from tests.system.chaos.support import LOG_LEVEL, admin_call
+from tests.system.ha_group.support import ENV as GROUP_ENV
+from tests.system.ha_group.support import Member
 
-#: Fast failure detection, as in tests/system/ha_group.
-LEASE = 2.0
-ENV = {
-    "EMQ_HEARTBEAT_INTERVAL": "0.5",
-    "EMQ_HEARTBEAT_TIMEOUT": "2",
-    "EMQ_RECONNECT_MAX_DELAY": "1",
-    "EMQ_POISON_AFTER": "1000",
-    "EMQ_SEND_TIMEOUT": "1",
-}
+#: Fast failure detection, as in tests/system/ha_group; a client moves on from a
+#: group that is down after a second.
+ENV = {**GROUP_ENV, "EMQ_SEND_TIMEOUT": "1"}
 
 
 class Shard:
@@ -45,29 +41,18 @@ class Shard:
         return f"{self.backends['a']},{self.backends['b']}"
 
     def start(self, member: str) -> Proc:
-        proc = Proc(
-            python_module(
-                "router",
-                "--journal",
-                self.dsn,
-                "--group",
-                self.name,
-                "--lease-seconds",
-                str(LEASE),
-                "--frontend",
-                self.frontends[member],
-                "--backend",
-                self.backends[member],
-                "--admin",
-                self.admins[member],
-                "--log-level",
-                LOG_LEVEL,
-            ),
-            env=self.env,
+        started = Member(
+            member,
+            self.dsn,
+            self.name,
+            self.env,
+            frontend=self.frontends[member],
+            backend=self.backends[member],
+            admin=self.admins[member],
         )
-        self.procs[member] = proc
-        proc.wait_output(r"router ready", 30)
-        return proc
+        self.procs[member] = started.proc
+        started.proc.wait_output(r"router ready", 30)
+        return started.proc
 
     def processed(self, member: str) -> dict[str, int]:
         """Jobs this member's router saw finished, by queue (its STATUS)."""
