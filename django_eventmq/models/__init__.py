@@ -8,6 +8,7 @@ admin dashboard's table-less proxy in :mod:`.dashboard`.
 from __future__ import annotations
 
 from django_eventmq.models.dashboard import Dashboard as Dashboard
+from django_eventmq.models.dead_letters import DeadLetter as DeadLetter
 from django_eventmq.models.results import JobResult as JobResult
 from django_eventmq.models.schedules import Schedule, ScheduleRun
 
