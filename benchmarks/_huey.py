@@ -1,0 +1,79 @@
+"""Huey + Redis as a peer in the benchmarks: a Redis of its own and a Huey consumer.
+
+Redis runs on a free port with persistence off (``--save ''``), as a cache
+would; the consumer runs ``benchmarks.huey_jobs`` with process workers, the
+same number as our job manager's. :func:`huey_missing` says why Huey cannot
+run here (no redis-server, huey or redis not installed), for a skip line.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import socket
+from pathlib import Path
+
+from benchmarks._peers import BIN, Proc, wait_until
+
+
+def huey_missing() -> str | None:
+    """Why the Huey peer cannot run here, or None when it can."""
+    if shutil.which("redis-server") is None:
+        return "redis-server is not on PATH"
+    for module in ("huey", "redis"):
+        if importlib.util.find_spec(module) is None:
+            return f"the {module!r} package is not installed (pip install -e '.[bench]')"
+    if not (BIN / "huey_consumer").exists():
+        return f"huey_consumer is not in {BIN}"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class HueyStack:
+    """A Redis server and a Huey consumer, stopped together."""
+
+    def __init__(self, workers: int = 2) -> None:
+        self.port = _free_port()
+        self.redis = Proc(
+            [
+                "redis-server",
+                *("--port", str(self.port), "--bind", "127.0.0.1"),
+                *("--save", "", "--appendonly", "no"),
+            ]
+        )
+        self.consumer: Proc | None = None
+        try:
+            self.redis.wait_output("Ready to accept connections", 30)
+            # The client in this process reads the port when benchmarks.huey_jobs is imported.
+            os.environ["EMQ_BENCH_REDIS_PORT"] = str(self.port)
+            self.consumer = Proc(
+                [
+                    str(BIN / "huey_consumer"),
+                    "benchmarks.huey_jobs.huey",
+                    *("--workers", str(workers), "--worker-type", "process"),
+                ],
+                env={"EMQ_BENCH_REDIS_PORT": str(self.port)},
+            )
+            self.consumer.wait_output("consumer initialized|Huey consumer started", 30)
+            self._warm_up()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _warm_up(self) -> None:
+        from benchmarks.huey_jobs import stamp
+
+        result = stamp()
+        wait_until(lambda: result.get(blocking=True, timeout=30) is not None, 31, "Huey warm-up")
+
+    def stop(self) -> None:
+        if self.consumer is not None:
+            self.consumer.stop()
+        self.redis.stop()
+        Path(f"dump-{self.port}.rdb").unlink(missing_ok=True)
