@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django_eventmq.errors import BrokerUnavailable
@@ -56,7 +56,12 @@ def parse_admin_groups(value: str, setting: str) -> tuple[tuple[str, ...], ...]:
 
 
 def ask(
-    admin_addr: str, command: str, timeout: float = 5.0, *, settings: Settings | None = None
+    admin_addr: str,
+    command: str,
+    timeout: float = 5.0,
+    *,
+    settings: Settings | None = None,
+    arguments: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Send one admin command (STATUS, MONITOR, ...) to a router; its JSON answer.
 
@@ -70,7 +75,7 @@ def ask(
         transport.DEALER, connect=admin_addr, options=options, watch_handshake=True
     )
     try:
-        channel.send(AdminRequest(msgid=new_msgid(), action=command))
+        channel.send(AdminRequest(msgid=new_msgid(), action=command, arguments=tuple(arguments)))
         deadline = time.monotonic() + timeout
         failures: list[str] = []
         while True:
@@ -177,3 +182,39 @@ def format_monitor(info: Mapping[str, Any]) -> str:
 def monitor(admin_addr: str, timeout: float = 5.0) -> str:
     """``emq_status --monitor``: the router's journal state as text."""
     return format_monitor(ask(admin_addr, C.MONITOR, timeout))
+
+
+#: Msgids per POISONED_RETRY / POISONED_PURGE message (a message has at most 32 frames).
+POISONED_BATCH = 25
+
+
+def poisoned_jobs(
+    admin_addr: str, timeout: float = 5.0, *, settings: Settings | None = None
+) -> tuple[list[dict[str, Any]], int]:
+    """The router's poisoned jobs (the first 100, oldest first) and how many it holds."""
+    status = ask(admin_addr, C.STATUS, timeout, settings=settings)
+    listed = status.get("poisoned_messages") or []
+    return listed, int(status.get("poisoned_messages_total", len(listed)))
+
+
+def act_on_poisoned(
+    admin_addr: str,
+    command: str,
+    msgids: Sequence[str],
+    timeout: float = 5.0,
+    *,
+    settings: Settings | None = None,
+) -> list[str]:
+    """POISONED_RETRY or POISONED_PURGE ``msgids``; the msgids the router found poisoned."""
+    key = {C.POISONED_RETRY: "retried", C.POISONED_PURGE: "purged"}[command]
+    done: list[str] = []
+    for at in range(0, len(msgids), POISONED_BATCH):
+        chunk = msgids[at : at + POISONED_BATCH]
+        answer = ask(admin_addr, command, timeout, settings=settings, arguments=chunk)
+        if key not in answer:
+            raise BrokerUnavailable(
+                f"the router at {admin_addr} did not {command} (a standby of a router group, "
+                "or a router without poisoned-job commands): ask the group's leader"
+            )
+        done += [str(msgid) for msgid in answer[key]]
+    return done

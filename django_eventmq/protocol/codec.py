@@ -91,7 +91,7 @@ def _decode(frames: Sequence[bytes], admin: bool) -> Message:
         _check_count(command, body, Kbai.body_frames)
         return Kbai(msgid=msgid, kbye=True)
     if admin and command in C.ADMIN_COMMANDS:
-        return AdminRequest(msgid=msgid, action=command)
+        return AdminRequest(msgid=msgid, action=command, arguments=tuple(body))
     cls = MESSAGE_TYPES.get(command)
     if cls is None:
         raise ProtocolError(f"unknown command {describe(frames[2])}")

@@ -43,7 +43,14 @@ BATCH_B: Final = b"BATCH"
 #: Ours: the journal's state (queued, in flight, store size, syncs, ...), like PZQ's MONITOR.
 MONITOR: Final = "MONITOR"
 
-ADMIN_COMMANDS: Final = frozenset({STATUS, ROUTER_SHOW_WORKERS, ROUTER_SHOW_SCHEDULERS, MONITOR})
+#: Ours: hand poisoned jobs out again (deaths reset) / delete them from the journal.
+#: Their frames after the msgid are the msgids of the jobs.
+POISONED_RETRY: Final = "POISONED_RETRY"
+POISONED_PURGE: Final = "POISONED_PURGE"
+
+ADMIN_COMMANDS: Final = frozenset(
+    {STATUS, ROUTER_SHOW_WORKERS, ROUTER_SHOW_SCHEDULERS, MONITOR, POISONED_RETRY, POISONED_PURGE}
+)
 
 #: Peer types named in the last frame of INFORM.
 PEER_WORKER: Final = "worker"

@@ -381,6 +381,8 @@ class AdminRequest(Message):
 
     body_frames: ClassVar[tuple[int, int]] = (0, 0)
     action: str
+    #: Frames after the msgid (POISONED_RETRY / POISONED_PURGE: the jobs' msgids).
+    arguments: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         Message.__post_init__(self)
@@ -392,6 +394,9 @@ class AdminRequest(Message):
 
     def wire_command(self) -> str:
         return self.action
+
+    def body(self) -> list[str]:
+        return list(self.arguments)
 
 
 #: Command name -> class, for decoding. KBYE decodes to :class:`Kbai`.

@@ -146,3 +146,4 @@ def poisoned(book: Book, limit: int = 100) -> list[dict[str, Any]]:
         }
         for row, reason in book.journal.poisoned(limit)
     ]
+            "headers": row.headers.decode(errors="replace"),

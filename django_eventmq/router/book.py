@@ -64,6 +64,7 @@ from django_eventmq.router.journal.store import (
     POISONED,
     WAITING,
     JournalUnavailable,
+    Row,
     new_row,
     parcel_digest,
 )
@@ -846,3 +847,35 @@ class Book:
         self._finish(job, CANCELLED_PAYLOAD)
         job_debug(log, "cancelled before it ran", msgid, job.queue)
         return None
+
+    # -- poisoned jobs (admin POISONED_RETRY / POISONED_PURGE) -----------------------------
+    def _take_poisoned(self, msgids: Iterable[str]) -> list[Row]:
+        """The rows of those of ``msgids`` poisoned here, no longer counted as poisoned."""
+        rows = []
+        for msgid in msgids:
+            found = self.journal.find(msgid)
+            if found is not None and found[0] == POISONED:
+                self.poisoned[found[1].queue] -= 1
+                rows.append(found[1])
+        return rows
+
+    def retry_poisoned(self, msgids: Iterable[str], now: float) -> list[str]:
+        """Poisoned jobs wait again with their deaths forgotten; the msgids that were
+        poisoned here (others are not touched)."""
+        rows = self._take_poisoned(msgids)
+        for row in rows:
+            self.journal.unpoison(row.seq)
+            job = job_from_row(row, now)
+            job.deaths = 0
+            self.routing.waiting.push(job)
+            log.info("poisoned job msgid=%s queue=%s waits again (admin)", row.msgid, row.queue)
+        self.pump(now, sorted({row.queue for row in rows}))
+        return [row.msgid for row in rows]
+
+    def purge_poisoned(self, msgids: Iterable[str]) -> list[str]:
+        """Poisoned jobs deleted from the journal; the msgids that were poisoned here."""
+        rows = self._take_poisoned(msgids)
+        for row in rows:
+            self.journal.delete(row.seq)
+            log.info("poisoned job msgid=%s queue=%s purged (admin)", row.msgid, row.queue)
+        return [row.msgid for row in rows]

@@ -526,10 +526,17 @@ class Router(Service, FrontendHandlers, BackendHandlers):
         if msg.action == C.STATUS:
             body = admin_json.status(self.routing, now)
             body["poisoned_messages"] = admin_json.poisoned(self.book)
+            body["poisoned_messages_total"] = sum(self.book.poisoned.values())
+            # Jobs dropped at hand-out because their ``expires`` time passed.
+            body["expired_messages_by_queue"] = dict(self.book.jobs_expired)
             body.update(self.book.stats.as_dict())
             body["journal_failure"] = self.book.journal.failure
             if self._status_extra is not None:
                 body.update(self._status_extra())
+        elif msg.action == C.POISONED_RETRY:
+            body = {"retried": self.book.retry_poisoned(msg.arguments, now)}
+        elif msg.action == C.POISONED_PURGE:
+            body = {"purged": self.book.purge_poisoned(msg.arguments)}
         elif msg.action == C.ROUTER_SHOW_WORKERS:
             body = admin_json.show_workers(self.routing)
         elif msg.action == C.MONITOR:
