@@ -52,6 +52,9 @@ from django_eventmq.runtime.registry import canonical_name
 
 logger = logging.getLogger("django_eventmq.results")
 
+#: A job manager's row with one of these statuses is a job given up: a dead letter.
+DEAD_STATUSES = frozenset({JobStatus.FAILED.value, JobStatus.TIMED_OUT.value})
+
 #: The dispatcher job of the Tasks backend; its records describe the task it ran.
 #: Records may name it by its old name too (``registry.ALIASES``): both count.
 TASK_RUNNER = "django_eventmq.tasks_backend.run_task"
@@ -161,6 +164,8 @@ def normalise(record: Mapping[str, Any], now: datetime) -> dict[str, Any] | None
         "duration": duration,
         "created": now,
         "updated": now,
+        # Not a column: the job's options, kept by a dead letter (:mod:`.dead_letters`).
+        "options": record.get("options") or {},
     }
 
 
@@ -222,6 +227,10 @@ def record_results(records: Iterable[Mapping[str, Any]], *, from_worker: bool = 
     rows = _newest_per_msgid(rows)
     if rows:
         _upsert(rows)
+        if from_worker and any(row["status"] in DEAD_STATUSES for row in rows):
+            from django_eventmq.dead_letters import record_dead
+
+            record_dead(rows)  # jobs given up: kept as dead letters too
     return len(rows)
 
 

@@ -1,0 +1,215 @@
+"""Dead letters: recording them, sending them again, and the router's poisoned jobs.
+
+Two kinds of job will not run again by themselves:
+
+- a job whose last attempt failed or timed out: its job manager records a
+  ``failed``/``timed_out`` results row, and :func:`record_dead` (called by
+  :func:`django_eventmq.results.record_results`) keeps a :class:`DeadLetter`
+  beside it, which stays when the results row is purged;
+- a job whose worker died ``POISON_AFTER`` times: the router set it aside as
+  poisoned in its journal (there is no database there). :func:`read_poisoned`
+  lists them over the routers' admin sockets, :func:`act_on_poisoned` asks a
+  router to hand them out again (deaths reset) or delete them.
+
+:func:`retry` sends dead letters again with a new msgid; the dead letter keeps
+that msgid, and a new dead letter of it names the one it came from.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from django.utils import timezone
+
+from django_eventmq.cli import admin_client, status, status_command, status_groups
+from django_eventmq.client.connection import get_client
+from django_eventmq.errors import ConfigurationError, EventMQError, InvalidJob
+from django_eventmq.models.dead_letters import DeadLetter, DeadLetterReason
+from django_eventmq.models.results import JobResult, JobStatus
+from django_eventmq.protocol import EMPTY_HEADERS, new_msgid, parse_job
+from django_eventmq.protocol import constants as C
+from django_eventmq.protocol.headers import Headers
+from django_eventmq.runtime.config import get_settings
+
+logger = logging.getLogger("django_eventmq.dead_letters")
+
+#: A given-up job's results status (only job managers write them) -> its reason.
+_REASON_OF = {
+    JobStatus.FAILED.value: DeadLetterReason.FAILED,
+    JobStatus.TIMED_OUT.value: DeadLetterReason.TIMED_OUT,
+}
+#: Seconds each router has to answer while the admin page lists its poisoned jobs.
+ROUTER_TIMEOUT = 1.0
+#: Header fields a dead letter's ``headers`` may set on its retry.
+_HEADER_FIELDS = frozenset(f.name for f in fields(Headers)) - {"extra", "delay_until", "expires"}
+
+
+# -- recording (job-manager workers, through record_results) -----------------------------------
+def record_dead(rows: Iterable[Mapping[str, Any]]) -> int:
+    """Keep a dead letter for each row of a job manager that says its job was given up;
+    returns how many rows said so (a msgid kept already is not written again)."""
+    dead = [row for row in rows if row["status"] in _REASON_OF and row["jobmanager"]]
+    if not dead:
+        return 0
+    came_from = dict(
+        DeadLetter.objects.filter(retried_msgid__in=[row["msgid"] for row in dead]).values_list(
+            "retried_msgid", "msgid"
+        )
+    )
+    DeadLetter.objects.bulk_create(
+        [
+            DeadLetter(
+                msgid=row["msgid"],
+                reason=_REASON_OF[row["status"]],
+                queue=row["queue"],
+                job=row["job"],
+                args=row["args"],
+                kwargs=row["kwargs"],
+                headers=dict(row.get("options") or {}),
+                exc_type=row["exc_type"],
+                exc_message=row["exc_message"],
+                traceback=row["traceback"],
+                attempts=row["attempts"],
+                jobmanager=row["jobmanager"],
+                created=row["finished"] or row["updated"],
+                retry_of=came_from.get(row["msgid"], ""),
+            )
+            for row in dead
+        ],
+        ignore_conflicts=True,
+    )
+    return len(dead)
+
+
+# -- sending again ----------------------------------------------------------------------------
+def retry_headers(options: Mapping[str, Any]) -> Headers:
+    """The headers of a dead letter's retry: its options (those a retry may reuse; not a
+    delay or an expiry that has passed), and a reply requested, so it is recorded again."""
+    kept = {name: value for name, value in options.items() if name in _HEADER_FIELDS}
+    return EMPTY_HEADERS.with_(**{**kept, "reply_requested": True})
+
+
+def retry(letters: Sequence[DeadLetter]) -> list[str]:
+    """Send each dead letter again with a new msgid; the msgids sent, in order.
+
+    Each letter keeps the msgid its retry was sent with (``retried_msgid``). Raises
+    :class:`EventMQError` when the router cannot be reached (letters sent before
+    that are recorded) and :class:`InvalidJob` for a letter that names no job.
+    """
+    from django_eventmq.admin.results import _body_for  # the results admin's retry body
+
+    settings = get_settings()
+    client = get_client(settings.broker_addr, send_timeout=settings.send_timeout)
+    sent: list[str] = []
+    for letter in letters:
+        msgid = new_msgid()
+        body = _body_for(JobResult(job=letter.job, args=letter.args, kwargs=letter.kwargs), msgid)
+        if body is None:
+            raise InvalidJob(f"dead letter {letter.msgid} names no job (job {letter.job!r})")
+        client.request(
+            letter.queue or C.DEFAULT_QUEUE_NAME,
+            body.encode(),
+            retry_headers(letter.headers),
+            msgid,
+        )
+        DeadLetter.objects.filter(pk=letter.pk).update(
+            retried=timezone.now(), retried_msgid=msgid, retries=letter.retries + 1
+        )
+        sent.append(msgid)
+    return sent
+
+
+# -- the routers' poisoned jobs ---------------------------------------------------------------
+@dataclass
+class Poisoned:
+    """One job a router set aside as poisoned, as the admin page shows it."""
+
+    router: str
+    msgid: str
+    queue: str
+    job: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    deaths: int
+    reason: str
+    headers: str
+    body: str
+
+
+@dataclass
+class RouterPoisoned:
+    """The poisoned jobs the routers listed, how many they hold, and who did not answer."""
+
+    jobs: list[Poisoned] = field(default_factory=list)
+    total: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def router_addresses() -> list[str]:
+    """The admin addresses to ask: every member of every router group (a standby lists
+    none), else the one router (STATUS_ADMIN_ADDRS, else ADMIN_ADDR)."""
+    settings = get_settings()
+    target = status_command.admin_targets(None, settings.admin_addr, settings)
+    groups = status_groups.admin_groups(target, "STATUS_ADMIN_ADDRS")
+    if groups is None:
+        return [status.connectable(target)]
+    return [addr for members in groups for addr in members]
+
+
+def _poisoned(addr: str, item: Mapping[str, Any]) -> Poisoned:
+    body = str(item.get("job", ""))
+    try:
+        parsed = parse_job(body)
+        name, args, kwargs = parsed.name, list(parsed.args), dict(parsed.kwargs)
+    except InvalidJob:
+        name, args, kwargs = "?", [], {}
+    return Poisoned(
+        router=addr,
+        msgid=str(item.get("msgid", "")),
+        queue=str(item.get("queue", "")),
+        job=name,
+        args=args,
+        kwargs=kwargs,
+        deaths=int(item.get("deaths", 0)),
+        reason=str(item.get("reason", "")),
+        headers=str(item.get("headers", "")),
+        body=body,
+    )
+
+
+def read_poisoned(timeout: float | None = None) -> RouterPoisoned:
+    """Every router's poisoned jobs (each lists its first 100); a router that cannot be
+    asked is an error line, not an exception."""
+    found = RouterPoisoned()
+    try:
+        addresses = router_addresses()
+    except ConfigurationError as exc:
+        found.errors.append(str(exc))
+        return found
+    for addr in addresses:
+        try:
+            listed, total = admin_client.poisoned_jobs(addr, timeout or ROUTER_TIMEOUT)
+        except EventMQError as exc:
+            found.errors.append(f"router {addr}: {exc}")
+            continue
+        found.jobs += [_poisoned(addr, item) for item in listed]
+        found.total += total
+    return found
+
+
+def act_on_poisoned(command: str, chosen: Iterable[tuple[str, str]]) -> list[str]:
+    """POISONED_RETRY or POISONED_PURGE the ``(router, msgid)`` pairs chosen, one message
+    per router; the msgids the routers acted on. Raises :class:`EventMQError`."""
+    by_router: dict[str, list[str]] = {}
+    for addr, msgid in chosen:
+        by_router.setdefault(addr, []).append(msgid)
+    known = set(router_addresses())
+    done: list[str] = []
+    for addr, msgids in by_router.items():
+        if addr not in known:  # only the routers this site is set up to administer
+            raise ConfigurationError(f"{addr} is not one of this site's routers ({sorted(known)})")
+        done += admin_client.act_on_poisoned(addr, command, msgids, ROUTER_TIMEOUT * 5)
+    return done
