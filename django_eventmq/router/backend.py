@@ -44,7 +44,7 @@ from django_eventmq.protocol.views import (
 from django_eventmq.router.book import Book
 from django_eventmq.router.frontend import DRAIN_CAP
 from django_eventmq.router.routing import JobManagerPeer, RoutedJob
-from django_eventmq.runtime import transport
+from django_eventmq.runtime import tracing, transport
 from django_eventmq.runtime.outbox import MEMORY as WARN_MEMORY
 from django_eventmq.runtime.outbox import Handler, WarnOnce, forward, send, show
 from django_eventmq.runtime.settings import Settings
@@ -318,6 +318,8 @@ class BackendHandlers:
             return
         worker.last_sent = job.dispatched_at
         book.stats.dispatched[job.queue] += 1
+        if tracing.ON:  # the hand-out span of a traced job (runtime/tracing.py)
+            tracing.handed_out(job.frames, job.msgid, job.queue, show(identity))
         if self._leases_held and job.seq in self._leases_held:
             self._leases_held.discard(job.seq)
             book.lease(job, time.monotonic())  # held back by the journal: its lease starts now
