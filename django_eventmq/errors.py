@@ -98,3 +98,18 @@ class SoftTimeLimitExceeded(EventMQError):
     :class:`asyncio.CancelledError` at the ``await`` it was in instead; if the
     cancellation ends it, the job fails with this error.
     """
+
+
+class JobNotUnique(JobRejected):
+    """The router refused a unique job: another job with the same unique key is
+    queued or running, or was accepted less than its ``unique_for`` seconds ago.
+
+    ``holder`` is that job's msgid (``JobHandle(exc.holder).status`` reads its
+    results row; ``.wait()`` on it works in the thread that sent it), ``msgid``
+    the refused job's.
+    """
+
+    def __init__(self, reason: str, *, msgid: str, holder: str) -> None:
+        super().__init__(reason)
+        self.msgid = msgid
+        self.holder = holder

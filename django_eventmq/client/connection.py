@@ -44,7 +44,7 @@ from typing import Any
 from django_eventmq.client import bulk as pipeline
 from django_eventmq.client import exit as client_exit
 from django_eventmq.client.shards import ShardedClient
-from django_eventmq.errors import BrokerUnavailable, ProtocolError
+from django_eventmq.errors import BrokerUnavailable, JobNotUnique, ProtocolError
 from django_eventmq.protocol import (
     EMPTY_HEADERS,
     Ack,
@@ -63,6 +63,7 @@ from django_eventmq.protocol import (
 )
 from django_eventmq.protocol.packed import pack_request
 from django_eventmq.protocol.session import ClientSession
+from django_eventmq.protocol.unique import holder_of
 from django_eventmq.protocol.views import is_ack, request_frames
 from django_eventmq.runtime import config, security, transport
 from django_eventmq.runtime.addresses import (
@@ -121,6 +122,8 @@ class Client:
         #: msgids of guarantee jobs sent and not yet acknowledged.
         self._awaiting_ack: set[str] = set()
         self._acked: set[str] = set()
+        #: REJECT reasons of awaited unique jobs refused as not unique (raised by the send).
+        self._not_unique: dict[str, str] = {}
         #: The FEATURES handshake: what the router answered (packed, batch), and
         #: whether it sent anything else first (then it is the reference).
         self.session = ClientSession(pipeline.CLIENT_FEATURES)
@@ -260,13 +263,17 @@ class Client:
                     break  # the router went away: what it took before may be stored
                 sends += 1
                 deadline = time.monotonic() + ack_timeout
-                while key not in self._acked:
+                while key not in self._acked and key not in self._not_unique:
                     left = deadline - time.monotonic()
                     if left <= 0 or not self.channel.poll(max(1, int(left * 1000))):
                         break
                     self._receive_one()
                 if key in self._acked:
                     return
+                if key in self._not_unique:
+                    reason = self._not_unique[key]
+                    holder = holder_of(reason) or ""
+                    raise JobNotUnique(reason, msgid=key, holder=holder)
                 logger.warning(
                     "no ACK from the router at %s for msgid=%s within %ss; sending again",
                     self.addr,
@@ -276,6 +283,7 @@ class Client:
         finally:
             self._awaiting_ack.discard(key)
             self._acked.discard(key)
+            self._not_unique.pop(key, None)
         # Maybe not the router that answered our FEATURES: plain REQUESTs until
         # whoever serves the address now answers again.
         self._ask_features()
@@ -444,7 +452,10 @@ class Client:
             self._keep_partial(message)
         elif isinstance(message, Reject):
             logger.info("router rejected msgid=%s: %s", message.job_msgid, message.reason)
-            self._keep(message.job_msgid, message)
+            if message.job_msgid in self._awaiting_ack and holder_of(message.reason):
+                self._not_unique[message.job_msgid] = message.reason  # its send raises
+            else:
+                self._keep(message.job_msgid, message)
         # FEATURES (the answer to ours, or to a send_many's after it returned): the
         # session has it. HEARTBEAT, DISCONNECT and others need nothing from a client.
 

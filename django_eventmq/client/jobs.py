@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import functools
 import inspect
+import json
 import logging
 import math
 import threading
@@ -27,6 +28,7 @@ from django_eventmq.errors import ConfigurationError, ProtocolError, Serializati
 from django_eventmq.protocol import Headers, JobBody, new_msgid
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.payload import compact_json
+from django_eventmq.protocol.unique import unique_key
 from django_eventmq.runtime import hooks, registry
 from django_eventmq.runtime.config import get_settings
 from django_eventmq.runtime.logs import job_debug
@@ -80,6 +82,11 @@ class JobOptions(TypedDict, total=False):
     priority: int
     #: Seconds (or a timedelta) after sending: a job not started by then is not run.
     expires: float | timedelta | None
+    #: Unique jobs (docs/unique-jobs.md): seconds (or a timedelta) after acceptance
+    #: during which another job with the same key is refused (and always while this
+    #: one is queued or running); the key: a callable of the job's arguments.
+    unique_for: float | timedelta | None
+    unique_key: Callable[..., str] | None
 
 
 def due_time(countdown: float | timedelta | None, eta: datetime | None, now: float) -> float | None:
@@ -223,6 +230,8 @@ class Job(Generic[P, R]):
                 f"schedule, cron, {', '.join(sorted(JobOptions.__optional_keys__))}"
             )
         fields: dict[str, Any] = dict(options)
+        #: (seconds, key callable) of a unique job (None: not unique).
+        self.unique = _unique_option(qualname, fields.pop("unique_for", None), fields)
         expires = fields.pop("expires", None)
         if isinstance(expires, datetime):
             raise ConfigurationError(
@@ -290,7 +299,8 @@ class Job(Generic[P, R]):
         """
         # send() without its options: the decorator's headers, encoded once in __init__.
         body_text = self.encode_body(args, kwargs)
-        return self._send_encoded(body_text, args, kwargs, None, self._expiring(), new_msgid())
+        headers = self._unique_headers(self._expiring(), args, kwargs)
+        return self._send_encoded(body_text, args, kwargs, None, headers, new_msgid())
 
     def _expiring(self) -> Headers | None:
         """The decorator's headers with its expiry counted from now (None: it has none)."""
@@ -319,7 +329,14 @@ class Job(Generic[P, R]):
         body_text = self.encode_body(args, kwargs)  # TypeError now, not at commit
         msgid = new_msgid()
         on_commit(
-            lambda: self._send_encoded(body_text, args, kwargs, None, self._expiring(), msgid)
+            lambda: self._send_encoded(
+                body_text,
+                args,
+                kwargs,
+                None,
+                self._unique_headers(self._expiring(), args, kwargs),
+                msgid,
+            )
         )
         return self._handle_cls(msgid)
 
@@ -354,6 +371,7 @@ class Job(Generic[P, R]):
             or self.expires_after is not None
         ):
             headers = self.headers_for(headers, countdown=countdown, eta=eta, expires=expires)
+        headers = self._unique_headers(headers, args, kwargs)
         return self._send_encoded(body_text, args, kwargs, queue, headers, msgid or new_msgid())
 
     def headers_for(
@@ -389,6 +407,25 @@ class Job(Generic[P, R]):
             raise ConfigurationError("give countdown=/eta= or headers with delay_until, not both")
         return merged.with_(delay_until=due)
 
+    def _unique_headers(
+        self, headers: Headers | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Headers | None:
+        """``headers`` (None: the decorator's) with this unique job's key for these
+        arguments, unless it is not unique or they name a key already."""
+        if self.unique is None or (headers is not None and headers.unique_key is not None):
+            return headers
+        seconds, key_of = self.unique
+        if key_of is None:
+            part = json.dumps([args, kwargs], sort_keys=True, separators=(",", ":"))
+        else:
+            part = key_of(*args, **kwargs)
+            if not isinstance(part, str):
+                raise ConfigurationError(
+                    f"{self.name}: unique_key= returned {part!r}; it must return a str"
+                )
+        base = self.headers if headers is None else headers
+        return base.with_(unique_key=unique_key(self.name, part), unique_for=seconds)
+
     def _send_encoded(
         self,
         body_text: str,
@@ -411,6 +448,8 @@ class Job(Generic[P, R]):
         else:
             headers_b = headers.encode().encode()
             guarantee, handle_cls = headers.guarantee, _handle_class(headers)
+            # A unique job waits for the router's answer: an ACK, or JobNotUnique.
+            guarantee = guarantee or headers.unique_key is not None
         if guarantee:
             client.send_request_guaranteed(
                 msgid.encode(),
@@ -427,6 +466,35 @@ class Job(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<Job {self.name} queue={self.queue!r}>"
+
+
+def _unique_option(
+    qualname: str, unique_for: float | timedelta | None, fields: dict[str, Any]
+) -> tuple[int, Callable[..., str] | None] | None:
+    """``@job(unique_for=, unique_key=)`` as (whole seconds, key callable); None when
+    neither is given. Takes ``unique_key`` out of ``fields``."""
+    key_of = fields.pop("unique_key", None)
+    if unique_for is None and key_of is None:
+        return None
+    if key_of is not None and not callable(key_of):
+        raise ConfigurationError(
+            f"@job {qualname}: unique_key= takes a callable of the job's arguments that "
+            f"returns a str, got {key_of!r}"
+        )
+    seconds = unique_for.total_seconds() if isinstance(unique_for, timedelta) else unique_for
+    if seconds is None:
+        return 0, key_of
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not math.isfinite(seconds)
+        or seconds < 0
+    ):
+        raise ConfigurationError(
+            f"@job {qualname}: unique_for= takes seconds >= 0 (a number or a timedelta), "
+            f"got {unique_for!r}"
+        )
+    return math.ceil(seconds), key_of
 
 
 def _handle_class(headers: Headers) -> type[JobHandle]:

@@ -29,9 +29,16 @@ SOFT_TIMEOUT = "soft-timeout"
 #: a job manager will not start it): ``expires:<seconds since the epoch>``, > 0.
 EXPIRES = "expires"
 EXPIRES_B = EXPIRES.encode() + b":"
+#: A unique job's key (lowercase hex, 16 to 128 digits, computed by the client):
+#: the router refuses another job with the same key while this one is held
+#: (queued, delayed or running) and for ``unique-for`` seconds after it accepted it.
+UNIQUE_KEY = "unique-key"
+#: Whole seconds > 0 after acceptance during which the key stays taken (needs unique-key).
+UNIQUE_FOR = "unique-for"
 
 _FLAGS = (REPLY_REQUESTED, GUARANTEE, NOHASTE)
 _NUMBERS = (RETRY_COUNT, TIMEOUT, RUN_COUNT)
+_UNIQUE = (UNIQUE_KEY, UNIQUE_FOR)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,6 +61,8 @@ class Headers:
     priority: int = 0
     delay_until: float | None = None
     expires: float | None = None
+    unique_key: str | None = None
+    unique_for: int = 0
     extra: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
@@ -77,6 +86,8 @@ class Headers:
             )
         if self.expires is not None:
             _check_expires(self.expires)
+        if self.unique_key is not None or self.unique_for:
+            _check_unique(self.unique_key, self.unique_for)
         for item in self.extra:
             if not item or "," in item:
                 raise ProtocolError(f"header {item!r}: empty or contains a comma")
@@ -98,6 +109,10 @@ class Headers:
             parts.append(f"{DELAY_UNTIL}:{self.delay_until!r}")
         if self.expires is not None:
             parts.append(f"{EXPIRES}:{self.expires!r}")
+        if self.unique_key is not None:
+            parts.append(f"{UNIQUE_KEY}:{self.unique_key}")
+        if self.unique_for:
+            parts.append(f"{UNIQUE_FOR}:{self.unique_for}")
         parts.extend(self.extra)
         return ",".join(parts)
 
@@ -130,6 +145,21 @@ def _check_expires(value: object) -> None:
         raise ProtocolError(f"header expires: expected a unix time > 0, got {value!r}")
 
 
+def _check_unique(key: object, seconds: object) -> None:
+    """Raise :class:`ProtocolError` unless ``key`` is 16 to 128 lowercase hex digits and
+    ``seconds`` a whole number >= 0 (> 0 only with a key)."""
+    if key is None:
+        raise ProtocolError(
+            f"header unique-for ({seconds!r}) without unique-key: give the job a unique key too"
+        )
+    if not isinstance(key, str) or not 16 <= len(key) <= 128 or key.strip("0123456789abcdef"):
+        raise ProtocolError(
+            f"header unique-key: expected 16 to 128 lowercase hex digits, got {key!r}"
+        )
+    if type(seconds) is not int or seconds < 0:
+        raise ProtocolError(f"header unique-for: expected a whole number >= 0, got {seconds!r}")
+
+
 EMPTY_HEADERS = Headers()
 
 
@@ -147,6 +177,8 @@ def parse_headers(text: str) -> Headers:
     delay_until: float | None = None
     soft_timeout: int | None = None
     expires: float | None = None
+    unique_key: str | None = None
+    unique_for = 0
     for raw in text.split(","):
         item = raw.strip()
         if not item:
@@ -188,7 +220,15 @@ def parse_headers(text: str) -> Headers:
                 ) from None
         elif name == EXPIRES and sep:
             expires = _unix_time(value)  # checked (finite, > 0) by Headers
-        elif name in _FLAGS or name in _NUMBERS or name in (SOFT_TIMEOUT, EXPIRES):
+        elif name == UNIQUE_KEY and sep:
+            unique_key = value  # checked by Headers
+        elif name == UNIQUE_FOR and sep:
+            if not value.isdigit():
+                raise ProtocolError(
+                    f"header unique-for: expected a whole number of seconds, got {value!r}"
+                )
+            unique_for = int(value)
+        elif name in _FLAGS or name in _NUMBERS or name in (SOFT_TIMEOUT, EXPIRES, *_UNIQUE):
             raise ProtocolError(
                 f"header {item!r}: malformed (flags take no value, numbers need one)"
             )
@@ -200,6 +240,8 @@ def parse_headers(text: str) -> Headers:
         delay_until=delay_until,
         soft_timeout=soft_timeout,
         expires=expires,
+        unique_key=unique_key,
+        unique_for=unique_for,
         extra=tuple(extra),
     )
 

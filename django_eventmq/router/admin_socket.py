@@ -110,6 +110,9 @@ def monitor(book: Book) -> dict[str, Any]:
     for queue, n in book.jobs_expired.items():
         if n:
             entry(queue)["jobs_expired"] = n
+    # Unique jobs refused because another job held their key (only queues that had any).
+    for queue, n in book.unique.refused.items():
+        entry(queue)["unique_refused"] = n
     return {
         "queued": routing.waiting.total(),
         "in_memory": routing.waiting.memory(),
@@ -127,6 +130,9 @@ def monitor(book: Book) -> dict[str, Any]:
         "adopted": book.adopted,
         "duplicates": book.duplicates,
         "rejected": book.rejected,
+        # Unique keys taken now, and jobs refused as not unique (counted in rejected too).
+        "unique_keys": len(book.unique),
+        "unique_refused": sum(book.unique.refused.values()),
         "finished_remembered": len(book.finished),
         "schedules_kept": book.journal.schedule_count(),
         "journal": book.journal.path,
@@ -141,9 +147,9 @@ def poisoned(book: Book, limit: int = 100) -> list[dict[str, Any]]:
             "msgid": row.msgid,
             "queue": row.queue,
             "job": row.body.decode(errors="replace"),
+            "headers": row.headers.decode(errors="replace"),
             "deaths": row.deaths,
             "reason": reason,
         }
         for row, reason in book.journal.poisoned(limit)
     ]
-            "headers": row.headers.decode(errors="replace"),

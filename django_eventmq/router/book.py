@@ -70,6 +70,7 @@ from django_eventmq.router.journal.store import (
 )
 from django_eventmq.router.routing import JobManagerPeer, RoutedJob, Routing
 from django_eventmq.router.stored import job_from_row
+from django_eventmq.router.unique import UniqueKeys, held_rows
 from django_eventmq.router.waiting import Key
 from django_eventmq.runtime.logs import job_debug, job_fields
 from django_eventmq.runtime.outbox import show
@@ -149,6 +150,8 @@ class Book:
         #: Jobs not started before their ``expires`` time (never run), per queue.
         self.jobs_expired: Counter[str] = Counter()
         self._expiry = self.routing.waiting.expiry
+        #: Unique jobs' keys and who holds them (:mod:`.unique`).
+        self.unique = UniqueKeys()
         self._seq = 0
         self._next_due: float | None = None
         self._last_digest: tuple[bytes, bytes] | None = None
@@ -167,6 +170,8 @@ class Book:
         self.poisoned = counts[POISONED]
         self._seq = journal.max_seq()
         self._next_due = journal.next_due()
+        if self.unique.rebuild(held_rows(journal, counts[WAITING])):
+            log.info("journal %s: its jobs hold %d unique key(s)", journal.path, len(self.unique))
         if self.finished.load():
             log.info(
                 "journal %s: %d recently finished msgid(s) will not run again if resent",
@@ -286,6 +291,7 @@ class Book:
         if not stored:
             self.duplicates += 1
             return False
+        self.unique.hold(msgid, headers, wall)
         self._route_new(job, due if delayed else None, now, stored_as_leased=state == LEASED)
         return True
 
@@ -323,8 +329,11 @@ class Book:
                 for job, due in fresh
             ]
         )
+        keyed = {msgid: headers for _, msgid, _, headers in requests if headers.unique_key}
         for job, due in fresh:
             if job.seq in stored:
+                if job.msgid in keyed:
+                    self.unique.hold(job.msgid, keyed[job.msgid], wall)
                 self._route_new(job, due, now)
             else:
                 self.duplicates += 1
@@ -358,7 +367,8 @@ class Book:
         wait_queue = self.routing.waiting.queue(queue)
         due = headers.delay_until
         if (
-            not wait_queue.after_boundary((-headers.priority, self._seq + 1))
+            headers.unique_key is not None  # each job takes its key (accept_many)
+            or not wait_queue.after_boundary((-headers.priority, self._seq + 1))
             or (due is not None and due > time.time())
             or self.routing.free_worker(queue) is not None
         ):
@@ -732,6 +742,7 @@ class Book:
         if job.deaths >= self.settings.poison_after:
             reason = f"poisoned: {why}, {job.deaths} time(s)"
             self.journal.poison(job.seq, job.deaths, reason)
+            self.unique.release(job.msgid)
             self.poisoned[job.queue] += 1
             log.warning(
                 "job set aside msgid=%s queue=%s: %s",
@@ -780,6 +791,7 @@ class Book:
     def _forget_finished(self, job: RoutedJob) -> None:
         self.journal.delete(job.seq)
         self.finished.add(job.msgid)
+        self.unique.release(job.msgid)
 
     # -- delayed jobs ------------------------------------------------------------------
     def next_due(self) -> float | None:
@@ -795,6 +807,8 @@ class Book:
         try:
             while True:
                 rows = self.journal.take_due(wall)
+                # A job delayed over a restart takes its key back (held_rows missed it).
+                self.unique.rebuild((row.msgid, row.headers, row.accepted) for row in rows)
                 for row in rows:
                     job = job_from_row(row, now)
                     self.delayed[job.queue] -= 1

@@ -61,6 +61,7 @@ from django_eventmq.protocol.extensions import Reject
 from django_eventmq.protocol.headers import Headers
 from django_eventmq.protocol.limits import Limits, OverLimit
 from django_eventmq.protocol.packed import PACKED
+from django_eventmq.protocol.unique import not_unique_reason
 from django_eventmq.protocol.views import (
     BatchFields,
     RequestFields,
@@ -227,7 +228,7 @@ class FrontendHandlers(QueueMarks):
     ) -> None:
         """Take a REQUEST (``job``: its msgid, queue, headers and body frames)."""
         msgid_b, queue_b, headers_b, body = job
-        reason = self._refusal(queue_b, body, msgid)
+        reason = self._refusal(queue_b, body, msgid) or self._not_unique(msgid, queue, headers)
         if reason is not None:
             self.book.reject(identity, msgid, reason)
             return
@@ -274,6 +275,24 @@ class FrontendHandlers(QueueMarks):
                 "same run_id)"
             )
         return self._held_refusal(queue, msgid)
+
+    def _not_unique(self, msgid: str, queue: str, headers: Headers) -> str | None:
+        """Why a unique job is refused: another job holds its key (:mod:`.unique`).
+        A msgid held already is a duplicate, never refused."""
+        if headers.unique_key is None or self.book.is_held(msgid):
+            return None
+        return self.book.unique.refusal(msgid, queue, headers)
+
+    def _first_in_batch(self, keys: dict[str, str], job: Accepting) -> Accepting | str:
+        """``job`` unless an earlier job of its BATCH has its unique key (then the REJECT
+        reason); ``keys``: unique key -> msgid of the batch's jobs admitted so far."""
+        msgid, queue, key = job[1], job[2], job[3].unique_key
+        assert key is not None
+        first = keys.setdefault(key, msgid)
+        if first == msgid:
+            return job
+        self.book.unique.refused[queue] += 1
+        return not_unique_reason(first, "it is in the same BATCH")
 
     # -- BATCH -----------------------------------------------------------------------
     #: BATCH messages taken, and the jobs they carried (tests and diagnostics).
@@ -330,9 +349,12 @@ class FrontendHandlers(QueueMarks):
         self.batch_jobs_received += len(jobs)
         told = True
         admitted: list[Accepting] = []
+        keys: dict[str, str] = {}  # unique key -> msgid, of this batch's admitted jobs
         try:
             for job in jobs:
                 checked = self._batch_job(identity, job, len(admitted))
+                if not isinstance(checked, str) and checked[3].unique_key is not None:
+                    checked = self._first_in_batch(keys, checked)
                 if isinstance(checked, str):
                     told = self._reject_now(identity, job[0].decode(), checked) and told
                 else:
@@ -405,7 +427,9 @@ class FrontendHandlers(QueueMarks):
         except ProtocolError as exc:
             return exc.reason
         frames = request_frames(msgid_b, queue_b, headers_b, body)
-        reason = self._refusal(queue_b, body, msgid, coming)
+        reason = self._refusal(queue_b, body, msgid, coming) or self._not_unique(
+            msgid, queue, headers
+        )
         return (frames, msgid, queue, headers) if reason is None else reason
 
     def _reject_now(self, identity: bytes, msgid: str, reason: str) -> bool:
