@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         JobExpired,
         JobRejected,
         ResultTimeout,
+        Retry,
         SerializationError,
         SoftTimeLimitExceeded,
     )
@@ -41,6 +42,7 @@ _LAZY = {
     "JobExpired": ("django_eventmq.errors", "JobExpired"),
     "JobRejected": ("django_eventmq.errors", "JobRejected"),
     "ResultTimeout": ("django_eventmq.errors", "ResultTimeout"),
+    "Retry": ("django_eventmq.errors", "Retry"),
     "SerializationError": ("django_eventmq.errors", "SerializationError"),
     "SoftTimeLimitExceeded": ("django_eventmq.errors", "SoftTimeLimitExceeded"),
     "schedule": ("django_eventmq.scheduling.api", "schedule"),
@@ -62,6 +64,7 @@ __all__ = [
     "JobRejected",
     "ResultNotReady",
     "ResultTimeout",
+    "Retry",
     "SerializationError",
     "SoftTimeLimitExceeded",
     "__version__",

@@ -6,7 +6,9 @@ subclasses it too, so callers may catch either (``except ValueError``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 
 
 class EventMQError(Exception):
@@ -113,3 +115,44 @@ class JobNotUnique(JobRejected):
         super().__init__(reason)
         self.msgid = msgid
         self.holder = holder
+
+
+class Retry(EventMQError):
+    """Raise inside a job to have it run again later: ``raise Retry(in_=30)``.
+
+    ``in_`` (seconds, or a timedelta) or ``at`` (an aware datetime) says when;
+    with neither, the job's back-off applies (``@job(retry_backoff=...)``, else
+    ``RETRY_BACKOFF_BASE``). It is an attempt like any failure: it uses up one of
+    the job's ``retry_count``, and once they are used up the job fails with this
+    error (so a job that always asks again still stops). The retry goes through
+    the router, which holds the job (in its journal) until then.
+    """
+
+    def __init__(
+        self, in_: float | timedelta | None = None, *, at: datetime | None = None, reason: str = ""
+    ) -> None:
+        if in_ is not None and at is not None:
+            raise ConfigurationError("Retry takes in_= or at=, not both")
+        if in_ is not None:
+            seconds = in_.total_seconds() if isinstance(in_, timedelta) else in_
+            if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+                raise ConfigurationError(f"Retry(in_=) takes seconds or a timedelta, got {in_!r}")
+            if not math.isfinite(seconds) or seconds < 0:
+                raise ConfigurationError(f"Retry(in_=) must be >= 0 seconds, got {in_!r}")
+            in_ = float(seconds)
+        if at is not None and (not isinstance(at, datetime) or at.utcoffset() is None):
+            raise ConfigurationError(
+                f"Retry(at=) takes an aware datetime (with a tzinfo), got {at!r}"
+            )
+        #: Seconds to wait (None: ``at``, or the job's back-off).
+        self.in_: float | None = in_
+        self.at = at
+        self.reason = reason
+        when = f" in {in_:g}s" if in_ is not None else f" at {at.isoformat()}" if at else ""
+        super().__init__(f"the job asked to be retried{when}" + (f": {reason}" if reason else ""))
+
+    def seconds(self, now: float) -> float | None:
+        """Seconds from unix time ``now`` until the retry (None: the back-off decides)."""
+        if self.at is not None:
+            return max(0.0, self.at.timestamp() - now)
+        return self.in_

@@ -29,7 +29,7 @@ from django_eventmq.protocol import Headers, JobBody, new_msgid
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.payload import compact_json
 from django_eventmq.protocol.unique import unique_key
-from django_eventmq.runtime import hooks, registry
+from django_eventmq.runtime import hooks, registry, retry_policy
 from django_eventmq.runtime.config import get_settings
 from django_eventmq.runtime.logs import job_debug
 from django_eventmq.scheduling.timing import Periodic, crontab
@@ -82,6 +82,12 @@ class JobOptions(TypedDict, total=False):
     priority: int
     #: Seconds (or a timedelta) after sending: a job not started by then is not run.
     expires: float | timedelta | None
+    #: Retry policy (runtime/retry_policy.py; not headers, kept in the code): the
+    #: exceptions that retry, the first back-off, jitter (True/"full"/"equal"), the cap.
+    retry_on: type[BaseException] | tuple[type[BaseException], ...] | None
+    retry_backoff: float | None
+    retry_jitter: bool | str
+    retry_max_delay: float | None
     #: Unique jobs (docs/unique-jobs.md): seconds (or a timedelta) after acceptance
     #: during which another job with the same key is refused (and always while this
     #: one is queued or running); the key: a callable of the job's arguments.
@@ -230,6 +236,10 @@ class Job(Generic[P, R]):
                 f"schedule, cron, {', '.join(sorted(JobOptions.__optional_keys__))}"
             )
         fields: dict[str, Any] = dict(options)
+        try:
+            policy = retry_policy.policy_from_options(fields, fields.get("retry_count", 0))
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"@job {qualname}: {exc}") from exc
         #: (seconds, key callable) of a unique job (None: not unique).
         self.unique = _unique_option(qualname, fields.pop("unique_for", None), fields)
         expires = fields.pop("expires", None)
@@ -248,6 +258,9 @@ class Job(Generic[P, R]):
         except ProtocolError as exc:
             raise ConfigurationError(f"@job {qualname}: {exc}") from exc
         self.name = registry.register(func, self.path, self.callable_name)
+        #: How a failure is retried (None: any exception, the global back-off).
+        self.retry_policy = policy
+        retry_policy.register(self.name, policy)
         #: Schedules declared in code for this job (see ``declared_schedules``).
         self.schedules = _periodics(schedule, cron)
         with _declared_lock:
@@ -534,7 +547,9 @@ def job(
     sending: a job not started by then is never run); a bad one raises
     :class:`ConfigurationError`. ``schedule=every(60)`` /
     ``schedule=crontab("30 2 * * *", timezone=...)`` (or a list of them) and
-    ``cron="0 9 * * *"`` declare periodic runs.
+    ``cron="0 9 * * *"`` declare periodic runs. ``retry_on``, ``retry_backoff``,
+    ``retry_jitter`` and ``retry_max_delay`` shape how its ``retry_count`` retries
+    are used (docs/retries.md).
     """
 
     def wrap(f: Callable[P, R]) -> Job[P, R]:

@@ -41,6 +41,7 @@ import select
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections import deque
 from collections.abc import Callable
@@ -55,7 +56,7 @@ from django_eventmq.jobmanager.pipe import FrameReader, frame, write_all
 from django_eventmq.protocol import encode_json, parse_job
 from django_eventmq.protocol.payload import MAX_JSON_BYTES, MAX_JSON_DEPTH
 from django_eventmq.protocol.status import JobStatus
-from django_eventmq.runtime import registry
+from django_eventmq.runtime import registry, retry_policy
 from django_eventmq.runtime.settings import Settings
 
 logger = logging.getLogger("django_eventmq.worker")
@@ -195,7 +196,9 @@ class JobRunner:
                 raise
             # KeyboardInterrupt too: children ignore SIGINT, so the job raised it
             # itself; it fails that job, as any exception does, not the child.
-            return JobStatus.FAILED, _error_payload(name, exc)
+            # The job's retry policy is known here only: its advice goes with it.
+            advice = retry_policy.advice(name, exc, time.time())
+            return JobStatus.FAILED, _error_payload(name, exc, retry=advice)
         try:
             return JobStatus.OK, encode_json({"value": value})
         except SerializationError as exc:
@@ -206,19 +209,26 @@ class JobRunner:
             )
 
 
-def _error_payload(name: str, exc: BaseException, *, with_traceback: bool = True) -> str:
+def _error_payload(
+    name: str,
+    exc: BaseException,
+    *,
+    with_traceback: bool = True,
+    retry: dict[str, Any] | None = None,
+) -> str:
     text = "".join(traceback.format_exception(exc)) if with_traceback else ""
     kind = type(exc)
-    return encode_json(
-        {
-            "job": name,
-            "type": kind.__name__,
-            # The importable class (a Django task's TaskError.exception_class_path).
-            "path": f"{kind.__module__}.{kind.__qualname__}",
-            "message": str(exc),
-            "traceback": text,
-        }
-    )
+    fields: dict[str, Any] = {
+        "job": name,
+        "type": kind.__name__,
+        # The importable class (a Django task's TaskError.exception_class_path).
+        "path": f"{kind.__module__}.{kind.__qualname__}",
+        "message": str(exc),
+        "traceback": text,
+    }
+    if retry:
+        fields[retry_policy.ADVICE_KEY] = retry  # runtime/retry_policy.py: advice
+    return encode_json(fields)
 
 
 # -- the child process --------------------------------------------------------

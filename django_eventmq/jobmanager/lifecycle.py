@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import json
 import logging
+import random
 import time
 from collections import deque
 from collections.abc import Callable
@@ -29,8 +30,8 @@ from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import Child, Pool, Status
 from django_eventmq.jobmanager.progress import Coalescer
 from django_eventmq.protocol.status import NOT_RUN, JobStatus
+from django_eventmq.runtime import retry_policy
 from django_eventmq.runtime.logs import job_debug, job_fields, job_name
-from django_eventmq.runtime.retry import backoff
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.stats import Stats
 
@@ -113,6 +114,8 @@ class Lifecycle:
         self.jobs: dict[int, ManagedJob] = {}
         self.pending: deque[int] = deque()  # accepted, waiting for a free child
         self._retries: list[tuple[float, int]] = []  # (due, seq) held for a local retry
+        #: Draws in [0, 1) for retry jitter (runtime/retry_policy.py).
+        self.random: Callable[[], float] = random.random
         self._seq = 0
         self.wake_supervisor: Callable[[], None] = lambda: None
         #: Takes records batches back from a child that was stopped.
@@ -240,8 +243,8 @@ class Lifecycle:
                 self._report(job, JobStatus.OK, payload)
             elif status == JobStatus.CANCELLED:
                 self._skipped(job)
-            elif status == JobStatus.FAILED and job.attempt <= job.retry_count:
-                self._retry(seq, job, payload, now)
+            elif status == JobStatus.FAILED and (decision := self._decide(job, payload)).retry:
+                self._retry(seq, job, payload, now, decision)
             else:
                 self._failed(job, status, payload, now)
 
@@ -281,7 +284,21 @@ class Lifecycle:
             job, done, outcomes.error_payload(error["type"], error["message"], error["traceback"])
         )
 
-    def _retry(self, seq: int, job: ManagedJob, payload: str, now: float) -> None:
+    def _decide(self, job: ManagedJob, payload: str) -> retry_policy.Decision:
+        """Retry a failed ``job``? Its retry-count and the child's advice (its policy) say."""
+        s = self.settings
+        return retry_policy.decide(
+            job.attempt,
+            job.retry_count,
+            retry_policy.advice_of(payload),
+            base=s.retry_backoff_base,
+            cap=s.retry_backoff_cap,
+            rand=self.random,
+        )
+
+    def _retry(
+        self, seq: int, job: ManagedJob, payload: str, now: float, decision: retry_policy.Decision
+    ) -> None:
         """A failed job with retries left: the router retries it, or we do after a back-off."""
         name, error = outcomes.parse_failure(payload)
         self.stats.retried[job.queue] += 1
@@ -299,10 +316,11 @@ class Lifecycle:
         if job.record:
             self._record(job, JobStatus.RETRYING, now, error=error)
         if self._router_retries_job(job):
-            self._report(job, JobStatus.RETRY, outcomes.retry_payload(job.attempt, error))
+            # Without a policy of the job's the router's own back-off applies.
+            delay = decision.delay if decision.custom else None
+            self._report(job, JobStatus.RETRY, outcomes.retry_payload(job.attempt, error, delay))
             return
-        s = self.settings
-        delay = backoff(job.attempt, s.retry_backoff_base, s.retry_backoff_cap)
+        delay = decision.delay
         job.attempt += 1
         job.child = None
         job.started = job.pid = None

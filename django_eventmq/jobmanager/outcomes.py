@@ -31,6 +31,7 @@ from django_eventmq.errors import InvalidJob
 from django_eventmq.jobmanager.child import encode_records
 from django_eventmq.protocol import encode_json, parse_job
 from django_eventmq.protocol.status import EXPIRED_ERROR, JobStatus
+from django_eventmq.runtime.retry_policy import RETRY_IN
 
 #: A records batch goes out when it is this old (seconds) or this long.
 RECORD_EVERY = 0.2
@@ -79,13 +80,18 @@ def expired_payload() -> str:
     return encode_json({"value": None, "error": expired_error()})
 
 
-def retry_payload(attempt: int, error: dict[str, str]) -> str:
+def retry_payload(attempt: int, error: dict[str, str], delay: float | None = None) -> str:
     """DONE ``retry`` payload: which attempt failed, and how.
 
     ``value`` is there as in a failed job's reply: the router forwards this
-    payload as the final reply once it stops retrying.
+    payload as the final reply once it stops retrying. ``delay``: seconds the
+    router holds the job before the next attempt (``retry_in``, the job's retry
+    policy; None: the router's own back-off).
     """
-    return encode_json({"value": error["message"], "attempt": attempt, "error": error})
+    fields: dict[str, Any] = {"value": error["message"], "attempt": attempt, "error": error}
+    if delay is not None:
+        fields[RETRY_IN] = delay
+    return encode_json(fields)
 
 
 def parse_failure(payload: str) -> tuple[str, dict[str, str]]:

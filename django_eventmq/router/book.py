@@ -72,6 +72,7 @@ from django_eventmq.router.routing import JobManagerPeer, RoutedJob, Routing
 from django_eventmq.router.stored import job_from_row
 from django_eventmq.router.unique import UniqueKeys, held_rows
 from django_eventmq.router.waiting import Key
+from django_eventmq.runtime import retry_policy
 from django_eventmq.runtime.logs import job_debug, job_fields
 from django_eventmq.runtime.outbox import show
 from django_eventmq.runtime.retry import backoff
@@ -569,7 +570,7 @@ class Book:
             self.stats.finish(job.queue, JobStatus.CANCELLED)  # the DONE words
             self._finish(job, payload)
         elif status == JobStatus.RETRY and job.attempts < job.retry_count:
-            self._retry(job)
+            self._retry(job, retry_policy.delay_in_payload(payload))
         else:
             self.routing.count_finished(job, identity)
             # A retry past its retry-count is a failure; time from hand-out to report.
@@ -760,11 +761,15 @@ class Book:
         self.routing.requeued += 1
         self.routing.waiting.push(job)
 
-    def _retry(self, job: RoutedJob) -> None:
+    def _retry(self, job: RoutedJob, asked: float | None = None) -> None:
+        """Hold ``job`` (in the journal, DELAYED) for ``asked`` seconds (the job's retry
+        policy, as its job manager said), else this router's back-off."""
         s = self.settings
         job.attempts += 1
         self.stats.retried[job.queue] += 1
         pause = backoff(job.attempts, s.retry_backoff_base, s.retry_backoff_cap)
+        if asked is not None:
+            pause = asked
         due = time.time() + pause
         self.journal.delay(job.seq, due, job.attempts)
         self.delayed[job.queue] += 1
