@@ -16,10 +16,14 @@ from django_eventmq.protocol.batch import pack_jobs
 from django_eventmq.protocol.status import JobStatus
 from django_eventmq.protocol.unique import holder_of, unique_key
 from django_eventmq.router.book import Book
+from django_eventmq.router.journal.api import JournalLike
 from django_eventmq.router.journal.store import MEMORY, Journal
 from django_eventmq.router.routing import RoutedJob
 from django_eventmq.router.unique import UniqueKeys
+from tests.pg_support import pg_dsn as pg_dsn  # fixtures of the postgres journal
+from tests.pg_support import pg_group as pg_group
 from tests.router.test_expiry import Clock
+from tests.router.test_poisoned_journal import reopen as reopen  # either journal
 from tests.router.test_router import JOB, Harness, make_settings
 from tests.support import wait_for
 
@@ -123,7 +127,7 @@ def test_rebuild_takes_the_keys_of_rows_with_readable_headers() -> None:
 
 
 def make_book(
-    journal: Journal | None = None, **settings: Any
+    journal: JournalLike | None = None, **settings: Any
 ) -> tuple[Book, list[RoutedJob], list[Message]]:
     sent: list[RoutedJob] = []
     told: list[Message] = []
@@ -205,22 +209,22 @@ def test_a_batch_of_unique_jobs_is_never_stored_as_one_parcel() -> None:
     assert not book.accept_parcel(b"c", b"", 2, "q", headers, b"", 1.0)
 
 
-def test_the_journal_rebuilds_the_keys_of_held_jobs_on_open(tmp_path: Path) -> None:
-    path = str(tmp_path / "journal.db")
-    book, sent, _told = make_book(Journal(path))
+def test_the_journal_rebuilds_the_keys_of_held_jobs_on_open(
+    reopen: Callable[[], JournalLike],
+) -> None:
+    book, sent, _told = make_book(reopen())
     accept(book, "queued")
     accept(book, "running", f"unique-key:{OTHER},unique-for:600")
     accept(book, "plain", "")
     with_worker(book)  # "queued" is handed out: it waits again after the restart
     assert [job.msgid for job in sent] == ["queued"]
     book.journal.commit()
-    book.journal.close()
-    again, _sent, _told = make_book(Journal(path))
+    again, _sent, _told = make_book(reopen())
     again.recover()
     assert again.unique.holder(KEY) == "queued"
     assert again.unique.holder(OTHER) == "running"
     assert len(again.unique) == 2
-    again.journal.close()
+    again.journal.close()  # before the group's schema is dropped
 
 
 def test_a_job_delayed_over_a_restart_takes_its_key_back_when_due(tmp_path: Path) -> None:
