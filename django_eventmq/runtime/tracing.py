@@ -75,16 +75,19 @@ def tracer() -> Any:
     global _tracer, _next_check, ON
     if _tracer is not None:
         return _tracer
-    loaded = _trace if _trace is not None else sys.modules.get("opentelemetry.trace")
-    if loaded is None or (_provider is None and getattr(loaded, "_TRACER_PROVIDER", 0) is None):
-        return None
+    api = _trace
+    if api is None:
+        if "opentelemetry.trace" not in sys.modules:
+            return None  # nothing loaded OpenTelemetry: no provider can be set
+        api = _api()  # loaded already: no import cost
+        if api is None:
+            return None
+    if _provider is None and getattr(api, "_TRACER_PROVIDER", 0) is None:
+        return None  # no global provider set (yet)
     now = time.monotonic()
     if now < _next_check:
         return None
     _next_check = now + RECHECK
-    api = _api()
-    if api is None:
-        return None
     provider = _provider if _provider is not None else api.get_tracer_provider()
     if isinstance(provider, api.ProxyTracerProvider | api.NoOpTracerProvider):
         return None
@@ -230,8 +233,21 @@ class SendSpan:
 
 def send_span(queue: str, msgid: str, job: str) -> SendSpan | None:
     """The ``send`` span of a job the client sends now (None: tracing off)."""
-    tracer_ = _tracer if _tracer is not None else tracer()
-    return None if tracer_ is None else SendSpan(tracer_, queue, msgid, job)
+    tracer_ = _tracer
+    if tracer_ is None:
+        # tracer()'s first checks, inline: this runs on every .delay().
+        if _trace is None and "opentelemetry.trace" not in sys.modules:
+            return None
+        if (
+            _trace is not None
+            and _provider is None
+            and getattr(_trace, "_TRACER_PROVIDER", 0) is None
+        ):
+            return None
+        tracer_ = tracer()
+        if tracer_ is None:
+            return None
+    return SendSpan(tracer_, queue, msgid, job)
 
 
 def _failed(span: Any, exc: BaseException) -> None:

@@ -1,7 +1,8 @@
 """Tracing end to end: one trace across the client, a router and a job manager.
 
-The test process is the client (a request span made here, as Django
-instrumentation would, and the send span inside it); the router and the job
+The test process is the client (a Django request, through the test client,
+whose span comes from opentelemetry-instrumentation-django, and the send span
+inside it); the router and the job
 manager (with its spawned worker children) are real processes that export
 their spans through ``tests/tracing_probe`` (on their PYTHONPATH) into JSON
 line files the test reads.
@@ -18,10 +19,11 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk")
 
+from django.test import Client
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
 
 from django_eventmq.client import connection as client
+from django_eventmq.client.handles import JobHandle
 from django_eventmq.errors import JobError
 from django_eventmq.runtime import tracing
 from tests.support import ROOT, Proc, python_module, tcp_addr, wait_for
@@ -83,15 +85,30 @@ def _wait_spans(directory: Path, trace_id: str, names: set[str]) -> dict[str, di
     )
 
 
+@pytest.fixture
+def instrumented_django(client_spans: InMemorySpanExporter, settings: Any) -> Iterator[Client]:
+    """A Django test client whose requests have spans (opentelemetry-instrumentation-django,
+    on this test's tracer provider) and reach ``tracing_urls``."""
+    django_otel = pytest.importorskip("opentelemetry.instrumentation.django")
+    settings.ROOT_URLCONF = "tests.system.e2e.tracing_urls"
+    instrumentor = django_otel.DjangoInstrumentor()
+    instrumentor.instrument(tracer_provider=tracing._provider)
+    try:
+        yield Client()  # made after instrument(): its handler loads the span middleware
+    finally:
+        instrumentor.uninstrument()
+
+
 def test_one_trace_links_the_request_send_accept_hand_out_and_run(
-    stack: Path, client_spans: InMemorySpanExporter
+    stack: Path, client_spans: InMemorySpanExporter, instrumented_django: Client
 ) -> None:
-    provider_tracer = tracing.tracer()
-    with provider_tracer.start_as_current_span("GET /signup", kind=SpanKind.SERVER):
-        handle = traced_add.delay(2, 3)
+    response = instrumented_django.get("/signup")
+    assert response.status_code == 200
+    handle = JobHandle(response.content.decode())
     assert handle.wait(timeout=30) == 5
     local = {span.name: span_record(span) for span in client_spans.get_finished_spans()}
-    request, send = local["GET /signup"], local["send default"]
+    request, send = local["GET signup"], local["send default"]
+    assert request["kind"] == "SERVER"
     trace_id = request["trace_id"]
     remote = _wait_spans(stack, trace_id, {"accept default", "hand-out default", "run default"})
     accept, hand_out, run = (
