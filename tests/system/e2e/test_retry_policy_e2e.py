@@ -69,6 +69,11 @@ class Stack(ResultStack):
         """Jobs the router holds delayed (MONITOR), retries waiting for their time included."""
         return int(admin_client.ask(self.admin, "MONITOR")["delayed"])
 
+    def retried(self) -> int:
+        """Retries the router counted in queue ``default`` (STATUS, as emq_status shows)."""
+        counts = admin_client.ask(self.admin, "STATUS")["retried_messages_by_queue"]
+        return int(counts.get("default", 0))
+
     def row_when(self, msgid: str, status: str) -> dict[str, Any]:
         return self.wait_row(msgid, lambda row: row["status"] == status, f"status {status}")
 
@@ -111,8 +116,10 @@ def test_an_exception_not_listed_fails_at_once(use: Stack, tmp_path: Path) -> No
 
 def test_raise_retry_is_held_by_the_router_for_its_delay(use: Stack, tmp_path: Path) -> None:
     log = tmp_path / "runs"
+    retried = use.retried()
     handle = retry_jobs.asks_again.delay(str(log), 1, 1.0)
     wait_for(lambda: use.delayed() == 1, 10, "the retry held delayed by the router")
+    assert use.retried() == retried + 1  # emq_status counts it
     assert handle.wait(timeout=30) == "ready"
     first, second = runs(log)
     assert second - first >= 1.0  # the router held it that long
