@@ -3,7 +3,7 @@
 Core never imports Django; it asks :mod:`django_eventmq.runtime.hooks`
 for these instead: ``transaction.on_commit`` for ``.delay_on_commit()``,
 the results table for ``handle.status`` / ``handle.result``, and the
-recording of a cancellation.
+recording of a cancellation and of a job the router dropped as expired.
 """
 
 from __future__ import annotations
@@ -26,8 +26,19 @@ def _record_cancel(msgid: str) -> None:
     record_cancel(msgid)
 
 
+def _record_expired(msgid: str, message: str) -> None:
+    from django_eventmq.results import record_expired
+
+    record_expired(msgid, message)
+
+
 def install() -> None:
     """Point core at Django's transactions and our results table."""
     from django_eventmq.results import TableReader
 
-    runtime_hooks.install(on_commit=_on_commit, results=TableReader(), record_cancel=_record_cancel)
+    runtime_hooks.install(
+        on_commit=_on_commit,
+        results=TableReader(),
+        record_cancel=_record_cancel,
+        record_expired=_record_expired,
+    )

@@ -420,6 +420,14 @@ def record_cancel(msgid: str) -> None:
         )
 
 
+def record_expired(msgid: str, message: str) -> None:
+    """Mark a job ``expired`` that a router dropped unrun (a client-side row: routers have no
+    database; the client read the router's Expired reply). A job manager's row is kept."""
+    error = {"type": EXPIRED_ERROR, "message": message}
+    record = {"msgid": msgid, "status": JobStatus.EXPIRED.value, "error": error}
+    record_results([{**record, "finished": timezone.now()}], from_worker=False)
+
+
 # -- reading -------------------------------------------------------------------
 def get_row(msgid: str) -> JobResult | None:
     return JobResult.objects.filter(msgid=msgid).first()

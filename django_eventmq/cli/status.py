@@ -131,6 +131,7 @@ def summarize(
         for key in ("received", "dispatched", "failed", "retried")
     }
     per_queue_monitor = (snap.monitor or {}).get("per_queue") or {}
+    expired = _ints(status.get("expired_messages_by_queue"))
     rates: dict[str, float] = {}
     elapsed = snap.taken_at - previous.taken_at if previous and not previous.error else 0.0
     if previous is not None and elapsed > 0:
@@ -149,6 +150,8 @@ def summarize(
             "age_max_ms": max_latency.get(name),
             **{key: counts.get(name, 0) for key, counts in counters.items()},
         }
+        if expired.get(name):
+            row["expired"] = expired[name]  # dropped at hand-out, past their expires time
         if name in per_queue_monitor:
             row["monitor"] = dict(per_queue_monitor[name])
         queues.append(row)
@@ -179,7 +182,10 @@ def summarize(
         "failed": sum(counters["failed"].values()),
         "retried": sum(counters["retried"].values()),
         "heartbeats_missed": status.get("heartbeats_missed", 0),
-        "poisoned": len(poisoned) if isinstance(poisoned, list) else 0,
+        # STATUS lists the first 100 poisoned jobs; ours also says how many there are.
+        "poisoned": status.get(
+            "poisoned_messages_total", len(poisoned) if isinstance(poisoned, list) else 0
+        ),
         "buffered_schedule_messages": snap.schedulers.get("buffered_schedule_messages", 0),
     }
     summary: dict[str, Any] = {
@@ -194,6 +200,8 @@ def summarize(
         "schedulers": schedulers,
         "totals": totals,
     }
+    if "expired_messages_by_queue" in status:  # our router (not the reference)
+        totals["expired"] = sum(expired.values())
     group = group_summary(status)
     if group is not None:
         summary["group"] = group
@@ -339,6 +347,7 @@ def totals_text(t: Mapping[str, Any]) -> str:
         f"{t['waiting']} waiting, {t['in_flight']} in flight, {t['processed']} processed "
         f"({rate_text(t['jobs_per_s'])} jobs/s), {t['failed']} failed, {t['retried']} retried, "
         f"{t['requeued']} requeued, {t['poisoned']} poisoned"
+        + (f", {t['expired']} expired" if t.get("expired") else "")
     )
 
 

@@ -13,6 +13,7 @@ without a query (the table is written in batches, so it may lag).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from types import GeneratorType
 from typing import Any, ClassVar
@@ -30,6 +31,8 @@ from django_eventmq.protocol import Reject, decode_json
 from django_eventmq.protocol.status import EXPIRED_ERROR, JobStatus
 from django_eventmq.runtime import hooks
 from django_eventmq.runtime.config import get_settings
+
+logger = logging.getLogger("django_eventmq.client")
 
 
 class ResultNotReady(LookupError, EventMQError):
@@ -91,6 +94,22 @@ def outcome_value(outcome: Outcome) -> Any:
     return reply.get("value")
 
 
+def note_expired(msgid: str, outcome: Outcome) -> None:
+    """Record ``expired`` in the results table (with Django) for a job the outcome says
+    expired unrun: a router that dropped it has no database to say so. A job manager's
+    row of it (it refused the job) stays. Best effort: the caller still raises JobExpired."""
+    recorder = hooks.expired_recorder()
+    if recorder is None or outcome_status(outcome) != JobStatus.EXPIRED:
+        return
+    try:
+        outcome_value(outcome)
+    except JobExpired as expired:
+        try:
+            recorder(msgid, expired.message)
+        except Exception:  # a database error must not hide the job's JobExpired
+            logger.exception("could not record job msgid=%s as expired", msgid)
+
+
 class JobHandle(str):
     """A queued job's msgid, with ways to wait for, inspect and cancel the job."""
 
@@ -119,6 +138,7 @@ class JobHandle(str):
         outcome = client.outcome(str(self), timeout)
         if outcome is None:
             raise ResultTimeout(f"no outcome for job {self} within {timeout}s")
+        note_expired(str(self), outcome)
         return outcome_value(outcome)
 
     def stream(self, timeout: float | None = None) -> Iterator[Any]:
@@ -148,6 +168,7 @@ class JobHandle(str):
                 raise ResultTimeout(f"nothing from job {self} within {timeout}s")
             partial, item = got
             if not partial:
+                note_expired(msgid, item)
                 outcome_value(item)  # raises for a failure or a rejection
                 return
             yield item

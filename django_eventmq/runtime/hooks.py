@@ -29,6 +29,7 @@ class _Installed:
     on_commit: Callable[[Callable[[], object]], None] | None = None
     results: ResultsReader | None = None
     record_cancel: Callable[[str], None] | None = None
+    record_expired: Callable[[str, str], None] | None = None
 
 
 _installed = _Installed()
@@ -39,6 +40,7 @@ def install(
     on_commit: Callable[[Callable[[], object]], None] | None = None,
     results: ResultsReader | None = None,
     record_cancel: Callable[[str], None] | None = None,
+    record_expired: Callable[[str, str], None] | None = None,
 ) -> None:
     """Install (or with ``None`` keep) the Django-side hooks."""
     if on_commit is not None:
@@ -47,6 +49,8 @@ def install(
         _installed.results = results
     if record_cancel is not None:
         _installed.record_cancel = record_cancel
+    if record_expired is not None:
+        _installed.record_expired = record_expired
 
 
 def on_commit() -> Callable[[Callable[[], object]], None]:
@@ -70,3 +74,9 @@ def results_reader() -> ResultsReader:
 def cancel_recorder() -> Callable[[str], None] | None:
     """What records a cancellation in the results table (``None`` without Django)."""
     return _installed.record_cancel
+
+
+def expired_recorder() -> Callable[[str, str], None] | None:
+    """What records ``expired(msgid, message)`` in the results table for a job the router
+    dropped unrun (it has no database; its client read the Expired reply). None without Django."""
+    return _installed.record_expired
