@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from django_eventmq.pubsub.api import publish, subscriber
     from django_eventmq.scheduling.api import schedule, unschedule
     from django_eventmq.scheduling.timing import crontab, every
+    from django_eventmq.workflows import WorkflowCancelled, WorkflowHandle, chain, chord, group
 
 _LAZY = {
     "Job": ("django_eventmq.client.jobs", "Job"),
@@ -52,6 +53,12 @@ _LAZY = {
     "publish": ("django_eventmq.pubsub.api", "publish"),
     "subscriber": ("django_eventmq.pubsub.api", "subscriber"),
     "progress": ("django_eventmq.jobmanager.progress", "progress"),
+    # Workflows keep their state in the database: Django's app must be set up.
+    "chain": ("django_eventmq.workflows", "chain"),
+    "group": ("django_eventmq.workflows", "group"),
+    "chord": ("django_eventmq.workflows", "chord"),
+    "WorkflowHandle": ("django_eventmq.workflows", "WorkflowHandle"),
+    "WorkflowCancelled": ("django_eventmq.workflows", "WorkflowCancelled"),
 }
 
 __all__ = [
@@ -67,9 +74,14 @@ __all__ = [
     "Retry",
     "SerializationError",
     "SoftTimeLimitExceeded",
+    "WorkflowCancelled",
+    "WorkflowHandle",
     "__version__",
+    "chain",
+    "chord",
     "crontab",
     "every",
+    "group",
     "job",
     "progress",
     "publish",

@@ -11,5 +11,7 @@ from django_eventmq.models.dashboard import Dashboard as Dashboard
 from django_eventmq.models.dead_letters import DeadLetter as DeadLetter
 from django_eventmq.models.results import JobResult as JobResult
 from django_eventmq.models.schedules import Schedule, ScheduleRun
+from django_eventmq.models.workflows import Workflow as Workflow
+from django_eventmq.models.workflows import WorkflowStep as WorkflowStep
 
 __all__ = ["Schedule", "ScheduleRun"]
