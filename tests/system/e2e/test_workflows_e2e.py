@@ -90,6 +90,13 @@ def test_a_failing_member_stops_the_chain_and_fails_the_workflow(
     rows = stack.result_rows(out["id"])  # the failed row is what failed the workflow
     assert (rows[failed]["status"], rows[failed]["attempts"]) == ("failed", 2)
     assert f"wf-{out['id']}-2-0" not in rows  # never sent
+    # The admin shows it: failed, the failed member's row linked, the last one not sent.
+    page = stack.client("admin", out["id"])
+    assert page["status"] == 200
+    html = page["html"]
+    link = f'/admin/django_eventmq/jobresult/{rows[failed]["id"]}/change/">{failed}</a>'
+    assert link in html and "not sent" in html and "ValueError" in html
+    assert '<div class="readonly">failed</div>' in html
 
 
 def test_cancel_stops_the_running_member_and_the_rest_never_runs(

@@ -2,7 +2,7 @@
 
 Commands: ``send SCENARIO LOG GATE`` (prints the workflow id), ``run SCENARIO LOG
 GATE`` (sends it, prints ``{"id", "result"}`` or ``"error"`` once it is over),
-``wait ID [TIMEOUT]``, ``cancel ID``; ``serve`` reads commands as JSON lists, one a
+``wait ID [TIMEOUT]``, ``cancel ID``, ``admin ID`` (the workflow's admin page); ``serve`` reads commands as JSON lists, one a
 line, and answers each on a line (Django starts once for many commands). Run with
 ``DJANGO_SETTINGS_MODULE=tests.system.e2e.workflow_settings`` and ``EMQ_BROKER_ADDR``.
 """
@@ -46,6 +46,30 @@ def plan(scenario: str, log: str, gate: str) -> Any:
     raise SystemExit(f"unknown scenario {scenario}")
 
 
+_ADMIN: list[Any] = []
+
+
+def admin_page(workflow_id: str) -> dict[str, Any]:
+    """The workflow's admin page as a logged-in superuser sees it: status code and HTML."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+    from django.test.utils import setup_test_environment
+
+    from django_eventmq.models import Workflow
+
+    if not _ADMIN:
+        setup_test_environment()  # lets the test client's host through ALLOWED_HOSTS
+        user, _ = User.objects.get_or_create(
+            username="staff", defaults={"is_staff": True, "is_superuser": True}
+        )
+        client = Client()
+        client.force_login(user)
+        _ADMIN.append(client)
+    row = Workflow.objects.get(workflow_id=workflow_id)
+    response = _ADMIN[0].get(f"/admin/django_eventmq/workflow/{row.pk}/change/")
+    return {"status": response.status_code, "html": response.content.decode()}
+
+
 def main(argv: list[str]) -> Any:
     import django
     from django.apps import apps
@@ -64,6 +88,8 @@ def main(argv: list[str]) -> Any:
             return {"id": handle, "result": handle.wait(timeout=60)}
         except EventMQError as exc:
             return {"id": handle, "error": type(exc).__name__, "message": str(exc)}
+    if command == "admin":
+        return admin_page(argv[1])
     handle = WorkflowHandle(argv[1])
     if command == "cancel":
         handle.cancel()
