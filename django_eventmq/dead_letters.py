@@ -23,9 +23,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from django_eventmq.cli import admin_client, status, status_command, status_groups
 from django_eventmq.client.connection import get_client
+from django_eventmq.client.jobs import Job
 from django_eventmq.errors import ConfigurationError, EventMQError, InvalidJob
 from django_eventmq.models.dead_letters import DeadLetter, DeadLetterReason
 from django_eventmq.models.results import JobResult, JobStatus
@@ -85,11 +87,22 @@ def record_dead(rows: Iterable[Mapping[str, Any]]) -> int:
 
 
 # -- sending again ----------------------------------------------------------------------------
-def retry_headers(options: Mapping[str, Any]) -> Headers:
-    """The headers of a dead letter's retry: its options (those a retry may reuse; not a
-    delay or an expiry that has passed), and a reply requested, so it is recorded again."""
+def job_headers(path: str) -> Headers:
+    """The headers the ``@job`` at ``path`` sends with (its decorator's options); plain
+    headers when ``path`` names no such job here."""
+    try:
+        found = import_string(path)
+    except ImportError:
+        return EMPTY_HEADERS
+    return found.headers if isinstance(found, Job) else EMPTY_HEADERS
+
+
+def retry_headers(options: Mapping[str, Any], path: str = "") -> Headers:
+    """The headers of a dead letter's retry: the job's ``@job`` options, the letter's
+    recorded ones over them (those a retry may reuse: not a delay or an expiry that has
+    passed), and a reply requested, so that it is recorded again."""
     kept = {name: value for name, value in options.items() if name in _HEADER_FIELDS}
-    return EMPTY_HEADERS.with_(**{**kept, "reply_requested": True})
+    return job_headers(path).with_(**{**kept, "reply_requested": True})
 
 
 def retry(letters: Sequence[DeadLetter]) -> list[str]:
@@ -112,7 +125,7 @@ def retry(letters: Sequence[DeadLetter]) -> list[str]:
         client.request(
             letter.queue or C.DEFAULT_QUEUE_NAME,
             body.encode(),
-            retry_headers(letter.headers),
+            retry_headers(letter.headers, letter.job),
             msgid,
         )
         DeadLetter.objects.filter(pk=letter.pk).update(

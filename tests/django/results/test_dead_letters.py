@@ -134,6 +134,15 @@ def test_retry_sends_the_job_again_with_its_options_and_a_new_msgid(
     assert dead(request.msgid).retry_of == "d-1"
 
 
+def test_retry_sends_the_jobs_decorator_options_when_none_were_recorded(
+    admin_client: Any, broker: Any
+) -> None:
+    letter = dead("d-1", job="tests.django.results.jobs.sleeps_too_long", args=["/p"])
+    act(admin_client, "retry", letter)
+    _identity, request = receive_request(broker)
+    assert (request.headers.timeout, request.headers.reply_requested) == (1, True)
+
+
 def test_retry_with_no_router_says_so_and_records_nothing(
     admin_client: Any, eventmq_settings: Callable[..., Any]
 ) -> None:
