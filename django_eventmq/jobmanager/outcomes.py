@@ -17,7 +17,9 @@ record is a dict with exactly these keys:
 ``jobmanager`` (name of the job manager), ``pid`` (worker pid or None),
 ``started`` / ``finished`` (unix times or None); and ``progress`` (the JSON-able
 value of the job's last partial) only in the ``running`` records a partial
-adds (:mod:`.progress`; coalesced, so at most ``PARTIAL_RATE`` a second per job).
+adds (:mod:`.progress`; coalesced, so at most ``PARTIAL_RATE`` a second per job);
+and ``options`` (the header fields it was sent with: ``timeout``, ``priority``...)
+in the records of a job given up, which its dead letter keeps for a retry.
 """
 
 from __future__ import annotations
@@ -133,6 +135,7 @@ class Recorder:
         error: dict[str, str] | None = None,
         now: float,
         progress: Any = None,
+        options: dict[str, Any] | None = None,
     ) -> None:
         try:
             body = parse_job(body_text)
@@ -160,6 +163,8 @@ class Recorder:
         )
         if progress is not None:
             self.records[-1]["progress"] = progress
+        if options:
+            self.records[-1]["options"] = options
         if len(self.records) > RECORD_BACKLOG:
             del self.records[: len(self.records) - RECORD_BACKLOG]
 

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 
 from django_eventmq import dead_letters
+from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.models.dead_letters import DeadLetter
 from django_eventmq.models.results import JobResult
 from django_eventmq.protocol import parse_job
+from django_eventmq.protocol.status import JobStatus
 from django_eventmq.results import record_results
 from tests.django.results.conftest import receive_request
 from tests.router.test_router import Harness, Peer
@@ -62,6 +64,18 @@ def test_a_job_given_up_is_kept_as_a_dead_letter_with_what_a_retry_needs() -> No
     assert dead("d-2", status="timed_out").reason == "timed_out"
     dead("d-1")  # the same record again: still one letter
     assert DeadLetter.objects.filter(msgid="d-1").count() == 1
+
+
+def test_a_job_managers_record_of_a_job_given_up_brings_its_options() -> None:
+    recorder = Recorder("jm-1")
+    body = '["run", {"path": "shop.jobs", "callable": "send", "args": [7], "kwargs": {}}]'
+    recorder.add(
+        msgid="d-1", queue="email", body_text=body, status=JobStatus.FAILED, attempt=2,
+        pid=9, started=1.0, finished=2.0, error=BOOM, now=0.0, options={"timeout": 30},
+    )  # fmt: skip
+    record_results(recorder.take(0.0))
+    letter = DeadLetter.objects.get(msgid="d-1")
+    assert (letter.job, letter.args, letter.headers) == ("shop.jobs.send", [7], {"timeout": 30})
 
 
 def test_jobs_not_given_up_are_no_dead_letters() -> None:
