@@ -171,8 +171,8 @@ class Book:
         self.poisoned = counts[POISONED]
         self._seq = journal.max_seq()
         self._next_due = journal.next_due()
-        if self.unique.rebuild(held_rows(journal, counts[WAITING])):
-            log.info("journal %s: its jobs hold %d unique key(s)", journal.path, len(self.unique))
+        # Unique jobs' keys: read back before the first unique job's check.
+        self.unique.rebuild_later(lambda: held_rows(journal, self.routing))
         if self.finished.load():
             log.info(
                 "journal %s: %d recently finished msgid(s) will not run again if resent",

@@ -17,7 +17,7 @@ from django_eventmq.protocol.status import JobStatus
 from django_eventmq.protocol.unique import holder_of, unique_key
 from django_eventmq.router.book import Book
 from django_eventmq.router.journal.api import JournalLike
-from django_eventmq.router.journal.store import MEMORY, Journal
+from django_eventmq.router.journal.store import MEMORY, Journal, JournalUnavailable
 from django_eventmq.router.routing import RoutedJob
 from django_eventmq.router.unique import UniqueKeys
 from tests.pg_support import pg_dsn as pg_dsn  # fixtures of the postgres journal
@@ -123,6 +123,28 @@ def test_rebuild_takes_the_keys_of_rows_with_readable_headers() -> None:
     assert table.holder(KEY) is None
 
 
+def test_the_read_back_waits_for_the_first_lookup_and_is_tried_again_after_a_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    table = UniqueKeys(Clock(1000.0))
+    reads: list[int] = []
+
+    def rows() -> list[tuple[str, bytes, float]]:
+        reads.append(1)
+        if len(reads) == 1:
+            raise JournalUnavailable("disk I/O error")
+        return [("a", f"unique-key:{KEY}".encode(), 990.0)]
+
+    table.rebuild_later(rows)
+    assert reads == [] and len(table) == 0  # nothing read at start, nor by MONITOR
+    assert table.refusal("b", "q", unique()) is None  # unreadable: not refused
+    assert "not read back yet: journal: disk I/O error" in caplog.text
+    reason = table.refusal("b", "q", unique())  # read again, now it works
+    assert reason is not None and holder_of(reason) == "a"
+    table.refusal("c", "q", unique())
+    assert len(reads) == 2  # read once it worked
+
+
 # -- the book: taken at acceptance, freed at the end ------------------------------------
 
 
@@ -225,6 +247,23 @@ def test_the_journal_rebuilds_the_keys_of_held_jobs_on_open(
     assert again.unique.holder(OTHER) == "running"
     assert len(again.unique) == 2
     again.journal.close()  # before the group's schema is dropped
+
+
+def test_a_job_handed_out_before_the_first_check_keeps_its_key(tmp_path: Path) -> None:
+    path = str(tmp_path / "journal.db")
+    book, _sent, _told = make_book(Journal(path))
+    accept(book, "a", f"unique-key:{KEY},unique-for:600")
+    book.journal.commit()
+    book.journal.close()
+    again, sent, _told = make_book(Journal(path))
+    again.recover()
+    with_worker(again)  # handed out at once, before any unique job came
+    assert [job.msgid for job in sent] == ["a"]
+    reason = again.unique.refusal("b", "q", unique())
+    assert reason is not None and holder_of(reason) == "a"
+    again.done(b"jm", "a", JobStatus.SUCCEEDED, '{"value": 1}', 2.0)
+    assert again.unique.holder(KEY) == "a"  # unique_for: taken 600 s from acceptance
+    again.journal.close()
 
 
 def test_a_job_delayed_over_a_restart_takes_its_key_back_when_due(tmp_path: Path) -> None:
