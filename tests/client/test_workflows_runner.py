@@ -1,0 +1,165 @@
+"""The step runner in this process (as a worker runs it), against a raw ROUTER in a thread
+that ACKs REQUESTs and keeps every REQUEST and CANCEL: what a member sends, and when."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from django_eventmq.client import connection as client
+from django_eventmq.client.workflows import Stages, member_msgid, stages_to_json
+from django_eventmq.models import Workflow, WorkflowStep
+from django_eventmq.protocol import Ack, Cancel, Message, Request, new_msgid, parse_job
+from django_eventmq.runtime import transport
+from django_eventmq.workflows import WorkflowCancelled, run_step
+from tests.support import wait_for
+from tests.system.e2e import workflow_jobs as wj
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Router:
+    """ACKs each REQUEST (after ``on_request(request)``), keeps REQUESTs and CANCELs."""
+
+    def __init__(self, on_request: Callable[[Request], None]) -> None:
+        self.on_request = on_request
+        self.messages: list[Message] = []
+        self.address = ""
+        self._ready, self._stop = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        assert self._ready.wait(10)
+
+    def _run(self) -> None:
+        channel = transport.Channel(transport.ROUTER, bind="tcp://127.0.0.1:*")
+        try:
+            self.address = channel.address
+            self._ready.set()
+            while not self._stop.is_set():
+                if not channel.poll(20):
+                    continue
+                identity, _frames, message = channel.recv()
+                if isinstance(message, Request):
+                    self.on_request(message)
+                    self.messages.append(message)
+                    channel.send_to(identity, Ack(msgid=new_msgid(), ack_msgid=message.msgid))
+                elif isinstance(message, Cancel):
+                    self.messages.append(message)
+        finally:
+            channel.close()
+
+    def requests(self) -> list[Request]:
+        return [m for m in self.messages if isinstance(m, Request)]
+
+    def cancels(self) -> list[str]:
+        return [m.job_msgid for m in self.messages if isinstance(m, Cancel)]
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+@pytest.fixture
+def router(eventmq_settings: Any) -> Iterator[Callable[..., Router]]:
+    started: list[Router] = []
+
+    def start(on_request: Callable[[Request], None] = lambda request: None) -> Router:
+        made = Router(on_request)
+        started.append(made)
+        eventmq_settings(BROKER_ADDR=made.address, ACK_TIMEOUT=5)
+        return made
+
+    yield start
+    client.close_clients()
+    for made in started:
+        made.stop()
+
+
+def _workflow(stages: Stages, workflow_id: str = "a" * 32) -> Workflow:
+    now = timezone.now()
+    return Workflow.objects.create(
+        workflow_id=workflow_id,
+        kind="chain",
+        stages=stages_to_json(stages),
+        created=now,
+        updated=now,
+    )
+
+
+def _place(row: Workflow, stage: int, member: int = 0) -> dict[str, Any]:
+    return {"workflow": row.workflow_id, "stage": stage, "member": member, "queue": "default"}
+
+
+def test_a_member_commits_its_value_then_sends_the_next_stage(router: Any) -> None:
+    got = router()
+    row = _workflow(((wj.add.s(1, 2),), (wj.double.s(), wj.add.s(10))))
+    assert run_step(wj.add.name, [1, 2], {}, _place(row, 0)) == 3
+    # Stored by the router before run_step returned (the ACKs came first).
+    sent = got.requests()
+    assert [r.msgid for r in sent] == [member_msgid(row.workflow_id, 1, i) for i in (0, 1)]
+    assert [list(parse_job(r.body_text).args[:2]) for r in sent] == [
+        [wj.double.name, [3]],
+        [wj.add.name, [3, 10]],
+    ]
+    assert all(r.headers.reply_requested for r in sent)
+    step = WorkflowStep.objects.get()
+    assert (step.stage, step.value, step.completions) == (0, 3, 1)
+    assert Workflow.objects.get(pk=row.pk).stage == 1
+
+
+def test_a_member_run_again_commits_again_and_resends_the_same_msgids(router: Any) -> None:
+    got = router()
+    row = _workflow(((wj.add.s(1, 2),), (wj.double.s(),)))
+    run_step(wj.add.name, [1, 2], {}, _place(row, 0))
+    run_step(wj.add.name, [1, 2], {}, _place(row, 0))  # redelivered after a death
+    assert [r.msgid for r in got.requests()] == [member_msgid(row.workflow_id, 1, 0)] * 2
+    assert WorkflowStep.objects.get().completions == 2
+
+
+def test_the_stage_is_passed_on_by_the_member_that_completes_it(router: Any) -> None:
+    got = router()
+    row = _workflow(((wj.add.s(1, 1), wj.add.s(2, 2)), (wj.total.s(),)))
+    run_step(wj.add.name, [2, 2], {}, _place(row, 0, 1))
+    assert got.requests() == []  # member 0 has not finished
+    run_step(wj.add.name, [1, 1], {}, _place(row, 0, 0))
+    (callback,) = got.requests()
+    assert parse_job(callback.body_text).args[1] == [[2, 4]]  # in member order
+
+
+def test_the_last_stage_completes_the_workflow(router: Any) -> None:
+    router()
+    row = _workflow(((wj.add.s(1, 1), wj.add.s(2, 2)),))
+    run_step(wj.add.name, [1, 1], {}, _place(row, 0, 0))
+    assert Workflow.objects.get(pk=row.pk).status == "running"
+    run_step(wj.add.name, [2, 2], {}, _place(row, 0, 1))
+    done = Workflow.objects.get(pk=row.pk)
+    assert (done.status, done.result) == ("succeeded", [2, 4])
+
+
+def test_a_member_of_a_cancelled_workflow_does_not_run(router: Any, tmp_path: Path) -> None:
+    got = router()
+    row = _workflow(((wj.add.s(1, 2),), (wj.double.s(),)))
+    Workflow.objects.filter(pk=row.pk).update(status="cancelled")
+    log = tmp_path / "ran"
+    with pytest.raises(WorkflowCancelled):
+        run_step(wj.add.name, [1, 2], {"log": str(log)}, _place(row, 0))
+    assert not log.exists() and got.requests() == []
+
+
+def test_a_cancel_while_the_next_stage_is_sent_cancels_what_was_sent(router: Any) -> None:
+    row = _workflow(((wj.add.s(1, 2),), (wj.double.s(), wj.double.s())))
+
+    def cancel_meanwhile(request: Request) -> None:
+        # The cancel marks the row after the member's first read, before its second.
+        Workflow.objects.filter(pk=row.pk).update(status="cancelled")
+
+    got = router(cancel_meanwhile)
+    run_step(wj.add.name, [1, 2], {}, _place(row, 0))
+    sent = [r.msgid for r in got.requests()]
+    assert len(sent) == 2
+    wait_for(lambda: got.cancels() == sent, 10, "the member to cancel what it sent")
