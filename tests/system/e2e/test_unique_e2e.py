@@ -102,8 +102,10 @@ def test_two_processes_send_the_same_unique_job_at_once_and_it_runs_once(
     assert refused["refused"] == sent and refused["msgid"] != sent
     stack.start_jobmanager()
     wait_for(lambda: runs(out) == ["nightly"], 30, what="the accepted job to run")
-    # Finished, and its unique_for (1 s from acceptance, before `answered`) has passed.
+    # The router has its DONE, and its unique_for (1 s from acceptance, before
+    # `answered`) has passed: the key is free.
     wait_for(lambda: time.time() >= answered + 1, 5, what="unique_for to pass")
+    wait_for(lambda: stack.monitor()["unique_keys"] == 0, 10, what="the key to be freed")
     again = nightly.delay(str(out))
     assert again.wait(timeout=30) == "ran"
     assert runs(out) == ["nightly", "nightly"]  # the refused one never ran
