@@ -133,6 +133,13 @@ def router_families(snap: status.Snapshot) -> list[Metric]:
         processed.add_metric([queue], row["processed"])
         if row["waiting_since_ms"] is not None:
             oldest.add_metric([queue], row["waiting_since_ms"] / 1000)
+    held = _gauge(
+        "emq_queue_rate_limited",
+        "Jobs held back by a rate limit now (docs/rate-limits.md).",
+        ["queue"],
+    )
+    for queue, limit in sorted((s.get("rate_limits_by_queue") or {}).items()):
+        held.add_metric([queue], limit.get("held_back", 0))
     requeued = CounterMetricFamily("emq_jobs_requeued", "Jobs given back to a queue.")
     requeued.add_metric([], s.get("requeued_messages", 0))
     poisoned = _gauge("emq_jobs_poisoned", "Jobs set aside after killing job managers.")
@@ -152,6 +159,7 @@ def router_families(snap: status.Snapshot) -> list[Metric]:
         oldest,
         processed,
         requeued,
+        held,
         poisoned,
         managers,
         slots,

@@ -32,6 +32,7 @@ from django_eventmq.runtime.settings import (
     check_peer_addresses,
     parse_autoscale,
     parse_queues,
+    parse_rate_limits,
 )
 from django_eventmq.scheduling.timing import CATCHUP_POLICIES
 
@@ -158,6 +159,15 @@ def seconds(minimum: float = 0.0, *, inclusive: bool = True) -> Callable[[str], 
 
     parse.__name__ = f"seconds {bound}"
     return parse
+
+
+def rate_limit(text: str) -> tuple[str, str]:
+    """``QUEUE=RATE`` as one RATE_LIMITS entry, e.g. ``email=100/m``."""
+    try:
+        return parse_rate_limits([text])[0]
+    except ConfigurationError as exc:
+        why = str(exc).split(": ", 1)[-1]
+        raise argparse.ArgumentTypeError(f"{text!r}: {why}") from None
 
 
 def autoscale(text: str) -> str:
@@ -381,6 +391,18 @@ DURABILITY = (
         "lost), 'reject' answers REJECT with a reason",
         "hwm_policy",
         choices=("block", "reject"),
+    ),
+    Option(
+        ("--rate-limit",),
+        "hand out at most N jobs of QUEUE per period across all job managers, e.g. "
+        "'email=100/m' (units s, m, h, d); repeat for more queues (added to the setting)",
+        "rate_limits",
+        dest="rate_limits",
+        action="append",
+        type=rate_limit,
+        metavar="QUEUE=RATE",
+        additive=True,
+        shown="none",
     ),
 )
 

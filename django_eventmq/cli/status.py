@@ -202,12 +202,43 @@ def summarize(
     }
     if "expired_messages_by_queue" in status:  # our router (not the reference)
         totals["expired"] = sum(expired.values())
+    limits = rate_limits_summary(status)
+    if limits is not None:
+        summary["rate_limits"] = limits
     group = group_summary(status)
     if group is not None:
         summary["group"] = group
     if snap.monitor is not None:
         summary["monitor"] = snap.monitor
     return summary
+
+
+def rate_limits_summary(status: Mapping[str, Any]) -> dict[str, Any] | None:
+    """STATUS's rate limits (docs/rate-limits.md): ``queues`` (limit, hand-outs in the
+    current period, jobs held back now) and ``keys`` (limit, hand-outs); None if none."""
+    queues = status.get("rate_limits_by_queue")
+    keys = status.get("rate_limits_by_key")
+    if not queues and not keys:
+        return None
+    return {
+        "queues": dict(queues) if isinstance(queues, Mapping) else {},
+        "keys": dict(keys) if isinstance(keys, Mapping) else {},
+    }
+
+
+def render_rate_limits(limits: Mapping[str, Any]) -> list[str]:
+    """The rate-limit tables of ``emq_status``: per queue, then per rate key."""
+    out = []
+    if limits["queues"]:
+        rows = [
+            (q, v.get("limit") or "-", v.get("used", 0), v.get("held_back", 0))
+            for q, v in sorted(limits["queues"].items())
+        ]
+        out += [table(("RATE-LIMITED QUEUE", "LIMIT", "USED", "HELD BACK"), rows), ""]
+    if limits["keys"]:
+        keys = [(k, v.get("limit"), v.get("used", 0)) for k, v in sorted(limits["keys"].items())]
+        out += [table(("RATE KEY", "LIMIT", "USED"), keys), ""]
+    return out
 
 
 #: What STATUS says about a router group (``router/group.py``), as the summary keeps it.
@@ -399,6 +430,8 @@ def render(summary: Mapping[str, Any], *, title: str = "") -> str:
     else:
         out.append("no queues yet")
     out.append("")
+    if summary.get("rate_limits"):
+        out += render_rate_limits(summary["rate_limits"])
     out.append(managers_table(summary["job_managers"]))
     out.append("")
     schedulers = summary["schedulers"]

@@ -29,6 +29,12 @@ SOFT_TIMEOUT = "soft-timeout"
 #: a job manager will not start it): ``expires:<seconds since the epoch>``, > 0.
 EXPIRES = "expires"
 EXPIRES_B = EXPIRES.encode() + b":"
+#: At most N hand-outs per period of the jobs sharing a ``rate-key`` (router-wide):
+#: ``rate-limit:<N>/<unit>``, unit s, m, h or d, optionally with a count (``10/5m``).
+RATE_LIMIT = "rate-limit"
+RATE_LIMIT_B = RATE_LIMIT.encode() + b":"
+#: What ``rate-limit`` counts under: the dotted job name unless ``@job(rate_key=)`` says.
+RATE_KEY = "rate-key"
 #: A unique job's key (lowercase hex, 16 to 128 digits, computed by the client):
 #: the router refuses another job with the same key while this one is held
 #: (queued, delayed or running) and for ``unique-for`` seconds after it accepted it.
@@ -218,6 +224,9 @@ def parse_headers(text: str) -> Headers:
                 raise ProtocolError(
                     f"header soft-timeout: expected a whole number of seconds, got {value!r}"
                 ) from None
+        elif name in (RATE_LIMIT, RATE_KEY):
+            _check_rate_header(name, value if sep else None)
+            extra.append(item)  # kept as written: the router reads it, peers pass it on
         elif name == EXPIRES and sep:
             expires = _unix_time(value)  # checked (finite, > 0) by Headers
         elif name == UNIQUE_KEY and sep:
@@ -252,6 +261,75 @@ def _unix_time(value: str) -> float:
         return float(value)
     except ValueError:
         raise ProtocolError(f"header expires: expected a unix time, got {value!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """A rate limit: at most ``count`` per ``period`` seconds (``text`` as parsed)."""
+
+    count: int
+    period: float
+    text: str
+
+
+_RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+#: Most starts a limit may count per period (the router keeps one time per start).
+MAX_RATE_COUNT = 100_000
+_RATE_HELP = (
+    "use 'N/unit' with a whole N >= 1 and unit s, m, h or d, e.g. '100/m' or '10/5s' "
+    "(10 per 5 seconds), or a whole number of jobs per second"
+)
+
+
+def parse_rate(value: object) -> Rate:
+    """``"100/m"``, ``"10/5s"`` or a whole number per second (``5`` is ``"5/s"``) as a
+    :class:`Rate`; :class:`ProtocolError` saying what would work otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        text = f"{value}/s"
+    elif isinstance(value, str):
+        text = value.strip().replace(" ", "")
+        text = f"{text}/s" if text.isdigit() else text
+    else:
+        raise ProtocolError(f"rate limit {value!r}: {_RATE_HELP}")
+    head, slash, per = text.partition("/")
+    unit = per[-1:]
+    mult = per[:-1]
+    if (
+        not slash
+        or not head.isdigit()
+        or unit not in _RATE_UNITS
+        or not (mult == "" or mult.isdigit())
+    ):
+        raise ProtocolError(f"rate limit {value!r}: {_RATE_HELP}")
+    count, period = int(head), int(mult or 1) * _RATE_UNITS[unit]
+    if not 1 <= count <= MAX_RATE_COUNT or period <= 0:
+        raise ProtocolError(
+            f"rate limit {value!r}: the count must be 1 to {MAX_RATE_COUNT} and the period "
+            "more than 0; for a higher rate use a shorter period (e.g. '1000/s')"
+        )
+    return Rate(count, period, f"{count}/{mult}{unit}")
+
+
+def _check_rate_header(name: str, value: str | None) -> None:
+    if value is None or not value:
+        raise ProtocolError(f"header {name}: needs a value, e.g. '{name}:100/m'")
+    if name == RATE_LIMIT:
+        parse_rate(value)
+
+
+def rate_of(raw: bytes) -> tuple[str, Rate] | None:
+    """``(rate-key, Rate)`` of a raw header frame with ``rate-limit`` (the key is ""
+    without ``rate-key``); None without one, or unreadable. One search when absent."""
+    if RATE_LIMIT_B not in raw:
+        return None
+    try:
+        extra = parse_headers(raw.decode()).extra
+    except (ProtocolError, UnicodeDecodeError):
+        return None
+    found = dict(item.partition(":")[::2] for item in extra)
+    if RATE_LIMIT not in found:
+        return None
+    return found.get(RATE_KEY, ""), parse_rate(found[RATE_LIMIT])
 
 
 def expires_of(raw: bytes) -> float | None:

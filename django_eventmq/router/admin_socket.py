@@ -49,7 +49,15 @@ def status(routing: Routing, now: float) -> dict[str, Any]:
         # Jobs waiting on queues no connected job manager serves (they wait for one).
         "unserved_queues": routing.unserved(),
         "requeued_messages": routing.requeued,
+        # Rate limits (docs/rate-limits.md): per queue with a limit or jobs held back by
+        # one (limit, hand-outs in its current period, held back now), and per rate key.
+        "rate_limits_by_queue": _rate_limits(routing),
+        "rate_limits_by_key": routing.waiting.limits.keys_status(),
     }
+
+
+def _rate_limits(routing: Routing) -> dict[str, dict[str, Any]]:
+    return routing.waiting.limits.status({q: w.count for q, w in routing.waiting.items()})
 
 
 def show_workers(routing: Routing) -> dict[str, Any]:
@@ -113,6 +121,10 @@ def monitor(book: Book) -> dict[str, Any]:
     # Unique jobs refused because another job held their key (only queues that had any).
     for queue, n in book.unique.refused.items():
         entry(queue)["unique_refused"] = n
+    # Jobs held back by a rate limit now (only queues with a limit or such jobs).
+    limited = _rate_limits(routing)
+    for queue, limit in limited.items():
+        entry(queue)["rate_limited"] = limit["held_back"]
     return {
         "queued": routing.waiting.total(),
         "in_memory": routing.waiting.memory(),
@@ -124,6 +136,7 @@ def monitor(book: Book) -> dict[str, Any]:
         "syncs": book.journal.syncs,
         "expired": book.expired,
         "jobs_expired": sum(book.jobs_expired.values()),
+        "rate_limited": sum(limit["held_back"] for limit in limited.values()),
         "requeued": routing.requeued,
         "recovered": book.recovered,
         # Waiting jobs a reconnecting job manager said it still holds (after a failover).

@@ -195,6 +195,12 @@ class Routing:
     def submit(self, job: RoutedJob, now: float) -> JobManagerPeer | None:
         """Dispatch ``job`` to the best free worker (returned), or make it wait."""
         worker = self._pick(job.queue)
+        limits = self.waiting.limits
+        if worker is not None and limits.limited(job):
+            if not limits.queue_open(job.queue):
+                worker = None
+            elif not limits.admit(job):
+                return None  # parked by its key's rate limit (the book delays it)
         if worker is None:
             self.waiting.push(job)
             return None

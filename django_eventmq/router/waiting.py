@@ -11,6 +11,9 @@ query "after ``boundary``".
 
 A job whose ``expires`` time passed while it waited is not handed out: a pop
 skips it into ``Waiting.expiry.expired``, for the book to finish as expired.
+Rate limits (:mod:`.rate_limits`): a queue at its limit hands nothing out; a
+job whose key is at its limit is skipped into ``Waiting.limits.parked``, for
+the book to delay, and the pop goes on with the next job.
 
 Pure bookkeeping: the loader and the wall clock are callables, no I/O here.
 """
@@ -23,10 +26,12 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Literal
 
 from django_eventmq.errors import ProtocolError
-from django_eventmq.protocol.headers import expires_of
+from django_eventmq.protocol.headers import Rate, expires_of
 from django_eventmq.protocol.views import stored_request
+from django_eventmq.router.rate_limits import RateLimits
 
 Key = tuple[int, int]
 #: Heap entries: (-priority, seq, tie-breaker, job); the tie-breaker keeps jobs
@@ -70,6 +75,9 @@ class RoutedJob:
     #: Unix time after which it is not handed out (``expires`` header; inf: never;
     #: nan: not read yet, see :func:`expires_at`).
     expires: float = math.nan
+    #: ``(rate-key, Rate)`` of its ``rate-limit`` header, None without one; False: not
+    #: read yet (see :func:`.rate_limits.job_rate`).
+    rate: tuple[str, Rate] | Literal[False] | None = False
 
     @property
     def key(self) -> Key:
@@ -117,9 +125,11 @@ class WaitQueue:
         load: Loader | None,
         index: dict[str, RoutedJob],
         expiry: Expiry | None = None,
+        limits: RateLimits | None = None,
     ) -> None:
         self.name = name
         self._expiry = expiry if expiry is not None else Expiry()
+        self._limits = limits if limits is not None else RateLimits()
         #: 0: unbounded (no disk to spill to).
         self.window = window if load is not None else 0
         self._load = load
@@ -159,10 +169,15 @@ class WaitQueue:
     def pop(self) -> RoutedJob | None:
         """The next job to hand out, loading more from disk when memory runs dry.
 
-        A job past its ``expires`` time is taken out into the expiry's list instead.
+        A job past its ``expires`` time is taken out into the expiry's list instead;
+        None while the queue is at its rate limit, and a job at its key's limit is
+        taken out into the limits' ``parked`` list.
         """
         heap = self._heap
         passed = self._expiry.passed
+        limits = self._limits
+        if limits.queues and not limits.queue_open(self.name):
+            return None
         while True:
             while heap:
                 job = heapq.heappop(heap)[3]
@@ -172,6 +187,8 @@ class WaitQueue:
                 self.count -= 1
                 del self._index[job.msgid]
                 if job.expires != math.inf and passed(job):
+                    continue
+                if (limits.queues or job.rate is not None) and not limits.admit(job):
                     continue
                 return job
             if self.boundary is None or not self._refill():
@@ -250,12 +267,14 @@ class Waiting:
         self.index: dict[str, RoutedJob] = {}
         #: Jobs a pop found expired (the book finishes them) and the clock for it.
         self.expiry = Expiry()
+        #: Rate limits (the book configures them; parked jobs are its to delay).
+        self.limits = RateLimits()
 
     def queue(self, name: str) -> WaitQueue:
         found = self._queues.get(name)
         if found is None:
             found = self._queues[name] = WaitQueue(
-                name, self.window, self._load, self.index, self.expiry
+                name, self.window, self._load, self.index, self.expiry, self.limits
             )
         return found
 

@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from django_eventmq.errors import ConfigurationError
+from django_eventmq.errors import ConfigurationError, ProtocolError
 from django_eventmq.protocol import constants as C
+from django_eventmq.protocol.headers import parse_rate
 from django_eventmq.runtime.addresses import check_shard_by, parse_groups
 
 QueueList = tuple[tuple[int, str], ...]
@@ -141,6 +142,10 @@ class Settings:
     #: Router, policy ``block``: waiting + delayed jobs in one queue at which new jobs
     #: for that queue are held unacknowledged (0: no per-queue mark); see docs/durability.md.
     queue_high_water_mark: int = 0
+    #: Router: at most N jobs of a queue handed out per period, across all job
+    #: managers: ``{"email": "100/m"}`` (units s, m, h, d; ``"10/5s"``: 10 per 5 s);
+    #: from ``EMQ_RATE_LIMITS``: ``"email=100/m,sms=5/s"``. See docs/rate-limits.md.
+    rate_limits: tuple[tuple[str, str], ...] = ()
     #: Router: bytes of messages (ACKs, replies, REJECTs) it keeps queued for all the
     #: clients that read slower than it sends; past it the heaviest are cut off.
     outbox_budget: int = 64 * 1024 * 1024
@@ -319,6 +324,10 @@ class Settings:
         if self.publish_addr:  # empty means "no publisher": handlers run inline
             check_address("publish_addr", self.publish_addr)
         _check_security(self)
+        if self.rate_limits != parse_rate_limits(self.rate_limits):
+            raise ConfigurationError(
+                "RATE_LIMITS: pass it through from_mapping()/replace(), which accept a mapping"
+            )
         if not isinstance(self.record_all_results, bool):
             raise ConfigurationError(
                 f"RECORD_ALL_RESULTS: expected true or false, got {self.record_all_results!r}"
@@ -555,6 +564,39 @@ def _check_security(s: Settings) -> None:
                 )
 
 
+def parse_rate_limits(value: object) -> tuple[tuple[str, str], ...]:
+    """``RATE_LIMITS``: ``{"queue": "N/unit"}``, ``(queue, rate)`` pairs, ``"queue=rate"``
+    items, or text ``"email=100/m,sms=5/s"``; checked, each rate in its canonical form
+    (a queue named twice: the last wins)."""
+    if isinstance(value, str):
+        value = [part for part in value.replace(" ", "").split(",") if part]
+    if isinstance(value, Mapping):
+        value = list(value.items())
+    if not isinstance(value, list | tuple):
+        raise ConfigurationError(
+            f'RATE_LIMITS: expected a mapping such as {{"email": "100/m"}}, got {value!r}'
+        )
+    found: dict[str, str] = {}
+    for item in value:
+        if isinstance(item, str):
+            queue, sep, rate = item.partition("=")
+            if not sep:
+                raise ConfigurationError(
+                    f"RATE_LIMITS: {item!r} is not 'queue=rate', e.g. 'email=100/m'"
+                )
+        elif isinstance(item, list | tuple) and len(item) == 2:
+            queue, rate = item
+        else:
+            raise ConfigurationError(f"RATE_LIMITS: entry {item!r} is not (queue, rate)")
+        if not isinstance(queue, str) or not _QUEUE_NAME.match(queue):
+            raise ConfigurationError(f"RATE_LIMITS: {queue!r} is not a queue name")
+        try:
+            found[queue] = parse_rate(rate).text
+        except ProtocolError as exc:
+            raise ConfigurationError(f"RATE_LIMITS[{queue!r}]: {exc}") from None
+    return tuple(found.items())
+
+
 def _parse_key_list(key: str, value: Any) -> tuple[str, ...]:
     """Keys, key files or directories: a list, or one comma separated string."""
     if isinstance(value, str):
@@ -596,6 +638,7 @@ _SECURITY_PARSERS: dict[str, Any] = {
     "curve_admin_clients": _parse_key_list,
     "curve_publisher_clients": _parse_key_list,
     "queue_allowed_jobs": _parse_queue_allowed_jobs,
+    "rate_limits": lambda key, value: parse_rate_limits(value),
 }
 
 _FIELDS = {f.name: f for f in fields(Settings)}
