@@ -1,0 +1,104 @@
+"""Traced jobs and reference eventmq 0.3.13 peers: the trace headers do no harm.
+
+OUR client with tracing on puts ``traceparent:...`` in the job's headers. A
+reference router forwards it to our job manager, whose worker still makes the
+``run`` span under the client's ``send``; a reference job manager behind our
+router runs the job as any other (it ignores headers it does not know).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk")
+
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from tests.support import ROOT, wait_for
+from tests.tracing_probe.export import in_memory_spans, read_spans, span_record
+
+from .conftest import (
+    REFERENCE_DEADLINE,
+    REFERENCE_MISSING,
+    router_with_jobmanager,
+    start_our_jobmanager,
+    start_our_router,
+    start_reference_jobmanager,
+    start_reference_router,
+    wait_records,
+    without_pid,
+)
+from .refjobs.record import record
+
+pytestmark = [
+    pytest.mark.interop,
+    pytest.mark.skipif(REFERENCE_MISSING is not None, reason=REFERENCE_MISSING or ""),
+]
+
+
+@pytest.fixture
+def client_spans() -> Iterator[InMemorySpanExporter]:
+    with in_memory_spans() as exporter:
+        yield exporter
+
+
+def _probe_env(spans: Path) -> dict[str, str]:
+    probe = ROOT / "tests" / "tracing_probe"
+    return {"TRACE_PROBE_DIR": str(spans), "PYTHONPATH": os.pathsep.join((str(probe), str(ROOT)))}
+
+
+def test_a_reference_router_carries_the_trace_to_our_worker(
+    tmp_path: Path,
+    client_spans: InMemorySpanExporter,
+    records_file: Path,
+    use_broker: Callable[[str], None],
+) -> None:
+    spans = tmp_path / "spans"
+    spans.mkdir()
+    with router_with_jobmanager(
+        start_reference_router(tmp_path),
+        lambda backend: start_our_jobmanager(backend, _probe_env(spans)),
+    ) as (router, _jobmanager):
+        use_broker(router.frontend)
+        msgid = record.delay("traced", out=str(records_file))
+        records = wait_records(records_file, timeout=REFERENCE_DEADLINE)
+        assert without_pid(records) == [{"args": ["traced"], "kwargs": {}}]
+        (send,) = (span_record(span) for span in client_spans.get_finished_spans())
+        run = wait_for(
+            lambda: [s for s in read_spans(spans) if s["name"] == "run default"],
+            10,
+            what="our worker's run span",
+        )
+    assert [(s["trace_id"], s["parent_id"]) for s in run] == [(send["trace_id"], send["span_id"])]
+    assert run[0]["attributes"]["messaging.message.id"] == str(msgid)
+
+
+def test_a_reference_jobmanager_runs_a_traced_job_from_our_router(
+    tmp_path: Path,
+    client_spans: InMemorySpanExporter,
+    records_file: Path,
+    use_broker: Callable[[str], None],
+) -> None:
+    spans = tmp_path / "spans"
+    spans.mkdir()
+    with router_with_jobmanager(
+        start_our_router(_probe_env(spans)),
+        lambda backend: start_reference_jobmanager(backend, tmp_path),
+    ) as (router, _jobmanager):
+        use_broker(router.frontend)
+        record.delay("traced", out=str(records_file))
+        records = wait_records(records_file, timeout=REFERENCE_DEADLINE)
+        assert without_pid(records) == [{"args": ["traced"], "kwargs": {}}]
+        (send,) = (span_record(span) for span in client_spans.get_finished_spans())
+        wait_for(
+            lambda: (
+                {s["name"] for s in read_spans(spans) if s["parent_id"] == send["span_id"]}
+                >= {"accept default", "hand-out default"}
+            ),
+            10,
+            what="our router's accept and hand-out spans, children of the client's send",
+        )
