@@ -25,7 +25,12 @@ from django_eventmq.errors import JobNotUnique
 from tests.support import Proc, python_module, tcp_addr, wait_for
 from tests.system.chaos.support import admin_call, start_router
 from tests.system.e2e.unique_jobs import charge, nightly, rebuild, runs
-from tests.system.interop.conftest import REFERENCE_MISSING, run_reference_client
+from tests.system.interop.conftest import (
+    REFERENCE_DEADLINE,
+    REFERENCE_MISSING,
+    run_reference_client,
+    start_reference_jobmanager,
+)
 
 JOB_MODULE = "tests.system.e2e.unique_jobs"
 
@@ -168,3 +173,21 @@ def test_a_reference_client_sending_the_same_job_twice_is_never_refused(
     )
     monitor = stack.monitor()
     assert monitor["unique_refused"] == 0 and monitor["rejected"] == 0
+
+
+@pytest.mark.interop
+@pytest.mark.skipif(REFERENCE_MISSING is not None, reason=REFERENCE_MISSING or "")
+def test_a_reference_job_manager_runs_a_unique_job_and_its_end_frees_the_key(
+    stack: Stack, tmp_path: Path
+) -> None:
+    out = tmp_path / "runs"
+    first = nightly.delay(str(out))
+    with pytest.raises(JobNotUnique) as refused:
+        nightly.delay(str(out))
+    assert refused.value.holder == first
+    stack.procs.append(start_reference_jobmanager(stack.backend, tmp_path))
+    wait_for(lambda: runs(out) == ["nightly"], REFERENCE_DEADLINE, what="the reference to run it")
+    # It reports no DONE: the router counts its next READY as the job's end.
+    wait_for(lambda: stack.monitor()["unique_keys"] == 0, REFERENCE_DEADLINE, what="the key freed")
+    nightly.delay(str(out))
+    wait_for(lambda: len(runs(out)) == 2, REFERENCE_DEADLINE, what="the job sent again to run")
