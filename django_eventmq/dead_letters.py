@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
 from typing import Any
 
 from django.utils import timezone
@@ -150,6 +151,8 @@ class Poisoned:
     reason: str
     headers: str
     body: str
+    #: When the router accepted it (None: a router that does not say).
+    accepted: datetime | None = None
 
 
 @dataclass
@@ -172,6 +175,10 @@ def router_addresses() -> list[str]:
     return [addr for members in groups for addr in members]
 
 
+def _when(stamp: Any) -> datetime | None:
+    return datetime.fromtimestamp(stamp, tz=UTC) if isinstance(stamp, int | float) else None
+
+
 def _poisoned(addr: str, item: Mapping[str, Any]) -> Poisoned:
     body = str(item.get("job", ""))
     try:
@@ -190,6 +197,7 @@ def _poisoned(addr: str, item: Mapping[str, Any]) -> Poisoned:
         reason=str(item.get("reason", "")),
         headers=str(item.get("headers", "")),
         body=body,
+        accepted=_when(item.get("accepted")),
     )
 
 

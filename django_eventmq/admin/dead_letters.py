@@ -12,6 +12,8 @@ Retrying needs the change permission, purging the delete permission.
 from __future__ import annotations
 
 import json
+import operator
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
@@ -19,6 +21,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
 from django_eventmq import dead_letters
@@ -33,6 +36,27 @@ else:  # ModelAdmin takes no type argument at run time
 
 #: The list filters' query parameters that also filter the routers' poisoned jobs.
 _FILTERS = {"queue": "queue__exact", "job": "job__exact"}
+
+
+def _in_dates(when: datetime | None, request: HttpRequest) -> bool:
+    """Whether ``when`` is within the date filter's ``created__gte`` / ``created__lt`` (a
+    poisoned job's date is when the router accepted it)."""
+    for param, inside in (("created__gte", operator.ge), ("created__lt", operator.lt)):
+        bound = _moment(request.GET.get(param))
+        if bound is not None and (when is None or not inside(when, bound)):
+            return False
+    return True
+
+
+def _moment(text: str | None) -> datetime | None:
+    """The date filter's bound (a date or a datetime, as the admin writes it)."""
+    if not text:
+        return None
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed if timezone.is_aware(parsed) else timezone.make_aware(parsed)
 
 
 def _pretty(value: Any) -> str:
@@ -122,6 +146,7 @@ class DeadLetterAdmin(_ModelAdmin):
             wanted = request.GET.get(param)
             if wanted:
                 jobs = [job for job in jobs if getattr(job, attr) == wanted]
+        jobs = [job for job in jobs if _in_dates(job.accepted, request)]
         context = {
             "poisoned": jobs,
             "poisoned_total": found.total,

@@ -161,6 +161,7 @@ def poisoned(book: Book, limit: int = 100) -> list[dict[str, Any]]:
             "queue": row.queue,
             "job": row.body.decode(errors="replace"),
             "headers": row.headers.decode(errors="replace"),
+            "accepted": row.accepted,
             "deaths": row.deaths,
             "reason": reason,
         }

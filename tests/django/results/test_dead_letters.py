@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
+from django.utils import timezone
 
 from django_eventmq import dead_letters
 from django_eventmq.jobmanager.outcomes import Recorder
@@ -246,6 +249,11 @@ def test_the_routers_poisoned_jobs_are_listed_and_filtered_on_the_same_page(
     assert msgid not in admin_client.get(CHANGELIST + "?queue__exact=default").content.decode()
     assert msgid in admin_client.get(CHANGELIST + "?queue__exact=email").content.decode()
     assert msgid not in admin_client.get(CHANGELIST + "?reason__exact=failed").content.decode()
+    today = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    for start, shown in ((today, True), (today - timedelta(days=3), False)):
+        window = {"created__gte": start, "created__lt": start + timedelta(days=1)}
+        page = admin_client.get(CHANGELIST + "?" + urlencode(window)).content.decode()
+        assert (msgid in page) is shown
 
 
 def on_poisoned(admin_client: Any, do: str, h: Harness, msgid: str) -> str:
