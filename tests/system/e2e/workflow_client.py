@@ -2,8 +2,9 @@
 
 Commands: ``send SCENARIO LOG GATE`` (prints the workflow id), ``run SCENARIO LOG
 GATE`` (sends it, prints ``{"id", "result"}`` or ``"error"`` once it is over),
-``wait ID [TIMEOUT]``, ``cancel ID``, ``admin ID`` (the workflow's admin page); ``serve`` reads commands as JSON lists, one a
-line, and answers each on a line (Django starts once for many commands). Run with
+``wait ID [TIMEOUT]``, ``cancel ID``, ``admin ID`` (the workflow's admin page);
+``serve`` reads commands as JSON lists, one a line, and answers each on a line
+(Django starts once for many commands). Run with
 ``DJANGO_SETTINGS_MODULE=tests.system.e2e.workflow_settings`` and ``EMQ_BROKER_ADDR``.
 """
 
@@ -24,6 +25,8 @@ def plan(scenario: str, log: str, gate: str) -> Any:
         return group(wj.add.s(i, 10, log=log) for i in range(5))
     if scenario == "chord":
         return chord(group(wj.add.s(i, i, log=log) for i in range(4)), wj.total.s(log=log))
+    if scenario == "chord8":
+        return chord(group(wj.add.s(i, i, log=log) for i in range(8)), wj.total.s(log=log))
     if scenario == "failing":
         return chain(
             wj.add.s(1, 2, log=log), wj.boom.s(log=log).set(retry_count=1), wj.double.s(log=log)

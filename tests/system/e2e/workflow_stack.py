@@ -11,7 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from tests.pg_support import DSN as PG_DSN
 from tests.support import ROOT, Proc, clean_environ, migrated_env
 from tests.system.chaos.support import descendants, kill_if_same
 
@@ -91,6 +93,13 @@ class WorkflowStack:
         return json.loads(answer)
 
     def query(self, sql: str, *params: Any) -> list[dict[str, Any]]:
+        pg_name = self.env.get("EMQ_WF_PG_NAME")
+        if pg_name:
+            import psycopg
+            from psycopg.rows import dict_row
+
+            with psycopg.connect(pg_dsn(pg_name), row_factory=dict_row) as pg:
+                return pg.execute(sql.replace("?", "%s"), params).fetchall()
         with sqlite3.connect(self.db, timeout=10) as conn:
             conn.row_factory = sqlite3.Row
             return [dict(row) for row in conn.execute(sql, params).fetchall()]
@@ -126,6 +135,11 @@ class WorkflowStack:
             proc.stop()
         for pid, started in self.orphans:
             kill_if_same(pid, started)
+
+
+def pg_dsn(name: str) -> str:
+    """The DSN of database ``name`` on the test server (``tests/pg_support.py``'s)."""
+    return urlsplit(PG_DSN)._replace(path=f"/{name}").geturl()
 
 
 def lines(log: Path) -> list[str]:
