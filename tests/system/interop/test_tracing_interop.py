@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,6 +53,21 @@ def _probe_env(spans: Path) -> dict[str, str]:
     return {"TRACE_PROBE_DIR": str(spans), "PYTHONPATH": os.pathsep.join((str(probe), str(ROOT)))}
 
 
+@contextmanager
+def _traced_record_runs(
+    stack: Any, records_file: Path, use_broker: Callable[[str], None], client: InMemorySpanExporter
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Inside ``stack`` (router, job manager): send ``record`` traced, see it run, and
+    give its msgid and the client's send span (the processes still run meanwhile)."""
+    with stack as (router, _jobmanager):
+        use_broker(router.frontend)
+        msgid = record.delay("traced", out=str(records_file))
+        records = wait_records(records_file, timeout=REFERENCE_DEADLINE)
+        assert without_pid(records) == [{"args": ["traced"], "kwargs": {}}]
+        (send,) = (span_record(span) for span in client.get_finished_spans())
+        yield str(msgid), send
+
+
 def test_a_reference_router_carries_the_trace_to_our_worker(
     tmp_path: Path,
     client_spans: InMemorySpanExporter,
@@ -59,22 +76,20 @@ def test_a_reference_router_carries_the_trace_to_our_worker(
 ) -> None:
     spans = tmp_path / "spans"
     spans.mkdir()
-    with router_with_jobmanager(
+    stack = router_with_jobmanager(
         start_reference_router(tmp_path),
         lambda backend: start_our_jobmanager(backend, _probe_env(spans)),
-    ) as (router, _jobmanager):
-        use_broker(router.frontend)
-        msgid = record.delay("traced", out=str(records_file))
-        records = wait_records(records_file, timeout=REFERENCE_DEADLINE)
-        assert without_pid(records) == [{"args": ["traced"], "kwargs": {}}]
-        (send,) = (span_record(span) for span in client_spans.get_finished_spans())
+    )
+    with _traced_record_runs(stack, records_file, use_broker, client_spans) as (msgid, send):
         run = wait_for(
             lambda: [s for s in read_spans(spans) if s["name"] == "run default"],
             10,
             what="our worker's run span",
         )
-    assert [(s["trace_id"], s["parent_id"]) for s in run] == [(send["trace_id"], send["span_id"])]
-    assert run[0]["attributes"]["messaging.message.id"] == str(msgid)
+        assert [(s["trace_id"], s["parent_id"]) for s in run] == [
+            (send["trace_id"], send["span_id"])
+        ]
+        assert run[0]["attributes"]["messaging.message.id"] == msgid
 
 
 def test_a_reference_jobmanager_runs_a_traced_job_from_our_router(
@@ -85,15 +100,11 @@ def test_a_reference_jobmanager_runs_a_traced_job_from_our_router(
 ) -> None:
     spans = tmp_path / "spans"
     spans.mkdir()
-    with router_with_jobmanager(
+    stack = router_with_jobmanager(
         start_our_router(_probe_env(spans)),
         lambda backend: start_reference_jobmanager(backend, tmp_path),
-    ) as (router, _jobmanager):
-        use_broker(router.frontend)
-        record.delay("traced", out=str(records_file))
-        records = wait_records(records_file, timeout=REFERENCE_DEADLINE)
-        assert without_pid(records) == [{"args": ["traced"], "kwargs": {}}]
-        (send,) = (span_record(span) for span in client_spans.get_finished_spans())
+    )
+    with _traced_record_runs(stack, records_file, use_broker, client_spans) as (_msgid, send):
         wait_for(
             lambda: (
                 {s["name"] for s in read_spans(spans) if s["parent_id"] == send["span_id"]}
