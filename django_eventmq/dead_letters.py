@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
+from django.db.models import Count
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -85,6 +86,16 @@ def record_dead(rows: Iterable[Mapping[str, Any]]) -> int:
         ignore_conflicts=True,
     )
     return len(dead)
+
+
+def count_line() -> str:
+    """``emq_status``'s line about the results table's dead letters (by reason)."""
+    counts = dict(
+        DeadLetter.objects.values_list("reason").annotate(n=Count("pk")).values_list("reason", "n")
+    )
+    total = sum(counts.values())
+    parts = ", ".join(f"{n} {DeadLetterReason(r).label}" for r, n in sorted(counts.items()) if n)
+    return f"dead letters: {total}" + (f" ({parts})" if parts else "") + " in the results table"
 
 
 # -- sending again ----------------------------------------------------------------------------

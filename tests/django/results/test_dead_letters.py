@@ -99,6 +99,15 @@ def test_a_dead_letter_outlives_its_results_row() -> None:
     assert DeadLetter.objects.filter(msgid="d-1").exists()
 
 
+def test_the_status_line_counts_dead_letters_by_reason() -> None:
+    assert dead_letters.count_line() == "dead letters: 0 in the results table"
+    dead("d-1")
+    dead("d-2")
+    dead("d-3", status="timed_out")
+    line = dead_letters.count_line()
+    assert line == "dead letters: 3 (2 failed, 1 timed out) in the results table"
+
+
 # -- the admin: list, filters, detail, retry, purge ------------------------------------------
 def test_the_list_filters_by_reason_queue_job_and_search(admin_client: Any) -> None:
     dead("alpha-1", queue="email")
