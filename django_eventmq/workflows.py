@@ -35,6 +35,7 @@ from django.utils import timezone
 from django_eventmq.client import handles
 from django_eventmq.client.connection import get_client
 from django_eventmq.client.workflows import (
+    RUNNER,
     Signature,
     Stages,
     all_member_msgids,
@@ -51,7 +52,7 @@ from django_eventmq.models.workflows import Workflow, WorkflowStatus, WorkflowSt
 from django_eventmq.protocol import JobBody
 from django_eventmq.protocol.payload import encode_json
 from django_eventmq.protocol.status import JobStatus
-from django_eventmq.runtime import registry
+from django_eventmq.runtime import registry, retry_policy
 from django_eventmq.runtime.config import get_settings
 
 __all__ = [
@@ -364,6 +365,9 @@ def run_step(name: str, args: list[Any], kwargs: dict[str, Any], place: Mapping[
     if row.status == WorkflowStatus.CANCELLED:
         raise WorkflowCancelled(f"workflow {workflow_id} was cancelled; {name} not run")
     func = _resolve(name, args, kwargs, str(place.get("queue") or "") or None)
+    # If the member raises, the worker asks the retry policy of the job it ran, this
+    # runner: make that the member's (a worker runs one job at a time).
+    retry_policy.register(RUNNER, retry_policy.policy_for(name))
     value = invoke.call(func, args, kwargs)
     encode_json(value)  # a value the next member cannot be given fails this member
     msgid = f"wf-{workflow_id}-{stage}-{member}"

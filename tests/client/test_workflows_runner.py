@@ -12,10 +12,10 @@ import pytest
 from django.utils import timezone
 
 from django_eventmq.client import connection as client
-from django_eventmq.client.workflows import Stages, member_msgid, stages_to_json
+from django_eventmq.client.workflows import RUNNER, Stages, member_msgid, stages_to_json
 from django_eventmq.models import Workflow, WorkflowStep
 from django_eventmq.protocol import Ack, Cancel, Message, Request, new_msgid, parse_job
-from django_eventmq.runtime import transport
+from django_eventmq.runtime import retry_policy, transport
 from django_eventmq.workflows import WorkflowCancelled, run_step
 from tests.support import wait_for
 from tests.system.e2e import workflow_jobs as wj
@@ -163,3 +163,14 @@ def test_a_cancel_while_the_next_stage_is_sent_cancels_what_was_sent(router: Any
     sent = [r.msgid for r in got.requests()]
     assert len(sent) == 2
     wait_for(lambda: got.cancels() == sent, 10, "the member to cancel what it sent")
+
+
+def test_a_failing_members_retry_policy_is_the_one_its_worker_reads(router: Any) -> None:
+    router()
+    row = _workflow(((wj.picky.s(1),),))
+    with pytest.raises(ValueError, match="picky at 1") as raised:
+        run_step(wj.picky.name, [1], {}, _place(row, 0))
+    # The worker asks the policy of the job it ran (the runner): the member's retry_on.
+    assert retry_policy.advice(RUNNER, raised.value, 0.0) == {"allowed": False}
+    run_step(wj.add.name, [1, 2], {}, _place(_workflow(((wj.add.s(1, 2),),), "b" * 32), 0))
+    assert retry_policy.policy_for(RUNNER) is None  # a member without a policy: none

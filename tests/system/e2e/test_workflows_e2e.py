@@ -99,6 +99,19 @@ def test_a_failing_member_stops_the_chain_and_fails_the_workflow(
     assert '<div class="readonly">failed</div>' in html
 
 
+def test_a_members_retry_policy_holds_inside_a_workflow(
+    stack: WorkflowStack, tmp_path: Path
+) -> None:
+    log = tmp_path / "ran"
+    out = stack.client("run", "picky", str(log), "-")
+    assert out["error"] == "JobError" and "picky at 3" in out["message"]
+    # retry_count=2 but retry_on=KeyError: the ValueError is not retried.
+    assert lines(log) == ["add 1 2", "picky 3"]
+    failed = f"wf-{out['id']}-1-0"
+    assert stack.workflow(out["id"])["failed_msgid"] == failed
+    assert stack.result_rows(out["id"])[failed]["attempts"] == 1
+
+
 def test_cancel_stops_the_running_member_and_the_rest_never_runs(
     stack: WorkflowStack, tmp_path: Path
 ) -> None:

@@ -31,6 +31,8 @@ def plan(scenario: str, log: str, gate: str) -> Any:
         return chain(
             wj.add.s(1, 2, log=log), wj.boom.s(log=log).set(retry_count=1), wj.double.s(log=log)
         )
+    if scenario == "picky":  # retry_count=2, but retried for a KeyError only
+        return chain(wj.add.s(1, 2, log=log), wj.picky.s(log=log), wj.double.s(log=log))
     if scenario == "gated_chain":  # the second member waits for the gate
         return chain(
             wj.add.s(1, 2, log=log),

@@ -39,6 +39,13 @@ def boom(x: Any, log: str | None = None) -> None:
     raise ValueError(f"boom at {x}")
 
 
+@job(retry_count=2, retry_on=KeyError)
+def picky(x: Any, log: str | None = None) -> None:
+    """Retried for a KeyError only; raises a ValueError."""
+    _note(log, f"picky {x}")
+    raise ValueError(f"picky at {x}")
+
+
 @job
 def gated(x: Any, gate: str, log: str, tag: str) -> Any:
     """Note ``start <tag>``, wait (at most 60 s) until the file ``gate`` exists, note ``done``."""
