@@ -58,6 +58,8 @@ DEAD_STATUSES = frozenset({JobStatus.FAILED.value, JobStatus.TIMED_OUT.value})
 #: The dispatcher job of the Tasks backend; its records describe the task it ran.
 #: Records may name it by its old name too (``registry.ALIASES``): both count.
 TASK_RUNNER = "django_eventmq.tasks_backend.run_task"
+#: The workflow step runner (``client/workflows.py``); its records describe the member.
+WORKFLOW_RUNNER = "django_eventmq.jobs.run_workflow_step"
 
 #: Status words a record may use, including the DONE statuses of the wire.
 _STATUS_ALIASES: dict[str, str] = {
@@ -134,7 +136,9 @@ def normalise(record: Mapping[str, Any], now: datetime) -> dict[str, Any] | None
     if not isinstance(error, Mapping):
         error = {"type": "Error", "message": str(error)}
     exc_type = error.get("type")
-    if canonical_name(job) == TASK_RUNNER and isinstance(args, list | tuple) and len(args) >= 3:
+    if job == WORKFLOW_RUNNER and isinstance(args, list | tuple) and len(args) >= 3:
+        job, args, kwargs = str(args[0]), args[1], args[2]  # (job, args, kwargs, place)
+    elif canonical_name(job) == TASK_RUNNER and isinstance(args, list | tuple) and len(args) >= 3:
         # Show the task, not the dispatcher that ran it: run_task(path, args, kwargs, ...);
         # and its exception as Django's TaskError wants it, module.qualname.
         job, args, kwargs = str(args[0]), args[1], args[2]
@@ -231,6 +235,10 @@ def record_results(records: Iterable[Mapping[str, Any]], *, from_worker: bool = 
             from django_eventmq.dead_letters import record_dead
 
             record_dead(rows)  # jobs given up: kept as dead letters too
+        if any(row["msgid"].startswith("wf-") for row in rows):
+            from django_eventmq.workflows import note_outcomes
+
+            note_outcomes(rows)  # a member failed for good fails its workflow
     return len(rows)
 
 
