@@ -10,7 +10,9 @@ Frames, parent -> child (first byte says what):
 - ``J<seq>\\n<job body JSON>``: run a job (several may come in one write);
   ``J<seq>:<seconds>\\n<job body JSON>`` with a soft time limit (the job's
   ``soft-timeout`` header; :mod:`.invoke` raises ``SoftTimeLimitExceeded``
-  inside the job when it passes);
+  inside the job when it passes); a traced job's head ends with
+  ``\\t<msgid>\\t<queue>\\t<traceparent>\\t<tracestate>`` (its ``run`` span's
+  parent, :mod:`..runtime.tracing`);
 - ``C<seq>``: cancel job ``seq`` if it has not started (answered with a
   ``cancelled`` result; ignored when it already ran);
 - ``X``: exit once the jobs before it are done.
@@ -56,7 +58,7 @@ from django_eventmq.jobmanager.pipe import FrameReader, frame, write_all
 from django_eventmq.protocol import encode_json, parse_job
 from django_eventmq.protocol.payload import MAX_JSON_BYTES, MAX_JSON_DEPTH
 from django_eventmq.protocol.status import JobStatus
-from django_eventmq.runtime import registry, retry_policy
+from django_eventmq.runtime import registry, retry_policy, tracing
 from django_eventmq.runtime.settings import Settings
 
 logger = logging.getLogger("django_eventmq.worker")
@@ -104,17 +106,27 @@ def load_hooks(path: str | None) -> Hooks:
 
 
 # -- frame codec (used by both sides) -------------------------------------------
-def encode_job(seq: int, body_text: str, soft_timeout: int | None = None) -> bytes:
-    if soft_timeout:
-        return b"J%d:%d\n%s" % (seq, soft_timeout, body_text.encode())
-    return b"J%d\n%s" % (seq, body_text.encode())
+def encode_job(
+    seq: int, body_text: str, soft_timeout: int | None = None, trace: bytes = b""
+) -> bytes:
+    """A ``J`` frame; ``trace``: the trace carrier of a traced job (runtime/tracing.py)."""
+    head = b"J%d:%d" % (seq, soft_timeout) if soft_timeout else b"J%d" % seq
+    if trace:
+        head += b"\t" + trace
+    return b"%s\n%s" % (head, body_text.encode())
 
 
 def decode_job(data: bytes) -> tuple[bytes, int | None, bytes]:
     """``(seq, soft timeout or None, body)`` from a ``J`` frame."""
+    return decode_traced_job(data)[:3]
+
+
+def decode_traced_job(data: bytes) -> tuple[bytes, int | None, bytes, bytes]:
+    """``(seq, soft timeout or None, body, trace carrier or b"")`` from a ``J`` frame."""
     head, _, body = data[1:].partition(b"\n")
+    head, _, trace = head.partition(b"\t")
     seq, _, soft = head.partition(b":")
-    return seq, int(soft) if soft else None, body
+    return seq, int(soft) if soft else None, body, trace
 
 
 def encode_result(seq: bytes, status: str, payload: str) -> bytes:
@@ -177,6 +189,7 @@ class JobRunner:
         try:
             job = parse_job(body, max_depth=self.max_json_depth, max_bytes=self.max_body_bytes)
             name = job.name
+            tracing.job_named(name)
             func = registry.resolve(job, self.allowed_modules)
         except (InvalidJob, JobNotAllowed) as exc:
             # Not run: the router's port must not be a remote code execution port.
@@ -218,6 +231,7 @@ def _error_payload(
 ) -> str:
     text = "".join(traceback.format_exception(exc)) if with_traceback else ""
     kind = type(exc)
+    tracing.job_failed(exc)  # its run span, if traced
     fields: dict[str, Any] = {
         "job": name,
         "type": kind.__name__,
@@ -277,8 +291,8 @@ def child_main(
         conn.close()
 
 
-#: A job waiting in the child: (seq, soft time limit or None, body).
-_Queued = tuple[bytes, int | None, bytes]
+#: A job waiting in the child: (seq, soft time limit or None, body, trace carrier).
+_Queued = tuple[bytes, int | None, bytes, bytes]
 
 
 def serve(fd: int, runner: JobRunner, records_fd: int | None = None) -> None:
@@ -334,9 +348,10 @@ def _serve(
         item = jobs.popleft()
         if item is None:
             return
-        seq, soft, body = item
+        seq, soft, body, trace = item
         gate.start(seq)
-        status, payload = runner.run(body, gate.report, soft)
+        with tracing.running(trace):  # the job's run span, if it is traced
+            status, payload = runner.run(body, gate.report, soft)
         gate.finish()
         if not send(encode_result(seq, status, payload)):
             return
@@ -346,7 +361,7 @@ def _take(data: bytes, jobs: deque[_Queued | None], send: Callable[[bytes], bool
     """Handle one frame from the job manager; False when the child should stop."""
     kind = data[:1]
     if kind == JOB:
-        jobs.append(decode_job(data))
+        jobs.append(decode_traced_job(data))
     elif kind == CANCEL:
         seq = data[1:]
         for item in jobs:

@@ -70,6 +70,8 @@ class ManagedJob:
     soft_timeout: int | None = None
     #: Unix time after which it is not started (the ``expires`` header; None: never).
     expires: float | None = None
+    #: Its trace context for the child's run span (runtime/tracing.py; b"": untraced).
+    trace: bytes = b""
 
 
 #: Reports a job's outcome: ``(job, DONE status, reply payload)``.
@@ -148,7 +150,7 @@ class Lifecycle:
             seq = pending.popleft()
             job.child = child
             idle = not child.inflight
-            pool.assign(child, seq, job.msgid, job.body_text, now, job.soft_timeout)
+            pool.assign(child, seq, job.msgid, job.body_text, now, job.soft_timeout, job.trace)
             self.stats.dispatched[job.queue] += 1
             if len(child.outgoing) == 1:
                 touched.append(child)

@@ -310,14 +310,15 @@ class Pool:
         body_text: str,
         now: float,
         soft_timeout: int | None = None,
+        trace: bytes = b"",
     ) -> None:
         """Queue one job for ``child``; :meth:`flush` writes it.
 
         ``soft_timeout``: seconds after which the child raises
         ``SoftTimeLimitExceeded`` inside the job (the hard timeout is the
-        lifecycle's to enforce).
+        lifecycle's to enforce). ``trace``: a traced job's carrier (runtime/tracing.py).
         """
-        data = frame(child_side.encode_job(seq, body_text, soft_timeout))
+        data = frame(child_side.encode_job(seq, body_text, soft_timeout, trace))
         if child.inflight:
             size = len(data)
             child.queued_bytes += size

@@ -75,7 +75,7 @@ from django_eventmq.router.book import Accepting, Book
 from django_eventmq.router.holds import QueueMarks
 from django_eventmq.router.journal.store import JournalUnavailable
 from django_eventmq.router.routing import SchedulerPeer, Schedulers
-from django_eventmq.runtime import security, transport
+from django_eventmq.runtime import security, tracing, transport
 from django_eventmq.runtime.outbox import Handler, Outbox, WarnOnce, forward, send, show
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.transport import Channel
@@ -245,11 +245,15 @@ class FrontendHandlers(QueueMarks):
         ):
             return
         frames = request_frames(msgid_b, queue_b, headers_b, body)
+        # The accept span of a traced job (runtime/tracing.py); it has extra headers.
+        span = tracing.start_accept(headers_b, msgid, queue) if headers.extra else None
         try:
             self.book.accept(identity, frames, msgid, queue, headers, now, self._sender)
         except JournalUnavailable as exc:  # it failed with this very insert
+            tracing.end(span, exc.reason)
             self.book.reject(identity, msgid, _cannot_store(exc.reason))
             return
+        tracing.end(span)
         # New or a duplicate: either way the job is held; the ACK waits for the commit.
         self._acks.append((identity, msgid_b, packed))
 
