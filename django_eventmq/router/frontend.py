@@ -253,7 +253,8 @@ class FrontendHandlers(QueueMarks):
             tracing.end(span, exc.reason)
             self.book.reject(identity, msgid, _cannot_store(exc.reason))
             return
-        tracing.end(span)
+        if span is not None:
+            tracing.end(span)
         # New or a duplicate: either way the job is held; the ACK waits for the commit.
         self._acks.append((identity, msgid_b, packed))
 
