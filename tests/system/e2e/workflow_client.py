@@ -25,6 +25,10 @@ def plan(scenario: str, log: str, gate: str) -> Any:
         return group(wj.add.s(i, 10, log=log) for i in range(5))
     if scenario == "chord":
         return chord(group(wj.add.s(i, i, log=log) for i in range(4)), wj.total.s(log=log))
+    if scenario == "chain20":  # for timing (not a test)
+        return chain(wj.add.s(0, 1), *[wj.double.s() for _ in range(19)])
+    if scenario == "group50":  # for timing (not a test)
+        return group(wj.add.s(i, 1) for i in range(50))
     if scenario == "chord8":
         return chord(group(wj.add.s(i, i, log=log) for i in range(8)), wj.total.s(log=log))
     if scenario == "failing":
