@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from django_eventmq.client import connection as client
 from django_eventmq.client.workflows import RUNNER, Stages, member_msgid, stages_to_json
+from django_eventmq.errors import JobNotAllowed
 from django_eventmq.models import Workflow, WorkflowStep
 from django_eventmq.protocol import Ack, Cancel, Message, Request, new_msgid, parse_job
 from django_eventmq.runtime import retry_policy, transport
@@ -174,3 +175,15 @@ def test_a_failing_members_retry_policy_is_the_one_its_worker_reads(router: Any)
     assert retry_policy.advice(RUNNER, raised.value, 0.0) == {"allowed": False}
     run_step(wj.add.name, [1, 2], {}, _place(_workflow(((wj.add.s(1, 2),),), "b" * 32), 0))
     assert retry_policy.policy_for(RUNNER) is None  # a member without a policy: none
+
+
+def test_a_member_not_allowed_on_its_queue_is_refused(router: Any, eventmq_settings: Any) -> None:
+    got = router()
+    eventmq_settings(
+        BROKER_ADDR=got.address,
+        QUEUE_ALLOWED_JOBS={"default": [wj.add.name, "django_eventmq.jobs.*"]},
+    )
+    row = _workflow(((wj.add.s(1, 2),), (wj.double.s(),)))
+    assert run_step(wj.add.name, [1, 2], {}, _place(row, 0)) == 3
+    with pytest.raises(JobNotAllowed, match="not allowed on queue 'default'"):
+        run_step(wj.double.name, [3], {}, _place(row, 1))
