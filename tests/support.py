@@ -28,8 +28,24 @@ ROOT = Path(__file__).resolve().parent.parent
 # and the process binding it; and never the same port twice in one run (the
 # kernel happily hands a just-closed port out again: CI once gave a router
 # the same port for its frontend and its admin socket).
+# Under pytest-xdist each worker (PYTEST_XDIST_WORKER=gw0, gw1, ... of
+# PYTEST_XDIST_WORKER_COUNT) picks from a slice of its own, so two workers never
+# hand out the same port.
 _PORTS_GIVEN: set[int] = set()
-_PORT_RANGE = (20000, 32000)
+
+
+def _port_range(worker: str, count: str) -> tuple[int, int]:
+    low, high = 20000, 32000
+    if not worker.startswith("gw") or not count.isdigit():
+        return low, high
+    width = (high - low) // max(int(count), 1)
+    start = low + int(worker[2:]) * width
+    return start, start + width
+
+
+_PORT_RANGE = _port_range(
+    os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+)
 _PORT_RNG = random.Random()
 
 

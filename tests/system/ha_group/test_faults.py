@@ -285,6 +285,7 @@ def restartable_postgres(pg_dsn: str) -> Iterator[None]:
         wait_for(lambda: postgres_ready(pg_dsn), 60, "PostgreSQL to accept connections again")
 
 
+@pytest.mark.serial  # no other test may use PostgreSQL meanwhile
 def test_a_postgresql_restart_is_survived_by_leader_and_standby(
     restartable_postgres: None, group: Group
 ) -> None:
