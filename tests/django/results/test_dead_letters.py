@@ -179,6 +179,13 @@ def test_retry_with_no_router_says_so_and_records_nothing(
     assert (letter.retries, letter.retried_msgid) == (0, "")
 
 
+def test_retry_of_a_letter_naming_no_job_says_so(admin_client: Any, broker: Any) -> None:
+    letter = dead("d-1", job="")
+    assert "dead letter d-1 names no job" in act(admin_client, "retry", letter)
+    letter.refresh_from_db()
+    assert letter.retries == 0
+
+
 def test_purge_deletes_the_selected_dead_letters(admin_client: Any) -> None:
     keep, gone = dead("keep-1"), dead("gone-1")
     assert "Purged 1 dead letter(s)" in act(admin_client, "purge", gone)
