@@ -11,6 +11,7 @@ client, whose jobs carry no key, is never refused.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 import time
@@ -22,7 +23,7 @@ import pytest
 
 from django_eventmq.client import connection as client
 from django_eventmq.errors import JobNotUnique
-from tests.support import Proc, python_module, tcp_addr, wait_for
+from tests.support import Proc, python_module, run_checked, tcp_addr, wait_for
 from tests.system.chaos.support import admin_call, start_router
 from tests.system.e2e.unique_jobs import charge, nightly, rebuild, runs
 from tests.system.interop.conftest import (
@@ -116,6 +117,8 @@ def test_two_processes_send_the_same_unique_job_at_once_and_it_runs_once(
     assert runs(out) == ["nightly", "nightly"]  # the refused one never ran
     monitor = stack.monitor()
     assert monitor["unique_refused"] == 1 and monitor["per_queue"]["default"]["unique_refused"] == 1
+    shown = run_checked(python_module("status", "--admin", stack.admin, "--monitor"))
+    assert re.search(r"^queue default: .*unique_refused=1", shown, re.M), shown
 
 
 def test_a_unique_key_callable_makes_other_arguments_the_same_job(
