@@ -68,6 +68,7 @@ from django_eventmq.router.journal.store import (
     new_row,
     parcel_digest,
 )
+from django_eventmq.router.rate_limits import RateLimits, queue_rates
 from django_eventmq.router.routing import JobManagerPeer, RoutedJob, Routing
 from django_eventmq.router.stored import job_from_row
 from django_eventmq.router.unique import UniqueKeys, held_rows
@@ -94,6 +95,10 @@ EXPIRED_PAYLOAD = (
     f'{{"value": null, "error": {{"type": "{EXPIRED_ERROR}", "message": "not started before'
     ' its expiry; it never ran", "traceback": ""}}'
 )
+
+#: Seconds added to a parked job's due time: the wall and monotonic clocks are read
+#: apart, and a job promoted a hair early would be parked again at the back.
+PARK_MARGIN = 0.002
 
 Deliver = Callable[[JobManagerPeer, RoutedJob], None]
 ToClient = Callable[[bytes, Message], None]
@@ -134,6 +139,9 @@ class Book:
         self.deliver = deliver
         self.to_client = to_client
         self.routing = Routing(settings.queue_window, self._load)
+        #: Rate limits per queue (RATE_LIMITS) and per rate key (headers); docs/rate-limits.md.
+        self.rate_limits = RateLimits(queue_rates(settings.rate_limits))
+        self.routing.waiting.limits = self.rate_limits
         self.delayed: Counter[str] = Counter()
         self.poisoned: Counter[str] = Counter()
         self.expired = 0
@@ -283,7 +291,8 @@ class Book:
             return True
         due = headers.delay_until
         delayed = due is not None and due > wall
-        worker = None if delayed else self.routing.free_worker(queue)
+        limited = self.rate_limits.limited(job)  # then it goes out through its wait queue
+        worker = None if delayed or limited else self.routing.free_worker(queue)
         state = DELAYED if delayed else (LEASED if worker is not None else WAITING)
         stored = self.journal.add(
             job_values(job, state, wall, due if delayed else None, owner),
@@ -455,6 +464,8 @@ class Book:
             self._hand_out(worker, job, now, stored_as_leased=stored_as_leased)
         elif self._expiry.expired:
             self.settle_expired()
+        if self.rate_limits.parked:
+            self.settle_parked()
 
     def reject(self, identity: bytes, msgid: str, reason: str) -> None:
         self.rejected += 1
@@ -488,6 +499,8 @@ class Book:
                 self._hand_out(*pair, now)
         if self._expiry.expired:
             self.settle_expired()
+        if self.rate_limits.parked:
+            self.settle_parked()
 
     def settle_expired(self) -> None:
         """Finish the jobs a wait queue skipped because their ``expires`` time passed."""
@@ -802,10 +815,20 @@ class Book:
     def next_due(self) -> float | None:
         """When a delayed job is due (None too while the journal cannot be written:
         they are promoted once it can)."""
-        return None if self.journal.failure is not None else self._next_due
+        due = None if self.journal.failure is not None else self._next_due
+        wake = self.rate_limits.wake_in()  # a queue at its rate limit may go on
+        if wake is not None:
+            at = time.time() + wake
+            due = at if due is None else min(due, at)
+        return due
 
     def promote_due(self, wall: float, now: float) -> None:
         """Delayed jobs whose time has come start waiting (or run)."""
+        if self.rate_limits.parked:
+            self.settle_parked()
+        held = self.rate_limits.due_queues()
+        if held:
+            self.pump(now, held)
         if self._next_due is None or wall < self._next_due or self.journal.failure is not None:
             return
         queues: set[str] = set()
@@ -817,6 +840,7 @@ class Book:
                 for row in rows:
                     job = job_from_row(row, now)
                     self.delayed[job.queue] -= 1
+                    self.rate_limits.unparked(row.seq)
                     self.routing.waiting.push(job)
                     queues.add(job.queue)
                 if len(rows) < 1000:
@@ -825,6 +849,24 @@ class Book:
         except JournalUnavailable:
             pass  # _next_due stays: tried again once the journal can be written
         self.pump(now, sorted(queues))
+
+    # -- rate limits (see .rate_limits) ---------------------------------------------------
+    def settle_parked(self) -> None:
+        """Jobs a wait queue held back by their key's rate limit wait as delayed until
+        they may go (in the journal, so a flood of them costs no memory)."""
+        limits = self.rate_limits
+        parked, limits.parked = limits.parked, []
+        wall, mono = time.time(), limits.clock()
+        for job, at in parked:
+            if job.msgid in self.finished:  # cancelled meanwhile
+                limits.unparked(job.seq)
+                continue
+            due = wall + (at - mono) + PARK_MARGIN
+            self.journal.delay(job.seq, due, job.attempts)
+            self.delayed[job.queue] += 1
+            if self._next_due is None or due < self._next_due:
+                self._next_due = due
+            job_debug(log, "rate limit reached: waits %.3fs", job.msgid, job.queue, due - wall)
 
     # -- cancelling --------------------------------------------------------------------
     def cancel(self, msgid: str) -> RoutedJob | None:
@@ -860,6 +902,7 @@ class Book:
                 self.routing.waiting.queue(row.queue).forget_on_disk()
             elif state == DELAYED:
                 self.delayed[row.queue] -= 1
+                self.rate_limits.unparked(row.seq)
             elif state == POISONED:
                 self.poisoned[row.queue] -= 1
         self.stats.finish(job.queue, JobStatus.CANCELLED)
