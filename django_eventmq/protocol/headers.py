@@ -39,7 +39,8 @@ RATE_KEY = "rate-key"
 #: the router refuses another job with the same key while this one is held
 #: (queued, delayed or running) and for ``unique-for`` seconds after it accepted it.
 UNIQUE_KEY = "unique-key"
-#: Whole seconds > 0 after acceptance during which the key stays taken (needs unique-key).
+#: Whole seconds after acceptance during which the key stays taken even once the job
+#: ended (needs unique-key; absent or 0: only while the job is held).
 UNIQUE_FOR = "unique-for"
 
 _FLAGS = (REPLY_REQUESTED, GUARANTEE, NOHASTE)
