@@ -56,8 +56,10 @@ class SlidingLog:
         self.times: deque[float] = deque()
 
     def _trim(self, now: float) -> None:
-        times, cutoff = self.times, now - self.rate.period
-        while times and times[0] <= cutoff:
+        # ``t + period <= now``, as free_at() computes it (not ``t <= now - period``,
+        # which rounds differently): a hand-out at free_at()'s time is then allowed.
+        times, period = self.times, self.rate.period
+        while times and times[0] + period <= now:
             times.popleft()
 
     def used(self, now: float) -> int:
