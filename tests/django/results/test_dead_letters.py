@@ -220,6 +220,20 @@ def test_an_unreachable_router_leaves_the_table_part_whole_with_a_clear_message(
     assert "no answer to STATUS" in page
 
 
+def test_a_router_that_does_not_answer_a_retry_or_purge_is_said_so(
+    admin_client: Any, eventmq_settings: Callable[..., Any]
+) -> None:
+    silent = tcp_addr()
+    eventmq_settings(ADMIN_ADDR=silent)
+    for do in ("retry", "purge"):
+        page = admin_client.post(POISONED, {"do": do, "job": [f"{silent} m"]}, follow=True)
+        assert f"The router did not answer: no answer to POISONED_{do.upper()}" in (
+            page.content.decode()
+        )
+    page = admin_client.post(POISONED, {"do": "retry"}, follow=True).content.decode()
+    assert "No poisoned job was selected" in page
+
+
 def poison(h: Harness, worker: Peer, body: str = "") -> str:
     """A job whose worker dies twice (the router's poison_after=2): set aside."""
     client = h.peer("frontend", "client")
