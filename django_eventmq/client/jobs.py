@@ -312,7 +312,7 @@ class Job(Generic[P, R]):
         """
         # send() without its options: the decorator's headers, encoded once in __init__.
         body_text = self.encode_body(args, kwargs)
-        headers = self._unique_headers(self._expiring(), args, kwargs)
+        headers = self.unique_headers(self._expiring(), args, kwargs)
         return self._send_encoded(body_text, args, kwargs, None, headers, new_msgid())
 
     def _expiring(self) -> Headers | None:
@@ -347,7 +347,7 @@ class Job(Generic[P, R]):
                 args,
                 kwargs,
                 None,
-                self._unique_headers(self._expiring(), args, kwargs),
+                self.unique_headers(self._expiring(), args, kwargs),
                 msgid,
             )
         )
@@ -384,7 +384,7 @@ class Job(Generic[P, R]):
             or self.expires_after is not None
         ):
             headers = self.headers_for(headers, countdown=countdown, eta=eta, expires=expires)
-        headers = self._unique_headers(headers, args, kwargs)
+        headers = self.unique_headers(headers, args, kwargs)
         return self._send_encoded(body_text, args, kwargs, queue, headers, msgid or new_msgid())
 
     def headers_for(
@@ -420,11 +420,12 @@ class Job(Generic[P, R]):
             raise ConfigurationError("give countdown=/eta= or headers with delay_until, not both")
         return merged.with_(delay_until=due)
 
-    def _unique_headers(
+    def unique_headers(
         self, headers: Headers | None, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Headers | None:
         """``headers`` (None: the decorator's) with this unique job's key for these
-        arguments, unless it is not unique or they name a key already."""
+        arguments; ``headers`` as given when the job is not unique or they name a
+        key already. For REQUESTs built by hand (``send_many``)."""
         if self.unique is None or (headers is not None and headers.unique_key is not None):
             return headers
         seconds, key_of = self.unique

@@ -47,9 +47,9 @@ def fresh(name: str) -> Callable[..., None]:
 
 
 def test_the_default_key_is_the_job_name_and_its_arguments() -> None:
-    first = report._unique_headers(None, ("2031-01-02",), {"full": True})
-    again = report._unique_headers(None, ("2031-01-02",), {"full": True})
-    other = report._unique_headers(None, ("2031-01-03",), {"full": True})
+    first = report.unique_headers(None, ("2031-01-02",), {"full": True})
+    again = report.unique_headers(None, ("2031-01-02",), {"full": True})
+    other = report.unique_headers(None, ("2031-01-03",), {"full": True})
     assert first is not None and again is not None and other is not None
     assert first.unique_key == again.unique_key != other.unique_key
     assert first.unique_for == 600
@@ -59,19 +59,19 @@ def test_the_default_key_is_the_job_name_and_its_arguments() -> None:
 
 
 def test_a_unique_key_callable_decides_what_counts_as_the_same_job() -> None:
-    one = charge._unique_headers(None, (7, 100), {})
-    two = charge._unique_headers(None, (7, 250), {})
-    three = charge._unique_headers(None, (8, 100), {})
+    one = charge.unique_headers(None, (7, 100), {})
+    two = charge.unique_headers(None, (7, 250), {})
+    three = charge.unique_headers(None, (8, 100), {})
     assert one is not None and two is not None and three is not None
     assert one.unique_key == two.unique_key == unique_key(charge.name, "7")
     assert one.unique_key != three.unique_key
     assert one.unique_for == 0 and one.reply_requested  # the decorator's headers kept
-    assert plain._unique_headers(None, (1,), {}) is None  # not unique: unchanged
+    assert plain.unique_headers(None, (1,), {}) is None  # not unique: unchanged
 
 
 def test_an_explicit_key_in_send_headers_wins() -> None:
     given = Headers(unique_key=KEY)
-    assert report._unique_headers(given, ("d",), {}) is given
+    assert report.unique_headers(given, ("d",), {}) is given
 
 
 @pytest.mark.parametrize(
@@ -100,7 +100,7 @@ def test_a_key_callable_that_returns_no_str_is_a_configuration_error() -> None:
 
     keyed = job(unique_key=bad_key)(fresh("badly_keyed_job"))
     with pytest.raises(ConfigurationError, match="must return a str"):
-        keyed._unique_headers(None, (1,), {})
+        keyed.unique_headers(None, (1,), {})
 
 
 # -- the headers, sans-IO -----------------------------------------------------------------
@@ -176,8 +176,15 @@ def test_a_unique_job_in_send_many_is_refused_in_the_result(router: Harness) -> 
     taken = charge.delay(5, 1)
     client = connection.get_client(router.router.frontend_address)
     assert isinstance(client, connection.Client)
-    key = unique_key(charge.name, "5")
-    result = client.send_many(
-        [Request(msgid="bulk-1", queue="default", headers=Headers(unique_key=key), body_text="[]")]
-    )
-    assert holder_of(result.rejected["bulk-1"]) == taken
+    requests = [
+        Request(
+            msgid=f"bulk-{account}",
+            queue=charge.queue,
+            headers=charge.unique_headers(None, (account, 2), {}) or charge.headers,
+            body_text=charge.encode_body((account, 2), {}),
+        )
+        for account in (5, 6)
+    ]
+    result = client.send_many(requests)
+    assert list(result.rejected) == ["bulk-5"]  # account 5 is held by `taken`
+    assert holder_of(result.rejected["bulk-5"]) == taken
