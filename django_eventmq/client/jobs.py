@@ -27,6 +27,7 @@ from django_eventmq.client.handles import EagerHandle, JobHandle, NoReplyHandle
 from django_eventmq.errors import ConfigurationError, ProtocolError, SerializationError
 from django_eventmq.protocol import Headers, JobBody, new_msgid
 from django_eventmq.protocol import constants as C
+from django_eventmq.protocol import headers as headers_mod
 from django_eventmq.protocol.payload import compact_json
 from django_eventmq.protocol.unique import unique_key
 from django_eventmq.runtime import hooks, registry, retry_policy
@@ -82,6 +83,12 @@ class JobOptions(TypedDict, total=False):
     priority: int
     #: Seconds (or a timedelta) after sending: a job not started by then is not run.
     expires: float | timedelta | None
+    #: At most N hand-outs per period across all job managers (router-wide):
+    #: ``"100/m"``, ``"10/5s"``, or a whole number per second (docs/rate-limits.md).
+    rate_limit: str | int | None
+    #: What the limit counts under (default: the job's dotted name); jobs that share a
+    #: key share one limit.
+    rate_key: str | None
     #: Retry policy (runtime/retry_policy.py; not headers, kept in the code): the
     #: exceptions that retry, the first back-off, jitter (True/"full"/"equal"), the cap.
     retry_on: type[BaseException] | tuple[type[BaseException], ...] | None
@@ -93,6 +100,21 @@ class JobOptions(TypedDict, total=False):
     #: one is queued or running); the key: a callable of the job's arguments.
     unique_for: float | timedelta | None
     unique_key: Callable[..., str] | None
+
+
+def rate_headers(name: str, rate: str | int | None, key: str | None) -> tuple[str, ...]:
+    """The ``rate-limit`` and ``rate-key`` headers of ``@job(rate_limit=, rate_key=)``
+    (key: the job's dotted name unless given); :class:`ProtocolError` if not valid."""
+    if rate is None:
+        if key is not None:
+            raise ProtocolError("rate_key= needs rate_limit= too, e.g. rate_limit='100/m'")
+        return ()
+    if key is not None and (not isinstance(key, str) or not key or "," in key):
+        raise ProtocolError(f"rate_key= must be a non-empty string without commas, got {key!r}")
+    return (
+        f"{headers_mod.RATE_LIMIT}:{headers_mod.parse_rate(rate).text}",
+        f"{headers_mod.RATE_KEY}:{name if key is None else key.strip()}",
+    )
 
 
 def due_time(countdown: float | timedelta | None, eta: datetime | None, now: float) -> float | None:
@@ -254,7 +276,12 @@ class Job(Generic[P, R]):
         except ConfigurationError as exc:
             raise ConfigurationError(f"@job {qualname}: {exc}") from exc
         try:
-            self.headers = Headers(**fields)
+            extra = rate_headers(
+                registry.job_name(self.path, self.callable_name),
+                fields.pop("rate_limit", None),
+                fields.pop("rate_key", None),
+            )
+            self.headers = Headers(**fields, extra=extra)
         except ProtocolError as exc:
             raise ConfigurationError(f"@job {qualname}: {exc}") from exc
         self.name = registry.register(func, self.path, self.callable_name)

@@ -65,7 +65,7 @@ def test_a_greedy_sender_never_exceeds_n_in_any_window_and_is_never_refused_belo
     count: int, period: float, gaps: list[float]
 ) -> None:
     log = SlidingLog(Rate(count, period, f"{count}/{period}s"))
-    now, taken = 0.0, []
+    now, taken = 0.0, list[float]()
     for gap in gaps:
         now += gap
         before = [t for t in taken if t + period > now]
