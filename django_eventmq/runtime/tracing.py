@@ -309,10 +309,11 @@ def run_carrier(msgid: str, queue: str, extra: tuple[str, ...]) -> bytes:
     """What the job manager passes its child with a traced job (``b""``: untraced):
     ``msgid<TAB>queue<TAB>traceparent<TAB>tracestate``."""
     carrier = carrier_of(extra) if extra else {}
-    if not carrier or "\t" in msgid or "\t" in queue or "\n" in msgid + queue:
+    if not carrier:
         return b""
-    fields = (msgid, queue, carrier[TRACEPARENT], carrier.get(TRACESTATE, ""))
-    return "\t".join(fields).encode()
+    text = "\t".join((msgid, queue, carrier[TRACEPARENT], carrier.get(TRACESTATE, "")))
+    # A tab or line break of a field's own would break the frame: run it untraced.
+    return b"" if text.count("\t") != 3 or "\n" in text else text.encode()
 
 
 class _Running(_Current):

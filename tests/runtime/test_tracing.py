@@ -138,6 +138,7 @@ def test_the_run_carrier_crosses_the_child_pipe_and_parents_the_run_span(
     carrier = tracing.run_carrier("m1", "default", extra)
     assert tracing.run_carrier("m1", "default", ("attempt:2",)) == b""
     assert tracing.run_carrier("m\t1", "default", extra) == b""
+    assert tracing.run_carrier("m1", "default", ("traceparent:00-a\nb",)) == b""
     data = worker.encode_job(7, "[]", 3, carrier)
     assert worker.decode_traced_job(data) == (b"7", 3, b"[]", carrier)
     assert worker.decode_job(data) == (b"7", 3, b"[]")
