@@ -48,7 +48,8 @@ def _killed_while_gated(
     """Run ``scenario``; kill its job manager while member ``tag`` waits (and the members
     at the places ``settled`` have been reported done); finish on a new job manager."""
     log, gate = tmp_path / "ran", tmp_path / "gate"
-    first = stack.start_jobmanager(concurrency=2)
+    # One worker per member, none queued behind the gated one.
+    first = stack.start_jobmanager(concurrency=3, prefetch=0)
     workflow_id = stack.client("send", scenario, str(log), str(gate))
     wait_for(lambda: f"start {tag}" in lines(log), 30, f"member {tag} to start")
     # A member's results row is written after its job manager sent DONE: killed later,
@@ -64,7 +65,7 @@ def _killed_while_gated(
     )
     stack.kill_jobmanager(first, children_too=children_too)
     gate.touch()
-    stack.start_jobmanager(concurrency=2)
+    stack.start_jobmanager(concurrency=3, prefetch=0)
     out = stack.client("wait", workflow_id, "60")
     assert "result" in out, f"{out}\n{stack.logs()}"
     return workflow_id, Counter(lines(log)), log

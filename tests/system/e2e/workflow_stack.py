@@ -56,9 +56,11 @@ class WorkflowStack:
         self.procs.append(proc)
         return proc
 
-    def start_jobmanager(self, concurrency: int = 3) -> Proc:
+    def start_jobmanager(self, concurrency: int = 3, prefetch: int | None = None) -> Proc:
+        """A job manager; ``prefetch=0``: no job waits in a busy worker's pipe."""
+        more = [] if prefetch is None else ["--prefetch", str(prefetch)]
         jm = self._start(
-            "emq_jobmanager", "--broker", self.backend, "--concurrency", str(concurrency)
+            "emq_jobmanager", "--broker", self.backend, "--concurrency", str(concurrency), *more
         )
         jm.wait_output(r"jobmanager ready: ", timeout=60)
         self.jobmanagers.append(jm)
