@@ -72,6 +72,8 @@ class ManagedJob:
     expires: float | None = None
     #: Its trace context for the child's run span (runtime/tracing.py; b"": untraced).
     trace: bytes = b""
+    #: The header options it was sent with (timeout, priority...), kept by a dead letter.
+    options: dict[str, object] | None = None
 
 
 #: Reports a job's outcome: ``(job, DONE status, reply payload)``.
@@ -372,7 +374,9 @@ class Lifecycle:
         value: object = None,
         error: dict[str, str] | None = None,
     ) -> None:
-        self._add_record(job, status, time.time(), now, value=value, error=error)
+        given_up = status in (JobStatus.FAILED, JobStatus.TIMED_OUT)
+        options = job.options if given_up else None
+        self._add_record(job, status, time.time(), now, value=value, error=error, options=options)
 
     def _add_record(
         self,
@@ -384,6 +388,7 @@ class Lifecycle:
         value: object = None,
         error: dict[str, str] | None = None,
         progress: object = None,
+        options: dict[str, object] | None = None,
     ) -> None:
         self.recorder.add(
             msgid=job.msgid,
@@ -398,6 +403,7 @@ class Lifecycle:
             error=error,
             now=now,
             progress=progress,
+            options=options,
         )
 
     # -- supervision: retries due, timeouts, children that died -----------------------------

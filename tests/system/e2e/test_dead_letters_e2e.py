@@ -10,6 +10,7 @@ SQLite file, and the admin page used from a process of its own (dead_letters_adm
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -100,11 +101,13 @@ def test_a_job_that_failed_all_its_retries_is_retried_from_the_admin_and_succeed
     use: Stack, tmp_path: Path
 ) -> None:
     fixed, runs = tmp_path / "fixed", tmp_path / "runs"
-    handle = fails_until_fixed.delay(str(fixed), str(runs))
+    # Sent with options of its own: the letter keeps them, for the retry.
+    handle = fails_until_fixed.send((str(fixed), str(runs)), headers={"priority": 3, "timeout": 60})
     with pytest.raises(JobError, match="not fixed yet"):
         handle.wait(timeout=30)
     letter = wait_for(lambda: use.letter(handle.msgid), 30, what="the dead letter")
     assert (letter["reason"], letter["attempts"], letter["queue"]) == ("failed", 2, "default")
+    assert json.loads(letter["headers"]) == {"priority": 3, "timeout": 60, "retry_count": 1}
     fixed.touch()
     page = use.admin_page("retry", handle.msgid)  # then the list, with the letter
     assert "Sent 1 job(s) again" in page and handle.msgid in page
