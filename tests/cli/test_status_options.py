@@ -161,6 +161,26 @@ def test_emq_status_reads_the_routers_from_the_setting(router_admin, eventmq_set
     assert json.loads(out.getvalue())["router"] == router_admin
 
 
+@pytest.mark.django_db
+def test_emq_status_counts_the_dead_letters_of_the_results_table(router_admin):
+    from django.utils import timezone
+
+    from django_eventmq.models import DeadLetter
+
+    out = io.StringIO()
+    call_command("emq_status", "--admin", router_admin, stdout=out)
+    assert "dead letters: 0 in the results table" in out.getvalue()
+    for n, reason in enumerate(["failed", "failed", "timed_out"]):
+        DeadLetter.objects.create(msgid=f"dead-{n}", reason=reason, created=timezone.now())
+    out = io.StringIO()
+    call_command("emq_status", "--admin", router_admin, stdout=out)
+    assert "dead letters: 3 (2 failed, 1 timed out) in the results table" in out.getvalue()
+    # --json stays one JSON document.
+    out = io.StringIO()
+    call_command("emq_status", "--admin", router_admin, json=True, stdout=out)
+    assert json.loads(out.getvalue())["router"] == router_admin
+
+
 def test_a_bad_setting_is_named_by_both_commands(settings):
     settings.EVENTMQ = {"STATUS_ADMIN_ADDRS": f"{A};"}
     config.reset()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 from typing import Any, TextIO, cast
 
@@ -39,6 +40,8 @@ class Command(BaseCommand):
         code = status_command.run_options(
             options, settings.admin_addr, out, settings=settings, err=err
         )
+        if not code and not options.get("json") and not options.get("watch"):
+            self._dead_letters(out)
         if code == 2:  # a bad --admin list given to call_command (the parser checks the CLI's)
             raise CommandError(err.getvalue().strip().removeprefix("emq_status: "))
         if code:
@@ -51,3 +54,14 @@ class Command(BaseCommand):
                 else "the router did not answer",
                 returncode=code,
             )
+
+    def _dead_letters(self, out: TextIO) -> None:
+        """The results table's dead letters, under the routers' figures (their poisoned
+        jobs are in those); nothing when this database has no such table."""
+        from django.db import DatabaseError
+
+        from django_eventmq.dead_letters import count_line
+
+        # Not migrated here: the routers' part is what counts.
+        with contextlib.suppress(DatabaseError):
+            out.write(count_line() + "\n")
