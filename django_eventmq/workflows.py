@@ -97,6 +97,9 @@ class _Plan:
 
         Returns once the router has stored every member of the first stage
         (:class:`BrokerUnavailable` otherwise; the row then says ``failed``).
+        Inside a database transaction the row is written in it and the first
+        stage is sent when it commits (workers could not read the row
+        before); nothing is sent if it rolls back.
         """
         settings = get_settings()
         workflow_id = uuid.uuid4().hex
@@ -110,10 +113,16 @@ class _Plan:
             created=now,
             updated=now,
         )
+        # At once outside a transaction (errors raise here), else at its commit.
+        transaction.on_commit(lambda: self._send_first(row))
+        return WorkflowHandle(workflow_id)
+
+    def _send_first(self, row: Workflow) -> None:
+        settings = get_settings()
         try:
             send_stage(
                 get_client(settings.broker_addr, send_timeout=settings.send_timeout),
-                workflow_id,
+                row.workflow_id,
                 0,
                 self.stages[0],
                 None,
@@ -128,7 +137,6 @@ class _Plan:
                 updated=timezone.now(),
             )
             raise
-        return WorkflowHandle(workflow_id)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {list(self.stages)!r}>"

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from django_eventmq.client import connection as client
@@ -17,7 +18,7 @@ from django_eventmq.errors import JobNotAllowed
 from django_eventmq.models import Workflow, WorkflowStep
 from django_eventmq.protocol import Ack, Cancel, Message, Request, new_msgid, parse_job
 from django_eventmq.runtime import retry_policy, transport
-from django_eventmq.workflows import WorkflowCancelled, run_step
+from django_eventmq.workflows import WorkflowCancelled, chain, run_step
 from tests.support import wait_for
 from tests.system.e2e import workflow_jobs as wj
 
@@ -187,3 +188,25 @@ def test_a_member_not_allowed_on_its_queue_is_refused(router: Any, eventmq_setti
     assert run_step(wj.add.name, [1, 2], {}, _place(row, 0)) == 3
     with pytest.raises(JobNotAllowed, match="not allowed on queue 'default'"):
         run_step(wj.double.name, [3], {}, _place(row, 1))
+
+
+def test_a_workflow_sent_in_a_transaction_starts_when_it_commits(router: Any) -> None:
+    got = router()
+    with transaction.atomic():
+        handle = chain(wj.add.s(1, 2), wj.double.s()).delay()
+        assert Workflow.objects.filter(workflow_id=handle).exists()
+        assert got.requests() == []  # a worker could not read the row yet
+    wait_for(lambda: len(got.requests()) == 1, 10, "the first member, once committed")
+    assert got.requests()[0].msgid == member_msgid(handle, 0, 0)
+
+
+def test_a_workflow_sent_in_a_transaction_rolled_back_is_never_sent(router: Any) -> None:
+    got = router()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        handle = chain(wj.add.s(1, 2), wj.double.s()).delay()
+        raise RuntimeError("rolled back")
+    assert not Workflow.objects.filter(workflow_id=handle).exists()
+    chain(wj.add.s(5, 5)).delay()  # sent at once: the one before it was not
+    wait_for(lambda: got.requests(), 10, "the second workflow's member")
+    assert [r.msgid.split("-")[1] for r in got.requests()] != [handle]
+    assert len(got.requests()) == 1
