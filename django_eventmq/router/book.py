@@ -291,6 +291,8 @@ class Book:
             return True
         due = headers.delay_until
         delayed = due is not None and due > wall
+        if not headers.extra:
+            job.rate = None  # no rate-limit header to look for
         limited = self.rate_limits.limited(job)  # then it goes out through its wait queue
         worker = None if delayed or limited else self.routing.free_worker(queue)
         state = DELAYED if delayed else (LEASED if worker is not None else WAITING)
