@@ -8,6 +8,8 @@ tests/system/e2e/test_rate_limits_e2e.py.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -21,7 +23,8 @@ from django_eventmq.router.journal.store import DELAYED, MEMORY, WAITING, Journa
 from django_eventmq.router.rate_limits import RateLimits, SlidingLog
 from django_eventmq.router.routing import RoutedJob
 from django_eventmq.router.waiting import WaitQueue
-from tests.router.test_router import make_settings
+from tests.router.test_router import Harness, Peer, make_settings
+from tests.support import wait_for
 
 BODY = b'["run",{"callable":"f","path":"m","args":[],"kwargs":{}}]'
 
@@ -233,3 +236,40 @@ def test_a_job_waiting_for_a_free_worker_is_counted_when_it_goes_out() -> None:
 def test_rates_parse(rate: object) -> None:
     parsed = parse_rate(rate)
     assert parsed.count >= 1 and parsed.period > 0
+
+
+# -- a live router ---------------------------------------------------------------------------
+
+
+def join(worker: Peer, queue: str, slots: int) -> None:
+    inform = worker.send("INFORM", queue, "worker")
+    assert worker.expect("ACK")[2] == inform
+    worker.expect("FEATURES")
+    for _ in range(slots):
+        worker.send("READY")
+
+
+@pytest.mark.parametrize(
+    ("settings", "headers"),
+    [({"rate_limits": (("q", "2/s"),)}, ""), ({}, "rate-limit:2/s,rate-key:k")],
+    ids=["queue", "key"],
+)
+def test_a_live_router_hands_out_the_held_back_job_when_the_limit_lets_it(
+    start_router: Callable[..., Harness], settings: dict[str, Any], headers: str
+) -> None:
+    """Two jobs go out at once, the third is held back (STATUS says so) and goes out
+    once the limit lets it, with no message from anyone and its housekeeping tick (a
+    quarter of a 40 s heartbeat) far off. (Book.next_due's tests show the wake-up
+    time that shortens the poll timeout.)"""
+    h = start_router(heartbeat_interval=40.0, heartbeat_timeout=120.0, **settings)
+    worker = h.peer("backend", "w1")
+    join(worker, "q", 5)
+    client = h.peer("frontend", "c1")
+    wait_for(lambda: h.ask("ROUTER_SHOW_WORKERS")["connected_workers"], 5, what="the worker")
+    sent = [h.request(client, "q", headers=headers) for _ in range(3)]
+    got = [worker.expect("REQUEST")[1] for _ in range(2)]
+    status = h.ask("STATUS")["rate_limits_by_queue"]["q"]
+    assert status["held_back"] == 1
+    got.append(worker.expect("REQUEST", timeout=5.0)[1])
+    assert sorted(got) == sorted(sent)
+    assert not worker.pending()
