@@ -10,11 +10,12 @@ ordinary duplicate that the book acknowledges again). The job's end (DONE,
 REPLY, cancelled, expired, poisoned) frees the key, or leaves it taken for
 what is left of ``unique-for``.
 
-Pure: the clock (unix time) is passed in. After a start the keys of the jobs
-the journal holds are read back (:meth:`UniqueKeys.rebuild_later`,
-:func:`held_rows`): the waiting ones (those handed out before the restart
-wait again) and those handed out since. Not at start-up but at the first
-unique job's check: reading every waiting job costs about 1.5 s per 100,000
+The table is pure: the clock (unix time) is passed in, and what it reads back
+after a start comes from a callable. That is :func:`held_rows`, the keys of
+the jobs the journal holds (:meth:`UniqueKeys.rebuild_later`): the waiting
+ones (those handed out before the restart wait again) and those handed out
+since. Not at start-up but at the first unique job's check: reading every
+waiting job costs about 1.3 s per 100,000
 (the journal has no read of the headers alone), which a router whose clients
 send no unique job should not pay. Not rebuilt: a key whose job had finished
 with ``unique-for`` left (finished jobs leave the journal), and a delayed
