@@ -188,3 +188,11 @@ def test_a_unique_job_in_send_many_is_refused_in_the_result(router: Harness) -> 
     result = client.send_many(requests)
     assert list(result.rejected) == ["bulk-5"]  # account 5 is held by `taken`
     assert holder_of(result.rejected["bulk-5"]) == taken
+
+
+@pytest.mark.django_db(transaction=True)
+def test_delay_on_commit_outside_a_transaction_sends_the_key_at_once(router: Harness) -> None:
+    first = report.delay_on_commit("on-commit")
+    with pytest.raises(JobNotUnique) as refused:
+        report.delay("on-commit")
+    assert refused.value.holder == first
