@@ -451,11 +451,14 @@ class Job(Generic[P, R]):
         self, headers: Headers | None, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Headers | None:
         """``headers`` (None: the decorator's) with this unique job's key for these
-        arguments; ``headers`` as given when the job is not unique or they name a
-        key already. For REQUESTs built by hand (``send_many``)."""
-        if self.unique is None or (headers is not None and headers.unique_key is not None):
+        arguments; ``headers`` as given when the job is not unique, or when they
+        name a key already (with the decorator's ``unique_for`` if they set none).
+        For REQUESTs built by hand (``send_many``)."""
+        if self.unique is None:
             return headers
         seconds, key_of = self.unique
+        if headers is not None and headers.unique_key is not None:  # a key given: kept
+            return headers if headers.unique_for else headers.with_(unique_for=seconds)
         if key_of is None:
             part = json.dumps([args, kwargs], sort_keys=True, separators=(",", ":"))
         else:

@@ -70,8 +70,14 @@ def test_a_unique_key_callable_decides_what_counts_as_the_same_job() -> None:
 
 
 def test_an_explicit_key_in_send_headers_wins() -> None:
-    given = Headers(unique_key=KEY)
+    given = Headers(unique_key=KEY, unique_for=5)
     assert report.unique_headers(given, ("d",), {}) is given
+    # Without its own unique_for it takes the decorator's.
+    assert report.unique_headers(Headers(unique_key=KEY), ("d",), {}) == given.with_(unique_for=600)
+    sent = report.headers_for({"unique_key": KEY})
+    assert report.unique_headers(sent, ("d",), {}) == Headers(unique_key=KEY, unique_for=600)
+    # A job that is not unique sends the key it is given as it is.
+    assert plain.unique_headers(Headers(unique_key=KEY), (1,), {}) == Headers(unique_key=KEY)
 
 
 @pytest.mark.parametrize(
