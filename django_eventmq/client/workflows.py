@@ -27,7 +27,7 @@ from typing import Any
 
 from django_eventmq.client.connection import Client
 from django_eventmq.client.shards import ShardedClient
-from django_eventmq.errors import ConfigurationError, SerializationError
+from django_eventmq.errors import ConfigurationError, ProtocolError, SerializationError
 from django_eventmq.protocol import Headers, parse_headers
 from django_eventmq.protocol.payload import compact_json
 
@@ -108,7 +108,10 @@ class Signature:
         (``retry_count=2``, ``timeout=60``, ...)."""
         if queue is not None and not queue:
             raise ConfigurationError("Signature.set(queue=) takes a queue name, got ''")
-        merged = self.parsed_headers().with_(**headers) if headers else self.parsed_headers()
+        try:
+            merged = self.parsed_headers().with_(**headers)
+        except (ProtocolError, TypeError) as exc:
+            raise ConfigurationError(f"{self.name}.s(...).set(): {exc}") from exc
         return Signature(
             path=self.path,
             callable=self.callable,

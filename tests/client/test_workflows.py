@@ -38,6 +38,10 @@ def test_a_signature_copies_its_arguments_and_is_immutable() -> None:
     moved = sig.set(queue="other", retry_count=2)
     assert (moved.queue, moved.parsed_headers().retry_count) == ("other", 2)
     assert (sig.queue, sig.parsed_headers().retry_count) == ("default", 0)
+    with pytest.raises(ConfigurationError, match=r"total\.s\(\.\.\.\)\.set\(\)"):
+        sig.set(retry_count=-1)
+    with pytest.raises(ConfigurationError, match="set"):
+        sig.set(no_such_header=1)
 
 
 def test_a_signature_refuses_arguments_that_are_not_json() -> None:
