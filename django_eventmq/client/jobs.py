@@ -24,13 +24,14 @@ from typing import Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from django_eventmq.client.connection import get_client
 from django_eventmq.client.handles import EagerHandle, JobHandle, NoReplyHandle
+from django_eventmq.client.workflows import Signature
 from django_eventmq.errors import ConfigurationError, ProtocolError, SerializationError
 from django_eventmq.protocol import Headers, JobBody, new_msgid
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol import headers as headers_mod
 from django_eventmq.protocol.payload import compact_json
 from django_eventmq.protocol.unique import unique_key
-from django_eventmq.runtime import hooks, registry, retry_policy
+from django_eventmq.runtime import hooks, registry, retry_policy, tracing
 from django_eventmq.runtime.config import get_settings
 from django_eventmq.runtime.logs import job_debug
 from django_eventmq.scheduling.timing import Periodic, crontab
@@ -89,17 +90,17 @@ class JobOptions(TypedDict, total=False):
     #: What the limit counts under (default: the job's dotted name); jobs that share a
     #: key share one limit.
     rate_key: str | None
+    #: Unique jobs (docs/unique-jobs.md): seconds (or a timedelta) after acceptance
+    #: during which another job with the same key is refused (and always while this
+    #: one is queued or running); the key: a callable of the job's arguments.
+    unique_for: float | timedelta | None
+    unique_key: Callable[..., str] | None
     #: Retry policy (runtime/retry_policy.py; not headers, kept in the code): the
     #: exceptions that retry, the first back-off, jitter (True/"full"/"equal"), the cap.
     retry_on: type[BaseException] | tuple[type[BaseException], ...] | None
     retry_backoff: float | None
     retry_jitter: bool | str
     retry_max_delay: float | None
-    #: Unique jobs (docs/unique-jobs.md): seconds (or a timedelta) after acceptance
-    #: during which another job with the same key is refused (and always while this
-    #: one is queued or running); the key: a callable of the job's arguments.
-    unique_for: float | timedelta | None
-    unique_key: Callable[..., str] | None
 
 
 def rate_headers(name: str, rate: str | int | None, key: str | None) -> tuple[str, ...]:
@@ -258,12 +259,12 @@ class Job(Generic[P, R]):
                 f"schedule, cron, {', '.join(sorted(JobOptions.__optional_keys__))}"
             )
         fields: dict[str, Any] = dict(options)
+        #: (seconds, key callable) of a unique job (None: not unique).
+        self.unique = _unique_option(qualname, fields.pop("unique_for", None), fields)
         try:
             policy = retry_policy.policy_from_options(fields, fields.get("retry_count", 0))
         except ConfigurationError as exc:
             raise ConfigurationError(f"@job {qualname}: {exc}") from exc
-        #: (seconds, key callable) of a unique job (None: not unique).
-        self.unique = _unique_option(qualname, fields.pop("unique_for", None), fields)
         expires = fields.pop("expires", None)
         if isinstance(expires, datetime):
             raise ConfigurationError(
@@ -320,6 +321,13 @@ class Job(Generic[P, R]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """This job with these arguments, to run later in a workflow
+        (``chain``, ``group``, ``chord``): an immutable :class:`Signature`."""
+        return Signature.of(
+            self.path, self.callable_name, args, kwargs, queue=self.queue, headers=self.headers
+        )
 
     def body(self, *args: Any, **kwargs: Any) -> JobBody:
         """The job body that runs this function with these arguments."""
@@ -494,17 +502,29 @@ class Job(Generic[P, R]):
             guarantee, handle_cls = headers.guarantee, _handle_class(headers)
             # A unique job waits for the router's answer: an ACK, or JobNotUnique.
             guarantee = guarantee or headers.unique_key is not None
-        if guarantee:
-            client.send_request_guaranteed(
-                msgid.encode(),
-                queue_b,
-                headers_b,
-                body_text.encode(),
-                ack_timeout=settings.ack_timeout,
-                retries=settings.ack_retries,
-            )
-        else:
-            client.send_request_frames(msgid.encode(), queue_b, headers_b, body_text.encode())
+        # The send span (None: tracing off); its trace context goes in the headers.
+        span = tracing.send_span(queue or self.queue, msgid, self.name)
+        if span is not None:
+            headers_b = tracing.stamped(headers_b, span.stamp)
+        try:
+            if guarantee:
+                client.send_request_guaranteed(
+                    msgid.encode(),
+                    queue_b,
+                    headers_b,
+                    body_text.encode(),
+                    ack_timeout=settings.ack_timeout,
+                    retries=settings.ack_retries,
+                )
+            else:
+                client.send_request_frames(msgid.encode(), queue_b, headers_b, body_text.encode())
+        except BaseException as exc:
+            if span is not None:
+                span.fail(exc)
+            raise
+        finally:
+            if span is not None:
+                span.end()
         job_debug(logger, "sent", msgid, queue or self.queue, job=self.name)
         return handle_cls(msgid)
 
