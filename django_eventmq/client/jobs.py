@@ -468,7 +468,10 @@ class Job(Generic[P, R]):
         if headers is not None and headers.unique_key is not None:  # a key given: kept
             return headers if headers.unique_for else headers.with_(unique_for=seconds)
         if key_of is None:
-            part = json.dumps([args, kwargs], sort_keys=True, separators=(",", ":"))
+            try:
+                part = json.dumps([args, kwargs], sort_keys=True, separators=(",", ":"))
+            except TypeError:  # a dict with keys of mixed types cannot be sorted
+                part = json.dumps([args, kwargs], separators=(",", ":"))
         else:
             part = key_of(*args, **kwargs)
             if not isinstance(part, str):

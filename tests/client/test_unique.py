@@ -58,6 +58,14 @@ def test_the_default_key_is_the_job_name_and_its_arguments() -> None:
     assert unique_key("a.b", '[[],{"x":1,"y":2}]') != unique_key("a.c", '[[],{"x":1,"y":2}]')
 
 
+def test_arguments_whose_dict_keys_cannot_be_sorted_still_have_a_key() -> None:
+    mixed = {1: "one", "two": 2}
+    headers = report.unique_headers(None, ("d",), {"full": mixed})
+    assert headers is not None and headers.unique_key is not None
+    again = report.unique_headers(None, ("d",), {"full": dict(mixed)})
+    assert again is not None and again.unique_key == headers.unique_key
+
+
 def test_a_unique_key_callable_decides_what_counts_as_the_same_job() -> None:
     one = charge.unique_headers(None, (7, 100), {})
     two = charge.unique_headers(None, (7, 250), {})
