@@ -26,4 +26,18 @@ echo "==> ruff"
 echo "==> mypy (strict, the whole package)"
 .venv/bin/mypy
 echo "==> pytest"
-exec .venv/bin/python -m pytest "$@"
+if [ "$#" -gt 0 ]; then
+    exec .venv/bin/python -m pytest "$@"
+fi
+# The suite in EMQ_TEST_WORKERS processes (pytest-xdist; every Spark test in one
+# of them, see tests/conftest.py), then alone the tests marked serial (one
+# restarts PostgreSQL under everything else). Both run; either failing fails.
+workers=${EMQ_TEST_WORKERS:-2}
+status=0
+.venv/bin/python -m pytest -n "$workers" --dist loadgroup -m "not serial" || status=$?
+echo "==> pytest, the tests that must run alone (-m serial)"
+serial=0
+.venv/bin/python -m pytest -m serial || serial=$?
+[ "$serial" = 5 ] && serial=0  # 5: none collected
+[ "$status" = 0 ] && status=$serial
+exit "$status"
