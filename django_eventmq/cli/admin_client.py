@@ -161,6 +161,8 @@ def format_monitor(info: Mapping[str, Any]) -> str:
         "requeued",
         "duplicates",
         "rejected",
+        "unique_keys",
+        "unique_refused",
         "blocked",
         "held",
         "outbox_bytes",

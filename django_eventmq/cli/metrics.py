@@ -183,6 +183,7 @@ def router_families(snap: status.Snapshot) -> list[Metric]:
             ("jobs_expired", "Jobs not started before their expiry (never run)."),
             ("rejected", "Jobs rejected above the high-water mark."),
             ("duplicates", "Duplicate jobs dropped."),
+            ("unique_refused", "Unique jobs refused: another job held their key."),
         ):
             family = CounterMetricFamily(f"emq_journal_{key}", doc)
             family.add_metric([], m.get(key, 0))

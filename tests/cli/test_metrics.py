@@ -110,7 +110,14 @@ def test_router_families_from_admin_answers():
         status=STATUS,
         workers=WORKERS,
         schedulers=SCHEDULERS,
-        monitor={"store_bytes": 4096, "syncs": 7, "expired": 1, "rejected": 0, "duplicates": 2},
+        monitor={
+            "store_bytes": 4096,
+            "syncs": 7,
+            "expired": 1,
+            "rejected": 0,
+            "duplicates": 2,
+            "unique_refused": 3,
+        },
     )
     get = _registry_of(snapshot).get_sample_value
     assert get("emq_router_up") == 1
@@ -127,6 +134,7 @@ def test_router_families_from_admin_answers():
     assert get("emq_journal_bytes") == 4096
     assert get("emq_journal_syncs_total") == 7
     assert get("emq_journal_duplicates_total") == 2
+    assert get("emq_journal_unique_refused_total") == 3
     # The router's own counters, from its STATUS extras.
     assert get("emq_jobs_received_total", {"queue": "email"}) == 46
     assert get("emq_jobs_received_total", {"queue": "reports"}) == 0

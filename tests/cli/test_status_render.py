@@ -181,11 +181,20 @@ def test_render_adds_the_monitor_section():
     with_monitor = Snapshot(
         admin_addr="a",
         taken_at=1.0,
-        monitor={"queued": 7, "store_bytes": 4096, "per_queue": {"email": {"queued": 7}}},
+        monitor={
+            "queued": 7,
+            "store_bytes": 4096,
+            "unique_keys": 2,
+            "unique_refused": 1,
+            "per_queue": {"email": {"queued": 7}},
+        },
     )
     summary = status.summarize(with_monitor)
     text = status.render(summary)
-    assert "monitor:\nqueued: 7\nstore_bytes: 4096\nqueue email: queued=7" in text
+    assert (
+        "monitor:\nqueued: 7\nstore_bytes: 4096\nunique_keys: 2\nunique_refused: 1\n"
+        "queue email: queued=7"
+    ) in text
     assert summary["queues"][0]["monitor"] == {"queued": 7}
 
 
