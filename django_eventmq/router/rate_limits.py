@@ -43,7 +43,10 @@ from django_eventmq.protocol.views import stored_request
 if TYPE_CHECKING:
     from django_eventmq.router.waiting import RoutedJob
 
-__all__ = ["RateLimits", "SlidingLog", "queue_rates"]
+__all__ = ["PARK_BATCH", "RateLimits", "SlidingLog", "queue_rates"]
+
+#: Default of :attr:`RateLimits.park_batch`.
+PARK_BATCH = 1000
 
 
 class SlidingLog:
@@ -118,6 +121,9 @@ class RateLimits:
         self.throttled: Counter[str] = Counter()
         # Per key: when the next job parked in a row may go (spreads them out).
         self._next_park: dict[str, float] = {}
+        #: Most jobs one pop parks: then it stops and the queue goes on at the next turn
+        #: (each parked job is a journal write kept until the commit at the turn's end).
+        self.park_batch = PARK_BATCH
 
     def limited(self, job: RoutedJob) -> bool:
         """True if a limit applies to ``job`` (its queue's or its own)."""
@@ -162,6 +168,11 @@ class RateLimits:
         if queue_log is not None:
             queue_log.take(now)
         return True
+
+    def come_back(self, queue: str) -> None:
+        """A pop parked :attr:`park_batch` jobs: ``queue`` goes on at the next turn."""
+        self.held.add(queue)
+        self.wake = min(self.wake, self.clock())
 
     def unparked(self, seq: int) -> None:
         """A parked job came due, or was cancelled: no longer held back."""

@@ -178,6 +178,7 @@ class WaitQueue:
         limits = self._limits
         if limits.queues and not limits.queue_open(self.name):
             return None
+        parked = 0
         while True:
             while heap:
                 job = heapq.heappop(heap)[3]
@@ -189,6 +190,10 @@ class WaitQueue:
                 if job.expires != math.inf and passed(job):
                     continue
                 if (limits.queues or job.rate is not None) and not limits.admit(job):
+                    parked += 1
+                    if parked >= limits.park_batch:
+                        limits.come_back(self.name)  # bounded work (and writes) per turn
+                        return None
                     continue
                 return job
             if self.boundary is None or not self._refill():

@@ -273,3 +273,23 @@ def test_a_live_router_hands_out_the_held_back_job_when_the_limit_lets_it(
     got.append(worker.expect("REQUEST", timeout=5.0)[1])
     assert sorted(got) == sorted(sent)
     assert not worker.pending()
+
+
+def test_one_pop_parks_a_bounded_batch_and_the_queue_goes_on_at_the_next_turn() -> None:
+    book, sent, _clock = make_book()
+    book.rate_limits.park_batch = 3
+    book.routing.remove_worker(b"jm")  # no job manager while they arrive: all wait
+    for i in range(8):
+        accept(book, f"a{i}", "rate-limit:1/h,rate-key:k")
+    accept(book, "plain")
+    book.routing.add_worker(b"jm", ((10, "q"),), 0.0)
+    book.ready(b"jm", 0.0)
+    book.ready(b"jm", 0.0)  # a0 goes out; a1..a3 parked, then the pop stops
+    assert [j.msgid for j in sent] == ["a0"]
+    assert book.rate_limits.wake_in() == 0.0  # the next turn goes on at once
+    book.promote_due(time.time(), 0.0)  # a turn: a4..a6 parked
+    assert [j.msgid for j in sent] == ["a0"] and book.delayed["q"] == 6
+    book.promote_due(time.time(), 0.0)  # the next: a7 parked, "plain" goes out
+    assert [j.msgid for j in sent] == ["a0", "plain"]
+    book.promote_due(time.time(), 0.0)
+    assert book.delayed["q"] == 7 and book.rate_limits.wake_in() is None
