@@ -71,7 +71,7 @@ from django_eventmq.router.journal.store import (
 from django_eventmq.router.rate_limits import RateLimits, queue_rates
 from django_eventmq.router.routing import JobManagerPeer, RoutedJob, Routing
 from django_eventmq.router.stored import job_from_row
-from django_eventmq.router.unique import UniqueKeys, held_rows
+from django_eventmq.router.unique import UniqueKeys
 from django_eventmq.router.waiting import Key
 from django_eventmq.runtime import retry_policy
 from django_eventmq.runtime.logs import job_debug, job_fields
@@ -179,8 +179,9 @@ class Book:
         self.poisoned = counts[POISONED]
         self._seq = journal.max_seq()
         self._next_due = journal.next_due()
-        # Unique jobs' keys: read back before the first unique job's check.
-        self.unique.rebuild_later(lambda: held_rows(journal, self.routing))
+        # Unique jobs' keys: those of held jobs, before anyone is answered.
+        if keys := self.unique.rebuild(journal.unique_rows()):
+            log.info("unique keys read back: %d held by jobs in the journal", keys)
         if self.finished.load():
             log.info(
                 "journal %s: %d recently finished msgid(s) will not run again if resent",
@@ -837,8 +838,6 @@ class Book:
         try:
             while True:
                 rows = self.journal.take_due(wall)
-                # A job delayed over a restart takes its key back (held_rows missed it).
-                self.unique.rebuild((row.msgid, row.headers, row.accepted) for row in rows)
                 for row in rows:
                     job = job_from_row(row, now)
                     self.delayed[job.queue] -= 1
@@ -927,6 +926,8 @@ class Book:
         """Poisoned jobs wait again with their deaths forgotten; the msgids that were
         poisoned here (others are not touched)."""
         rows = self._take_poisoned(msgids)
+        # They hold their unique keys again (freed when they were set aside).
+        self.unique.rebuild((row.msgid, row.headers, row.accepted) for row in rows)
         for row in rows:
             self.journal.unpoison(row.seq)
             job = job_from_row(row, now)

@@ -17,7 +17,7 @@ from django_eventmq.protocol.status import JobStatus
 from django_eventmq.protocol.unique import holder_of, unique_key
 from django_eventmq.router.book import Book
 from django_eventmq.router.journal.api import JournalLike
-from django_eventmq.router.journal.store import MEMORY, Journal, JournalUnavailable
+from django_eventmq.router.journal.store import MEMORY, Journal
 from django_eventmq.router.routing import RoutedJob
 from django_eventmq.router.unique import UniqueKeys
 from tests.pg_support import pg_dsn as pg_dsn  # fixtures of the postgres journal
@@ -121,28 +121,6 @@ def test_rebuild_takes_the_keys_of_rows_with_readable_headers() -> None:
     assert table.holder(KEY) == "a"
     clock.now = 1020.0
     assert table.holder(KEY) is None
-
-
-def test_the_read_back_waits_for_the_first_lookup_and_is_tried_again_after_a_failure(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    table = UniqueKeys(Clock(1000.0))
-    reads: list[int] = []
-
-    def rows() -> list[tuple[str, bytes, float]]:
-        reads.append(1)
-        if len(reads) == 1:
-            raise JournalUnavailable("disk I/O error")
-        return [("a", f"unique-key:{KEY}".encode(), 990.0)]
-
-    table.rebuild_later(rows)
-    assert reads == [] and len(table) == 0  # nothing read at start, nor by MONITOR
-    assert table.refusal("b", "q", unique()) is None  # unreadable: not refused
-    assert "not read back yet: journal: disk I/O error" in caplog.text
-    reason = table.refusal("b", "q", unique())  # read again, now it works
-    assert reason is not None and holder_of(reason) == "a"
-    table.refusal("c", "q", unique())
-    assert len(reads) == 2  # read once it worked
 
 
 # -- the book: taken at acceptance, freed at the end ------------------------------------
@@ -266,7 +244,7 @@ def test_a_job_handed_out_before_the_first_check_keeps_its_key(tmp_path: Path) -
     again.journal.close()
 
 
-def test_a_job_delayed_over_a_restart_takes_its_key_back_when_due(tmp_path: Path) -> None:
+def test_a_job_delayed_over_a_restart_keeps_its_key_when_due(tmp_path: Path) -> None:
     path = str(tmp_path / "journal.db")
     book, _sent, _told = make_book(Journal(path))
     due = time.time() + 0.2
@@ -276,7 +254,7 @@ def test_a_job_delayed_over_a_restart_takes_its_key_back_when_due(tmp_path: Path
     book.journal.close()
     again, _sent, _told = make_book(Journal(path))
     again.recover()
-    assert again.unique.holder(KEY) is None  # no read of delayed rows at start
+    assert again.unique.holder(KEY) == "later"  # read back at start (test_unique_readback)
     again.promote_due(due + 1, 1.0)
     assert again.unique.holder(KEY) == "later"
     again.journal.close()

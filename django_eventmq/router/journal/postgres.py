@@ -48,16 +48,26 @@ from django_eventmq.router.journal.pg_stores import (
     PgScheduleStore,
 )
 from django_eventmq.router.journal.schema import (
+    DELAYED,
+    LEASED,
     POISONED,
     WAITING,
     JobState,
     Row,
     known_state,
 )
+from django_eventmq.router.journal.store import UNIQUE_MARK
 
 if TYPE_CHECKING:
     from django_eventmq.router.journal.api import JournalLike
     from django_eventmq.router.journal.store import Journal
+
+# Held jobs with the header in their frame (as the SQLite journal's statement).
+_UNIQUE_ROWS = (
+    "SELECT msgid, headers, accepted FROM jobs"  # noqa: S608
+    f" WHERE state IN ({WAITING.sql}, {LEASED.sql}, {DELAYED.sql})"
+    " AND position(%s in headers) > 0 ORDER BY seq"
+)
 
 __all__ = ["LEASE_SHARE", "Fence", "PostgresJournal", "public_dsn"]
 
@@ -128,6 +138,15 @@ class PostgresJournal(PgParcelStore, PgFinishedStore, PgScheduleStore):
         found = self._select(FIND, (msgid.encode(),))
         state = known_state(found[0][0]) if found else None
         return None if state is None else (state, decoded_row(found[0][1:]))
+
+    def unique_rows(self) -> list[tuple[str, bytes, float]]:
+        """``(msgid, header frame, accepted)`` of the held jobs (waiting, delayed,
+        handed out; not poisoned) whose headers hold ``unique-key:``, in acceptance order."""
+        self._fresh()
+        return [
+            (msgid.decode(), bytes(headers), float(accepted))
+            for msgid, headers, accepted in self._select(_UNIQUE_ROWS, (UNIQUE_MARK,))
+        ]
 
     def owner_of(self, msgid: str) -> str | None:
         """The CURVE key that sent job ``msgid``: None if not held, "" if held with none known."""

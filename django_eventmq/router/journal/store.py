@@ -35,6 +35,7 @@ import os
 from collections import Counter
 from typing import Any
 
+from django_eventmq.protocol.headers import UNIQUE_KEY
 from django_eventmq.router.journal.check import JournalDamaged, describe, resolve_path
 from django_eventmq.router.journal.commit import JournalUnavailable
 from django_eventmq.router.journal.finished import FinishedStore
@@ -75,6 +76,15 @@ _POISONED = (
     " ORDER BY seq LIMIT ?"
 )
 _FIND = f"SELECT state, {_ROW} FROM jobs WHERE msgid = ?"  # noqa: S608
+#: What a unique job's header frame holds (:meth:`Journal.unique_rows` looks for it).
+UNIQUE_MARK = UNIQUE_KEY.encode() + b":"
+# Held (not poisoned, not a state this release does not know) with the header in
+# their frame: one scan, the frames without it never leave SQLite.
+_UNIQUE_ROWS = (
+    "SELECT msgid, headers, accepted FROM jobs"  # noqa: S608
+    f" WHERE state IN ({WAITING.sql}, {LEASED.sql}, {DELAYED.sql}) AND instr(headers, ?) > 0"
+    " ORDER BY seq"
+)
 _RECOVER = f"UPDATE jobs SET state = {WAITING.sql} WHERE state = {LEASED.sql}"  # noqa: S608
 
 __all__ = [
@@ -166,6 +176,16 @@ class Journal(ParcelStore, FinishedStore, ScheduleStore):
         found = self._select(_FIND, (msgid,))
         state = known_state(found[0][0]) if found else None
         return None if state is None else (state, to_row(found[0][1:]))
+
+    def unique_rows(self) -> list[tuple[str, bytes, float]]:
+        """``(msgid, header frame, accepted)`` of the held jobs (waiting, delayed,
+        handed out; not poisoned) whose headers hold ``unique-key:``, in acceptance
+        order. (A parcel's jobs never have one: unique jobs are not stored as parcels.)"""
+        self._fresh()
+        return [
+            (msgid, bytes(headers), float(accepted))
+            for msgid, headers, accepted in self._select(_UNIQUE_ROWS, (UNIQUE_MARK,))
+        ]
 
     def owner_of(self, msgid: str) -> str | None:
         """The CURVE key that sent job ``msgid``: None if it is not held, "" if it
