@@ -194,10 +194,14 @@ def sync_declared(
     keys: list[str] = []
     for job, periodic in declared:
         body = job_body(job, periodic.args, dict(periodic.kwargs))
+        headers = job.headers if isinstance(job.headers, Headers) else Headers()
+        # A unique job's runs carry its key for these arguments.
+        args, kwargs = tuple(periodic.args), dict(periodic.kwargs)
+        headers = job.unique_headers(headers, args, kwargs) or headers
         spec = ScheduleSpec(
             body=body,
             queue=job.queue,
-            headers=job.headers if isinstance(job.headers, Headers) else Headers(),
+            headers=headers,
             timing=periodic.timing,
             nohaste=periodic.nohaste,
             run_count=periodic.run_count,

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django_eventmq.client.connection import get_client
+from django_eventmq.client.jobs import Job
 from django_eventmq.errors import ConfigurationError
 from django_eventmq.protocol import EMPTY_HEADERS, Headers, parse_headers
 from django_eventmq.protocol import constants as C
@@ -56,11 +57,14 @@ def schedule(
 
     Without ``nohaste`` the first run is right away; ``run_count`` limits
     the number of runs. ``timezone`` is the cron's wall clock. Scheduling the
-    same job and timing again updates the schedule.
+    same job and timing again updates the schedule. The runs of a unique job
+    carry its key: the router refuses a run while the previous one is held.
     """
     Timing(interval=interval_secs, cron=cron, timezone=timezone)  # checks it all
     body = job_body(func, args, kwargs, class_args, class_kwargs)
     base = _headers(headers, getattr(func, "headers", EMPTY_HEADERS))
+    if isinstance(func, Job):  # each run carries a unique job's key for these arguments
+        base = func.unique_headers(base, tuple(args), dict(kwargs or {})) or base
     extra = base.extra
     if cron is not None and timezone != "UTC":
         extra = (*extra, f"{TIMEZONE_HEADER}:{timezone}")

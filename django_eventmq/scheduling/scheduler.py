@@ -33,6 +33,7 @@ from django_eventmq.protocol import (
     Inform,
     Kbai,
     Message,
+    Reject,
     Reply,
     Request,
     Schedule,
@@ -42,6 +43,7 @@ from django_eventmq.protocol import (
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.codec import describe
 from django_eventmq.protocol.heartbeat import Liveness
+from django_eventmq.protocol.unique import holder_of
 from django_eventmq.runtime import security, transport
 from django_eventmq.runtime.addresses import AddressCycle, parse_groups
 from django_eventmq.runtime.service import Service
@@ -385,6 +387,8 @@ class Scheduler(Service):
                 self._guarded(
                     lambda: self.store.record_result(message.reply_to or "", message.payload)
                 )
+        elif isinstance(message, Reject):
+            _refused(message)
         elif isinstance(message, Disconnect):
             try:
                 self._send(Kbai(msgid=new_msgid()))
@@ -506,3 +510,20 @@ class Scheduler(Service):
                 )
         self.sent += sent
         return sent
+
+
+def _refused(message: Reject) -> None:
+    """The router refused a run: logged once, not sent again (the next run comes at its
+    time). A unique job's run is refused while the previous run still holds its key."""
+    holder = holder_of(message.reason)
+    if holder is not None:
+        logger.info(
+            "scheduler: run msgid %s skipped: the previous run (msgid %s) still holds the "
+            "job's unique key",
+            message.job_msgid,
+            holder,
+        )
+    else:
+        logger.warning(
+            "scheduler: the router refused run msgid %s: %s", message.job_msgid, message.reason
+        )
