@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from django_eventmq.management.progress import command_progress
 from django_eventmq.models.results import JobResult
+from django_eventmq.models.workflows import Workflow, WorkflowStatus
 from django_eventmq.runtime.config import get_settings
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([dhms]?)\s*$")
@@ -28,7 +29,8 @@ def parse_age(text: str) -> timedelta:
 class Command(BaseCommand):
     help = (
         "Delete job results last written longer ago than --older-than (default: the "
-        "RESULTS_RETENTION_DAYS setting), a chunk at a time so the table stays usable. "
+        "RESULTS_RETENTION_DAYS setting), a chunk at a time so the table stays usable, and "
+        "finished workflows (chain, group, chord) as old. "
         "On a terminal a progress bar shows how far it is; elsewhere a line per chunk."
     )
 
@@ -79,3 +81,11 @@ class Command(BaseCommand):
         self.stdout.write(
             f"deleted {total} job results last updated before {cutoff:%Y-%m-%d %H:%M:%S %Z}"
         )
+        # Finished workflows go with the results their members left (a running one stays).
+        done = Workflow.objects.filter(updated__lt=cutoff).exclude(status=WorkflowStatus.RUNNING)
+        gone = done.count()
+        done.delete()  # their steps go with them (on_delete=CASCADE)
+        if gone:
+            self.stdout.write(
+                f"deleted {gone} finished workflows last updated before the same time"
+            )

@@ -168,6 +168,29 @@ def test_purge_defaults_to_the_retention_setting(eventmq_settings):
     assert list(JobResult.objects.values_list("msgid", flat=True)) == ["fresh"]
 
 
+def test_purge_deletes_old_finished_workflows_not_running_ones():
+    from django_eventmq.models.workflows import Workflow
+
+    now = timezone.now()
+    for wid, status, days in [
+        ("old-done", "succeeded", 10),
+        ("old-failed", "failed", 10),
+        ("old-running", "running", 10),
+        ("young-done", "succeeded", 1),
+    ]:
+        when = now - timedelta(days=days)
+        Workflow.objects.create(
+            workflow_id=wid, kind="chain", status=status, stages=[], created=when, updated=when
+        )
+    out = StringIO()
+    call_command("emq_purge_results", "--older-than", "7d", stdout=out)
+    assert sorted(Workflow.objects.values_list("workflow_id", flat=True)) == [
+        "old-running",
+        "young-done",
+    ]
+    assert "deleted 2 finished workflows" in out.getvalue()
+
+
 @pytest.mark.parametrize("args", [["--older-than", "soon"], ["--chunk-size", "0"]])
 def test_purge_refuses_bad_options(args):
     with pytest.raises(CommandError):
