@@ -841,7 +841,7 @@ class Book:
                 for row in rows:
                     job = job_from_row(row, now)
                     self.delayed[job.queue] -= 1
-                    self.rate_limits.unparked(row.seq)
+                    self.rate_limits.unparked(row.queue, row.headers)
                     self.routing.waiting.push(job)
                     queues.add(job.queue)
                 if len(rows) < 1000:
@@ -860,7 +860,7 @@ class Book:
         wall, mono = time.time(), limits.clock()
         for job, at in parked:
             if job.msgid in self.finished:  # cancelled meanwhile
-                limits.unparked(job.seq)
+                limits.unparked(job.queue)
                 continue
             due = wall + (at - mono) + PARK_MARGIN
             self.journal.delay(job.seq, due, job.attempts)
@@ -903,7 +903,7 @@ class Book:
                 self.routing.waiting.queue(row.queue).forget_on_disk()
             elif state == DELAYED:
                 self.delayed[row.queue] -= 1
-                self.rate_limits.unparked(row.seq)
+                self.rate_limits.unparked(row.queue, row.headers)
             elif state == POISONED:
                 self.poisoned[row.queue] -= 1
         self.stats.finish(job.queue, JobStatus.CANCELLED)

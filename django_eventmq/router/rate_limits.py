@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from django_eventmq.errors import ProtocolError
-from django_eventmq.protocol.headers import Rate, parse_rate, rate_of
+from django_eventmq.protocol.headers import RATE_LIMIT_B, Rate, parse_rate, rate_of
 from django_eventmq.protocol.views import stored_request
 
 if TYPE_CHECKING:
@@ -111,8 +111,9 @@ class RateLimits:
         #: Jobs held back by their key's limit and the (clock) time each may go:
         #: taken out of their queue, for the book to store as delayed until then.
         self.parked: list[tuple[RoutedJob, float]] = []
-        #: Parked jobs per queue (seq -> queue), until they come due again.
-        self.parked_seqs: dict[int, str] = {}
+        #: Parked jobs per queue, until they come due again (a count, not their ids: a
+        #: flood of them costs no memory; see :meth:`unparked`).
+        self.parked_by_queue: Counter[str] = Counter()
         #: When a queue held by its own limit may hand out again (inf: none is held).
         self.wake = math.inf
         #: Queues that found their limit reached since the last :meth:`due_queues`.
@@ -160,7 +161,7 @@ class RateLimits:
                 at = max(at, self._next_park.get(key, at))
                 self._next_park[key] = at + rate.period / rate.count
                 self.parked.append((job, at))
-                self.parked_seqs[job.seq] = job.queue
+                self.parked_by_queue[job.queue] += 1
                 self.throttled[job.queue] += 1
                 return False
             key_log.take(now)
@@ -174,9 +175,13 @@ class RateLimits:
         self.held.add(queue)
         self.wake = min(self.wake, self.clock())
 
-    def unparked(self, seq: int) -> None:
-        """A parked job came due, or was cancelled: no longer held back."""
-        self.parked_seqs.pop(seq, None)
+    def unparked(self, queue: str, headers: bytes = RATE_LIMIT_B) -> None:
+        """A delayed job of ``queue`` with these headers came due or was cancelled: if it
+        has a ``rate-limit``, one parked job fewer is held back. (A retried job of a
+        limited key waiting for its back-off looks the same: the count errs low, never
+        below 0; after a restart it starts at 0.)"""
+        if RATE_LIMIT_B in headers and self.parked_by_queue[queue] > 0:
+            self.parked_by_queue[queue] -= 1
 
     def due_queues(self) -> list[str]:
         """The queues held by their own limit whose wake time has come (then forgotten)."""
@@ -199,9 +204,9 @@ class RateLimits:
         its current period, and how many jobs are held back now (``waiting``: jobs
         waiting per queue, all held back while the queue's limit is reached)."""
         now = self.clock()
-        parked = Counter(self.parked_seqs.values())
+        parked = self.parked_by_queue
         out: dict[str, dict[str, object]] = {}
-        for queue in sorted({*self.queues, *parked}):
+        for queue in sorted({*self.queues, *(q for q, n in parked.items() if n)}):
             log = self.queues.get(queue)
             full = log is not None and log.free_at(now) > now
             out[queue] = {
