@@ -47,6 +47,8 @@ __all__ = ["PARK_BATCH", "RateLimits", "SlidingLog", "queue_rates"]
 
 #: Default of :attr:`RateLimits.park_batch`.
 PARK_BATCH = 1000
+#: Rate keys kept before idle ones are dropped.
+PRUNE_KEYS = 1000
 
 
 class SlidingLog:
@@ -125,6 +127,8 @@ class RateLimits:
         #: Most jobs one pop parks: then it stops and the queue goes on at the next turn
         #: (each parked job is a journal write kept until the commit at the turn's end).
         self.park_batch = PARK_BATCH
+        # Key count at which idle keys are dropped (doubles with the live ones).
+        self._prune_at = PRUNE_KEYS
 
     def limited(self, job: RoutedJob) -> bool:
         """True if a limit applies to ``job`` (its queue's or its own)."""
@@ -153,6 +157,8 @@ class RateLimits:
             key, rate = found
             key_log = self.keys.get(key)
             if key_log is None:
+                if len(self.keys) >= self._prune_at:
+                    self._prune(now)
                 key_log = self.keys[key] = SlidingLog(rate)
             elif key_log.rate != rate:
                 key_log.rate = rate  # the newest definition of the job wins
@@ -169,6 +175,15 @@ class RateLimits:
         if queue_log is not None:
             queue_log.take(now)
         return True
+
+    def _prune(self, now: float) -> None:
+        """Drop the keys with no hand-out in their last period and no job parked ahead
+        (keys made per customer, say, would otherwise pile up)."""
+        for key, log in list(self.keys.items()):
+            if not log.used(now) and self._next_park.get(key, now) <= now:
+                del self.keys[key]
+                self._next_park.pop(key, None)
+        self._prune_at = max(PRUNE_KEYS, 2 * len(self.keys))
 
     def come_back(self, queue: str) -> None:
         """A pop parked :attr:`park_batch` jobs: ``queue`` goes on at the next turn."""

@@ -293,3 +293,20 @@ def test_one_pop_parks_a_bounded_batch_and_the_queue_goes_on_at_the_next_turn() 
     assert [j.msgid for j in sent] == ["a0", "plain"]
     book.promote_due(time.time(), 0.0)
     assert book.delayed["q"] == 7 and book.rate_limits.wake_in() is None
+
+
+def test_idle_keys_are_dropped_once_many_were_seen() -> None:
+    clock = Clock()
+    limits = RateLimits({}, clock)
+    for i in range(1000):
+        assert limits.admit(job(f"j{i}", f"rate-limit:1/s,rate-key:old{i}"))
+    clock.now += 0.5
+    assert limits.admit(job("busy", "rate-limit:1/s,rate-key:busy"))  # none idle yet
+    assert len(limits.keys) == 1001
+    clock.now += 1.0
+    for i in range(999):  # the 2000th key drops the idle ones
+        assert limits.admit(job(f"n{i}", f"rate-limit:1/s,rate-key:new{i}"))
+    assert len(limits.keys) == 2000
+    assert limits.admit(job("last", "rate-limit:1/s,rate-key:last"))
+    assert set(limits.keys) == {"last", *(f"new{i}" for i in range(999))}
+    assert not limits.admit(job("again", "rate-limit:1/s,rate-key:new0"))  # still counted
