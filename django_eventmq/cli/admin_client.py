@@ -158,6 +158,7 @@ def format_monitor(info: Mapping[str, Any]) -> str:
         "syncs",
         "expired",
         "jobs_expired",
+        "rate_limited",
         "requeued",
         "duplicates",
         "rejected",

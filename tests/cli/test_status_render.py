@@ -184,6 +184,7 @@ def test_render_adds_the_monitor_section():
         monitor={
             "queued": 7,
             "store_bytes": 4096,
+            "rate_limited": 4,
             "unique_keys": 2,
             "unique_refused": 1,
             "per_queue": {"email": {"queued": 7}},
@@ -192,7 +193,8 @@ def test_render_adds_the_monitor_section():
     summary = status.summarize(with_monitor)
     text = status.render(summary)
     assert (
-        "monitor:\nqueued: 7\nstore_bytes: 4096\nunique_keys: 2\nunique_refused: 1\n"
+        "monitor:\nqueued: 7\nstore_bytes: 4096\nrate_limited: 4\nunique_keys: 2\n"
+        "unique_refused: 1\n"
         "queue email: queued=7"
     ) in text
     assert summary["queues"][0]["monitor"] == {"queued": 7}
