@@ -32,7 +32,7 @@ fi
 # The suite in EMQ_TEST_WORKERS processes (pytest-xdist; every Spark test in one
 # of them, see tests/conftest.py), then alone the tests marked serial (one
 # restarts PostgreSQL under everything else). Both run; either failing fails.
-workers=${EMQ_TEST_WORKERS:-2}
+workers=${EMQ_TEST_WORKERS:-3}  # 3 beat 2 on 2 cores: 6.0 vs 8.5-9.7 min
 status=0
 .venv/bin/python -m pytest -n "$workers" --dist loadgroup -m "not serial" || status=$?
 echo "==> pytest, the tests that must run alone (-m serial)"
