@@ -308,6 +308,18 @@ def router_with_jobmanager(
         router.stop()
 
 
+@contextmanager
+def our_router_with_reference_jobmanager(
+    workdir: Path, router_env: dict[str, str] | None = None
+) -> Iterator[tuple[Router, Proc]]:
+    """Our router (``router_env`` added to its environment) with the reference job
+    manager (-Q default -J 2) connected; both stopped afterwards."""
+    with router_with_jobmanager(
+        start_our_router(router_env), lambda backend: start_reference_jobmanager(backend, workdir)
+    ) as stack:
+        yield stack
+
+
 @pytest.fixture(scope="module")
 def reference_router_stack(workdir: Path) -> Iterator[tuple[Router, Proc]]:
     """The reference router with our job manager (email:30, default:10; 2 processes)."""

@@ -19,9 +19,7 @@ from .conftest import (
     REFERENCE_DEADLINE,
     REFERENCE_MISSING,
     Router,
-    router_with_jobmanager,
-    start_our_router,
-    start_reference_jobmanager,
+    our_router_with_reference_jobmanager,
     wait_records,
 )
 from .refjobs.record import record
@@ -34,9 +32,8 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def stack(workdir: Path) -> Iterator[tuple[Router, Proc]]:
-    with router_with_jobmanager(
-        start_our_router({"EMQ_RATE_LIMITS": "default=100/s"}),
-        lambda backend: start_reference_jobmanager(backend, workdir),
+    with our_router_with_reference_jobmanager(
+        workdir, {"EMQ_RATE_LIMITS": "default=100/s"}
     ) as stack:
         yield stack
 

@@ -14,9 +14,7 @@ from .conftest import (
     REFERENCE_DEADLINE,
     REFERENCE_MISSING,
     Router,
-    router_with_jobmanager,
-    start_our_router,
-    start_reference_jobmanager,
+    our_router_with_reference_jobmanager,
     wait_records,
     without_pid,
 )
@@ -31,9 +29,7 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def stack(workdir: Path) -> Iterator[tuple[Router, Proc]]:
     """Our router with the reference job manager (-Q default -J 2) connected."""
-    with router_with_jobmanager(
-        start_our_router(), lambda backend: start_reference_jobmanager(backend, workdir)
-    ) as stack:
+    with our_router_with_reference_jobmanager(workdir) as stack:
         yield stack
 
 

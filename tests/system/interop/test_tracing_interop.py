@@ -26,10 +26,9 @@ from tests.tracing_probe.export import in_memory_spans, read_spans, span_record
 from .conftest import (
     REFERENCE_DEADLINE,
     REFERENCE_MISSING,
+    our_router_with_reference_jobmanager,
     router_with_jobmanager,
     start_our_jobmanager,
-    start_our_router,
-    start_reference_jobmanager,
     start_reference_router,
     wait_records,
     without_pid,
@@ -46,6 +45,14 @@ pytestmark = [
 def client_spans() -> Iterator[InMemorySpanExporter]:
     with in_memory_spans() as exporter:
         yield exporter
+
+
+@pytest.fixture
+def spans(tmp_path: Path) -> Path:
+    """The directory the tracing probe of our processes writes their spans to."""
+    made = tmp_path / "spans"
+    made.mkdir()
+    return made
 
 
 def _probe_env(spans: Path) -> dict[str, str]:
@@ -70,12 +77,11 @@ def _traced_record_runs(
 
 def test_a_reference_router_carries_the_trace_to_our_worker(
     tmp_path: Path,
+    spans: Path,
     client_spans: InMemorySpanExporter,
     records_file: Path,
     use_broker: Callable[[str], None],
 ) -> None:
-    spans = tmp_path / "spans"
-    spans.mkdir()
     stack = router_with_jobmanager(
         start_reference_router(tmp_path),
         lambda backend: start_our_jobmanager(backend, _probe_env(spans)),
@@ -94,16 +100,12 @@ def test_a_reference_router_carries_the_trace_to_our_worker(
 
 def test_a_reference_jobmanager_runs_a_traced_job_from_our_router(
     tmp_path: Path,
+    spans: Path,
     client_spans: InMemorySpanExporter,
     records_file: Path,
     use_broker: Callable[[str], None],
 ) -> None:
-    spans = tmp_path / "spans"
-    spans.mkdir()
-    stack = router_with_jobmanager(
-        start_our_router(_probe_env(spans)),
-        lambda backend: start_reference_jobmanager(backend, tmp_path),
-    )
+    stack = our_router_with_reference_jobmanager(tmp_path, _probe_env(spans))
     with _traced_record_runs(stack, records_file, use_broker, client_spans) as (_msgid, send):
         wait_for(
             lambda: (
