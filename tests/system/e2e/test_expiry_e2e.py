@@ -16,31 +16,20 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.client import connection as client
 from django_eventmq.errors import JobExpired
 from django_eventmq.protocol import parse_headers
 from django_eventmq.protocol.status import JobStatus
-from tests.support import Proc, python_module, tcp_addr, wait_for
-from tests.system.chaos.support import admin_call, start_router
+from tests.support import wait_for
+from tests.system.chaos.support import admin_call
 from tests.system.e2e.expiry_jobs import note_run
+from tests.system.e2e.stack import RouterStack, serving
 
 JOB_MODULE = "tests.system.e2e.expiry_jobs"
 
 
-class Stack:
-    def __init__(self, backend: str, admin: str, journal: Path) -> None:
-        self.backend, self.admin, self.journal = backend, admin, journal
-        self.procs: list[Proc] = []
-
-    def start_jobmanager(self) -> None:
-        self.procs.append(
-            Proc(
-                python_module(
-                    "jobmanager", "--broker", self.backend, "--concurrency", "2",
-                    "--job-module", JOB_MODULE,
-                )
-            )
-        )  # fmt: skip
+class Stack(RouterStack):
+    def __init__(self, tmp: Path) -> None:
+        super().__init__(tmp, JOB_MODULE)
 
     def stored(self, msgid: str) -> float | None:
         """The ``expires`` of ``msgid``'s journal row (None: no such row)."""
@@ -58,17 +47,8 @@ class Stack:
 @pytest.fixture
 def stack(tmp_path: Path, eventmq_settings: Any) -> Iterator[Stack]:
     """A router with no job manager yet (the test starts one)."""
-    frontend, backend, admin = tcp_addr(), tcp_addr(), tcp_addr()
-    journal = tmp_path / "journal.sqlite3"
-    s = Stack(backend, admin, journal)
-    s.procs.append(start_router(frontend, backend, admin, journal))
-    try:
-        eventmq_settings(BROKER_ADDR=frontend)
+    with serving(Stack(tmp_path), eventmq_settings) as s:
         yield s
-    finally:
-        client.close_clients()
-        for proc in reversed(s.procs):
-            proc.stop()
 
 
 def _runs(path: Path) -> int:

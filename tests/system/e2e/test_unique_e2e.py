@@ -23,8 +23,8 @@ import pytest
 
 from django_eventmq.client import connection as client
 from django_eventmq.errors import JobNotUnique
-from tests.support import Proc, python_module, run_checked, tcp_addr, wait_for
-from tests.system.chaos.support import admin_call, start_router
+from tests.support import Proc, python_module, run_checked, wait_for
+from tests.system.e2e.stack import RouterStack, serving
 from tests.system.e2e.unique_jobs import charge, nightly, rebuild, runs
 from tests.system.interop.conftest import (
     REFERENCE_DEADLINE,
@@ -52,47 +52,15 @@ except JobNotUnique as exc:
 """
 
 
-class Stack:
-    def __init__(self, tmp_path: Path) -> None:
-        self.frontend, self.backend, self.admin = tcp_addr(), tcp_addr(), tcp_addr()
-        self.journal = tmp_path / "journal.sqlite3"
-        self.procs: list[Proc] = []
-        self.router = self.start_router()
-
-    def start_router(self) -> Proc:
-        proc = start_router(self.frontend, self.backend, self.admin, self.journal)
-        self.procs.append(proc)
-        return proc
-
-    def start_jobmanager(self) -> None:
-        self.procs.append(
-            Proc(
-                python_module(
-                    "jobmanager", "--broker", self.backend, "--concurrency", "2",
-                    "--job-module", JOB_MODULE,
-                )
-            )
-        )  # fmt: skip
-
-    def monitor(self) -> dict[str, Any]:
-        return admin_call(self.admin, "MONITOR")
-
-
 @pytest.fixture
-def stack(tmp_path: Path, eventmq_settings: Any) -> Iterator[Stack]:
+def stack(tmp_path: Path, eventmq_settings: Any) -> Iterator[RouterStack]:
     """A router with no job manager yet (the test starts one)."""
-    s = Stack(tmp_path)
-    try:
-        eventmq_settings(BROKER_ADDR=s.frontend)
+    with serving(RouterStack(tmp_path, JOB_MODULE), eventmq_settings) as s:
         yield s
-    finally:
-        client.close_clients()
-        for proc in reversed(s.procs):
-            proc.stop()
 
 
 def test_two_processes_send_the_same_unique_job_at_once_and_it_runs_once(
-    stack: Stack, tmp_path: Path
+    stack: RouterStack, tmp_path: Path
 ) -> None:
     out, go = tmp_path / "runs", tmp_path / "go"
     env = {"EMQ_BROKER_ADDR": stack.frontend}
@@ -122,7 +90,7 @@ def test_two_processes_send_the_same_unique_job_at_once_and_it_runs_once(
 
 
 def test_a_unique_key_callable_makes_other_arguments_the_same_job(
-    stack: Stack, tmp_path: Path
+    stack: RouterStack, tmp_path: Path
 ) -> None:
     out = str(tmp_path / "runs")
     first = charge.delay(1, 10, out)
@@ -136,7 +104,7 @@ def test_a_unique_key_callable_makes_other_arguments_the_same_job(
 
 
 def test_a_router_restarted_after_a_crash_still_refuses_a_held_key(
-    stack: Stack, tmp_path: Path
+    stack: RouterStack, tmp_path: Path
 ) -> None:
     out = tmp_path / "runs"
     held = rebuild.delay(str(out))  # stored (the ACK came) and waiting: no job manager
@@ -159,7 +127,7 @@ def test_a_router_restarted_after_a_crash_still_refuses_a_held_key(
 @pytest.mark.interop
 @pytest.mark.skipif(REFERENCE_MISSING is not None, reason=REFERENCE_MISSING or "")
 def test_a_reference_client_sending_the_same_job_twice_is_never_refused(
-    stack: Stack, tmp_path: Path
+    stack: RouterStack, tmp_path: Path
 ) -> None:
     out = str(tmp_path / "runs")
     stack.start_jobmanager()
@@ -181,7 +149,7 @@ def test_a_reference_client_sending_the_same_job_twice_is_never_refused(
 @pytest.mark.interop
 @pytest.mark.skipif(REFERENCE_MISSING is not None, reason=REFERENCE_MISSING or "")
 def test_a_reference_job_manager_runs_a_unique_job_and_its_end_frees_the_key(
-    stack: Stack, tmp_path: Path
+    stack: RouterStack, tmp_path: Path
 ) -> None:
     out = tmp_path / "runs"
     first = nightly.delay(str(out))
