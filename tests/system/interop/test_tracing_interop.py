@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -60,33 +60,38 @@ def _probe_env(spans: Path) -> dict[str, str]:
     return {"TRACE_PROBE_DIR": str(spans), "PYTHONPATH": os.pathsep.join((str(probe), str(ROOT)))}
 
 
-@contextmanager
-def _traced_record_runs(
-    stack: Any, records_file: Path, use_broker: Callable[[str], None], client: InMemorySpanExporter
-) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Inside ``stack`` (router, job manager): send ``record`` traced, see it run, and
-    give its msgid and the client's send span (the processes still run meanwhile)."""
-    with stack as (router, _jobmanager):
-        use_broker(router.frontend)
-        msgid = record.delay("traced", out=str(records_file))
-        records = wait_records(records_file, timeout=REFERENCE_DEADLINE)
-        assert without_pid(records) == [{"args": ["traced"], "kwargs": {}}]
-        (send,) = (span_record(span) for span in client.get_finished_spans())
-        yield str(msgid), send
+TracedRun = Callable[[Any], AbstractContextManager[tuple[str, dict[str, Any]]]]
+
+
+@pytest.fixture
+def traced_run(
+    client_spans: InMemorySpanExporter, records_file: Path, use_broker: Callable[[str], None]
+) -> TracedRun:
+    """``traced_run(stack)``: inside ``stack`` (router, job manager) send ``record``
+    traced, see it run, and give its msgid and the client's send span (the processes
+    still run meanwhile)."""
+
+    @contextmanager
+    def run(stack: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+        with stack as (router, _jobmanager):
+            use_broker(router.frontend)
+            msgid = record.delay("traced", out=str(records_file))
+            records = wait_records(records_file, timeout=REFERENCE_DEADLINE)
+            assert without_pid(records) == [{"args": ["traced"], "kwargs": {}}]
+            (send,) = (span_record(span) for span in client_spans.get_finished_spans())
+            yield str(msgid), send
+
+    return run
 
 
 def test_a_reference_router_carries_the_trace_to_our_worker(
-    tmp_path: Path,
-    spans: Path,
-    client_spans: InMemorySpanExporter,
-    records_file: Path,
-    use_broker: Callable[[str], None],
+    tmp_path: Path, spans: Path, traced_run: TracedRun
 ) -> None:
     stack = router_with_jobmanager(
         start_reference_router(tmp_path),
         lambda backend: start_our_jobmanager(backend, _probe_env(spans)),
     )
-    with _traced_record_runs(stack, records_file, use_broker, client_spans) as (msgid, send):
+    with traced_run(stack) as (msgid, send):
         run = wait_for(
             lambda: [s for s in read_spans(spans) if s["name"] == "run default"],
             10,
@@ -99,14 +104,10 @@ def test_a_reference_router_carries_the_trace_to_our_worker(
 
 
 def test_a_reference_jobmanager_runs_a_traced_job_from_our_router(
-    tmp_path: Path,
-    spans: Path,
-    client_spans: InMemorySpanExporter,
-    records_file: Path,
-    use_broker: Callable[[str], None],
+    tmp_path: Path, spans: Path, traced_run: TracedRun
 ) -> None:
     stack = our_router_with_reference_jobmanager(tmp_path, _probe_env(spans))
-    with _traced_record_runs(stack, records_file, use_broker, client_spans) as (_msgid, send):
+    with traced_run(stack) as (_msgid, send):
         wait_for(
             lambda: (
                 {s["name"] for s in read_spans(spans) if s["parent_id"] == send["span_id"]}
