@@ -42,6 +42,12 @@ REFERENCE_MISSING: str | None = (
     else None
 )
 
+#: The marks of every interop test module (``pytestmark = INTEROP``).
+INTEROP = [
+    pytest.mark.interop,
+    pytest.mark.skipif(REFERENCE_MISSING is not None, reason=REFERENCE_MISSING or ""),
+]
+
 #: Job modules our job managers load: one @job module and one allowed plain module.
 RECORD_MODULE = "tests.system.interop.refjobs.record"
 PLAIN_MODULE = "tests.system.interop.refjobs.plain"

@@ -24,9 +24,9 @@ import pytest
 from tests.support import Proc, wait_for
 
 from .conftest import (
+    INTEROP,
     OUR_DEADLINE,
     REFERENCE_DEADLINE,
-    REFERENCE_MISSING,
     Router,
     read_records,
     start_our_jobmanager,
@@ -37,10 +37,7 @@ from .conftest import (
 )
 from .refjobs.record import record, record_then_wait
 
-pytestmark = [
-    pytest.mark.interop,
-    pytest.mark.skipif(REFERENCE_MISSING is not None, reason=REFERENCE_MISSING or ""),
-]
+pytestmark = INTEROP
 
 #: Short heartbeats for our processes: several timeouts pass in seconds.
 INTERVAL, TIMEOUT = 0.5, 1.5

@@ -16,18 +16,15 @@ from django_eventmq.protocol import Headers
 from tests.support import Proc, wait_for
 
 from .conftest import (
+    INTEROP,
     REFERENCE_DEADLINE,
-    REFERENCE_MISSING,
     Router,
     our_router_with_reference_jobmanager,
     wait_records,
 )
 from .refjobs.record import record
 
-pytestmark = [
-    pytest.mark.interop,
-    pytest.mark.skipif(REFERENCE_MISSING is not None, reason=REFERENCE_MISSING or ""),
-]
+pytestmark = INTEROP
 
 
 @pytest.fixture(scope="module")

@@ -10,20 +10,17 @@ import pytest
 from tests.support import Proc, wait_for
 
 from .conftest import (
+    INTEROP,
     OUR_DEADLINE,
     PLAIN_JOB,
     RECORD_JOB,
-    REFERENCE_MISSING,
     Router,
     run_reference_client,
     wait_records,
     without_pid,
 )
 
-pytestmark = [
-    pytest.mark.interop,
-    pytest.mark.skipif(REFERENCE_MISSING is not None, reason=REFERENCE_MISSING or ""),
-]
+pytestmark = INTEROP
 
 
 @pytest.fixture

@@ -5,24 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 from django_eventmq.protocol import Headers
 from tests.support import Proc, wait_for
 
 from .conftest import (
+    INTEROP,
     OUR_DEADLINE,
-    REFERENCE_MISSING,
     Router,
     wait_records,
     without_pid,
 )
 from .refjobs.record import record, record_email
 
-pytestmark = [
-    pytest.mark.interop,
-    pytest.mark.skipif(REFERENCE_MISSING is not None, reason=REFERENCE_MISSING or ""),
-]
+pytestmark = INTEROP
 
 
 def test_reference_router_registers_our_jobmanager(

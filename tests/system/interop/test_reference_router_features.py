@@ -11,7 +11,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
 import zmq
 
 from django_eventmq.client.connection import Client
@@ -19,9 +18,9 @@ from django_eventmq.protocol import encode_json
 from tests.support import Proc, wait_for
 
 from .conftest import (
+    INTEROP,
     OUR_DEADLINE,
     RECORD_JOB,
-    REFERENCE_MISSING,
     Admin,
     Router,
     read_records,
@@ -29,10 +28,7 @@ from .conftest import (
     without_pid,
 )
 
-pytestmark = [
-    pytest.mark.interop,
-    pytest.mark.skipif(REFERENCE_MISSING is not None, reason=REFERENCE_MISSING or ""),
-]
+pytestmark = INTEROP
 
 V = b"eMQP/1.0"
 

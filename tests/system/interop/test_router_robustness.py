@@ -19,18 +19,15 @@ import zmq
 from tests.support import Proc, wait_for
 
 from .conftest import (
+    INTEROP,
     RECORD_MODULE,
-    REFERENCE_MISSING,
     Router,
     wait_records,
     without_pid,
 )
 from .refjobs.record import record
 
-pytestmark = [
-    pytest.mark.interop,
-    pytest.mark.skipif(REFERENCE_MISSING is not None, reason=REFERENCE_MISSING or ""),
-]
+pytestmark = INTEROP
 
 V = b"eMQP/1.0"
 

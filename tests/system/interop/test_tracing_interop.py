@@ -24,8 +24,8 @@ from tests.support import ROOT, wait_for
 from tests.tracing_probe.export import in_memory_spans, read_spans, span_record
 
 from .conftest import (
+    INTEROP,
     REFERENCE_DEADLINE,
-    REFERENCE_MISSING,
     our_router_with_reference_jobmanager,
     router_with_jobmanager,
     start_our_jobmanager,
@@ -35,10 +35,7 @@ from .conftest import (
 )
 from .refjobs.record import record
 
-pytestmark = [
-    pytest.mark.interop,
-    pytest.mark.skipif(REFERENCE_MISSING is not None, reason=REFERENCE_MISSING or ""),
-]
+pytestmark = INTEROP
 
 
 @pytest.fixture
