@@ -3,8 +3,7 @@ that ACKs REQUESTs and keeps every REQUEST and CANCEL: what a member sends, and 
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,74 +11,33 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from django_eventmq.client import connection as client
 from django_eventmq.client.workflows import RUNNER, Stages, member_msgid, stages_to_json
 from django_eventmq.errors import JobNotAllowed
 from django_eventmq.models import Workflow, WorkflowStep
-from django_eventmq.protocol import Ack, Cancel, Message, Request, new_msgid, parse_job
-from django_eventmq.runtime import retry_policy, transport
+from django_eventmq.protocol import Message, Request, parse_job
+from django_eventmq.runtime import retry_policy
 from django_eventmq.workflows import WorkflowCancelled, chain, run_step
+from tests.django.results.conftest import ThreadRouter, ack
+from tests.django.results.conftest import thread_router as thread_router  # a fixture
 from tests.support import wait_for
 from tests.system.e2e import workflow_jobs as wj
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-class Router:
-    """ACKs each REQUEST (after ``on_request(request)``), keeps REQUESTs and CANCELs."""
-
-    def __init__(self, on_request: Callable[[Request], None]) -> None:
-        self.on_request = on_request
-        self.messages: list[Message] = []
-        self.address = ""
-        self._ready, self._stop = threading.Event(), threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        assert self._ready.wait(10)
-
-    def _run(self) -> None:
-        channel = transport.Channel(transport.ROUTER, bind="tcp://127.0.0.1:*")
-        try:
-            self.address = channel.address
-            self._ready.set()
-            while not self._stop.is_set():
-                if not channel.poll(20):
-                    continue
-                identity, _frames, message = channel.recv()
-                if isinstance(message, Request):
-                    self.on_request(message)
-                    self.messages.append(message)
-                    channel.send_to(identity, Ack(msgid=new_msgid(), ack_msgid=message.msgid))
-                elif isinstance(message, Cancel):
-                    self.messages.append(message)
-        finally:
-            channel.close()
-
-    def requests(self) -> list[Request]:
-        return [m for m in self.messages if isinstance(m, Request)]
-
-    def cancels(self) -> list[str]:
-        return [m.job_msgid for m in self.messages if isinstance(m, Cancel)]
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-
 @pytest.fixture
-def router(eventmq_settings: Any) -> Iterator[Callable[..., Router]]:
-    started: list[Router] = []
+def router(thread_router: Callable[..., ThreadRouter]) -> Callable[..., ThreadRouter]:
+    """``router(on_request)``: a router thread that ACKs each REQUEST after
+    ``on_request(request)`` and keeps REQUESTs and CANCELs."""
 
-    def start(on_request: Callable[[Request], None] = lambda request: None) -> Router:
-        made = Router(on_request)
-        started.append(made)
-        eventmq_settings(BROKER_ADDR=made.address, ACK_TIMEOUT=5)
-        return made
+    def start(on_request: Callable[[Request], None] = lambda request: None) -> ThreadRouter:
+        def answer(request: Request, _count: int) -> list[Message]:
+            on_request(request)
+            return [ack(request)]
 
-    yield start
-    client.close_clients()
-    for made in started:
-        made.stop()
+        return thread_router(answer, ACK_TIMEOUT=5)
+
+    return start
 
 
 def _workflow(stages: Stages, workflow_id: str = "a" * 32) -> Workflow:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from django_eventmq.client import connection as client
-from django_eventmq.protocol import Ack, Message, Request, new_msgid
+from django_eventmq.protocol import Ack, Cancel, Message, Request, new_msgid
 from django_eventmq.runtime import transport
 from tests.support import receive_request
 
@@ -42,7 +42,8 @@ def broker(eventmq_settings: Any) -> Iterator[transport.Channel]:
 
 
 class ThreadRouter:
-    """A raw ROUTER in its own thread that answers each REQUEST as ``answer`` says.
+    """A raw ROUTER in its own thread that answers each REQUEST as ``answer`` says
+    and keeps the REQUESTs and the msgids of the jobs CANCELs name.
 
     ``answer(request, count)`` returns the messages to send back to the client
     (``count`` is how many copies of that msgid arrived so far).
@@ -51,6 +52,7 @@ class ThreadRouter:
     def __init__(self, answer: Callable[[Request, int], list[Message]]) -> None:
         self.answer = answer
         self.received: list[Request] = []
+        self.cancelled: list[str] = []
         self.address = ""
         self._ready = threading.Event()
         self._stop = threading.Event()
@@ -67,6 +69,8 @@ class ThreadRouter:
                 if not channel.poll(20):
                     continue
                 identity, _frames, message = channel.recv()
+                if isinstance(message, Cancel):
+                    self.cancelled.append(message.job_msgid)
                 if not isinstance(message, Request):
                     continue
                 self.received.append(message)
@@ -75,6 +79,12 @@ class ThreadRouter:
                     channel.send_to(identity, reply)
         finally:
             channel.close()
+
+    def requests(self) -> list[Request]:
+        return list(self.received)
+
+    def cancels(self) -> list[str]:
+        return list(self.cancelled)
 
     def stop(self) -> None:
         self._stop.set()
