@@ -75,8 +75,13 @@ from django_eventmq.runtime.addresses import (
 
 logger = logging.getLogger("django_eventmq.client")
 
-#: Messages a client may queue in its socket before ``.delay()`` blocks.
-CLIENT_SNDHWM = 100_000
+#: Messages a client may queue in its socket before ``.delay()`` blocks. A full
+#: socket takes sends again only once ZeroMQ has passed on half of it (its low
+#: water mark), so one blocked send lasts as long as the router takes to read
+#: CLIENT_SNDHWM / 2 of our messages: at 100,000 that was 1.5 s on a quiet
+#: machine and over SEND_TIMEOUT on a loaded one (BrokerUnavailable). At 10,000
+#: a sender faster than the router waits ~0.1 s every 5,000 jobs instead.
+CLIENT_SNDHWM = 10_000
 #: Sends between two reads of what the router sent us (ACKs we don't wait for).
 DRAIN_EVERY = 256
 #: Outcomes (REPLY/REJECT) kept for handles that have not waited yet; the

@@ -64,7 +64,7 @@ from django_eventmq.runtime.service import Service
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.transport import Channel
 
-__all__ = ["COMMIT_INTERVAL", "DRAIN_CAP", "RETRY_MS", "SNDHWM", "Router"]
+__all__ = ["COMMIT_INTERVAL", "DRAIN_CAP", "FRONTEND_RCVHWM", "RETRY_MS", "SNDHWM", "Router"]
 
 log = logging.getLogger("django_eventmq.router")
 
@@ -73,6 +73,13 @@ RETRY_MS = 10
 #: Messages queued per peer before a send to it fails with ``Again`` (bounds memory
 #: when a client never reads its ACKs).
 SNDHWM = 100_000
+#: Messages read ahead from each client on the frontend (ZeroMQ's receive queue,
+#: about 1 KiB each in router memory). A client that sends faster than the
+#: router stores (``.delay()`` in a loop) would otherwise park up to SNDHWM of
+#: them here, ~100 MiB; past this bound they wait in the client's own socket
+#: (CLIENT_SNDHWM there) and in TCP buffers, and its sends slow to the router's
+#: pace. tests/system/chaos/test_flood.py holds the router's peak to it.
+FRONTEND_RCVHWM = 1_000
 #: Changes that only cost a duplicate run if lost (leases, finished jobs) are
 #: committed at least this often (seconds); ACKs force a commit at once.
 COMMIT_INTERVAL = 0.05
@@ -188,7 +195,9 @@ class Router(Service, FrontendHandlers, BackendHandlers):
             self._guard = security.Guard(s, roles if borrowed else (*roles, security.ADMIN))
             self._guard.start()
             # Past CLIENT_SNDHWM, what a client is sent waits in the outbox, counted.
-            self.frontend = self._bind(s.frontend_addr, security.FRONTEND, sndhwm=CLIENT_SNDHWM)
+            self.frontend = self._bind(
+                s.frontend_addr, security.FRONTEND, sndhwm=CLIENT_SNDHWM, rcvhwm=FRONTEND_RCVHWM
+            )
             # Job managers of ours may pack their messages (the frontend looks
             # for packed REQUESTs itself, to ACK each in the form it came in).
             self.backend = self._bind(s.backend_addr, security.BACKEND, unpack=True)
@@ -266,13 +275,21 @@ class Router(Service, FrontendHandlers, BackendHandlers):
         )
         return Journal(path, sync=s.journal_sync, busy_timeout=s.journal_busy_timeout)
 
-    def _bind(self, addr: str, role: str, *, unpack: bool = False, sndhwm: int = SNDHWM) -> Channel:
+    def _bind(
+        self,
+        addr: str,
+        role: str,
+        *,
+        unpack: bool = False,
+        sndhwm: int = SNDHWM,
+        rcvhwm: int = SNDHWM,
+    ) -> Channel:
         options = security.secure_channel_options(self.settings, role, security.SERVER)
         channel = Channel(
             transport.ROUTER,
             bind=addr,
             hwm=SNDHWM,
-            options={**options, transport.SNDHWM: sndhwm},
+            options={**options, transport.SNDHWM: sndhwm, transport.RCVHWM: rcvhwm},
             limits=self._limits,
             unpack=unpack,
             bind_setting=f"{role.upper()}_ADDR",  # FRONTEND_ADDR, BACKEND_ADDR, ADMIN_ADDR

@@ -384,6 +384,7 @@ PUSH = zmq.PUSH
 SNDTIMEO = zmq.SNDTIMEO
 LINGER = zmq.LINGER
 SNDHWM = zmq.SNDHWM  # the router's frontend queues fewer messages per client than it reads
+RCVHWM = zmq.RCVHWM  # ... and reads fewer from each client ahead of handling them
 #: A DEALER with it queues only toward connected peers: with none, a send waits
 #: (up to SNDTIMEO) and then fails instead of keeping the message for later.
 IMMEDIATE = zmq.IMMEDIATE
