@@ -17,19 +17,15 @@ from django_eventmq.client.handles import JobHandle
 from django_eventmq.errors import EventMQError, JobError, JobRejected, ResultTimeout
 from django_eventmq.protocol import Message, Partial, Reject, Reply, Request, new_msgid
 from django_eventmq.runtime import transport
+from tests.django.results.conftest import raw_broker
 from tests.support import receive_request, wait_for
 from tests.system.streaming import jobs
 
 
 @pytest.fixture
 def broker(eventmq_settings: Any) -> Iterator[transport.Channel]:
-    channel = transport.Channel(transport.ROUTER, bind="tcp://127.0.0.1:*")
-    try:
-        eventmq_settings(BROKER_ADDR=channel.address)
+    with raw_broker(eventmq_settings) as channel:
         yield channel
-    finally:
-        client_module.close_clients()
-        channel.close()
 
 
 def requests(channel: transport.Channel, n: int) -> tuple[bytes, list[Request]]:

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from django_eventmq.client import connection as client
 from django_eventmq.client.workflows import member_msgid, stages_to_json
 from django_eventmq.models import JobResult, Workflow
 from django_eventmq.protocol import Cancel, Features
 from django_eventmq.results import record_results
 from django_eventmq.runtime import transport
+from tests.django.results.conftest import raw_broker
 from tests.support import result_record
 from tests.system.e2e import workflow_jobs as wj
 
@@ -38,13 +38,8 @@ def _workflow(workflow_id: str, status: str = "running", stage: int = 0) -> Work
 
 @pytest.fixture
 def broker(eventmq_settings: Any) -> Iterator[transport.Channel]:
-    channel = transport.Channel(transport.ROUTER, bind="tcp://127.0.0.1:*")
-    try:
-        eventmq_settings(BROKER_ADDR=channel.address)
+    with raw_broker(eventmq_settings) as channel:
         yield channel
-    finally:
-        client.close_clients()
-        channel.close()
 
 
 def test_the_list_filters_by_status(admin_client: Any) -> None:

@@ -8,11 +8,11 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from django_eventmq.client import connection as client
 from django_eventmq.protocol import Request, parse_job
 from django_eventmq.runtime import registry, transport
 from example_project.shop import jobs
 from example_project.shop.models import Report, SentEmail
+from tests.django.results.conftest import raw_broker
 from tests.support import receive_request
 
 pytestmark = pytest.mark.urls("example_project.urls")
@@ -21,13 +21,8 @@ pytestmark = pytest.mark.urls("example_project.urls")
 @pytest.fixture
 def broker(eventmq_settings) -> Iterator[transport.Channel]:
     """A raw ROUTER on a random loopback port, configured as BROKER_ADDR."""
-    channel = transport.Channel(transport.ROUTER, bind="tcp://127.0.0.1:*")
-    try:
-        eventmq_settings(BROKER_ADDR=channel.address)
+    with raw_broker(eventmq_settings) as channel:
         yield channel
-    finally:
-        client.close_clients()
-        channel.close()
 
 
 def receive(channel: transport.Channel) -> Request:

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 import pytest
 
 from django_eventmq import job
-from django_eventmq.client import connection as client
 from django_eventmq.protocol import Request, new_msgid, parse_job
 from django_eventmq.runtime import transport
+from tests.django.results.conftest import raw_broker
 from tests.support import receive_request, wait_for
 
 CALLS: list[tuple[str, tuple[object, ...]]] = []
@@ -44,13 +44,8 @@ def _clear_calls() -> Iterator[None]:
 @pytest.fixture
 def broker(eventmq_settings) -> Iterator[transport.Channel]:
     """A raw ROUTER on a random loopback port, configured as BROKER_ADDR."""
-    channel = transport.Channel(transport.ROUTER, bind="tcp://127.0.0.1:*")
-    try:
-        eventmq_settings(BROKER_ADDR=channel.address)
+    with raw_broker(eventmq_settings) as channel:
         yield channel
-    finally:
-        client.close_clients()
-        channel.close()
 
 
 def receive(channel: transport.Channel) -> tuple[bytes, Request]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from django_eventmq.protocol import Ack, Cancel, Message, Request, new_msgid
 from django_eventmq.runtime import transport
 from tests.support import receive_request
 
-__all__ = ["ThreadRouter", "ack", "receive_request"]
+__all__ = ["ThreadRouter", "ack", "raw_broker", "receive_request"]
 
 
 def ack(request: Request) -> Ack:
@@ -29,16 +30,24 @@ def _no_emq_environment(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(key)
 
 
-@pytest.fixture
-def broker(eventmq_settings: Any) -> Iterator[transport.Channel]:
-    """A raw ROUTER on a random loopback port, configured as BROKER_ADDR (used in this thread)."""
+@contextmanager
+def raw_broker(eventmq_settings: Any, **settings: Any) -> Iterator[transport.Channel]:
+    """A raw ROUTER on a random loopback port, configured as BROKER_ADDR (and ``settings``);
+    this process's client connections and the ROUTER closed afterwards."""
     channel = transport.Channel(transport.ROUTER, bind="tcp://127.0.0.1:*")
     try:
-        eventmq_settings(BROKER_ADDR=channel.address, ACK_TIMEOUT=0.3, ACK_RETRIES=2)
+        eventmq_settings(BROKER_ADDR=channel.address, **settings)
         yield channel
     finally:
         client.close_clients()
         channel.close()
+
+
+@pytest.fixture
+def broker(eventmq_settings: Any) -> Iterator[transport.Channel]:
+    """A raw ROUTER on a random loopback port, configured as BROKER_ADDR (used in this thread)."""
+    with raw_broker(eventmq_settings, ACK_TIMEOUT=0.3, ACK_RETRIES=2) as channel:
+        yield channel
 
 
 class ThreadRouter:
