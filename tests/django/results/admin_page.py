@@ -9,17 +9,17 @@ HTTP status on the first line, then the HTML.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import django
 
 
-def main(argv: list[str]) -> int:
-    django.setup()
+def staff_client() -> Any:
+    """A Django test client logged in as a superuser (``staff``, made if missing), in a
+    process whose Django is set up; also for the other admin-page helper processes."""
     from django.contrib.auth.models import User
     from django.test import Client
     from django.test.utils import setup_test_environment
-
-    from django_eventmq.models.results import JobResult
 
     setup_test_environment()  # lets the test client's host through ALLOWED_HOSTS
     user, _ = User.objects.get_or_create(
@@ -27,6 +27,14 @@ def main(argv: list[str]) -> int:
     )
     client = Client()
     client.force_login(user)
+    return client
+
+
+def main(argv: list[str]) -> int:
+    django.setup()
+    from django_eventmq.models.results import JobResult
+
+    client = staff_client()
     row = JobResult.objects.get(msgid=argv[0])
     response = client.get(f"/admin/django_eventmq/jobresult/{row.pk}/change/")
     print(response.status_code)

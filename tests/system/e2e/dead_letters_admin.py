@@ -18,24 +18,17 @@ import sys
 
 import django
 
+from tests.django.results.admin_page import staff_client
+
 CHANGELIST = "/admin/django_eventmq/deadletter/"
 
 
 def main(argv: list[str]) -> int:
     django.setup()
-    from django.contrib.auth.models import User
-    from django.test import Client
-    from django.test.utils import setup_test_environment
-
     from django_eventmq.models.dead_letters import DeadLetter
     from django_eventmq.runtime.config import get_settings
 
-    setup_test_environment()  # lets the test client's host through ALLOWED_HOSTS
-    user, _ = User.objects.get_or_create(
-        username="staff", defaults={"is_staff": True, "is_superuser": True}
-    )
-    client = Client()
-    client.force_login(user)
+    client = staff_client()
     command, *rest = argv
     if command == "list":
         response = client.get(CHANGELIST)

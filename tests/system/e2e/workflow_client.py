@@ -60,20 +60,11 @@ _ADMIN: list[Any] = []
 
 def admin_page(workflow_id: str) -> dict[str, Any]:
     """The workflow's admin page as a logged-in superuser sees it: status code and HTML."""
-    from django.contrib.auth.models import User
-    from django.test import Client
-    from django.test.utils import setup_test_environment
-
     from django_eventmq.models import Workflow
+    from tests.django.results.admin_page import staff_client
 
     if not _ADMIN:
-        setup_test_environment()  # lets the test client's host through ALLOWED_HOSTS
-        user, _ = User.objects.get_or_create(
-            username="staff", defaults={"is_staff": True, "is_superuser": True}
-        )
-        client = Client()
-        client.force_login(user)
-        _ADMIN.append(client)
+        _ADMIN.append(staff_client())
     row = Workflow.objects.get(workflow_id=workflow_id)
     response = _ADMIN[0].get(f"/admin/django_eventmq/workflow/{row.pk}/change/")
     return {"status": response.status_code, "html": response.content.decode()}
