@@ -26,6 +26,7 @@ from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.runtime import security, transport
 from django_eventmq.runtime.settings import Settings, from_mapping
 from django_eventmq.runtime.transport import Channel
+from tests.django.curve_router import curve_router
 from tests.keys import Keys
 from tests.support import ROOT, Proc, python_module, tcp_addr, wait_for
 
@@ -37,26 +38,10 @@ DEADLINE = "20"
 @pytest.fixture(scope="module")
 def router(keys: Keys, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Proc]]:
     """A CURVE router (no job manager needed for STATUS); yields (admin address, process)."""
-    admin = tcp_addr()
     journal = tmp_path_factory.mktemp("journal") / "journal.sqlite3"
-    proc = Proc(
-        python_module(
-            "router", "--frontend", tcp_addr(), "--backend", tcp_addr(), "--admin", admin,
-        ),
-        env={
-            "EMQ_CURVE_SERVER_SECRET_KEY": keys.server[1],
-            "EMQ_CURVE_FRONTEND_CLIENTS": keys.client[0],
-            "EMQ_CURVE_BACKEND_WORKERS": keys.worker[0],
-            "EMQ_CURVE_ADMIN_CLIENTS": keys.admin[0],
-            "EMQ_JOURNAL_PATH": str(journal),
-        },
-    )  # fmt: skip
-    try:
-        proc.wait_output(r"router ready")
+    with curve_router(keys, journal) as (admin, proc):
         proc.wait_output(r"ZAP authentication on .*admin \(CURVE, 2 key\(s\), local only\)")
         yield admin, proc
-    finally:
-        proc.stop()
 
 
 def run_status(admin: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

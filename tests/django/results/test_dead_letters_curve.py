@@ -13,33 +13,17 @@ import pytest
 from django_eventmq.cli import admin_client
 from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.protocol import constants as C
+from tests.django.curve_router import curve_router
 from tests.keys import Keys
 from tests.keys import keys as keys
-from tests.support import Proc, python_module, tcp_addr
 
 
 @pytest.fixture(scope="module")
 def router(keys: Keys, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A CURVE router process; yields its admin address."""
-    admin = tcp_addr()
     journal: Path = tmp_path_factory.mktemp("journal") / "journal.sqlite3"
-    proc = Proc(
-        python_module(
-            "router", "--frontend", tcp_addr(), "--backend", tcp_addr(), "--admin", admin
-        ),
-        env={
-            "EMQ_CURVE_SERVER_SECRET_KEY": keys.server[1],
-            "EMQ_CURVE_FRONTEND_CLIENTS": keys.client[0],
-            "EMQ_CURVE_BACKEND_WORKERS": keys.worker[0],
-            "EMQ_CURVE_ADMIN_CLIENTS": keys.admin[0],
-            "EMQ_JOURNAL_PATH": str(journal),
-        },
-    )
-    try:
-        proc.wait_output(r"router ready")
+    with curve_router(keys, journal) as (admin, _proc):
         yield admin
-    finally:
-        proc.stop()
 
 
 @pytest.mark.parametrize("command", [C.POISONED_RETRY, C.POISONED_PURGE])
