@@ -20,16 +20,16 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.client import connection as client
 from django_eventmq.errors import JobError, JobRejected
-from tests.support import ROOT, Proc, ResultStack, clean_environ, migrated_env, tcp_addr, wait_for
+from tests.support import ROOT, Proc, clean_environ, migrated_env, tcp_addr, wait_for
 from tests.system.chaos.support import admin_call
 from tests.system.e2e.dead_letter_jobs import fails_until_fixed, kills_its_worker_until_fixed
+from tests.system.e2e.stack import DjangoStack, client_of, running
 
 SETTINGS = "tests.django.results.e2e_settings"
 
 
-class Stack(ResultStack):
+class Stack(DjangoStack):
     """A router and a job manager as ``python -m django`` processes, on one SQLite file."""
 
     def __init__(self, tmp: Path) -> None:
@@ -53,11 +53,6 @@ class Stack(ResultStack):
             "emq_jobmanager", "--broker", backend, "--concurrency", "1",
             "--job-module", "tests.system.e2e.dead_letter_jobs",
         ).wait_output(r"jobmanager ready: ", timeout=60)  # fmt: skip
-
-    def _start(self, *args: str) -> Proc:
-        proc = Proc([sys.executable, "-m", "django", *args], env=self.env)
-        self.procs.append(proc)
-        return proc
 
     def admin_page(self, *args: str) -> str:
         """Run ``dead_letters_admin ARGS``; the page it printed (the status must be 200)."""
@@ -83,18 +78,14 @@ class Stack(ResultStack):
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    s = Stack(tmp_path_factory.mktemp("dead_letters"))
-    try:
+    with running(Stack(tmp_path_factory.mktemp("dead_letters"))) as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture
 def use(stack: Stack, eventmq_settings: Any) -> Iterator[Stack]:
-    eventmq_settings(BROKER_ADDR=stack.frontend, ACK_TIMEOUT=5)
-    yield stack
-    client.close_clients()
+    with client_of(stack, eventmq_settings, ACK_TIMEOUT=5):
+        yield stack
 
 
 def test_a_job_that_failed_all_its_retries_is_retried_from_the_admin_and_succeeds(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import signal
 import sqlite3
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,12 +18,12 @@ from typing import Any
 import pytest
 
 from django_eventmq.cli import admin_client
-from django_eventmq.client import connection as client
 from django_eventmq.errors import JobError
 from django_eventmq.router.journal.schema import DELAYED
-from tests.support import ROOT, Proc, ResultStack, migrated_env, tcp_addr, wait_for
+from tests.support import ROOT, Proc, migrated_env, tcp_addr, wait_for
 from tests.system.e2e import retry_jobs
 from tests.system.e2e.retry_jobs import runs
+from tests.system.e2e.stack import DjangoStack, client_of, running
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +39,7 @@ def db_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     )
 
 
-class Stack(ResultStack):
+class Stack(DjangoStack):
     """A router (restartable on the same addresses and journal) and a job manager."""
 
     def __init__(self, env: dict[str, str], journal: Path) -> None:
@@ -51,11 +50,6 @@ class Stack(ResultStack):
         self.router = self.start_router()
         jobmanager = self._start("emq_jobmanager", "--broker", self.backend, "--concurrency", "2")
         jobmanager.wait_output(r"jobmanager ready: ", timeout=60)
-
-    def _start(self, *args: str) -> Proc:
-        proc = Proc([sys.executable, "-m", "django", *args], env=self.env)
-        self.procs.append(proc)
-        return proc
 
     def start_router(self) -> Proc:
         router = self._start(
@@ -80,18 +74,15 @@ class Stack(ResultStack):
 
 @pytest.fixture(scope="module")
 def stack(db_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    made = Stack(db_env, tmp_path_factory.mktemp("retry-journal") / "journal.sqlite3")
-    try:
+    journal = tmp_path_factory.mktemp("retry-journal") / "journal.sqlite3"
+    with running(Stack(db_env, journal)) as made:
         yield made
-    finally:
-        made.stop()
 
 
 @pytest.fixture
 def use(eventmq_settings: Any, stack: Stack) -> Iterator[Stack]:
-    eventmq_settings(BROKER_ADDR=stack.frontend, ACK_TIMEOUT=5)
-    yield stack
-    client.close_clients()
+    with client_of(stack, eventmq_settings, ACK_TIMEOUT=5):
+        yield stack
 
 
 def test_a_listed_exception_is_retried_until_the_job_succeeds(use: Stack, tmp_path: Path) -> None:
