@@ -30,27 +30,30 @@ S = TypeVar("S", bound=Stack)
 
 class RouterStack:
     """A router on fresh loopback addresses with its journal in ``tmp`` (restartable on
-    both); job managers for ``job_module`` only when the test starts them."""
+    both); job managers for ``job_module`` only when the test starts them. All of
+    them run with ``env`` added to their environment."""
 
-    def __init__(self, tmp: Path, job_module: str) -> None:
+    def __init__(self, tmp: Path, job_module: str, env: dict[str, str] | None = None) -> None:
         self.frontend, self.backend, self.admin = tcp_addr(), tcp_addr(), tcp_addr()
         self.journal = tmp / "journal.sqlite3"
         self.job_module = job_module
+        self.env = env or {}
         self.procs: list[Proc] = []
         self.router = self.start_router()
 
     def start_router(self) -> Proc:
-        proc = start_router(self.frontend, self.backend, self.admin, self.journal)
+        proc = start_router(self.frontend, self.backend, self.admin, self.journal, **self.env)
         self.procs.append(proc)
         return proc
 
-    def start_jobmanager(self) -> None:
+    def start_jobmanager(self, concurrency: int = 2) -> None:
         self.procs.append(
             Proc(
                 python_module(
-                    "jobmanager", "--broker", self.backend, "--concurrency", "2",
+                    "jobmanager", "--broker", self.backend, "--concurrency", str(concurrency),
                     "--job-module", self.job_module,
-                )
+                ),
+                env=self.env,
             )
         )  # fmt: skip
 

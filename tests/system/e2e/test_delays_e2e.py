@@ -16,13 +16,12 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.client import connection as client
 from django_eventmq.errors import JobError
 from django_eventmq.protocol import Headers, parse_headers
 from django_eventmq.protocol.status import JobStatus
-from tests.support import Proc, python_module, tcp_addr, wait_for
-from tests.system.chaos.support import start_router
+from tests.support import wait_for
 from tests.system.e2e.delay_jobs import note_start, stall
+from tests.system.e2e.stack import RouterStack, serving
 
 JOB_MODULE = "tests.system.e2e.delay_jobs"
 
@@ -30,23 +29,9 @@ JOB_MODULE = "tests.system.e2e.delay_jobs"
 @pytest.fixture
 def stack(tmp_path: Path, eventmq_settings: Any) -> Iterator[Path]:
     """A router and a job manager (2 workers); yields the router's journal file."""
-    frontend, backend, admin = tcp_addr(), tcp_addr(), tcp_addr()
-    journal = tmp_path / "journal.sqlite3"
-    procs = [start_router(frontend, backend, admin, journal)]
-    try:
-        jobmanager = Proc(
-            python_module(
-                "jobmanager", "--broker", backend, "--concurrency", "2",
-                "--job-module", JOB_MODULE,
-            ),
-        )  # fmt: skip
-        procs.append(jobmanager)
-        eventmq_settings(BROKER_ADDR=frontend)
-        yield journal
-    finally:
-        client.close_clients()
-        for proc in reversed(procs):
-            proc.stop()
+    with serving(RouterStack(tmp_path, JOB_MODULE), eventmq_settings) as s:
+        s.start_jobmanager()
+        yield s.journal
 
 
 def _stored_headers(journal: Path, msgid: str) -> Headers:

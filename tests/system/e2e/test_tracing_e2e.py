@@ -22,12 +22,11 @@ pytest.importorskip("opentelemetry.sdk")
 from django.test import Client
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from django_eventmq.client import connection as client
 from django_eventmq.client.handles import JobHandle
 from django_eventmq.errors import JobError
 from django_eventmq.runtime import tracing
-from tests.support import ROOT, Proc, python_module, tcp_addr, wait_for
-from tests.system.chaos.support import start_router
+from tests.support import ROOT, wait_for
+from tests.system.e2e.stack import RouterStack, serving
 from tests.system.e2e.tracing_jobs import traced_add, traced_fail
 from tests.tracing_probe.export import in_memory_spans, read_spans, span_record
 
@@ -47,24 +46,11 @@ def stack(tmp_path: Path, eventmq_settings: Any) -> Iterator[Path]:
     spans = tmp_path / "spans"
     spans.mkdir()
     env = {"TRACE_PROBE_DIR": str(spans), "PYTHONPATH": os.pathsep.join((str(PROBE), str(ROOT)))}
-    frontend, backend, admin = tcp_addr(), tcp_addr(), tcp_addr()
-    procs = [start_router(frontend, backend, admin, tmp_path / "journal.sqlite3", **env)]
-    try:
-        procs.append(
-            Proc(
-                python_module(
-                    "jobmanager", "--broker", backend, "--concurrency", "1",
-                    "--job-module", "tests.system.e2e.tracing_jobs",
-                ),
-                env=env,
-            )
-        )  # fmt: skip
-        eventmq_settings(BROKER_ADDR=frontend)
+    with serving(
+        RouterStack(tmp_path, "tests.system.e2e.tracing_jobs", env), eventmq_settings
+    ) as s:
+        s.start_jobmanager(concurrency=1)
         yield spans
-    finally:
-        client.close_clients()
-        for proc in reversed(procs):
-            proc.stop()
 
 
 def _trace_of(spans: list[dict[str, Any]], trace_id: str) -> dict[str, dict[str, Any]]:
