@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 from django_eventmq.client.jobs import job
+from tests.system.e2e.append import append_line
 
 
 def _note(path: str, n: int) -> None:
-    # One write on an O_APPEND descriptor: lines from concurrent workers never interleave.
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{time.time()!r} {n}\n".encode())
-    finally:
-        os.close(fd)
+    append_line(path, f"{time.time()!r} {n}")
 
 
 @job(guarantee=True, rate_limit="10/s")
