@@ -29,6 +29,7 @@ from django_eventmq.jobmanager import outcomes
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import Child, Pool, Status
 from django_eventmq.jobmanager.progress import Coalescer
+from django_eventmq.protocol.headers import Headers
 from django_eventmq.protocol.status import NOT_RUN, JobStatus
 from django_eventmq.runtime import retry_policy
 from django_eventmq.runtime.logs import job_debug, job_fields, job_name
@@ -72,8 +73,8 @@ class ManagedJob:
     expires: float | None = None
     #: Its trace context for the child's run span (runtime/tracing.py; b"": untraced).
     trace: bytes = b""
-    #: The header options it was sent with (timeout, priority...), kept by a dead letter.
-    options: dict[str, object] | None = None
+    #: The headers it was sent with: a dead letter keeps their options (timeout, priority...).
+    headers: Headers | None = None
 
 
 #: Reports a job's outcome: ``(job, DONE status, reply payload)``.
@@ -375,7 +376,7 @@ class Lifecycle:
         error: dict[str, str] | None = None,
     ) -> None:
         given_up = status in (JobStatus.FAILED, JobStatus.TIMED_OUT)
-        options = job.options if given_up else None
+        options = _sent_options(job.headers) if given_up and job.headers is not None else None
         self._add_record(job, status, time.time(), now, value=value, error=error, options=options)
 
     def _add_record(
@@ -558,3 +559,13 @@ class Lifecycle:
             self.pending = deque(seq for seq in self.pending if seq in jobs)
             self._retries = [(due, seq) for due, seq in self._retries if seq in jobs]
             heapq.heapify(self._retries)
+
+
+#: The header options a dead letter keeps, so the admin's retry sends the job as it was sent.
+_KEPT_OPTIONS = ("timeout", "retry_count", "priority", "soft_timeout", "guarantee")
+
+
+def _sent_options(headers: Headers) -> dict[str, object]:
+    """The options of ``headers`` that differ from the defaults (worked out only for a
+    job given up, not for every job received)."""
+    return {name: value for name in _KEPT_OPTIONS if (value := getattr(headers, name))}

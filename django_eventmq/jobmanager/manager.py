@@ -339,11 +339,7 @@ class JobManager(Service):
         job.link = index
         job.soft_timeout = headers.soft_timeout
         job.expires = headers.expires
-        job.options = {
-            name: value
-            for name in ("timeout", "retry_count", "priority", "soft_timeout", "guarantee")
-            if (value := getattr(headers, name))
-        }
+        job.headers = headers  # parsed once and cached: keeping it costs nothing
         if headers.extra:  # a traced job's context, for its run span
             job.trace = tracing.run_carrier(request.msgid, request.queue, headers.extra)
         self.lifecycle.stats.received[job.queue] += 1
