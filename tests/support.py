@@ -180,12 +180,11 @@ class ResultStack:
     def logs(self) -> str:
         return "\n".join(f"--- {p.args[3]}\n{p.output()}" for p in self.procs)
 
-    def row(self, msgid: str) -> dict[str, Any] | None:
+    def row(self, msgid: str, table: str = "django_eventmq_jobresult") -> dict[str, Any] | None:
+        """The row of ``msgid`` in ``table`` (the results table unless told), or None."""
         with sqlite3.connect(self.db, timeout=10) as conn:
             conn.row_factory = sqlite3.Row
-            found = conn.execute(
-                "SELECT * FROM django_eventmq_jobresult WHERE msgid = ?", (msgid,)
-            ).fetchone()
+            found = conn.execute(f"SELECT * FROM {table} WHERE msgid = ?", (msgid,)).fetchone()
         return dict(found) if found else None
 
     def wait_row(

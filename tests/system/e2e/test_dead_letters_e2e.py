@@ -11,7 +11,6 @@ SQLite file, and the admin page used from a process of its own (dead_letters_adm
 from __future__ import annotations
 
 import json
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -65,12 +64,7 @@ class Stack(DjangoStack):
         return done.stdout
 
     def letter(self, msgid: str) -> dict[str, Any] | None:
-        with sqlite3.connect(self.db, timeout=10) as conn:
-            conn.row_factory = sqlite3.Row
-            found = conn.execute(
-                "SELECT * FROM django_eventmq_deadletter WHERE msgid = ?", (msgid,)
-            ).fetchone()
-        return dict(found) if found else None
+        return self.row(msgid, "django_eventmq_deadletter")
 
     def poisoned(self) -> list[str]:
         return [p["msgid"] for p in admin_call(self.admin, "STATUS")["poisoned_messages"]]
