@@ -74,11 +74,13 @@ def ask(
     channel = transport.Channel(
         transport.DEALER, connect=admin_addr, options=options, watch_handshake=True
     )
+    request = AdminRequest(msgid=new_msgid(), action=command, arguments=tuple(arguments))
     try:
-        channel.send(AdminRequest(msgid=new_msgid(), action=command, arguments=tuple(arguments)))
         deadline = time.monotonic() + timeout
         failures: list[str] = []
+        sent = False
         while True:
+            sent = sent or send_now(channel, request)
             left_ms = int((deadline - time.monotonic()) * 1000)
             if channel.poll(max(0, min(left_ms, _HANDSHAKE_CHECK_MS))):
                 break
@@ -99,6 +101,17 @@ def ask(
         return answer
     finally:
         channel.close()
+
+
+def send_now(channel: transport.Channel, request: AdminRequest) -> bool:
+    """Send ``request`` without waiting; False while the socket has no connection to
+    queue it on. A router that refused the handshake leaves none: a plain send would
+    then wait for ever, where the caller must see the refusal and its deadline."""
+    try:
+        channel.send(request, flags=transport.NOBLOCK)
+    except transport.Again:
+        return False
+    return True
 
 
 def refusal(failure: str, admin_addr: str, settings: Settings) -> str:
