@@ -67,9 +67,11 @@ class HueyStack:
             raise
 
     def _warm_up(self) -> None:
-        from benchmarks.huey_jobs import stamp
+        from benchmarks import huey_jobs
 
-        result = stamp()
+        # A second stack in this process has another port than the one read at import.
+        huey_jobs.connect(self.port)
+        result = huey_jobs.stamp()
         wait_until(lambda: result.get(blocking=True, timeout=30) is not None, 31, "Huey warm-up")
 
     def stop(self) -> None:

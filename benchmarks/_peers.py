@@ -35,6 +35,64 @@ def tcp_addr() -> str:
         return f"tcp://127.0.0.1:{sock.getsockname()[1]}"
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def child_pids(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc), in pid order."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def cmdline(pid: int) -> str:
+    """The command line of process ``pid`` ("" if it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+class CpuMeter:
+    """CPU seconds used by named processes (and this one, as ``client``) between
+    :meth:`start` and :meth:`per_job`, in microseconds per job."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.before: dict[str, float] = {}
+
+    def _now(self) -> dict[str, float]:
+        now = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        now["client"] = sum(os.times()[:2])
+        return now
+
+    def start(self) -> None:
+        self.before = self._now()
+
+    def per_job(self, jobs: int) -> dict[str, float]:
+        after = self._now()
+        used = {name: (after[name] - self.before[name]) * 1e6 / max(jobs, 1) for name in after}
+        used["total"] = sum(used.values())
+        return {name: round(value, 1) for name, value in used.items()}
+
+
 def wait_until(condition: Callable[[], Any], timeout: float, what: str, poll: float = 0.01) -> Any:
     """Poll ``condition`` until truthy (returned) or raise ``TimeoutError`` naming ``what``."""
     deadline = time.monotonic() + timeout

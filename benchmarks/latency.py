@@ -2,6 +2,7 @@
 
     python benchmarks/latency.py                  # ours and Huey + Redis
     python benchmarks/latency.py --jobs 500 --load-seconds 3 --skip-huey
+    python benchmarks/latency.py --runs 5         # ours and Huey in turn, 5 times; medians
     python benchmarks/latency.py --json out.json
 
 For each system, with 2 worker processes and one client in this process:
@@ -37,6 +38,7 @@ if __package__ in (None, ""):
 
 from benchmarks._huey import HueyStack, huey_missing
 from benchmarks._peers import start_ours
+from benchmarks._summary import Target, median_of
 
 #: Issue 21's targets at low load, in milliseconds of start latency.
 TARGET_P50_MS = 0.5
@@ -191,6 +193,29 @@ def _cell(figures: dict[str, float]) -> str:
     return f"{figures['p50']:.3f} / {figures['p99']:.3f} / {figures['max']:.1f}"
 
 
+def targets(summary: dict[str, Any]) -> list[Target]:
+    """Issue 21's latency targets judged on ``summary`` (one run, or the medians)."""
+    low = summary["ours"]["low_load"]["start"]
+    return [
+        Target("low-load start p50", low["p50"], TARGET_P50_MS, at_most=True, unit="ms"),
+        Target("low-load start p99", low["p99"], TARGET_P99_MS, at_most=True, unit="ms"),
+    ]
+
+
+def run_line(number: int, runs: int, run: dict[str, Any]) -> str:
+    """One run's start p50 / p99 (ms) at low load and at half peak, per system."""
+    parts = [f"run {number}/{runs}:"]
+    for name in ("ours", "huey"):
+        if name in run:
+            low, half = run[name]["low_load"]["start"], run[name]["half_peak"]["start"]
+            parts.append(
+                f"{name} start p50/p99 ms: low load {low['p50']:.3f}/{low['p99']:.3f},"
+                f" half peak ({run[name]['half_peak']['jobs_per_second']:,.0f}/s)"
+                f" {half['p50']:.3f}/{half['p99']:.3f};"
+            )
+    return " ".join(parts)
+
+
 def print_table(results: dict[str, Any]) -> None:
     systems = [name for name in ("ours", "huey") if name in results]
     print("\nlatency in ms, p50 / p99 / max")
@@ -207,18 +232,43 @@ def print_table(results: dict[str, Any]) -> None:
         f"{'half peak: jobs/s achieved':34}"
         + "".join(f"{results[s]['half_peak']['jobs_per_second']:>28,.0f}" for s in systems)
     )
-    low = results["ours"]["low_load"]["start"]
-    for label, value, target in (
-        ("p50", low["p50"], TARGET_P50_MS),
-        ("p99", low["p99"], TARGET_P99_MS),
-    ):
-        verdict = "MET" if value <= target else "NOT MET"
-        print(f"target: low-load start {label} <= {target} ms: {value:.3f} ms, {verdict}")
+    for target in targets(results):
+        print(f"target: {target.line()}")
     if "huey" in results:
         for run in ("low_load", "half_peak"):
             ours = results["ours"][run]["wait"]["p50"]
             theirs = results["huey"][run]["wait"]["p50"]
             print(f"{run.replace('_', ' ')}: Huey's p50 wait / ours = {theirs / ours:.1f}x")
+
+
+def run(jobs: int, load_seconds: float, runs: int = 1, skip_huey: bool = False) -> dict[str, Any]:
+    """Ours then Huey (unless skipped or missing), ``runs`` times in turn; every run's
+    figures under ``runs`` and their medians (shaped like one run) under ``median``."""
+    missing = "skipped" if skip_huey else huey_missing()
+    if missing and not skip_huey:
+        print(f"Huey + Redis skipped: {missing}", flush=True)
+    all_runs: list[dict[str, Any]] = []
+    for number in range(1, runs + 1):
+        label = f"[{number}/{runs}] " if runs > 1 else ""
+        one: dict[str, Any] = {}
+        print(f"{label}ours (router + job manager, 2 workers, journal sync full) ...", flush=True)
+        one["ours"] = measure_ours(jobs, load_seconds)
+        if not missing:
+            print(f"{label}huey (Redis, consumer with 2 process workers) ...", flush=True)
+            one["huey"] = measure_huey(jobs, load_seconds)
+        all_runs.append(one)
+    return {"runs": all_runs, "median": median_of(all_runs)}
+
+
+def print_report(results: dict[str, Any]) -> None:
+    """Every run's line, then the table of the medians (of the one run when there is one)."""
+    runs = results["runs"]
+    print()
+    for number, one in enumerate(runs, 1):
+        print(run_line(number, len(runs), one))
+    if len(runs) > 1:
+        print(f"\nmedian of {len(runs)} runs (each figure's median on its own)")
+    print_table(results["median"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -228,19 +278,14 @@ def main(argv: list[str] | None = None) -> int:
         "--load-seconds", type=float, default=5.0, help="length of the half-peak run"
     )
     parser.add_argument("--skip-huey", action="store_true", help="measure ours only")
+    parser.add_argument("--runs", type=int, default=1, help="ours then Huey, N times; medians")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     options = parser.parse_args(argv)
 
-    results: dict[str, Any] = {}
-    print("ours (router + job manager, 2 workers, journal sync full) ...", flush=True)
-    results["ours"] = measure_ours(options.jobs, options.load_seconds)
-    missing = "--skip-huey given" if options.skip_huey else huey_missing()
-    if missing:
-        print(f"Huey + Redis skipped: {missing}", flush=True)
-    else:
-        print("huey (Redis, consumer with 2 process workers) ...", flush=True)
-        results["huey"] = measure_huey(options.jobs, options.load_seconds)
-    print_table(results)
+    if options.runs < 1:
+        parser.error("--runs must be at least 1")
+    results = run(options.jobs, options.load_seconds, options.runs, options.skip_huey)
+    print_report(results)
     if options.json:
         options.json.write_text(json.dumps(results, indent=2) + "\n")
         print(f"\nwrote {options.json}")

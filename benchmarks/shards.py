@@ -39,21 +39,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._peers import Proc, our_command, tcp_addr
+from benchmarks._peers import Proc, cpu_seconds, our_command, tcp_addr
 from benchmarks.durability import BODY, PG_DSN, Groups, postgres_missing
 from django_eventmq.client.connection import connect
 
 QUEUES = [f"q{n}".encode() for n in range(16)]
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (0 if it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 def postgres_pids() -> list[int]:

@@ -1,15 +1,22 @@
-"""Throughput of django-eventmq against the reference eventmq 0.3.13 and a raw pyzmq ceiling.
+"""Throughput of django-eventmq against Huey + Redis, the reference eventmq 0.3.13 and a raw
+pyzmq ceiling.
 
     python benchmarks/throughput.py --jobs 20000            # full run
     python benchmarks/throughput.py --quick                 # a short run
+    python benchmarks/throughput.py --runs 5 --latency --skip-reference --skip-ceiling
+                                                            # issue 21's report
     python benchmarks/throughput.py --skip-reference --json out.json
     python benchmarks/throughput.py --profile /tmp/prof     # + where our processes spend CPU
 
 Figures (see benchmarks/README.md): enqueue jobs/s of one client process,
-end-to-end jobs/s (first send until the job manager finished all N, seen in
-the router's STATUS), for ours, the reference and the raw ceiling, and the
-ratios. Everything runs on loopback; each system gets a router (or broker),
-one job manager (or two echo workers) with 2 worker processes, one client.
+end-to-end jobs/s (first send until the workers finished all N: the router's
+STATUS for ours, a Redis counter the job increments for Huey), for ours, Huey,
+the reference and the raw ceiling, and the ratios; the durable enqueue rate
+into our router alone (journal sync full); CPU microseconds per job of each of
+our processes. Everything runs on loopback; each system gets a router (or
+broker, or Redis), one job manager (or consumer, or two echo workers) with 2
+worker processes, one client. ``--runs N`` repeats ours, Huey and the durable
+enqueue N times, interleaved, and judges the targets on the medians.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +39,16 @@ if __package__ in (None, ""):
     # Run as a script: make the checkout importable (django_eventmq, benchmarks).
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._huey import HueyStack, huey_missing
 from benchmarks._peers import (
     BIN,
     PYTHON,
     Admin,
+    CpuMeter,
     Proc,
     Stack,
+    child_pids,
+    cmdline,
     run_json,
     start_ours,
     start_reference,
@@ -44,10 +56,14 @@ from benchmarks._peers import (
     tcp_addr,
     wait_until,
 )
+from benchmarks._summary import Target, median_of
 
-#: The issue's targets on a 2-core machine.
-TARGET_END_TO_END = 5_000
-TARGET_ENQUEUE = 50_000
+#: Issue 21's targets on a 2-core machine: no-op jobs/s end to end with 2 worker
+#: processes (journal on, sync full), that over Huey + Redis's in the same run,
+#: and jobs/s stored durably (sync full) from one client, router alone.
+TARGET_END_TO_END = 20_000
+TARGET_HUEY_RATIO = 3.5
+TARGET_DURABLE_ENQUEUE = 60_000
 
 
 # -- ours -----------------------------------------------------------------------
@@ -69,15 +85,21 @@ def _send_ours(stack: Stack, count: int, start_value: int = 0) -> float:
 POLL = 0.02
 
 
-def _wait_processed(stack: Stack, target: int, timeout: float) -> tuple[float, int]:
-    """Poll STATUS until ``target`` jobs are processed; returns (perf_counter at that, count)."""
+def _wait_count(count: Callable[[], int], target: int, timeout: float) -> tuple[float, int]:
+    """Poll ``count()`` every :data:`POLL` seconds until it reaches ``target`` or
+    ``timeout`` has passed; returns (perf_counter at that, the count)."""
     deadline = time.perf_counter() + timeout
     while True:
-        done = stack.admin.processed()
+        done = count()
         now = time.perf_counter()
         if done >= target or now > deadline:
             return now, done
         time.sleep(POLL)
+
+
+def _wait_processed(stack: Stack, target: int, timeout: float) -> tuple[float, int]:
+    """Poll STATUS until ``target`` jobs are processed; returns (perf_counter at that, count)."""
+    return _wait_count(stack.admin.processed, target, timeout)
 
 
 def measure_ours(
@@ -98,10 +120,21 @@ def measure_ours(
             raise RuntimeError(f"warm-up: only {done} of {warmup} jobs finished in 60 s")
         if profile_dir is not None:
             spies = _start_spies(stack, profile_dir)
+        pids = {"router": stack.router.pid, "jobmanager": stack.jobmanager.pid}
+        workers = []
+        for pid in child_pids(stack.jobmanager.pid):
+            if "resource_tracker" in cmdline(pid):
+                pids["resource tracker"] = pid  # multiprocessing's, idle
+            else:
+                workers.append(pid)
+        pids.update({f"worker {n}": pid for n, pid in enumerate(workers, 1)})
+        meter = CpuMeter(pids)
         base = stack.admin.processed()
+        meter.start()
         start = time.perf_counter()
         enqueue_s = _send_ours(stack, jobs, warmup)
         finished, done = _wait_processed(stack, base + jobs, max(120.0, jobs / 100))
+        cpu = meter.per_job(jobs)
         end_to_end_s = finished - start
         completed = done - base
     finally:
@@ -116,6 +149,7 @@ def measure_ours(
         "enqueue_per_second": jobs / enqueue_s,
         "end_to_end_seconds": end_to_end_s,
         "end_to_end_per_second": completed / end_to_end_s,
+        "cpu_us_per_job": cpu,
     }
     if profiles:
         result["profile"] = profiles
@@ -160,6 +194,53 @@ def _send_ours_plain(count: int) -> None:
 
     for i in range(count):
         noop.delay(i)
+
+
+# -- Huey + Redis ------------------------------------------------------------------
+
+
+def measure_huey(jobs: int, warmup: int) -> dict[str, Any]:
+    """Huey's consumer (2 process workers) on a Redis of its own, Huey's client in
+    this process: ``jobs`` no-op jobs, each ending with one ``INCR`` of a Redis
+    counter, which this process reads every :data:`POLL` seconds to see the end."""
+    stack = HueyStack(workers=2)
+    try:
+        from benchmarks import huey_jobs
+
+        huey_jobs.huey.storage.conn.delete(huey_jobs.DONE_KEY)
+        for i in range(warmup):
+            huey_jobs.counted(i)
+        _, done = _wait_count(huey_jobs.done, warmup, 60)
+        if done < warmup:
+            raise RuntimeError(f"Huey warm-up: only {done} of {warmup} jobs finished in 60 s")
+        assert stack.consumer is not None
+        pids = {"redis": stack.redis.pid, "consumer": stack.consumer.pid}
+        # The consumer forks its scheduler first, then its workers.
+        children = child_pids(stack.consumer.pid)
+        if len(children) == 3:
+            pids["scheduler"] = children.pop(0)
+        pids.update({f"worker {n}": pid for n, pid in enumerate(children, 1)})
+        meter = CpuMeter(pids)
+        base = huey_jobs.done()
+        meter.start()
+        start = time.perf_counter()
+        for i in range(jobs):
+            huey_jobs.counted(i)
+        enqueue_s = time.perf_counter() - start
+        finished, done = _wait_count(huey_jobs.done, base + jobs, max(120.0, jobs / 100))
+        cpu = meter.per_job(jobs)
+        completed = done - base
+    finally:
+        stack.stop()
+    return {
+        "jobs": jobs,
+        "completed": completed,
+        "enqueue_seconds": enqueue_s,
+        "enqueue_per_second": jobs / enqueue_s,
+        "end_to_end_seconds": finished - start,
+        "end_to_end_per_second": completed / (finished - start),
+        "cpu_us_per_job": cpu,
+    }
 
 
 # -- the reference ----------------------------------------------------------------
@@ -357,49 +438,116 @@ def _ratio(a: float | None, b: float | None) -> str:
     return "-" if not a or not b else f"{a / b:.2f}x"
 
 
+def _get(block: dict[str, Any] | None, key: str) -> float | None:
+    return None if block is None else block.get(key)
+
+
+def huey_ratio(run: dict[str, Any]) -> float | None:
+    """Ours over Huey's end-to-end jobs/s in one run (None without both)."""
+    ours = _get(run.get("ours"), "end_to_end_per_second")
+    huey = _get(run.get("huey"), "end_to_end_per_second")
+    return ours / huey if ours and huey else None
+
+
+def targets(summary: dict[str, Any]) -> list[Target]:
+    """Issue 21's throughput targets judged on ``summary`` (one run, or the medians)."""
+    return [
+        Target(
+            "end to end, 2 workers, journal sync full",
+            _get(summary.get("ours"), "end_to_end_per_second"),
+            TARGET_END_TO_END,
+            unit="/s",
+        ),
+        Target(
+            "end to end over Huey + Redis's, same run",
+            summary.get("ours_over_huey"),
+            TARGET_HUEY_RATIO,
+            unit="x",
+        ),
+        Target(
+            "durable enqueue, 1 client, journal sync full",
+            _get(summary.get("enqueue_router_only"), "stored_per_second"),
+            TARGET_DURABLE_ENQUEUE,
+            unit="/s",
+        ),
+    ]
+
+
+def run_line(number: int, runs: int, run: dict[str, Any]) -> str:
+    """One run's figures on one line."""
+    ours, huey, alone = run.get("ours"), run.get("huey"), run.get("enqueue_router_only")
+    parts = [f"run {number}/{runs}:"]
+    if ours:
+        parts.append(
+            f"ours e2e {_fmt(ours['end_to_end_per_second'])}/s"
+            f" (enqueue {_fmt(ours['enqueue_per_second'])}/s,"
+            f" {ours['cpu_us_per_job']['total']:.1f} us CPU/job)"
+        )
+    if huey:
+        parts.append(
+            f"| huey e2e {_fmt(huey['end_to_end_per_second'])}/s"
+            f" (enqueue {_fmt(huey['enqueue_per_second'])}/s)"
+        )
+        ratio = huey_ratio(run)
+        parts.append(f"| ours/huey {'-' if ratio is None else f'{ratio:.2f}x'}")
+    if alone:
+        parts.append(
+            f"| durable enqueue {_fmt(alone['stored_per_second'])}/s"
+            f" (sent {_fmt(alone['enqueue_per_second'])}/s)"
+        )
+    return " ".join(parts)
+
+
 def print_table(results: dict[str, Any]) -> None:
-    ours, ref, ceil = results.get("ours"), results.get("reference"), results.get("ceiling")
-
-    def get(block: dict[str, Any] | None, key: str) -> float | None:
-        return None if block is None else block.get(key)
-
+    """The figures (medians when there were several runs), the CPU per job, the targets."""
+    ours, huey = results.get("ours"), results.get("huey")
+    ref, ceil = results.get("reference"), results.get("ceiling")
+    runs = len(results.get("runs", [])) or 1
     alone = results.get("enqueue_router_only")
     rows = [
         ("enqueue jobs/s (1 client)", "enqueue_per_second", None),
         ("end-to-end jobs/s", "end_to_end_per_second", "round_trips_per_second"),
     ]
     print()
-    header = f"{'':28}{'ours':>12}{'reference':>12}{'ceiling':>12}{'ours/ref':>10}{'ours/ceil':>10}"
+    if runs > 1:
+        print(f"median of {runs} runs (ours, huey, durable enqueue); reference, ceiling: 1 run")
+    header = (
+        f"{'':28}{'ours':>10}{'huey':>10}{'reference':>11}{'ceiling':>10}"
+        f"{'ours/huey':>11}{'ours/ref':>10}{'ours/ceil':>10}"
+    )
     print(header)
     print("-" * len(header))
     for label, key, ceil_key in rows:
-        o, r = get(ours, key), get(ref, key)
-        c = get(ceil, ceil_key) if ceil_key else None
+        o, h, r = _get(ours, key), _get(huey, key), _get(ref, key)
+        c = _get(ceil, ceil_key) if ceil_key else None
+        # The ratio to Huey is the median of each run's ratio (same run, same machine state).
+        oh = results.get("ours_over_huey") if key == "end_to_end_per_second" else None
         print(
-            f"{label:28}{_fmt(o):>12}{_fmt(r):>12}{_fmt(c):>12}{_ratio(o, r):>10}{_ratio(o, c):>10}"
+            f"{label:28}{_fmt(o):>10}{_fmt(h):>10}{_fmt(r):>11}{_fmt(c):>10}"
+            f"{(f'{oh:.2f}x' if oh else _ratio(o, h)):>11}{_ratio(o, r):>10}{_ratio(o, c):>10}"
         )
     if alone:
-        print(f"{'  enqueue, router only':28}{_fmt(alone['enqueue_per_second']):>12}")
-        print(f"{'  stored in the journal':28}{_fmt(alone['stored_per_second']):>12}")
+        print(f"{'  enqueue, router only':28}{_fmt(alone['enqueue_per_second']):>10}")
+        print(f"{'  durable (stored, sync full)':28}{_fmt(alone['stored_per_second']):>10}")
     if ceil:
         pipelined = ceil["pipelined_round_trips_per_second"]
         print(
-            f"{'  ceiling, pipelined (credit 100)':28}{'':>24}{_fmt(pipelined):>12}"
-            f"{'':>10}{_ratio(get(ours, 'end_to_end_per_second'), pipelined):>10}"
+            f"{'  pipelined (credit 100)':28}{'':>31}{_fmt(pipelined):>10}"
+            f"{'':>21}{_ratio(_get(ours, 'end_to_end_per_second'), pipelined):>10}"
         )
-        print(f"{'one-way PUSH/PULL msgs/s':28}{'':>24}{_fmt(ceil['push_pull_per_second']):>12}")
+        print(f"{'one-way PUSH/PULL msgs/s':28}{'':>31}{_fmt(ceil['push_pull_per_second']):>10}")
+    for name, block in (("ours", ours), ("huey", huey)):
+        if block and block.get("cpu_us_per_job"):
+            cells = ", ".join(f"{k} {v:.1f}" for k, v in block["cpu_us_per_job"].items())
+            print(f"CPU us/job, {name}: {cells}")
     print()
-    if ours:
-        e2e = ours["end_to_end_per_second"]
-        enq = max(ours["enqueue_per_second"], (alone or {}).get("enqueue_per_second", 0.0))
-        e2e_met = "MET" if e2e >= TARGET_END_TO_END else "NOT MET"
-        enq_met = "MET" if enq >= TARGET_ENQUEUE else "NOT MET"
-        print(
-            f"targets: end-to-end >= {TARGET_END_TO_END:,}/s: {e2e_met} ({e2e:,.0f}); "
-            f"enqueue >= {TARGET_ENQUEUE:,}/s: {enq_met} ({enq:,.0f})"
-        )
-        if ours["completed"] < ours["jobs"]:
-            print(f"WARNING: ours completed only {ours['completed']} of {ours['jobs']} jobs")
+    print("targets (issue 21):")
+    for target in targets(results):
+        print(f"  {target.line()}")
+    if ours and ours["completed"] < ours["jobs"]:
+        print(f"WARNING: ours completed only {ours['completed']} of {ours['jobs']} jobs")
+    if huey and huey["completed"] < huey["jobs"]:
+        print(f"WARNING: huey completed only {huey['completed']} of {huey['jobs']} jobs")
     if ref and ref.get("capped"):
         print(
             f"reference: capped after {ref['end_to_end_seconds']:.0f} s "
@@ -428,14 +576,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ref-cap", type=float, default=30.0, help="seconds cap, reference")
     parser.add_argument("--quick", action="store_true", help="short run: 3000 jobs, 100 for ref")
     parser.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="measure ours, Huey and the durable enqueue N times, interleaved; medians judged",
+    )
+    parser.add_argument(
         "--prefetch",
         type=int,
         action="append",
         metavar="N",
         help="also measure ours with the job manager's --prefetch N (repeatable)",
     )
+    parser.add_argument("--skip-huey", action="store_true")
     parser.add_argument("--skip-reference", action="store_true")
     parser.add_argument("--skip-ceiling", action="store_true")
+    parser.add_argument(
+        "--latency",
+        action="store_true",
+        help="then run benchmarks/latency.py (ours and Huey, same --runs) and judge all targets",
+    )
+    parser.add_argument("--latency-jobs", type=int, default=2000, help="latency.py --jobs")
+    parser.add_argument(
+        "--latency-load-seconds", type=float, default=5.0, help="latency.py --load-seconds"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument(
         "--profile", type=Path, metavar="DIR", help="run ours again under py-spy, summaries here"
@@ -444,15 +609,36 @@ def main(argv: list[str] | None = None) -> int:
     if options.quick:
         options.jobs, options.warmup, options.ref_jobs = 3000, 300, 100
         options.ref_cap = min(options.ref_cap, 15.0)
+        options.latency_jobs, options.latency_load_seconds = 300, 1.0
+    if options.runs < 1:
+        parser.error("--runs must be at least 1")
 
     results: dict[str, Any] = {"machine": machine()}
     print(f"machine: {results['machine']}", flush=True)
-    print(f"ours: {options.jobs} jobs (warm-up {options.warmup}) ...", flush=True)
-    results["ours"] = measure_ours(options.jobs, options.warmup)
-    print(f"  {json.dumps(results['ours'])}", flush=True)
-    print(f"enqueue into the router alone: {options.jobs} jobs ...", flush=True)
-    results["enqueue_router_only"] = measure_enqueue(options.jobs)
-    print(f"  {json.dumps(results['enqueue_router_only'])}", flush=True)
+    sync = os.environ.get("EMQ_JOURNAL_SYNC", "full")
+    if sync != "full":
+        print(f"WARNING: EMQ_JOURNAL_SYNC={sync}: the targets are for sync full", flush=True)
+    missing = "--skip-huey given" if options.skip_huey else huey_missing()
+    if missing:
+        print(f"Huey + Redis skipped: {missing}", flush=True)
+    runs: list[dict[str, Any]] = []
+    for number in range(1, options.runs + 1):
+        run: dict[str, Any] = {}
+        label = f"[{number}/{options.runs}] " if options.runs > 1 else ""
+        print(f"{label}ours: {options.jobs} jobs (warm-up {options.warmup}) ...", flush=True)
+        run["ours"] = measure_ours(options.jobs, options.warmup)
+        print(f"  {json.dumps(run['ours'])}", flush=True)
+        if not missing:
+            print(f"{label}huey + redis: {options.jobs} jobs ...", flush=True)
+            run["huey"] = measure_huey(options.jobs, options.warmup)
+            print(f"  {json.dumps(run['huey'])}", flush=True)
+            run["ours_over_huey"] = huey_ratio(run)
+        print(f"{label}durable enqueue into the router alone: {options.jobs} jobs ...", flush=True)
+        run["enqueue_router_only"] = measure_enqueue(options.jobs)
+        print(f"  {json.dumps(run['enqueue_router_only'])}", flush=True)
+        runs.append(run)
+    results["runs"] = runs
+    results.update(median_of(runs))
     for prefetch in options.prefetch or []:
         print(f"ours with --prefetch {prefetch}: {options.jobs} jobs ...", flush=True)
         results[f"ours_prefetch_{prefetch}"] = measure_ours(
@@ -467,12 +653,34 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ceiling: {options.jobs} round trips ...", flush=True)
         results["ceiling"] = measure_ceiling(options.jobs)
         print(f"  {json.dumps(results['ceiling'])}", flush=True)
+    print()
+    for number, run in enumerate(runs, 1):
+        print(run_line(number, len(runs), run))
     print_table(results)
+    verdicts = targets(results)
+    if options.latency:
+        from benchmarks import latency
+
+        print(f"\nlatency: {options.runs} run(s), {options.latency_jobs} jobs ...", flush=True)
+        results["latency"] = latency.run(
+            options.latency_jobs,
+            options.latency_load_seconds,
+            options.runs,
+            skip_huey=bool(missing),
+        )
+        latency.print_report(results["latency"])
+        verdicts += latency.targets(results["latency"]["median"])
+        print(f"\nissue 21, all targets (medians of {options.runs} run(s)):")
+        for target in verdicts:
+            print(f"  {target.line()}")
     if options.profile:
         print(f"\nprofiling ours with py-spy ({options.jobs} jobs) ...", flush=True)
         profiled = measure_ours(options.jobs, options.warmup, profile_dir=options.profile)
         results["ours_profiled_run"] = {k: v for k, v in profiled.items() if k != "profile"}
         print_profile(profiled.get("profile", {}))
+    results["targets"] = [
+        {"label": t.label, "value": t.value, "goal": t.goal, "verdict": t.verdict} for t in verdicts
+    ]
     if options.json:
         options.json.write_text(json.dumps(results, indent=2) + "\n")
         print(f"\nwrote {options.json}")
