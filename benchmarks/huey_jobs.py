@@ -20,10 +20,6 @@ huey = RedisHuey(
     notify_result=True,
 )
 
-#: The Redis key :func:`counted` increments: how the throughput benchmark sees
-#: that Huey has run all N jobs (one INCR per job, counted against Huey).
-DONE_KEY = "emq-bench:done"
-
 
 def connect(port: int) -> None:
     """Point this process's ``huey`` at the Redis on ``port``."""
@@ -31,9 +27,20 @@ def connect(port: int) -> None:
     huey.storage = huey.create_storage()
 
 
-def done() -> int:
-    """How many :func:`counted` jobs have run since the key was last deleted."""
-    return int(huey.storage.conn.get(DONE_KEY) or 0)
+def queued() -> int:
+    """Jobs waiting in Huey's queue."""
+    return int(huey.storage.queue_size())
+
+
+def workers_idle(workers: int) -> bool:
+    """Nothing queued and ``workers`` connections blocked in ``BRPOP`` (a Huey
+    worker's wait for the next job, ``blocking=True``): every job sent before
+    the call has run. Costs Huey nothing per job: two Redis calls per poll."""
+    if queued():
+        return False
+    clients = huey.storage.conn.client_list()
+    blocked = sum(1 for c in clients if c.get("cmd") == "brpop" and "b" in c.get("flags", ""))
+    return blocked >= workers
 
 
 @huey.task()
@@ -45,9 +52,3 @@ def stamp() -> int:
 @huey.task()
 def noop() -> None:
     """Do nothing."""
-
-
-@huey.task()
-def counted(i: int) -> None:
-    """Do nothing but count itself done (``INCR`` of :data:`DONE_KEY`)."""
-    huey.storage.conn.incr(DONE_KEY)

@@ -10,7 +10,7 @@ pyzmq ceiling.
 
 Figures (see benchmarks/README.md): enqueue jobs/s of one client process,
 end-to-end jobs/s (first send until the workers finished all N: the router's
-STATUS for ours, a Redis counter the job increments for Huey), for ours, Huey,
+STATUS for ours; for Huey an empty queue with both workers blocked in BRPOP), for ours, Huey,
 the reference and the raw ceiling, and the ratios; the durable enqueue rate
 into our router alone (journal sync full); CPU microseconds per job of each of
 our processes. Everything runs on loopback; each system gets a router (or
@@ -201,16 +201,25 @@ def _send_ours_plain(count: int) -> None:
 
 def measure_huey(jobs: int, warmup: int) -> dict[str, Any]:
     """Huey's consumer (2 process workers) on a Redis of its own, Huey's client in
-    this process: ``jobs`` no-op jobs, each ending with one ``INCR`` of a Redis
-    counter, which this process reads every :data:`POLL` seconds to see the end."""
-    stack = HueyStack(workers=2)
+    this process: ``jobs`` no-op jobs; the end is seen every :data:`POLL` seconds as
+    an empty queue with both workers blocked waiting for the next job."""
+    workers = 2
+    stack = HueyStack(workers=workers)
     try:
         from benchmarks import huey_jobs
 
-        huey_jobs.huey.storage.conn.delete(huey_jobs.DONE_KEY)
-        for i in range(warmup):
-            huey_jobs.counted(i)
-        _, done = _wait_count(huey_jobs.done, warmup, 60)
+        def ran(sent: int) -> Callable[[], int]:
+            # All ``sent`` once idle; before that, at most those no longer queued but one.
+            def count() -> int:
+                if huey_jobs.workers_idle(workers):
+                    return sent
+                return min(sent - 1, sent - huey_jobs.queued())
+
+            return count
+
+        for _ in range(warmup):
+            huey_jobs.noop()
+        _, done = _wait_count(ran(warmup), warmup, 60)
         if done < warmup:
             raise RuntimeError(f"Huey warm-up: only {done} of {warmup} jobs finished in 60 s")
         assert stack.consumer is not None
@@ -221,15 +230,13 @@ def measure_huey(jobs: int, warmup: int) -> dict[str, Any]:
             pids["scheduler"] = children.pop(0)
         pids.update({f"worker {n}": pid for n, pid in enumerate(children, 1)})
         meter = CpuMeter(pids)
-        base = huey_jobs.done()
         meter.start()
         start = time.perf_counter()
-        for i in range(jobs):
-            huey_jobs.counted(i)
+        for _ in range(jobs):
+            huey_jobs.noop()
         enqueue_s = time.perf_counter() - start
-        finished, done = _wait_count(huey_jobs.done, base + jobs, max(120.0, jobs / 100))
+        finished, completed = _wait_count(ran(jobs), jobs, max(120.0, jobs / 100))
         cpu = meter.per_job(jobs)
-        completed = done - base
     finally:
         stack.stop()
     return {
