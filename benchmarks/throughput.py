@@ -535,7 +535,13 @@ def print_table(results: dict[str, Any]) -> None:
         )
     if alone:
         print(f"{'  enqueue, router only':28}{_fmt(alone['enqueue_per_second']):>10}")
-        print(f"{'  durable (stored, sync full)':28}{_fmt(alone['stored_per_second']):>10}")
+        stored, huey_enq = alone["stored_per_second"], _get(huey, "enqueue_per_second")
+        print(
+            f"{'  durable (stored, sync full)':28}{_fmt(stored):>10}{_fmt(huey_enq):>10}"
+            f"{'':>21}{_ratio(stored, huey_enq):>11}"
+        )
+        if huey:
+            print("  (Huey's enqueue beside it is acknowledged in Redis's memory, persistence off)")
     if ceil:
         pipelined = ceil["pipelined_round_trips_per_second"]
         print(
