@@ -517,7 +517,11 @@ def print_table(results: dict[str, Any]) -> None:
     ]
     print()
     if runs > 1:
-        print(f"median of {runs} runs (ours, huey, durable enqueue); reference, ceiling: 1 run")
+        once = " and ".join(name for name in ("reference", "ceiling") if results.get(name))
+        print(
+            f"median of {runs} runs (ours, huey, durable enqueue; ours/huey end to end:"
+            " the median of each run's ratio)" + (f"; {once}: 1 run" if once else "")
+        )
     header = (
         f"{'':28}{'ours':>10}{'huey':>10}{'reference':>11}{'ceiling':>10}"
         f"{'ours/huey':>11}{'ours/ref':>10}{'ours/ceil':>10}"
