@@ -37,6 +37,7 @@ from django_eventmq.protocol import (
     new_msgid,
 )
 from django_eventmq.protocol.batch import unpack_jobs
+from django_eventmq.protocol.bundle import is_bundle, unbundle
 from django_eventmq.protocol.packed import pack
 from django_eventmq.protocol.session import ROUTER_FEATURES, RouterPeerSession
 from django_eventmq.runtime import transport
@@ -62,6 +63,8 @@ class FakeRouter:
         self.malformed: list[ProtocolError] = []
         #: Commands that arrived packed (one frame), in arrival order.
         self.arrived_packed: list[str] = []
+        #: How many messages each bundle that arrived carried, in arrival order.
+        self.arrived_bundled: list[int] = []
         #: Messages the sender's session refused (illegal in its state), in arrival order.
         self.illegal: list[ProtocolError] = []
         self._peers: dict[bytes, RouterPeerSession] = {}
@@ -86,15 +89,26 @@ class FakeRouter:
             if not self.channel.poll(left):
                 return
             raw = self.channel.recv_frames()
-            try:
-                message = decode(raw[1:])
-            except ProtocolError as exc:
-                self.malformed.append(exc)
-                continue
-            if len(raw) == 2:
-                self.arrived_packed.append(message.command)
-            self._converse(raw[0], message)
-            self.received.append((raw[0], message))
+            if len(raw) == 2 and is_bundle(raw[1]):
+                # A bundle (protocol/bundle.py): its messages one by one, as ours reads it.
+                try:
+                    inner = unbundle(raw[1], [raw[0]])
+                except ProtocolError as exc:
+                    self.malformed.append(exc)
+                    continue
+                self.arrived_bundled.append(len(inner))
+            else:
+                inner = [raw]
+            for frames in inner:
+                try:
+                    message = decode(frames[1:])
+                except ProtocolError as exc:
+                    self.malformed.append(exc)
+                    continue
+                if len(frames) == 2:
+                    self.arrived_packed.append(message.command)
+                self._converse(frames[0], message)
+                self.received.append((frames[0], message))
 
     def _converse(self, identity: bytes, message: Message) -> None:
         peer = self._peers.get(identity)

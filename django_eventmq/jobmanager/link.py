@@ -28,9 +28,12 @@ from django_eventmq.protocol import (
     Kbai,
     Liveness,
     Message,
+    decode,
     encode,
     new_msgid,
 )
+from django_eventmq.protocol.bundle import PREFIX as BUNDLE_PREFIX
+from django_eventmq.protocol.bundle import bundle, runs, size_bound, unbundle
 from django_eventmq.protocol.packed import pack
 from django_eventmq.protocol.session import HOLDING, JobManagerSession
 from django_eventmq.runtime import security, transport
@@ -89,6 +92,9 @@ class RouterLink(Generic[T]):
         #: When to look again whether the connection dropped (several addresses).
         self._next_peer_check = 0.0
         self.waiting = RouterWait(logger, "jobmanager", self.addresses.label)
+        #: What this turn sends, to go as one bundle at its end (:meth:`flush`),
+        #: once the router said it reads bundles.
+        self._unsent: list[list[bytes]] = []
         # Built once: a bad key setting fails at start-up, naming the setting.
         self._options = security.secure_channel_options(settings, security.BACKEND, security.CLIENT)
 
@@ -136,21 +142,39 @@ class RouterLink(Generic[T]):
         return self.session.connected
 
     def messages(self, now: float) -> Iterator[Message]:
-        """Every message waiting on the socket (malformed ones are logged and dropped)."""
+        """Every message waiting on the socket (malformed ones are logged and dropped);
+        a bundle's (:mod:`..protocol.bundle`) one by one, each as if it came alone."""
         channel = self.channel
         while channel is not None and self.channel is channel:
             try:
-                _identity, _frames, message = channel.recv(flags=transport.NOBLOCK)
+                raw = channel.recv_frames(flags=transport.NOBLOCK)
             except transport.Again:
                 return
-            except ProtocolError as exc:
-                logger.warning("dropped a malformed message from the router: %s", exc)
-                continue
-            assert self._liveness is not None
-            self._liveness.heard(now)
-            self.heard_any = True
-            if self._converse(channel, message, now):
-                yield message
+            if len(raw) == 1 and raw[0].startswith(BUNDLE_PREFIX):
+                try:
+                    inner = unbundle(raw[0], max_frames=channel.max_frames)
+                except ProtocolError as exc:
+                    logger.warning("dropped a malformed bundle from the router: %s", exc)
+                    continue
+            else:
+                inner = [raw]
+            for frames in inner:
+                if self.channel is not channel:
+                    return  # the socket was dropped: the rest came on it
+                if len(frames) == 1:  # a packed message in the bundle: as the transport does
+                    frames = channel.unpacked(frames)
+                try:
+                    message = decode(frames)
+                    if channel.limits is not None:
+                        channel.limits.check_message(message)
+                except ProtocolError as exc:
+                    logger.warning("dropped a malformed message from the router: %s", exc)
+                    continue
+                assert self._liveness is not None
+                self._liveness.heard(now)
+                self.heard_any = True
+                if self._converse(channel, message, now):
+                    yield message
 
     def _converse(self, channel: transport.Channel, message: Message, now: float) -> bool:
         """Pass ``message`` through the session and send its answers; False to drop it."""
@@ -170,19 +194,56 @@ class RouterLink(Generic[T]):
         return True
 
     def send(self, message: Message) -> None:
-        """Send on the connected socket (dropped while not connected)."""
+        """Send on the connected socket (dropped while not connected). To a router
+        that reads bundles it goes at the end of the turn (:meth:`flush`), in order
+        with everything else this turn sends."""
         channel = self.channel
-        if channel is None or not self.session.connected:
+        session = self.session
+        if channel is None or not session.connected:
             return
-        if self.session.send_packed:
+        if session.send_bundle:
+            self._unsent.append(encode(message))
+            return
+        if session.send_packed:
             channel.send_frames([pack(encode(message))])
         else:
             channel.send(message)
         assert self._liveness is not None
         self._liveness.sent(time.monotonic())
 
+    def flush(self, *, flags: int = 0) -> None:
+        """Send what :meth:`send` kept this turn: several messages as one bundle,
+        one alone (packed). Called at the end of every turn and before anything
+        sent straight on the socket (HEARTBEAT, KBYE), so nothing overtakes them."""
+        unsent = self._unsent
+        if not unsent:
+            return
+        self._unsent = []
+        channel = self.channel
+        if channel is None:
+            return
+        send = channel.send_frames
+        start = 0
+        for taken in runs([size_bound(frames) for frames in unsent]):
+            if taken > 1:
+                send([bundle(unsent[start : start + taken])], flags=flags)
+            elif self.session.send_packed:
+                send([pack(unsent[start])], flags=flags)
+            else:
+                send(unsent[start], flags=flags)
+            start += taken
+        assert self._liveness is not None
+        self._liveness.sent(time.monotonic())
+
     def close(self) -> None:
-        channel, self.channel = self.channel, None
+        channel, unsent = self.channel, len(self._unsent)
+        if channel is not None and unsent:
+            try:
+                self.flush(flags=transport.NOBLOCK)  # on the socket before it goes, as send() did
+            except transport.ZMQError:
+                logger.debug("could not send %d message(s) to the router", unsent)
+        self._unsent = []
+        self.channel = None
         self.session.close()
         if channel is not None:
             self._poller.unregister(channel.socket)
@@ -216,6 +277,7 @@ class RouterLink(Generic[T]):
                 self.connect(now)
                 return True
             return False
+        self.flush()
         liveness = self._liveness
         assert liveness is not None
         if liveness.expired(now):
@@ -252,6 +314,7 @@ class RouterLink(Generic[T]):
         if self.channel is None:
             return
         try:
+            self.flush(flags=transport.NOBLOCK)
             self.channel.send(Kbai(msgid=new_msgid(), kbye=True), flags=transport.NOBLOCK)
         except transport.ZMQError:
             logger.debug("could not send KBYE to the router")

@@ -249,6 +249,7 @@ class JobManager(Service):
                 router_ready = True
         if finished:
             self._top_up()
+            self._flush()  # the DONEs and READYs now: the router can hand out more
         if router_ready:
             self._read_router(now)
         if lifecycle.pending:
@@ -261,7 +262,14 @@ class JobManager(Service):
             self._supervise(now)
         if self.recorder.waiting:
             self._send_records(now)
+        self._flush()  # nothing this turn sent waits past its end
         self._keepalive(now)
+
+    def _flush(self) -> None:
+        """Send what this turn sent so far to each router (one bundle each, see
+        :meth:`.link.RouterLink.flush`)."""
+        for link in self.links:
+            link.flush()
 
     def _wait_ms(self, timeout_ms: int) -> int:
         """The poll timeout: shorter when a retry falls due sooner."""

@@ -29,26 +29,32 @@ def join_fields(fields: Sequence[bytes]) -> bytes:
     return head[:-1] + b"\n" + b"".join(fields)
 
 
+def read_numbers(head: bytes, *, what: str, kind: str) -> list[int]:
+    """The comma-separated decimal numbers of ``head``; :class:`ProtocolError`
+    naming ``what`` (and that ``kind`` was expected) if it holds anything else."""
+    # bytes.isdigit() is ASCII only, so the head holds decimal digits and commas
+    # alone; read as a JSON array, an empty number (',,') or a leading zero ('01')
+    # is refused too: one way to write each. (JSON's C parser reads a long head
+    # three times faster than split() and int().)
+    try:
+        if not head.replace(b",", b"").isdigit():
+            raise ValueError(head)
+        numbers: list[int] = _read_lengths(f"[{head.decode()}]")
+    except ValueError:
+        shown = f"{head[:40]!r}{'...' if len(head) > 40 else ''}"
+        raise ProtocolError(
+            f"{what}: the head must be comma-separated decimal {kind}, got {shown}"
+        ) from None
+    return numbers
+
+
 def field_bounds(frame: bytes, *, what: str, max_fields: int) -> list[int]:
     """Where each field of ``frame`` starts, then where the last ends (``n + 1``
     offsets); :class:`ProtocolError` naming ``what`` if it is not such a frame."""
     end = frame.find(b"\n", 0, max_fields * (MAX_DIGITS + 1))
     if end < 0:
         raise ProtocolError(f"{what}: no head (lengths, then a newline)")
-    head = frame[:end]
-    # bytes.isdigit() is ASCII only, so the head holds decimal digits and commas
-    # alone; read as a JSON array, an empty field (',,') or a leading zero ('01')
-    # is refused too: one way to write each length. (JSON's C parser reads a
-    # long head three times faster than split() and int().)
-    try:
-        if not head.replace(b",", b"").isdigit():
-            raise ValueError(head)
-        lengths: list[int] = _read_lengths(f"[{head.decode()}]")
-    except ValueError:
-        shown = f"{head[:40]!r}{'...' if len(head) > 40 else ''}"
-        raise ProtocolError(
-            f"{what}: the head must be comma-separated decimal lengths, got {shown}"
-        ) from None
+    lengths = read_numbers(frame[:end], what=what, kind="lengths")
     if len(lengths) > max_fields:
         raise ProtocolError(f"{what}: {len(lengths)} fields, more than {max_fields}")
     ends = list(accumulate(lengths, initial=end + 1))

@@ -29,6 +29,7 @@ from typing import Any, Generic, TypeVar
 
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol import constants as C
+from django_eventmq.protocol.bundle import BUNDLE
 from django_eventmq.protocol.extensions import (
     Cancel,
     Done,
@@ -54,7 +55,19 @@ from django_eventmq.protocol.packed import PACKED
 #: What a router of ours tells a job manager it speaks, right after the ACK of its INFORM.
 ROUTER_FEATURES: Mapping[str, int] = MappingProxyType(
     dict.fromkeys(
-        ("cancel", "delay", "done", "nack", PACKED, "partial", "priority", "reject", "unready"), 1
+        (
+            BUNDLE,
+            "cancel",
+            "delay",
+            "done",
+            "nack",
+            PACKED,
+            "partial",
+            "priority",
+            "reject",
+            "unready",
+        ),
+        1,
     )
 )
 #: The key of a job manager's FEATURES answer that lists the msgids of the jobs it
@@ -63,7 +76,9 @@ ROUTER_FEATURES: Mapping[str, int] = MappingProxyType(
 HOLDING = "holding"
 #: What a job manager of ours answers to its router's FEATURES.
 JOBMANAGER_FEATURES: Mapping[str, int] = MappingProxyType(
-    dict.fromkeys(("done", "nack", "cancel", "timeout", "retry", "partial", "unready", PACKED), 1)
+    dict.fromkeys(
+        ("done", "nack", "cancel", "timeout", "retry", "partial", "unready", PACKED, BUNDLE), 1
+    )
 )
 #: Seconds after the ACK a job manager waits for FEATURES before taking its
 #: router for the reference (ours sends it right after the ACK).
@@ -120,6 +135,9 @@ class JobManagerSession(Generic[_T]):
         self.credit = 0
         #: Send packed messages: the router said it reads them, and our answer went.
         self.send_packed = False
+        #: Send what one turn produces as one bundle (:mod:`.bundle`): the router
+        #: said it reads them, and our answer went.
+        self.send_bundle = False
         self._inform_msgid = ""
         self._decide_by = 0.0
         #: A FEATURES came before the ACK of our INFORM: the mode it says, set at the ACK.
@@ -197,6 +215,7 @@ class JobManagerSession(Generic[_T]):
         """The socket is gone; a new one starts a new session."""
         self.state = _JM.CLOSED
         self.send_packed = False
+        self.send_bundle = False
 
     def successor(self) -> JobManagerSession[_T]:
         """A fresh session for a new socket, taking over the outcomes still held."""
@@ -301,6 +320,7 @@ class JobManagerSession(Generic[_T]):
         answer = Features(msgid=new_msgid(), features=self.our_features)
         # After our answer: what we send from now on may go packed.
         self.send_packed = bool(message.features.get(PACKED))
+        self.send_bundle = bool(message.features.get(BUNDLE))
         return [answer]
 
 
@@ -329,7 +349,16 @@ class RouterPeerSession:
     """
 
     # Slots: the router reads and counts credit for every job.
-    __slots__ = ("announced", "credit", "debt", "our_features", "packed", "queues", "state")
+    __slots__ = (
+        "announced",
+        "bundle",
+        "credit",
+        "debt",
+        "our_features",
+        "packed",
+        "queues",
+        "state",
+    )
 
     def __init__(self, *, features: Mapping[str, Any] = ROUTER_FEATURES) -> None:
         self.state = _P.NEW
@@ -344,6 +373,9 @@ class RouterPeerSession:
         #: Jobs go to it packed (its FEATURES said it reads them); an attribute,
         #: not a look-up in :attr:`announced`: the router reads it for every job.
         self.packed = False
+        #: The jobs one turn hands out to it go as one bundle (its FEATURES said
+        #: it reads them, :mod:`.bundle`).
+        self.bundle = False
 
     @property
     def extended(self) -> bool:
@@ -373,6 +405,7 @@ class RouterPeerSession:
         if isinstance(message, Features):
             self.announced = dict(message.features)
             self.packed = self.speaks(PACKED)
+            self.bundle = self.speaks(BUNDLE)
             self.state = _P.EXTENDED
         elif isinstance(message, Ready):
             self.free_slot()

@@ -32,6 +32,8 @@ from django_eventmq.protocol import (
     new_msgid,
 )
 from django_eventmq.protocol import constants as C
+from django_eventmq.protocol.bundle import PREFIX as BUNDLE_PREFIX
+from django_eventmq.protocol.bundle import bundle, runs, size_bound, unbundle
 from django_eventmq.protocol.packed import pack
 from django_eventmq.protocol.session import ROUTER_FEATURES, RouterPeerSession
 from django_eventmq.protocol.status import DONE_STATUSES
@@ -96,20 +98,42 @@ class BackendHandlers:
         }
 
     def _drain_backend(self, now: float) -> None:
-        """Take what job managers sent, READY and DONE straight from their frames."""
+        """Take what job managers sent, READY and DONE straight from their frames;
+        a bundle (:mod:`..protocol.bundle`) is each message it carries, in order."""
         recv = self.backend.recv_frames
         for _ in range(DRAIN_CAP):
             try:
                 raw = recv(flags=transport.NOBLOCK)
             except transport.Again:
                 return
-            ready = ready_identity(raw)
-            if ready is not None and self._fast_ready(ready, now):
-                continue
-            done = done_fields(raw)
-            if done is not None and self._fast_done(done, raw, now):
-                continue
-            self._handle(self.backend, raw, now)
+            if len(raw) == 2 and raw[1].startswith(BUNDLE_PREFIX):
+                self._from_bundle(raw, now)
+            else:
+                self._take(raw, now)
+
+    def _take(self, raw: list[bytes], now: float) -> None:
+        """One message a job manager sent (alone or in a bundle)."""
+        ready = ready_identity(raw)
+        if ready is not None and self._fast_ready(ready, now):
+            return
+        done = done_fields(raw)
+        if done is not None and self._fast_done(done, raw, now):
+            return
+        self._handle(self.backend, raw, now)
+
+    def _from_bundle(self, raw: list[bytes], now: float) -> None:
+        """Each message of a bundle, as if it had come alone (a malformed bundle
+        is logged once and dropped: none of its messages is taken)."""
+        identity, frame = raw
+        try:
+            messages = unbundle(frame, [identity], max_frames=self.backend.max_frames)
+        except ProtocolError as exc:
+            self._warn("backend", identity, f"malformed bundle ({exc.reason})", "dropped")
+            return
+        for inner in messages:
+            if len(inner) == 2:  # a packed message in the bundle: as the transport does
+                inner = self.backend.unpacked(inner)
+            self._take(inner, now)
 
     def _on_backend_inform(
         self, identity: bytes, frames: list[bytes], msg: Message, now: float
@@ -279,14 +303,90 @@ class BackendHandlers:
         ready = [entry for entry in outbox if entry[1].seq <= durable]
         if len(ready) < len(outbox):
             self._outbox = [entry for entry in outbox if entry[1].seq > durable]
-        for index in range(len(ready)):
+        if len(ready) == 1:
+            self._send_delivery(ready, 0)
+            return
+        # Per worker, in the order they were handed out: a job manager that reads
+        # bundles gets its jobs as one (one send, one receive for the turn).
+        by_worker: dict[bytes, list[tuple[JobManagerPeer, RoutedJob]]] = {}
+        for entry in ready:
+            group = by_worker.get(entry[0].identity)
+            if group is None:
+                by_worker[entry[0].identity] = [entry]
+            else:
+                group.append(entry)
+        groups = list(by_worker.values())
+        for position, group in enumerate(groups):
+            done = 0
             try:
-                self._send_delivery(ready, index)
+                if len(group) > 1 and group[0][0].session.bundle:
+                    done = len(group)  # none of it is stranded: see _send_bundle
+                    self._send_bundle(group)
+                else:
+                    for done in range(1, len(group) + 1):
+                        self._send_delivery(group, done - 1)
             except BaseException:
-                # Unexpected (the caller logs it): the jobs after this one must not
-                # be stranded, leased but never sent. They go out next time.
-                self._outbox[:0] = ready[index + 1 :]
+                # Unexpected (the caller logs it): the jobs after the one that failed
+                # must not be stranded, leased but never sent. They go out next time.
+                self._outbox[:0] = group[done:] + [
+                    e for later in groups[position + 1 :] for e in later
+                ]
                 raise
+
+    def _send_bundle(self, group: list[tuple[JobManagerPeer, RoutedJob]]) -> None:
+        """The jobs of ``group`` (one worker's, in order) as bundles: as
+        :meth:`_send_delivery` does per job (same checks, same undo), one send per
+        bundle. A job whose bundle raised unexpectedly was not sent: it goes
+        out next time with the rest (see :meth:`_flush_deliveries`)."""
+        book = self.book
+        identity = group[0][0].identity
+        worker = book.routing.workers.get(identity)
+        jobs: list[RoutedJob] = []
+        for entry_worker, job in group:
+            if job.worker != identity:
+                continue  # taken back meanwhile (its worker failed): it waits again already
+            if worker is not entry_worker:
+                book.undo(job)  # its worker left before the job went out
+                self._retry = True
+                continue
+            jobs.append(job)
+        if worker is None or not jobs:
+            return
+        send = self.backend.send_frames
+        start = 0
+        # A worker that INFORMed again has a new session: no bundle before its FEATURES.
+        sizes = [size_bound(job.frames) for job in jobs] if worker.session.bundle else None
+        for taken in runs(sizes) if sizes is not None else [1] * len(jobs):
+            run = jobs[start : start + taken]
+            start += taken
+            try:
+                if taken > 1:
+                    frame = bundle([job.frames for job in run])
+                    send([identity, frame], flags=transport.NOBLOCK)
+                elif worker.session.packed:
+                    send([identity, pack(run[0].frames)], flags=transport.NOBLOCK)
+                else:
+                    send([identity, *run[0].frames], flags=transport.NOBLOCK)
+            except transport.Again:
+                log.debug("worker %s is not taking messages; %d job(s) wait", show(identity), taken)
+                for job in run:
+                    book.undo(job)
+                self._retry = True
+                continue
+            except transport.ZMQError as exc:
+                if exc.errno != transport.EHOSTUNREACH:
+                    self._outbox[:0] = [(worker, job) for job in jobs[start - taken :]]
+                    raise
+                for job in jobs[start - taken :]:
+                    book.undo(job)
+                self._worker_failed(identity, "unreachable")  # and its jobs still queued
+                self._retry = True
+                return
+            except BaseException:
+                self._outbox[:0] = [(worker, job) for job in jobs[start - taken :]]
+                raise
+            for job in run:
+                self._sent(worker, job)
 
     def _send_delivery(self, outbox: list[tuple[JobManagerPeer, RoutedJob]], index: int) -> None:
         worker, job = outbox[index]
@@ -316,10 +416,15 @@ class BackendHandlers:
             self._worker_failed(identity, "unreachable")  # and its jobs still queued
             self._retry = True
             return
+        self._sent(worker, job)
+
+    def _sent(self, worker: JobManagerPeer, job: RoutedJob) -> None:
+        """A job went out to ``worker``."""
         worker.last_sent = job.dispatched_at
+        book = self.book
         book.stats.dispatched[job.queue] += 1
         if tracing.ON:  # the hand-out span of a traced job (runtime/tracing.py)
-            tracing.handed_out(job.frames, job.msgid, job.queue, show(identity))
+            tracing.handed_out(job.frames, job.msgid, job.queue, show(worker.identity))
         if self._leases_held and job.seq in self._leases_held:
             self._leases_held.discard(job.seq)
             book.lease(job, time.monotonic())  # held back by the journal: its lease starts now

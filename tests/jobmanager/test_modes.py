@@ -5,6 +5,7 @@ from __future__ import annotations
 from django_eventmq.jobmanager.lifecycle import ManagedJob
 from django_eventmq.jobmanager.manager import JobManager
 from django_eventmq.protocol import Disconnect, Done, Features, Nack, Ready, Reply, new_msgid
+from django_eventmq.protocol.bundle import BUNDLE
 from django_eventmq.protocol.packed import PACKED
 from django_eventmq.protocol.session import JOBMANAGER_FEATURES, ROUTER_FEATURES
 from tests.fake_router import FakeRouter, body
@@ -41,7 +42,8 @@ def test_it_packs_what_it_sends_to_a_router_that_reads_packed_and_runs_packed_jo
     router: FakeRouter,
 ) -> None:
     with running(settings_for(router)):
-        identity, _ = router.handshake(features=True)
+        # Without "bundle": what one turn sends would go as one bundle (test_bundles.py).
+        identity, _ = router.handshake(features=True, without=(BUNDLE,))
         _, ours = router.expect(Features)
         assert ours.features["packed"] == 1  # so the router may hand jobs out packed
         assert router.peer(identity).packed
