@@ -33,7 +33,7 @@ from django_eventmq.protocol import (
     new_msgid,
 )
 from django_eventmq.protocol.bundle import PREFIX as BUNDLE_PREFIX
-from django_eventmq.protocol.bundle import bundle, runs, size_bound, unbundle
+from django_eventmq.protocol.bundle import bundle, runs, unbundle
 from django_eventmq.protocol.packed import pack
 from django_eventmq.protocol.session import HOLDING, JobManagerSession
 from django_eventmq.runtime import security, transport
@@ -224,7 +224,7 @@ class RouterLink(Generic[T]):
             return
         send = channel.send_frames
         start = 0
-        for taken in runs([size_bound(frames) for frames in unsent]):
+        for taken in runs(unsent):
             if taken > 1:
                 send([bundle(unsent[start : start + taken])], flags=flags)
             elif self.session.send_packed:

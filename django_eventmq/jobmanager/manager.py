@@ -262,8 +262,8 @@ class JobManager(Service):
             self._supervise(now)
         if self.recorder.waiting:
             self._send_records(now)
+        self._keepalive(now)  # each link sends what waits before a HEARTBEAT
         self._flush()  # nothing this turn sent waits past its end
-        self._keepalive(now)
 
     def _flush(self) -> None:
         """Send what this turn sent so far to each router (one bundle each, see

@@ -86,18 +86,27 @@ def size_bound(frames: Sequence[bytes]) -> int:
 
 
 def runs(
-    sizes: Sequence[int],
+    messages: Sequence[Sequence[bytes]],
     *,
     max_messages: int = MAX_BUNDLE_MESSAGES,
     max_bytes: int = MAX_MESSAGE_BYTES,
 ) -> list[int]:
-    """How many messages of each run, in order, go in one frame, for messages of
-    :func:`size_bound` ``sizes``: a run of one goes alone (a message too big to
-    share a bundle is one), a longer one as a :func:`bundle` within the limits."""
+    """How many of ``messages``, run by run in order, go in one frame: a run of one
+    goes alone (a message too big to share a bundle is one), a longer one as a
+    :func:`bundle` within the limits."""
+    count = len(messages)
+    if count <= max_messages:
+        # The common case, all in one: one C-level pass over every frame.
+        frames = list(chain.from_iterable(messages))
+        if (
+            sum(map(len, frames)) + (len(frames) + count) * _HEAD_PER_FRAME + _BUNDLE_HEAD
+            <= max_bytes
+        ):
+            return [count] if count else []
     out: list[int] = []
     taken = 0
     size = _BUNDLE_HEAD
-    for grow in sizes:
+    for grow in map(size_bound, messages):
         if taken and (size + grow > max_bytes or taken == max_messages):
             out.append(taken)
             taken, size = 0, _BUNDLE_HEAD

@@ -33,7 +33,7 @@ from django_eventmq.protocol import (
 )
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.bundle import PREFIX as BUNDLE_PREFIX
-from django_eventmq.protocol.bundle import bundle, runs, size_bound, unbundle
+from django_eventmq.protocol.bundle import bundle, runs, unbundle
 from django_eventmq.protocol.packed import pack
 from django_eventmq.protocol.session import ROUTER_FEATURES, RouterPeerSession
 from django_eventmq.protocol.status import DONE_STATUSES
@@ -355,13 +355,13 @@ class BackendHandlers:
         send = self.backend.send_frames
         start = 0
         # A worker that INFORMed again has a new session: no bundle before its FEATURES.
-        sizes = [size_bound(job.frames) for job in jobs] if worker.session.bundle else None
-        for taken in runs(sizes) if sizes is not None else [1] * len(jobs):
+        messages = [job.frames for job in jobs]
+        for taken in runs(messages) if worker.session.bundle else [1] * len(jobs):
             run = jobs[start : start + taken]
             start += taken
             try:
                 if taken > 1:
-                    frame = bundle([job.frames for job in run])
+                    frame = bundle(messages[start - taken : start])
                     send([identity, frame], flags=transport.NOBLOCK)
                 elif worker.session.packed:
                     send([identity, pack(run[0].frames)], flags=transport.NOBLOCK)

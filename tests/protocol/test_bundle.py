@@ -122,12 +122,14 @@ def test_a_bundled_message_gets_the_checks_it_would_get_alone() -> None:
 def test_runs_keep_to_the_message_and_byte_limits_in_order() -> None:
     request = encode(Request(msgid="m-1", queue="default", body_text='["run", {"callable": "f"}]'))
     size = size_bound(request)
-    assert runs([size] * 5) == [5]
-    assert runs([size] * 5, max_messages=2) == [2, 2, 1]
-    assert runs([size] * 5, max_bytes=2 * size + 20) == [2, 2, 1]
+    assert runs([request] * 5) == [5]
+    assert runs([request] * 5, max_messages=2) == [2, 2, 1]
+    assert runs([request] * 5, max_bytes=2 * size + 20) == [2, 2, 1]
     # A message too big to share a bundle goes alone, between the others.
-    assert runs([size, 10**9, size, size], max_bytes=3 * size) == [1, 1, 2]
+    big = [b"", V, b"REQUEST", b"x" * (3 * size)]
+    assert runs([request, big, request, request], max_bytes=3 * size) == [1, 1, 2]
     assert runs([]) == []
     # What the limits allow really fits: every bundle built from a run is within them.
-    for taken in runs([size] * 7, max_bytes=3 * size + 20):
-        assert len(bundle([request] * taken)) <= 3 * size + 20
+    for limit in (2 * size + 20, 3 * size, 3 * size + 20, 7 * size + 40):
+        for taken in runs([request] * 7, max_bytes=limit):
+            assert taken == 1 or len(bundle([request] * taken)) <= limit
