@@ -1,9 +1,10 @@
 """The worker child: a long-lived process that runs jobs the job manager hands it.
 
-It talks to its job manager over one pipe of length-prefixed frames
-(:mod:`.pipe`) instead of manager proxies. The child imports job modules once
-at start-up; a job that names anything not registered with ``@job`` (or in
-``ALLOWED_JOB_MODULES``) is refused and never imported or run.
+It talks to its job manager over two one-way pipes of length-prefixed frames
+(:mod:`.pipe`), jobs in and what it says out, instead of manager proxies.
+The child imports job modules once at start-up; a job that names anything
+not registered with ``@job`` (or in ``ALLOWED_JOB_MODULES``) is refused and
+never imported or run.
 
 Frames, parent -> child (first byte says what):
 
@@ -18,7 +19,7 @@ Frames, parent -> child (first byte says what):
 - ``X``: exit once the jobs before it are done.
 
 Outcome records come on a pipe of their own, ``R<JSON list>`` frames for
-``hooks.record_results``, each answered ``A`` on the job pipe. A thread of the
+``hooks.record_results``, each answered ``A`` on the pipe out. A thread of the
 child writes them, so a record (a job's RUNNING row, its progress) never
 waits for the job the child is running.
 
@@ -252,16 +253,20 @@ def child_main(
     hooks: str | None,
     log_level: int,
     records: Connection,
+    results: Connection | None = None,
 ) -> None:
     """Entry point of a worker child (started with the ``spawn`` method).
 
-    ``records`` is the read end of the records pipe.
+    ``conn`` is the read end of the job pipe, ``results`` the write end of
+    the pipe back (None: ``conn`` both ways), ``records`` the read end of
+    the records pipe.
     """
     # Ctrl-C reaches the whole process group; only the job manager decides.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # SIGHUP is the job manager's (a warm restart): a group-wide one must not kill us.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     fd = conn.fileno()
+    out = fd if results is None else results.fileno()
     try:
         loaded = load_hooks(hooks)
         loaded.setup()
@@ -273,7 +278,7 @@ def child_main(
             )
         registry.import_job_modules(settings.job_modules)
     except BaseException as exc:
-        write_all(fd, frame(FAIL + f"{type(exc).__name__}: {exc}".encode()))
+        write_all(out, frame(FAIL + f"{type(exc).__name__}: {exc}".encode()))
         conn.close()
         sys.exit(1)
     runner = JobRunner(
@@ -283,25 +288,31 @@ def child_main(
         max_body_bytes=settings.max_body_bytes,
     )
     can_record = loaded.record_results is not None
-    write_all(fd, frame(UP + (CAN_RECORD if can_record else b"")))
+    write_all(out, frame(UP + (CAN_RECORD if can_record else b"")))
     try:
-        serve(fd, runner, records.fileno() if can_record else None)
+        serve(fd, runner, records.fileno() if can_record else None, out)
     finally:
         invoke.close_loop()
         conn.close()
+        if results is not None:
+            results.close()
 
 
 #: A job waiting in the child: (seq, soft time limit or None, body, trace carrier).
 _Queued = tuple[bytes, int | None, bytes, bytes]
 
 
-def serve(fd: int, runner: JobRunner, records_fd: int | None = None) -> None:
-    """Run jobs arriving on ``fd`` until it closes or says exit.
+def serve(
+    fd: int, runner: JobRunner, records_fd: int | None = None, out_fd: int | None = None
+) -> None:
+    """Run jobs arriving on ``fd`` until it closes or says exit; what we say
+    goes to ``out_fd`` (None: ``fd`` too, a socket).
 
     Everything waiting in the pipe is read before each job starts, so a
     cancel for a queued job is seen before that job would run. Records
     batches arriving on ``records_fd`` are written meanwhile, by a thread.
     """
+    out = fd if out_fd is None else out_fd
     # A thread a job started may still report while we write a result: one
     # writer at a time keeps the frames whole.
     writing = threading.Lock()
@@ -311,7 +322,7 @@ def serve(fd: int, runner: JobRunner, records_fd: int | None = None) -> None:
         with invoke.shield():
             try:
                 with writing:
-                    write_all(fd, frame(data))
+                    write_all(out, frame(data))
             except OSError:
                 return False
         return True

@@ -1,7 +1,8 @@
 """Length-prefixed frames over a worker child's pipe, written and read in bulk.
 
-A job manager and its worker child talk over one socketpair (made by
-``multiprocessing.Pipe``). ``Connection.send_bytes``/``recv_bytes`` cost two
+A job manager and its worker child talk over two one-way pipes (made by
+``multiprocessing.Pipe(duplex=False)``; one socketpair costs about twice as
+much in the kernel per small write or read). ``Connection.send_bytes``/``recv_bytes`` cost two
 or three system calls per message; here several frames go out in one
 ``write`` and one ``read`` takes in everything waiting, which matters when a
 child runs thousands of tiny jobs a second.

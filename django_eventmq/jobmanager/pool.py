@@ -8,16 +8,20 @@ replacements. Children are started with the ``spawn`` method so they inherit
 no ZeroMQ context and no database connection, and live long, so the start-up
 cost (~0.1 s) is paid rarely.
 
-Each child has one pipe (:mod:`.pipe` frames) for jobs and what it says,
-and one for outcome records, which a thread of the child writes while its
-job runs (:class:`.worker.Recording`). The job manager polls the
-job pipe's file descriptor next to its socket, so a result is read the moment it
-is written. Jobs for one child are queued with :meth:`Pool.assign` and written
-together by :meth:`Pool.flush`. A child runs its jobs in order, so the first
-job in :attr:`Child.inflight` is the running one; it started when the result
-before it arrived (or when it was handed to an idle child). The run times so
-measured adapt the job manager's prefetch (:mod:`.prefetch`), which sets how
-many jobs one child may hold (:attr:`Pool.depth`).
+Each child has a pipe (:mod:`.pipe` frames) for jobs, one back for what it
+says (results, partials, acknowledgements), and one for outcome records,
+which a thread of the child writes while its job runs
+(:class:`.child.Recording`). They are plain one-way pipes, not a socketpair:
+a small write or read costs about half as much in the kernel (no socket
+buffer per message), on both sides, for every job. The job manager polls the
+result pipe's file descriptor next to its socket, so a result is read the
+moment it is written. Jobs for one child are queued with :meth:`Pool.assign`
+and written together by :meth:`Pool.flush`. A child runs its jobs in order,
+so the first job in :attr:`Child.inflight` is the running one; it started
+when the result before it arrived (or when it was handed to an idle child).
+The run times so measured adapt the job manager's prefetch
+(:mod:`.prefetch`), which sets how many jobs one child may hold
+(:attr:`Pool.depth`).
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ class Child:
     """What the pool knows about one worker process."""
 
     process: BaseProcess
+    #: Our end of what the child says (results...): read, polled; the pool's key.
     conn: Connection
     started: float
     status: Status = Status.STARTING
@@ -95,6 +100,8 @@ class Child:
     outgoing: list[bytes] = field(default_factory=list)
     #: Our end of the child's records pipe.
     records_conn: Connection | None = None
+    #: Our end of the child's job pipe (written); None: ``conn`` both ways.
+    jobs_conn: Connection | None = None
     #: Records batches written and not yet acknowledged, oldest first.
     records: list[bytes] = field(default_factory=list)
     records_bytes: int = 0
@@ -120,6 +127,8 @@ class Child:
         self.watched = True
         self._pid: int = self.process.pid or 0
         self._exitcode: int | None = None
+        #: Where its jobs (and cancels, and exit) are written.
+        self.out_fd = self.conn.fileno() if self.jobs_conn is None else self.jobs_conn.fileno()
 
     @property
     def pid(self) -> int:
@@ -140,6 +149,8 @@ class Child:
 
     def close_pipes(self) -> None:
         self.conn.close()
+        if self.jobs_conn is not None:
+            self.jobs_conn.close()
         if self.records_conn is not None:
             self.records_conn.close()
 
@@ -201,25 +212,28 @@ class Pool:
     # -- starting ----------------------------------------------------------
     def spawn(self, now: float | None = None) -> Child:
         """Start one child."""
-        parent_end, child_end = self._ctx.Pipe(duplex=True)
+        jobs_in, jobs_out = self._ctx.Pipe(duplex=False)
+        results_in, results_out = self._ctx.Pipe(duplex=False)
         records_in, records_out = self._ctx.Pipe(duplex=False)
         with contextlib.suppress(AttributeError, OSError):  # Linux only; a bigger buffer
             fcntl.fcntl(records_out.fileno(), fcntl.F_SETPIPE_SZ, RECORDS_PIPE_SIZE)
         level = logging.getLogger().getEffectiveLevel()
         process = self._ctx.Process(
             target=child_side.child_main,
-            args=(child_end, self.settings, self.hooks, level, records_in),
+            args=(jobs_in, self.settings, self.hooks, level, records_in, results_out),
             name="emq-worker",
             daemon=True,
         )
         process.start()
-        child_end.close()  # so the child's exit shows as EOF on our end
-        records_in.close()
+        # The child's ends are its own: its exit shows as EOF on results_in.
+        for end in (jobs_in, results_out, records_in):
+            end.close()
         child = Child(
             process=process,
-            conn=parent_end,
+            conn=results_in,
             started=_now(now),
             records_conn=records_out,
+            jobs_conn=jobs_out,
             idle_since=_now(now),
         )
         self.children[child.fd] = child
@@ -347,12 +361,12 @@ class Pool:
         """Write the frames queued for ``child`` in one go (OSError: it died)."""
         data = b"".join(child.outgoing) if len(child.outgoing) > 1 else child.outgoing[0]
         child.outgoing.clear()
-        write_all(child.fd, data)
+        write_all(child.out_fd, data)
 
     def cancel(self, child: Child, seq: int) -> None:
         """Ask ``child`` to skip job ``seq`` if it has not started it."""
         with contextlib.suppress(OSError):  # if it died, reaping hands the job back
-            write_all(child.fd, frame(b"C%d" % seq))
+            write_all(child.out_fd, frame(b"C%d" % seq))
 
     def send_records(self, records: bytes) -> bool:
         """Give a records batch to a child: an idle one, else the one with the fewest.
@@ -481,7 +495,7 @@ class Pool:
         for child in list(self.children.values()):
             if child.status is Status.RETIRING and not child.inflight:
                 with contextlib.suppress(OSError):
-                    write_all(child.fd, frame(child_side.EXIT))
+                    write_all(child.out_fd, frame(child_side.EXIT))
                 child.retired = True
                 self._mark_dead(child)
             elif child.status is Status.KILLING:
@@ -549,7 +563,7 @@ class Pool:
         for child in children:
             if child.status not in (Status.DEAD, Status.KILLING):
                 with contextlib.suppress(OSError):
-                    write_all(child.fd, frame(child_side.EXIT))
+                    write_all(child.out_fd, frame(child_side.EXIT))
         deadline = time.monotonic() + timeout
         for child in children:
             if not child.inflight:
