@@ -43,6 +43,7 @@ a failure, and deaths are counted apart (``poison_after``).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import math
 import sqlite3
@@ -56,7 +57,7 @@ from django_eventmq.protocol.extensions import Reject, refusal_reason
 from django_eventmq.protocol.headers import Headers
 from django_eventmq.protocol.status import EXPIRED_ERROR, JobStatus, expired_reply
 from django_eventmq.protocol.views import stored_request
-from django_eventmq.router.dedup import FinishedWindow
+from django_eventmq.router.dedup import FinishedWindow, StoredMsgids
 from django_eventmq.router.journal.api import JournalLike
 from django_eventmq.router.journal.store import (
     DELAYED,
@@ -70,7 +71,7 @@ from django_eventmq.router.journal.store import (
 )
 from django_eventmq.router.rate_limits import RateLimits, queue_rates
 from django_eventmq.router.routing import JobManagerPeer, RoutedJob, Routing
-from django_eventmq.router.stored import job_from_row
+from django_eventmq.router.stored import job_from_row, jobs_from_rows
 from django_eventmq.router.unique import UniqueKeys
 from django_eventmq.router.waiting import Key
 from django_eventmq.runtime import retry_policy
@@ -154,6 +155,8 @@ class Book:
         self.stats = Stats()
         #: msgids finished recently (kept in the journal too): a resend is not run again.
         self.finished = FinishedWindow(journal, settings.dedup_memory, settings.dedup_window)
+        #: msgids that may be in a job row (no lookup for the others; see :meth:`accept`).
+        self.stored_msgids = StoredMsgids()
         #: Leases that ran out, per queue.
         self.expired_by_queue: Counter[str] = Counter()
         #: Jobs not started before their ``expires`` time (never run), per queue.
@@ -219,11 +222,11 @@ class Book:
                 rows = journal.waiting(queue, after, limit)
         except JournalUnavailable:
             return None
-        now = time.monotonic()
-        return [job_from_row(row, now) for row in rows]
+        return jobs_from_rows(rows, time.monotonic())
 
     def _open_parcel(self, seq: int) -> None:
         queue, dropped = self.journal.open_parcel(seq, self.finished)
+        self.stored_msgids.full = True  # rows whose msgids the book did not see
         if dropped:
             # Held already or finished recently: counted as waiting, never stored.
             self.duplicates += dropped
@@ -262,11 +265,35 @@ class Book:
     def _some_only_on_disk(self) -> bool:
         """True if jobs are held that :meth:`is_held` cannot see: waiting jobs past
         the in-memory window, delayed and poisoned ones."""
-        waiting = self.routing.waiting
         return (
-            waiting.total() > waiting.memory()
+            self.routing.waiting.some_on_disk()
             or any(self.delayed.values())
             or any(self.poisoned.values())
+        )
+
+    def _may_be_stored(self, msgid: str) -> bool:
+        """True if a job row may have ``msgid`` though :meth:`is_held` said no: some
+        held jobs are on disk only and :attr:`stored_msgids` does not rule it out.
+
+        While every held job is in memory (and nothing is kept unwritten, such
+        as a finished job's row not deleted yet), the book knows every row's
+        msgid: a stale filter starts again from them there."""
+        stored = self.stored_msgids
+        if self._some_only_on_disk():
+            return stored.may_hold(msgid)
+        if stored.stale() and not self.journal.pending:
+            stored.restart(self._msgids_in_memory())
+        return False
+
+    def _msgids_in_memory(self) -> Iterable[str]:
+        """The msgids of the jobs held in memory: waiting, handed out, and those a
+        pop has just set aside (parked by a rate limit, expired)."""
+        waiting = self.routing.waiting
+        return itertools.chain(
+            waiting.index,
+            self.routing.inflight,
+            (job.msgid for job, _ in self.rate_limits.parked),
+            (job.msgid for job in waiting.expiry.expired),
         )
 
     def accept(
@@ -299,8 +326,9 @@ class Book:
         state = DELAYED if delayed else (LEASED if worker is not None else WAITING)
         stored = self.journal.add(
             job_values(job, state, wall, due if delayed else None, owner),
-            on_disk=self._some_only_on_disk(),
+            on_disk=self._may_be_stored(msgid),
         )
+        self.stored_msgids.add(msgid)
         if not stored:
             self.duplicates += 1
             return False
@@ -342,6 +370,8 @@ class Book:
                 for job, due in fresh
             ]
         )
+        for job, _ in fresh:
+            self.stored_msgids.add(job.msgid)
         keyed = {msgid: headers for _, msgid, _, headers in requests if headers.unique_key}
         for job, due in fresh:
             if job.seq in stored:

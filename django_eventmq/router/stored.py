@@ -13,9 +13,24 @@ from django_eventmq.router.journal.store import Row
 from django_eventmq.router.routing import RoutedJob
 
 
-def job_from_row(row: Row, now: float) -> RoutedJob:
-    """A stored job, ready to be handed out again (a retry says which attempt it is)."""
-    headers = _headers(row.headers)
+def jobs_from_rows(rows: list[Row], now: float) -> list[RoutedJob]:
+    """:func:`job_from_row` for many rows, each header frame parsed once (the jobs
+    of a queue mostly share theirs)."""
+    parsed: dict[bytes, Headers] = {}
+    jobs = []
+    for row in rows:
+        headers = parsed.get(row.headers)
+        if headers is None:
+            headers = parsed[row.headers] = _headers(row.headers)
+        jobs.append(job_from_row(row, now, headers))
+    return jobs
+
+
+def job_from_row(row: Row, now: float, headers: Headers | None = None) -> RoutedJob:
+    """A stored job, ready to be handed out again (a retry says which attempt it is);
+    ``headers``: its header frame parsed, if it was."""
+    if headers is None:
+        headers = _headers(row.headers)
     frames = request_frames(
         row.msgid.encode(),
         row.queue.encode(),

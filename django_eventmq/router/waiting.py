@@ -317,6 +317,14 @@ class Waiting:
     def total(self) -> int:
         return sum(q.count for q in self._queues.values())
 
+    def some_on_disk(self) -> bool:
+        """True if some queue has jobs waiting on disk only (:meth:`total` above
+        :meth:`memory`, in one pass). A loop: asked per REQUEST, any() costs more."""
+        for queue in self._queues.values():  # noqa: SIM110
+            if queue.count > queue.live:
+                return True
+        return False
+
     def memory(self) -> int:
         """Jobs held in memory, all queues."""
         return sum(q.live for q in self._queues.values())

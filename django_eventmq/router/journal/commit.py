@@ -10,7 +10,9 @@ finished within one commit never reaches the disk. Applying them grouped
 because a row's seq is never reused (changes kept for a seq before its row is
 added are dropped: in order, they would have changed nothing). A kept
 :meth:`.api.KeptWrites.add` cannot see a msgid that is only on disk, so the
-router inserts at once (``on_disk=True``) while some jobs are held on disk only.
+router inserts at once (``on_disk=True``) while some jobs are held on disk only
+and its filter of stored msgids (:class:`..dedup.StoredMsgids`) does not rule
+the msgid out.
 
 Write failures (disk full, read-only or immutable file, I/O error, the write
 lock held by another connection past ``busy_timeout``): the open transaction
