@@ -154,7 +154,12 @@ def monitor(book: Book) -> dict[str, Any]:
 
 
 def poisoned(book: Book, limit: int = 100) -> list[dict[str, Any]]:
-    """STATUS ``poisoned_messages``: jobs set aside, oldest first."""
+    """STATUS ``poisoned_messages``: jobs set aside, oldest first. The book counts
+    them (from the journal at start, then as it sets jobs aside and takes them
+    back): with none counted the journal is not asked (its read would write
+    the kept changes first, at every STATUS)."""
+    if not any(n > 0 for n in book.poisoned.values()):
+        return []
     return [
         {
             "msgid": row.msgid,
