@@ -317,15 +317,18 @@ def serve(
     # writer at a time keeps the frames whole.
     writing = threading.Lock()
 
+    def say(data: bytes) -> bool:
+        try:
+            with writing:
+                write_all(out, frame(data))
+        except OSError:
+            return False
+        return True
+
     def send(data: bytes) -> bool:
         # A soft time limit waits until the frame is whole (a job's progress report).
         with invoke.shield():
-            try:
-                with writing:
-                    write_all(out, frame(data))
-            except OSError:
-                return False
-        return True
+            return say(data)
 
     gate = progress.PartialGate(lambda seq, payload: send(encode_partial(seq, payload)))
     recording = None
@@ -333,7 +336,9 @@ def serve(
         recording = Recording(records_fd, runner.hooks, send)
         recording.start()
     try:
-        _serve(fd, runner, gate, send)
+        # A result is written once the job is over and its soft limit disarmed:
+        # no shield needed (say, not send).
+        _serve(fd, runner, gate, say)
     finally:
         if recording is not None:
             recording.finish()
@@ -346,16 +351,21 @@ def _serve(
     waiting = select.poll()
     waiting.register(fd, select.POLLIN)
     jobs: deque[_Queued | None] = deque()  # None: exit here
+    # The read just made took in everything waiting: the next job starts without
+    # asking the pipe again (a system call a job, when jobs come one at a time).
+    drained = False
     while True:
-        if not jobs or waiting.poll(0):
+        if not jobs or (not drained and waiting.poll(0)):
             try:
                 frames = reader.read()
             except (EOFError, OSError):
                 return  # the job manager went away
+            drained = reader.drained
             for data in frames:
                 if not _take(data, jobs, send):
                     return
             continue
+        drained = False
         item = jobs.popleft()
         if item is None:
             return

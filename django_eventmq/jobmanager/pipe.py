@@ -42,11 +42,13 @@ def write_all(fd: int, data: bytes) -> None:
 class FrameReader:
     """Splits what arrives on ``fd`` into frames, keeping a partial frame for the next read."""
 
-    __slots__ = ("_buffer", "fd")
+    __slots__ = ("_buffer", "drained", "fd")
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self._buffer = bytearray()
+        #: The last read took less than it could: nothing more was waiting then.
+        self.drained = False
 
     def read(self) -> list[bytes]:
         """One ``read`` (blocks if nothing is waiting); the complete frames it made.
@@ -56,6 +58,7 @@ class FrameReader:
         data = os.read(self.fd, READ_SIZE)
         if not data:
             raise EOFError("pipe closed")
+        self.drained = len(data) < READ_SIZE
         buffer = self._buffer
         if not buffer and len(data) >= 4 and _unpack_header(data)[0] + 4 == len(data):
             return [data[4:]]  # the common case: exactly one frame

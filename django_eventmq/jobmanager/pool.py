@@ -129,6 +129,12 @@ class Child:
         self._exitcode: int | None = None
         #: Where its jobs (and cancels, and exit) are written.
         self.out_fd = self.conn.fileno() if self.jobs_conn is None else self.jobs_conn.fileno()
+        #: Our read end of a one-way pipe is non-blocking: :meth:`Pool.receive`
+        #: reads without asking poll first (one system call, not two, per look).
+        #: Not one end used both ways (a socket): writes to it must block.
+        self.nonblocking = self.jobs_conn is not None
+        if self.nonblocking:
+            os.set_blocking(self.conn.fileno(), False)
 
     @property
     def pid(self) -> int:
@@ -406,10 +412,14 @@ class Pool:
         pipe has closed, and UP when it says so.
         """
         results: list[tuple[int, str, str]] = []
-        if child.status is Status.KILLING or not child.readable.poll(0):
+        if child.status is Status.KILLING:
+            return results
+        if not child.nonblocking and not child.readable.poll(0):
             return results
         try:
             frames = child.reader.read()
+        except BlockingIOError:  # nothing waiting
+            return results
         except (EOFError, OSError):
             self._mark_dead(child)
             return results

@@ -6,6 +6,7 @@ import os
 import stat
 from typing import Any
 
+from django_eventmq.jobmanager.pipe import READ_SIZE, FrameReader, frame
 from django_eventmq.jobmanager.pool import Status
 from django_eventmq.protocol.status import JobStatus
 from tests.fake_router import body
@@ -42,3 +43,32 @@ def test_a_child_whose_job_pipe_closes_exits_and_shows_as_dead() -> None:
         assert child.process.exitcode == 0
     finally:
         pool.close()
+
+
+def test_the_job_manager_reads_a_result_pipe_without_blocking() -> None:
+    pool = make_pool()
+    try:
+        child = up(pool)
+        assert not os.get_blocking(child.fd)  # no poll before each read
+        assert os.get_blocking(child.out_fd)
+        assert pool.receive(child) == []  # nothing waiting: at once, nothing
+        assert child.status is Status.UP
+    finally:
+        pool.close()
+
+
+def test_a_reader_says_whether_its_read_took_everything_waiting() -> None:
+    r, w = os.pipe()
+    try:
+        reader = FrameReader(r)
+        os.write(w, frame(b"Jsmall"))
+        assert reader.read() == [b"Jsmall"]
+        assert reader.drained
+        big = frame(b"J" + b"x" * READ_SIZE)  # more than one read takes
+        os.set_blocking(w, False)
+        os.write(w, big[: READ_SIZE + 10])
+        assert reader.read() == []
+        assert not reader.drained
+    finally:
+        os.close(r)
+        os.close(w)
