@@ -61,6 +61,7 @@ from django_eventmq.protocol import (
     encode,
     new_msgid,
 )
+from django_eventmq.protocol.bundle import is_bundle, unbundle
 from django_eventmq.protocol.packed import pack_request
 from django_eventmq.protocol.session import ClientSession
 from django_eventmq.protocol.unique import holder_of
@@ -429,11 +430,24 @@ class Client:
         self._file(self.channel.recv_frames())
 
     def _file(self, frames: list[bytes]) -> None:
-        """File one message from the router by msgid."""
+        """File one message from the router by msgid (each message of a bundle)."""
         # The common case, an ACK of a job nobody waits on, is skipped undecoded
         # (packed, as the router ACKs a packed REQUEST, or not).
         if not self._awaiting_ack and is_ack(frames):
             self.session.heard()
+            return
+        if len(frames) == 1 and is_bundle(frames[0]):
+            # The ACKs one commit released (protocol/bundle.py): each as if alone.
+            try:
+                messages = unbundle(frames[0])
+            except ProtocolError as exc:
+                self.session.heard()
+                logger.warning(
+                    "ignored a malformed bundle from the router at %s: %s", self.addr, exc
+                )
+                return
+            for inner in messages:
+                self._file(inner)
             return
         try:
             message = decode(frames)

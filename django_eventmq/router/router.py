@@ -39,6 +39,7 @@ from django_eventmq.protocol import (
     new_msgid,
 )
 from django_eventmq.protocol import constants as C
+from django_eventmq.protocol.bundle import bundle, runs
 from django_eventmq.protocol.limits import OverLimit
 from django_eventmq.protocol.packed import pack
 from django_eventmq.protocol.views import ack_frames, after_identity, identity_of
@@ -65,6 +66,9 @@ from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.transport import Channel
 
 __all__ = ["COMMIT_INTERVAL", "DRAIN_CAP", "FRONTEND_RCVHWM", "RETRY_MS", "SNDHWM", "Router"]
+
+#: Clients remembered as reading bundles (:meth:`Router.reads_bundles`).
+BUNDLE_CLIENTS = 10_000
 
 log = logging.getLogger("django_eventmq.router")
 
@@ -169,6 +173,9 @@ class Router(Service, FrontendHandlers, BackendHandlers):
         #: The ZAP policies of our three sockets (CURVE keys, admin local-only), from start().
         self._guard: security.Guard | None = None
         self._acks = []
+        #: Clients whose FEATURES said they read bundles: the ACKs one commit
+        #: releases to one of them go as one (:meth:`reads_bundles`, :meth:`_send_acks`).
+        self._bundle_clients: OrderedDict[bytes, None] = OrderedDict()
         self._departed = OrderedDict()
         self._told = OrderedDict()
         self._outbox = []
@@ -428,10 +435,43 @@ class Router(Service, FrontendHandlers, BackendHandlers):
         self._acks_since = None
         if self._acks:
             acks, self._acks = self._acks, []
+            if self._bundle_clients:
+                self._send_acks(acks)
+                return
             send_frames = self.outbox.send_frames
             for identity, msgid, packed in acks:
                 ack = ack_frames(new_msgid().encode(), msgid)
                 send_frames([identity, pack(ack)] if packed else [identity, *ack])
+
+    def reads_bundles(self, identity: bytes) -> None:
+        """The client ``identity`` said (in its FEATURES) that it reads bundles.
+
+        Remembered for the most recent :data:`BUNDLE_CLIENTS` clients: one
+        forgotten gets its ACKs one by one again, which it reads as well."""
+        clients = self._bundle_clients
+        clients[identity] = None
+        clients.move_to_end(identity)
+        if len(clients) > BUNDLE_CLIENTS:
+            clients.popitem(last=False)
+
+    def _send_acks(self, acks: list[tuple[bytes, bytes, bool]]) -> None:
+        """The ACKs of a commit: those of a client that reads bundles as one bundle
+        (or as few as the limits allow), sent at once like the others."""
+        send_frames = self.outbox.send_frames
+        bundled = self._bundle_clients
+        grouped: dict[bytes, list[list[bytes]]] = {}
+        for identity, msgid, packed in acks:
+            ack = ack_frames(new_msgid().encode(), msgid)
+            if identity in bundled:
+                grouped.setdefault(identity, []).append(ack)
+            else:
+                send_frames([identity, pack(ack)] if packed else [identity, *ack])
+        for identity, messages in grouped.items():
+            start = 0
+            for taken in runs(messages):
+                piece = messages[start : start + taken]
+                send_frames([identity, bundle(piece) if taken > 1 else pack(piece[0])])
+                start += taken
 
     def _hold_leases(self) -> None:
         """Jobs handed out but held back (not stored yet) do not run: nor do their

@@ -207,3 +207,47 @@ def test_an_unreachable_job_manager_gets_its_bundled_jobs_back_to_wait(
     assert [j.msgid for j in router.routing.waiting["default"]] == msgids
     assert not router.routing.inflight
     assert any("vanishing dropped (unreachable)" in r.getMessage() for r in caplog.records)
+
+
+# -- ACKs to a client that reads bundles ---------------------------------------------
+
+
+def test_the_acks_one_commit_releases_go_as_one_bundle_to_a_client_that_reads_them(
+    stepped: Stepped,
+) -> None:
+    router = stepped.router
+    reader = stepped.peer(router.frontend_address, b"bundle-reader")
+    other = stepped.peer(router.frontend_address, b"plain-client")
+    for peer in (reader, other):  # connected: the router can route to them
+        peer.send("HEARTBEAT", "1.0")
+    stepped.until(lambda: router.frontend.poll(0) is False, "the heartbeats read")
+    router.reads_bundles(b"bundle-reader")
+    router._acks = [
+        (b"bundle-reader", b"m-1", False),
+        (b"plain-client", b"m-2", False),
+        (b"bundle-reader", b"m-3", True),
+    ]
+    router._sync(force=True)
+    raw = reader.recv_raw()
+    assert len(raw) == 1 and is_bundle(raw[0]), raw
+    acks = [decode(frames) for frames in unbundle(raw[0])]
+    assert [ack.ack_msgid for ack in acks] == ["m-1", "m-3"]  # type: ignore[attr-defined]
+    assert other.expect("ACK")[2] == "m-2"  # plain, as ever
+
+    router._acks = [(b"bundle-reader", b"m-4", False)]
+    router._sync(force=True)
+    raw = reader.recv_raw()
+    assert len(raw) == 1 and raw[0].startswith(PACKED_PREFIX)  # alone: packed
+    assert decode(raw).ack_msgid == "m-4"  # type: ignore[attr-defined]
+
+
+def test_the_router_remembers_the_most_recent_clients_that_read_bundles(
+    stepped: Stepped, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_eventmq.router import router as router_module
+
+    monkeypatch.setattr(router_module, "BUNDLE_CLIENTS", 2)
+    router = stepped.router
+    for name in (b"a", b"b", b"a", b"c"):
+        router.reads_bundles(name)
+    assert list(router._bundle_clients) == [b"a", b"c"]  # b, least recent, forgotten

@@ -1,0 +1,58 @@
+"""Our client reads bundles of ACKs (protocol/bundle.py): each ACK as if it came alone.
+
+The router's side: tests/router/test_bundles.py.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from django_eventmq.client.connection import Client
+from django_eventmq.protocol.bundle import bundle
+from django_eventmq.protocol.views import ack_frames
+from tests.fake_router import ScriptedRouter
+from tests.router.test_router import JOB
+from tests.support import wait_for
+
+V = b"eMQP/1.0"
+JOB_B = JOB.encode()
+
+
+def _acks_in_one_bundle(frames: list[bytes], n: int) -> list[list[bytes]]:
+    """A router that answers the REQUEST m-2 with the ACKs of m-1 and m-2 in one bundle."""
+    if frames[2:4] == [b"REQUEST", b"m-2"]:
+        return [[bundle([ack_frames(b"a-1", b"m-1"), ack_frames(b"a-2", b"m-2")])]]
+    return []
+
+
+def test_a_guaranteed_send_returns_on_its_ack_inside_a_bundle() -> None:
+    with ScriptedRouter(_acks_in_one_bundle) as router:
+        client = Client(router.addr)
+        try:
+            client.send_request_frames(b"m-1", b"default", b"", JOB_B)
+            client.send_request_guaranteed(
+                b"m-2", b"default", b"guarantee", JOB_B, ack_timeout=5.0, retries=0
+            )
+        finally:
+            client.close()
+
+
+def _malformed_then_ack(frames: list[bytes], n: int) -> list[list[bytes]]:
+    if frames[2:4] == [b"REQUEST", b"m-1"]:
+        return [[b"B1,0\n"], ack_frames(b"a-1", b"m-1")]
+    return []
+
+
+def test_a_malformed_bundle_is_logged_and_ignored(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="django_eventmq")
+    with ScriptedRouter(_malformed_then_ack) as router:
+        client = Client(router.addr)
+        try:
+            client.send_request_guaranteed(
+                b"m-1", b"default", b"guarantee", JOB_B, ack_timeout=5.0, retries=0
+            )
+        finally:
+            client.close()
+    wait_for(lambda: any("malformed bundle" in r.getMessage() for r in caplog.records))
