@@ -62,17 +62,9 @@ _WAITING_FIRST = (
     f"SELECT {_ROW} FROM jobs WHERE queue = ? AND state = {WAITING.sql}"  # noqa: S608
     " ORDER BY nprio, seq LIMIT ?"
 )
-# After a key (nprio, seq): the rest of its priority, then the lower ones. Two
-# statements, each an index range: SQLite seeks a row value "(nprio, seq) > (?, ?)"
-# on nprio alone and skips every entry of that priority before seq one by one,
-# the jobs loaded before (still waiting) again at each load.
 _WAITING_AFTER = (
     f"SELECT {_ROW} FROM jobs WHERE queue = ? AND state = {WAITING.sql}"  # noqa: S608
-    " AND nprio = ? AND seq > ? ORDER BY seq LIMIT ?"
-)
-_WAITING_BELOW = (
-    f"SELECT {_ROW} FROM jobs WHERE queue = ? AND state = {WAITING.sql}"  # noqa: S608
-    " AND nprio > ? ORDER BY nprio, seq LIMIT ?"
+    " AND (nprio, seq) > (?, ?) ORDER BY nprio, seq LIMIT ?"
 )
 _DUE = (
     f"SELECT {_ROW} FROM jobs WHERE state = {DELAYED.sql} AND due <= ?"  # noqa: S608
@@ -159,13 +151,10 @@ class Journal(ParcelStore, FinishedStore, ScheduleStore):
         """Up to ``limit`` WAITING jobs of ``queue`` in hand-out order, after the key ``after``."""
         self._fresh()
         if after is None:
-            found = self._select(_WAITING_FIRST, (queue, limit))
+            cursor = self._select(_WAITING_FIRST, (queue, limit))
         else:
-            nprio, seq = after
-            found = self._select(_WAITING_AFTER, (queue, nprio, seq, limit))
-            if len(found) < limit:
-                found += self._select(_WAITING_BELOW, (queue, nprio, limit - len(found)))
-        return [to_row(values) for values in found]
+            cursor = self._select(_WAITING_AFTER, (queue, after[0], after[1], limit))
+        return [to_row(values) for values in cursor]
 
     def take_due(self, now: float, limit: int = 1000) -> list[Row]:
         """DELAYED jobs due at unix time ``now``, made WAITING."""
