@@ -218,9 +218,10 @@ def test_the_acks_one_commit_releases_go_as_one_bundle_to_a_client_that_reads_th
     router = stepped.router
     reader = stepped.peer(router.frontend_address, b"bundle-reader")
     other = stepped.peer(router.frontend_address, b"plain-client")
-    for peer in (reader, other):  # connected: the router can route to them
-        peer.send("HEARTBEAT", "1.0")
-    stepped.until(lambda: router.frontend.poll(0) is False, "the heartbeats read")
+    for peer in (reader, other):  # connected once answered: the router can route to them
+        peer.send("FEATURES", "{}")
+        stepped.until(peer.pending, "the answer to its FEATURES")
+        peer.expect("FEATURES")
     router.reads_bundles(b"bundle-reader")
     router._acks = [
         (b"bundle-reader", b"m-1", False),
