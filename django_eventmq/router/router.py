@@ -459,18 +459,22 @@ class Router(Service, FrontendHandlers, BackendHandlers):
         (or as few as the limits allow), sent at once like the others."""
         send_frames = self.outbox.send_frames
         bundled = self._bundle_clients
-        grouped: dict[bytes, list[list[bytes]]] = {}
+        grouped: dict[bytes, list[tuple[list[bytes], bool]]] = {}
         for identity, msgid, packed in acks:
             ack = ack_frames(new_msgid().encode(), msgid)
             if identity in bundled:
-                grouped.setdefault(identity, []).append(ack)
+                grouped.setdefault(identity, []).append((ack, packed))
             else:
                 send_frames([identity, pack(ack)] if packed else [identity, *ack])
-        for identity, messages in grouped.items():
+        for identity, entries in grouped.items():
+            messages = [ack for ack, _packed in entries]
             start = 0
             for taken in runs(messages):
-                piece = messages[start : start + taken]
-                send_frames([identity, bundle(piece) if taken > 1 else pack(piece[0])])
+                if taken > 1:
+                    send_frames([identity, bundle(messages[start : start + taken])])
+                else:  # alone: in the form its REQUEST came in, as ever
+                    ack, packed = entries[start]
+                    send_frames([identity, pack(ack)] if packed else [identity, *ack])
                 start += taken
 
     def _hold_leases(self) -> None:
