@@ -47,6 +47,7 @@ from typing import Any
 from django_eventmq.errors import BrokerUnavailable, ProtocolError, RouterFull
 from django_eventmq.protocol import Features, Reply, Request, decode, encode, new_msgid
 from django_eventmq.protocol.batch import JOB_OVERHEAD, MAX_BATCH_JOBS, pack_jobs
+from django_eventmq.protocol.bundle import BUNDLE, is_bundle, unbundle
 from django_eventmq.protocol.extensions import Reject
 from django_eventmq.protocol.packed import PACKED
 from django_eventmq.protocol.views import acked_msgid, batch_frames, request_frames
@@ -79,7 +80,7 @@ DEFAULT_BATCH_BYTES = 1024 * 1024
 #: never does, and then costs this once per task.
 FEATURES_WAIT = 1.0
 #: What a client (and a pipeline) tells the router it speaks.
-CLIENT_FEATURES = {"batch": 1, PACKED: 1}
+CLIENT_FEATURES = {"batch": 1, PACKED: 1, BUNDLE: 1}
 
 _NOBLOCK = transport.NOBLOCK
 
@@ -634,31 +635,48 @@ class Pipeline:
     def _read(self) -> None:
         """Take every answer waiting on the socket, without blocking."""
         recv = self.channel.recv_frames
-        pending = self._pending
-        batches = self._batches
         while True:
             try:
                 frames = recv(flags=_NOBLOCK)
             except transport.Again:
                 return
             self._last_answer = self._clock()
-            # The hot path: the ACK of one of our msgids.
-            acked = acked_msgid(frames)
-            if acked is not None:
-                entry = pending.pop(acked, None)
-                if entry is not None:
-                    self._by_queue[entry[0]].acked += 1
-                    self._last_progress = self._last_answer
-                    if self.on_answer is not None:
-                        self.on_answer(acked)
-                elif batches:
-                    batch = batches.pop(acked, None)
-                    if batch is not None:
-                        self._batch_acked(batch)
-                        self._last_progress = self._last_answer
-                # else: a late ACK of a msgid we resent; the first one counted.
+            if len(frames) == 1 and is_bundle(frames[0]):
+                self._bundle(frames[0])
             else:
-                self._other(frames)
+                self._answer(frames)
+
+    def _bundle(self, frame: bytes) -> None:
+        """Each message of a bundle (the ACKs one commit released), as if alone."""
+        try:
+            messages = unbundle(frame)
+        except ProtocolError as exc:
+            self._warn_once(f"ignored a malformed bundle from the router: {exc.reason}")
+            return
+        for frames in messages:
+            self._answer(frames)
+
+    def _answer(self, frames: list[bytes]) -> None:
+        """One answer of the router."""
+        pending = self._pending
+        batches = self._batches
+        # The hot path: the ACK of one of our msgids.
+        acked = acked_msgid(frames)
+        if acked is not None:
+            entry = pending.pop(acked, None)
+            if entry is not None:
+                self._by_queue[entry[0]].acked += 1
+                self._last_progress = self._last_answer
+                if self.on_answer is not None:
+                    self.on_answer(acked)
+            elif batches:
+                batch = batches.pop(acked, None)
+                if batch is not None:
+                    self._batch_acked(batch)
+                    self._last_progress = self._last_answer
+            # else: a late ACK of a msgid we resent; the first one counted.
+        else:
+            self._other(frames)
 
     def _batch_acked(self, batch: _Batch) -> None:
         """Every job of ``batch`` not refused (REJECT came first) is stored."""

@@ -57,6 +57,7 @@ from django_eventmq.protocol.batch import (
     jobs_at,
     shared_route,
 )
+from django_eventmq.protocol.bundle import BUNDLE
 from django_eventmq.protocol.extensions import Reject
 from django_eventmq.protocol.headers import Headers
 from django_eventmq.protocol.limits import Limits, OverLimit
@@ -108,6 +109,8 @@ class FrontendHandlers(QueueMarks):
     _acks: list[tuple[bytes, bytes, bool]]
 
     if TYPE_CHECKING:
+
+        def reads_bundles(self, identity: bytes) -> None: ...
 
         def _handle(self, channel: Channel, raw: list[bytes], now: float) -> None: ...
 
@@ -446,6 +449,8 @@ class FrontendHandlers(QueueMarks):
         self, identity: bytes, frames: list[bytes], msg: Message, now: float
     ) -> None:
         """A client says what it speaks; we answer with what our frontend takes."""
+        if isinstance(msg, Features) and msg.features.get(BUNDLE):
+            self.reads_bundles(identity)  # its ACKs go bundled (Router._sync)
         features = {
             PACKED: 1,
             "batch": 1,

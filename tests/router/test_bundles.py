@@ -255,3 +255,17 @@ def test_the_router_remembers_the_most_recent_clients_that_read_bundles(
     for name in (b"a", b"b", b"a", b"c"):
         router.reads_bundles(name)
     assert list(router._bundle_clients) == [b"a", b"c"]  # b, least recent, forgotten
+
+
+def test_a_client_whose_features_say_bundle_is_remembered_as_reading_them(
+    stepped: Stepped,
+) -> None:
+    router = stepped.router
+    reader = stepped.peer(router.frontend_address, b"says-bundle")
+    plain = stepped.peer(router.frontend_address, b"says-nothing")
+    reader.send("FEATURES", json.dumps({"packed": 1, "bundle": 1}))
+    plain.send("FEATURES", json.dumps({"packed": 1}))
+    for peer in (reader, plain):
+        stepped.until(peer.pending, "the answer to its FEATURES")
+        peer.expect("FEATURES")
+    assert list(router._bundle_clients) == [b"says-bundle"]
