@@ -59,6 +59,15 @@ def _next_job_message(worker: Peer) -> list[bytes]:
     return raw
 
 
+def _client_answered(stepped: Stepped, name: bytes, features: dict[str, int]) -> Peer:
+    """A client that sent FEATURES ``features`` and read the router's answer."""
+    client = stepped.peer(stepped.router.frontend_address, name)
+    client.send("FEATURES", json.dumps(features))
+    stepped.until(client.pending, "the answer to its FEATURES")
+    client.expect("FEATURES")
+    return client
+
+
 def _monitor(h: Harness) -> dict[str, Any]:
     return h.ask("MONITOR")
 
@@ -216,12 +225,9 @@ def test_the_acks_one_commit_releases_go_as_one_bundle_to_a_client_that_reads_th
     stepped: Stepped,
 ) -> None:
     router = stepped.router
-    reader = stepped.peer(router.frontend_address, b"bundle-reader")
-    other = stepped.peer(router.frontend_address, b"plain-client")
-    for peer in (reader, other):  # connected once answered: the router can route to them
-        peer.send("FEATURES", "{}")
-        stepped.until(peer.pending, "the answer to its FEATURES")
-        peer.expect("FEATURES")
+    # Connected once answered: the router can route to them.
+    reader = _client_answered(stepped, b"bundle-reader", {})
+    other = _client_answered(stepped, b"plain-client", {})
     router.reads_bundles(b"bundle-reader")
     router._acks = [
         (b"bundle-reader", b"m-1", False),
@@ -260,12 +266,6 @@ def test_the_router_remembers_the_most_recent_clients_that_read_bundles(
 def test_a_client_whose_features_say_bundle_is_remembered_as_reading_them(
     stepped: Stepped,
 ) -> None:
-    router = stepped.router
-    reader = stepped.peer(router.frontend_address, b"says-bundle")
-    plain = stepped.peer(router.frontend_address, b"says-nothing")
-    reader.send("FEATURES", json.dumps({"packed": 1, "bundle": 1}))
-    plain.send("FEATURES", json.dumps({"packed": 1}))
-    for peer in (reader, plain):
-        stepped.until(peer.pending, "the answer to its FEATURES")
-        peer.expect("FEATURES")
-    assert list(router._bundle_clients) == [b"says-bundle"]
+    _client_answered(stepped, b"says-bundle", {"packed": 1, "bundle": 1})
+    _client_answered(stepped, b"says-nothing", {"packed": 1})
+    assert list(stepped.router._bundle_clients) == [b"says-bundle"]
