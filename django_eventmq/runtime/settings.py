@@ -72,9 +72,10 @@ class Settings:
     #: Most jobs handed to a job manager beyond its free processes (READY
     #: slots), so each worker process has its next jobs at hand instead of
     #: idling for a round trip to the router. How many it takes below this cap
-    #: follows ``prefetch_budget``. 0: never any, for strict priority order
-    #: (prefetched jobs are already that job manager's; see docs/concepts.md).
-    prefetch: int = 128
+    #: follows ``prefetch_budget``, so the cap only binds for jobs shorter than
+    #: about 0.1 ms. 0: never any, for strict priority order (prefetched jobs
+    #: are already that job manager's; see docs/concepts.md).
+    prefetch: int = 1024
     #: Seconds of queued work per worker process a job manager keeps beyond the
     #: job each runs: its prefetch is ``prefetch_budget * concurrency / mean job
     #: run time`` (at most ``prefetch``), deep for short jobs, none for long ones.

@@ -74,7 +74,7 @@ def test_a_budget_of_zero_is_a_fixed_prefetch() -> None:
 
 
 def test_settings_defaults_and_validation() -> None:
-    assert (Settings().prefetch, Settings().prefetch_budget) == (128, 0.05)
+    assert (Settings().prefetch, Settings().prefetch_budget) == (1024, 0.05)
     assert from_mapping(environ={"EMQ_PREFETCH_BUDGET": "0.2"}).prefetch_budget == 0.2
     assert from_mapping({"PREFETCH_BUDGET": 0}, environ={}).prefetch_budget == 0
     for bad in (-0.1, float("nan"), "soon", True):
