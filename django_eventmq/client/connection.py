@@ -429,14 +429,14 @@ class Client:
         """Read one message from the router and file it by msgid."""
         self._file(self.channel.recv_frames())
 
-    def _file(self, frames: list[bytes]) -> None:
-        """File one message from the router by msgid (each message of a bundle)."""
+    def _file(self, frames: list[bytes], *, inner: bool = False) -> None:
+        """File one message from the router by msgid (``inner``: one of a bundle's)."""
         # The common case, an ACK of a job nobody waits on, is skipped undecoded
         # (packed, as the router ACKs a packed REQUEST, or not).
         if not self._awaiting_ack and is_ack(frames):
             self.session.heard()
             return
-        if len(frames) == 1 and is_bundle(frames[0]):
+        if len(frames) == 1 and is_bundle(frames[0]) and not inner:
             # The ACKs one commit released (protocol/bundle.py): each as if alone.
             try:
                 messages = unbundle(frames[0])
@@ -446,8 +446,9 @@ class Client:
                     "ignored a malformed bundle from the router at %s: %s", self.addr, exc
                 )
                 return
-            for inner in messages:
-                self._file(inner)
+            for message_frames in messages:
+                # A bundle in a bundle is no eMQP message: decode refuses it below.
+                self._file(message_frames, inner=True)
             return
         try:
             message = decode(frames)

@@ -56,3 +56,28 @@ def test_a_malformed_bundle_is_logged_and_ignored(caplog: pytest.LogCaptureFixtu
         finally:
             client.close()
     wait_for(lambda: any("malformed bundle" in r.getMessage() for r in caplog.records))
+
+
+def _nested_bundles_then_ack(frames: list[bytes], n: int) -> list[list[bytes]]:
+    """Bundles nested 2,000 deep (a router gone wrong), then the real ACK."""
+    if frames[2:4] == [b"REQUEST", b"m-1"]:
+        nested = bundle([ack_frames(b"a-0", b"m-0")])
+        for _ in range(2000):
+            nested = bundle([[nested]])
+        return [[nested], ack_frames(b"a-1", b"m-1")]
+    return []
+
+
+def test_a_bundle_inside_a_bundle_is_malformed_not_recursed_into(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="django_eventmq")
+    with ScriptedRouter(_nested_bundles_then_ack) as router:
+        client = Client(router.addr)
+        try:  # before: RecursionError in the client's reader
+            client.send_request_guaranteed(
+                b"m-1", b"default", b"guarantee", JOB_B, ack_timeout=5.0, retries=0
+            )
+        finally:
+            client.close()
+    wait_for(lambda: any("malformed message" in r.getMessage() for r in caplog.records))
