@@ -92,6 +92,14 @@ logger = logging.getLogger("django_eventmq.jobmanager")
 #: Seconds between supervision passes (reap / check / respawn) when nothing
 #: prompts one sooner.
 SUPERVISE_EVERY = 0.2
+#: A shrunk prefetch is told to the router (UNREADY) only once it has lasted this
+#: long (seconds, by the turns' clock). The prefetch follows a moving average of
+#: measured run times, and under load those include our own turns: short jobs
+#: measured a few hundred microseconds apart swing it between the cap and a
+#: fifth of it within a few jobs, and every swing cost an UNREADY and then a
+#: READY per slot taken back (some 10 READYs per job at 6,000 jobs/s). Jobs
+#: that really got long keep it down, and it is told this much later.
+SHRINK_AFTER = 0.05
 
 #: ``JobManager.mode`` for each session state (for logs and tests).
 _MODES = {JobManagerState.EXTENDED: "done", JobManagerState.REFERENCE: "reference"}
@@ -149,6 +157,10 @@ class JobManager(Service):
         self.pool = Pool(settings, hooks=hooks, watch=self._watch, unwatch=self._unwatch)
         #: How many jobs we take beyond the free processes (the pool times the jobs).
         self.prefetch = self.pool.prefetch
+        #: The current turn's clock (:meth:`loop_once`), and since when the router
+        #: holds more slots than the prefetch wants (:meth:`_shrink_waits`).
+        self._turn_at = 0.0
+        self._shrink_since: float | None = None
         self.recorder = Recorder(self.name)
         self.lifecycle = Lifecycle(
             settings,
@@ -236,6 +248,7 @@ class JobManager(Service):
             timeout_ms = self._wait_ms(self._timeout_ms)
         events = self._poller.poll(timeout_ms)
         now = time.monotonic() if now is None else now
+        self._turn_at = now
         lifecycle, children = self.lifecycle, self.pool.children
         router_ready = finished = False
         # Results first: their DONE/READY lets the router send the next job
@@ -556,9 +569,26 @@ class JobManager(Service):
         # Several groups: each may hold credit for every free slot (see the module
         # doc), and no UNREADY churn as the other groups' jobs come and go.
         slack = self.prefetch.value // 4 if len(self.links) == 1 else self.slots
+        if self._shrink_waits(free, slack):
+            return
         for link in self.links:
             for message in link.session.top_up(free, slack=slack):
                 link.send(message)
+
+    def _shrink_waits(self, free: int, slack: int) -> bool:
+        """True while every link's router holds more than ``free + slack`` slots
+        for us and that began less than :data:`SHRINK_AFTER` ago: no READY is due
+        then, and the UNREADY waits to see whether the prefetch stays down."""
+        if not all(link.session.credit > free + slack for link in self.links):
+            self._shrink_since = None
+            return False
+        now = self._turn_at
+        if self._shrink_since is None:
+            self._shrink_since = now
+        if now - self._shrink_since < SHRINK_AFTER:
+            return True
+        self._shrink_since = None
+        return False
 
     def _connect(self, now: float) -> None:
         for link in self.links:
