@@ -26,12 +26,13 @@ Every receiver of ours takes both forms from anyone.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from itertools import pairwise
 
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol import constants as C
-from django_eventmq.protocol.fields import field_bounds, join_fields
+from django_eventmq.protocol.fields import MAX_DIGITS, field_bounds, join_fields
 
 #: The FEATURES key that says "send me packed messages, I read them".
 PACKED = "packed"
@@ -72,3 +73,35 @@ def unpack(frame: bytes, *, max_frames: int) -> list[bytes]:
         )
     ends = field_bounds(frame, what="packed message", max_fields=max_frames)
     return [frame[a:b] for a, b in pairwise(ends)]
+
+
+#: A packed REQUEST's head and first fields, each length 0 or up to MAX_DIGITS
+#: digits without a leading zero: the router's hot path (:func:`request_of`).
+_LENGTH = rb"(0|[1-9][0-9]{0,%d})" % (MAX_DIGITS - 1)
+_REQUEST_HEAD = re.compile(
+    re.escape(_HEAD_REQUEST) + rb",".join([_LENGTH] * 4) + rb"\n" + re.escape(_REQUEST_START)
+)
+
+
+def request_of(frame: bytes) -> tuple[bytes, bytes, bytes, bytes] | None:
+    """``(msgid, queue, headers, body)`` of a packed REQUEST, or None for anything
+    else (:func:`unpack` then reads it, and refuses it as it would have, or finds
+    it is some other message).
+
+    The router's hot path: one frame straight to its fields, without the frame
+    list ``unpack`` builds. It takes a subset of what ``unpack`` takes and gives
+    the same fields: four lengths of ASCII digits without a leading zero (at most
+    :data:`.fields.MAX_DIGITS` each), adding up to the frame. What the fields
+    hold (UTF-8, an empty msgid) is the caller's to check, as after ``unpack``.
+    """
+    match = _REQUEST_HEAD.match(frame)
+    if match is None:
+        return None
+    a = match.end()
+    msgid, queue, headers, body = map(int, match.groups())
+    b = a + msgid
+    c = b + queue
+    d = c + headers
+    if d + body != len(frame):
+        return None
+    return frame[a:b], frame[b:c], frame[c:d], frame[d:]

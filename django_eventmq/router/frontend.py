@@ -61,7 +61,7 @@ from django_eventmq.protocol.bundle import BUNDLE
 from django_eventmq.protocol.extensions import Reject
 from django_eventmq.protocol.headers import Headers
 from django_eventmq.protocol.limits import Limits, OverLimit
-from django_eventmq.protocol.packed import PACKED
+from django_eventmq.protocol.packed import PACKED, request_of
 from django_eventmq.protocol.unique import not_unique_reason
 from django_eventmq.protocol.views import (
     BatchFields,
@@ -170,6 +170,10 @@ class FrontendHandlers(QueueMarks):
                 scheduler.last_heard = now
             packed = len(raw) == 2
             if packed:
+                identity, frame = raw
+                fields = request_of(frame)
+                if fields is not None and self._fast_request((identity, *fields), now, True):
+                    continue
                 raw = self.frontend.unpacked(raw)
             request = request_fields(raw)
             if request is not None and self._fast_request(request, now, packed):

@@ -212,7 +212,12 @@ class Channel:
         that decodes itself needs no extra ``except``. On a channel made with
         ``unpack=True`` a packed message comes back as the frames it carries.
         """
-        return self._rest(self.socket.recv(flags), flags)
+        recv = self.socket.recv
+        if self.is_router:
+            # A ROUTER's message is its identity and at least one frame: no RCVMORE
+            # query for the second (ZeroMQ delivers a message whole).
+            return self._rest([recv(flags), recv(flags)], flags)
+        return self._rest([recv(flags)], flags)
 
     def recv_frames_from(self, *, flags: int = 0) -> tuple[list[bytes], str]:
         """:meth:`recv_frames`, and who sent them: the ZAP User-Id of the peer's
@@ -222,13 +227,13 @@ class Channel:
             user = str(first.get("User-Id"))
         except zmq.ZMQError:  # no such property: the connection was not authenticated
             user = ""
-        return self._rest(first.bytes, flags), user
+        frames = [first.bytes, self.socket.recv(flags)] if self.is_router else [first.bytes]
+        return self._rest(frames, flags), user
 
-    def _rest(self, first: bytes, flags: int) -> list[bytes]:
-        """The frames of a message whose ``first`` frame was read (see :meth:`recv_frames`)."""
+    def _rest(self, frames: list[bytes], flags: int) -> list[bytes]:
+        """The frames of a message whose first ``frames`` were read (see :meth:`recv_frames`)."""
         recv = self.socket.recv
         get = self.socket.getsockopt
-        frames: list[bytes] = [first]
         while get(_RCVMORE):
             if len(frames) > self._keep:
                 self._drop_rest()
