@@ -35,7 +35,7 @@ from django_eventmq.protocol import (
 from django_eventmq.protocol.bundle import PREFIX as BUNDLE_PREFIX
 from django_eventmq.protocol.bundle import bundle, runs, unbundle
 from django_eventmq.protocol.packed import pack
-from django_eventmq.protocol.session import HOLDING, JobManagerSession
+from django_eventmq.protocol.session import HOLDING, JobManagerSession, with_bundle_bytes
 from django_eventmq.runtime import security, transport
 from django_eventmq.runtime.addresses import AddressCycle, parse_addresses
 from django_eventmq.runtime.settings import Settings
@@ -129,6 +129,8 @@ class RouterLink(Generic[T]):
         self.session = self.session.successor()
         holding = self._holding() if self._holding is not None else []
         features = {k: v for k, v in self.session.our_features.items() if k != HOLDING}
+        # Bundles the router sends us are cut at what our socket takes (MAXMSGSIZE).
+        features = with_bundle_bytes(features, self.settings.max_message_bytes)
         if holding:
             # A router that took over from another (a failover) has these jobs
             # as waiting: told, it need not hand them out again while they run.
@@ -224,7 +226,8 @@ class RouterLink(Generic[T]):
             return
         send = channel.send_frames
         start = 0
-        for taken in runs(unsent):
+        # Cut at what the router's FEATURES said it takes: ZeroMQ drops us for more.
+        for taken in runs(unsent, max_bytes=self.session.bundle_bytes):
             if taken > 1:
                 send([bundle(unsent[start : start + taken])], flags=flags)
             elif self.session.send_packed:

@@ -39,6 +39,7 @@ from django_eventmq.protocol.extensions import (
     Unready,
 )
 from django_eventmq.protocol.ids import new_msgid
+from django_eventmq.protocol.limits import MAX_MESSAGE_BYTES
 from django_eventmq.protocol.messages import (
     Ack,
     Disconnect,
@@ -53,10 +54,13 @@ from django_eventmq.protocol.messages import (
 from django_eventmq.protocol.packed import PACKED
 
 #: What a router of ours tells a job manager it speaks, right after the ACK of its INFORM.
+#: ``"bundle"``'s value is the most bytes of one frame the announcer takes (its
+#: ``MAX_MESSAGE_BYTES``: ZeroMQ drops a peer that sends more); a router or job
+#: manager announces its own setting (:func:`with_bundle_bytes`).
 ROUTER_FEATURES: Mapping[str, int] = MappingProxyType(
-    dict.fromkeys(
+    {BUNDLE: MAX_MESSAGE_BYTES}
+    | dict.fromkeys(
         (
-            BUNDLE,
             "cancel",
             "delay",
             "done",
@@ -76,10 +80,29 @@ ROUTER_FEATURES: Mapping[str, int] = MappingProxyType(
 HOLDING = "holding"
 #: What a job manager of ours answers to its router's FEATURES.
 JOBMANAGER_FEATURES: Mapping[str, int] = MappingProxyType(
-    dict.fromkeys(
-        ("done", "nack", "cancel", "timeout", "retry", "partial", "unready", PACKED, BUNDLE), 1
-    )
+    dict.fromkeys(("done", "nack", "cancel", "timeout", "retry", "partial", "unready", PACKED), 1)
+    | {BUNDLE: MAX_MESSAGE_BYTES}
 )
+
+
+def with_bundle_bytes(features: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
+    """``features`` announcing bundles of at most ``max_bytes`` (the announcer's
+    ``MAX_MESSAGE_BYTES``), if they announce bundles at all."""
+    result = dict(features)
+    if BUNDLE in result:
+        result[BUNDLE] = max_bytes
+    return result
+
+
+def bundle_bytes(value: object) -> int:
+    """The most bytes of one bundle to a peer whose FEATURES gave ``value`` for
+    ``"bundle"``: a whole number >= 1 is its limit (at most MAX_MESSAGE_BYTES);
+    anything else (absent, false, not a number): 0, it gets no bundle."""
+    if type(value) is not int or value < 1:
+        return 0
+    return min(value, MAX_MESSAGE_BYTES)
+
+
 #: Seconds after the ACK a job manager waits for FEATURES before taking its
 #: router for the reference (ours sends it right after the ACK).
 FEATURES_WAIT = 0.5
@@ -138,6 +161,8 @@ class JobManagerSession(Generic[_T]):
         #: Send what one turn produces as one bundle (:mod:`.bundle`): the router
         #: said it reads them, and our answer went.
         self.send_bundle = False
+        #: The most bytes of one bundle the router takes (its FEATURES said).
+        self.bundle_bytes = 0
         self._inform_msgid = ""
         self._decide_by = 0.0
         #: A FEATURES came before the ACK of our INFORM: the mode it says, set at the ACK.
@@ -320,7 +345,8 @@ class JobManagerSession(Generic[_T]):
         answer = Features(msgid=new_msgid(), features=self.our_features)
         # After our answer: what we send from now on may go packed.
         self.send_packed = bool(message.features.get(PACKED))
-        self.send_bundle = bool(message.features.get(BUNDLE))
+        self.bundle_bytes = bundle_bytes(message.features.get(BUNDLE))
+        self.send_bundle = self.bundle_bytes > 0
         return [answer]
 
 
@@ -352,6 +378,7 @@ class RouterPeerSession:
     __slots__ = (
         "announced",
         "bundle",
+        "bundle_bytes",
         "credit",
         "debt",
         "our_features",
@@ -374,8 +401,9 @@ class RouterPeerSession:
         #: not a look-up in :attr:`announced`: the router reads it for every job.
         self.packed = False
         #: The jobs one turn hands out to it go as one bundle (its FEATURES said
-        #: it reads them, :mod:`.bundle`).
+        #: it reads them, :mod:`.bundle`), of at most ``bundle_bytes``.
         self.bundle = False
+        self.bundle_bytes = 0
 
     @property
     def extended(self) -> bool:
@@ -405,7 +433,8 @@ class RouterPeerSession:
         if isinstance(message, Features):
             self.announced = dict(message.features)
             self.packed = self.speaks(PACKED)
-            self.bundle = self.speaks(BUNDLE)
+            self.bundle_bytes = bundle_bytes(self.announced.get(BUNDLE))
+            self.bundle = self.bundle_bytes > 0
             self.state = _P.EXTENDED
         elif isinstance(message, Ready):
             self.free_slot()

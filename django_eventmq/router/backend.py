@@ -35,7 +35,11 @@ from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.bundle import PREFIX as BUNDLE_PREFIX
 from django_eventmq.protocol.bundle import bundle, runs, unbundle
 from django_eventmq.protocol.packed import pack
-from django_eventmq.protocol.session import ROUTER_FEATURES, RouterPeerSession
+from django_eventmq.protocol.session import (
+    ROUTER_FEATURES,
+    RouterPeerSession,
+    with_bundle_bytes,
+)
 from django_eventmq.protocol.status import DONE_STATUSES
 from django_eventmq.protocol.views import (
     DoneFields,
@@ -143,7 +147,9 @@ class BackendHandlers:
             self._warn("backend", identity, "scheduler INFORM on the backend (use the frontend)")
             return
         # A new conversation: one that INFORMs again restarted (its old one is dropped).
-        session = RouterPeerSession(features=ROUTER_FEATURES)
+        session = RouterPeerSession(
+            features=with_bundle_bytes(ROUTER_FEATURES, self.settings.max_message_bytes)
+        )
         answers = session.receive(msg)  # ACK, then our FEATURES
         routing = self.book.routing
         self._departed.pop(identity, None)
@@ -356,7 +362,10 @@ class BackendHandlers:
         start = 0
         # A worker that INFORMed again has a new session: no bundle before its FEATURES.
         messages = [job.frames for job in jobs]
-        for taken in runs(messages) if worker.session.bundle else [1] * len(jobs):
+        session = worker.session
+        # Cut at what its FEATURES said it takes: ZeroMQ drops a peer for a bigger frame.
+        cuts = runs(messages, max_bytes=session.bundle_bytes) if session.bundle else [1] * len(jobs)
+        for taken in cuts:
             run = jobs[start : start + taken]
             start += taken
             try:

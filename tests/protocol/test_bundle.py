@@ -17,6 +17,7 @@ from django_eventmq.protocol.bundle import (
     size_bound,
     unbundle,
 )
+from django_eventmq.protocol.limits import MAX_MESSAGE_BYTES
 from django_eventmq.protocol.packed import PREFIX as PACKED_PREFIX
 from django_eventmq.protocol.packed import pack
 from django_eventmq.protocol.session import JOBMANAGER_FEATURES, ROUTER_FEATURES
@@ -54,8 +55,9 @@ def test_a_bundle_is_neither_a_packed_message_nor_a_multi_frame_one() -> None:
 
 
 def test_the_features_key_is_announced_by_our_router_and_job_manager() -> None:
-    assert ROUTER_FEATURES[BUNDLE] == 1
-    assert JOBMANAGER_FEATURES[BUNDLE] == 1
+    # The value: the most bytes of one frame the announcer takes (see test_bundle_bytes.py).
+    assert ROUTER_FEATURES[BUNDLE] == MAX_MESSAGE_BYTES
+    assert JOBMANAGER_FEATURES[BUNDLE] == MAX_MESSAGE_BYTES
 
 
 @pytest.mark.parametrize(

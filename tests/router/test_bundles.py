@@ -40,7 +40,8 @@ def _informed(h: Harness, name: str, features: dict[str, int] | None) -> Peer:
     worker = h.peer("backend", name)
     inform = worker.send("INFORM", "", "worker")
     assert worker.expect("ACK")[2] == inform
-    assert json.loads(worker.expect("FEATURES")[2])["bundle"] == 1  # the router reads them
+    # The router reads them, up to what its socket takes (MAXMSGSIZE).
+    assert json.loads(worker.expect("FEATURES")[2])["bundle"] == h.router.settings.max_message_bytes
     if features is not None:
         worker.send("FEATURES", json.dumps(features))
     return worker
@@ -76,7 +77,7 @@ def test_the_jobs_one_turn_hands_out_go_as_one_bundle_and_bundled_dones_are_take
     start_router,
 ) -> None:
     h = start_router()
-    worker = _informed(h, "bundling-jm", {"done": 1, "packed": 1, "bundle": 1})
+    worker = _informed(h, "bundling-jm", {"done": 1, "packed": 1, "bundle": 1 << 20})
     msgids = _queued(h, 3)
     worker.send_raw([bundle([_ready(1), _ready(2), _ready(3)])])  # three slots in one turn
     raw = _next_job_message(worker)
@@ -124,7 +125,7 @@ def test_a_malformed_bundle_is_logged_once_and_dropped_and_the_next_one_is_read(
     start_router, caplog: pytest.LogCaptureFixture
 ) -> None:
     h = start_router()
-    worker = _informed(h, "jm", {"done": 1, "bundle": 1})
+    worker = _informed(h, "jm", {"done": 1, "bundle": 1 << 20})
     caplog.set_level(logging.WARNING, logger="django_eventmq")
     # Its second message has no frames: nothing of it is taken, not even the READY.
     worker.send_raw([b"B2,4,0,8,5,3\neMQP/1.0READYr-1"])
@@ -155,7 +156,7 @@ def _bundling_worker(stepped: Stepped, name: bytes, slots: int) -> Peer:
     router = stepped.router
     worker = stepped.peer(router.backend_address, name)
     worker.send("INFORM", "", "worker")
-    worker.send("FEATURES", '{"done": 1, "packed": 1, "bundle": 1}')
+    worker.send("FEATURES", '{"done": 1, "packed": 1, "bundle": 1048576}')
     workers = router.routing.workers
     stepped.until(lambda: name in workers and workers[name].session.bundle, "its FEATURES")
     return worker
