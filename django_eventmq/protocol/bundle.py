@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from itertools import accumulate, chain, pairwise
 
 from django_eventmq.errors import ProtocolError
+from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.fields import MAX_DIGITS, read_numbers
 from django_eventmq.protocol.limits import MAX_MESSAGE_BYTES
 
@@ -172,3 +173,32 @@ def unbundle(
         out.append(first + frames[at : at + n])
         at += n
     return out
+
+
+#: The frames of an ACK before its two msgids, back to back: '', the version, ACK.
+_ACK_START = C.PROTOCOL_VERSION_B + C.ACK_B
+#: The head's numbers of an ACK before its two msgids' lengths: its frame count,
+#: then the lengths of '', the version and ACK (as :func:`bundle` writes them).
+_ACK_FRAMES = 5
+_ACK_LENGTHS = b"0,%d,%d," % (len(C.PROTOCOL_VERSION_B), len(C.ACK_B))
+
+
+def ack_bundle(
+    msgids: Sequence[bytes],
+    ack_msgids: Sequence[bytes],
+    *,
+    max_messages: int = MAX_BUNDLE_MESSAGES,
+    max_bytes: int = MAX_MESSAGE_BYTES,
+) -> bytes | None:
+    """:func:`bundle` of the ACKs (msgid ``msgids[i]``) of ``ack_msgids``, built
+    straight from the msgids (the router's ACKs of a commit, its common case); the
+    same bytes. None when they do not fit one bundle (:func:`runs` cuts them)."""
+    count = len(ack_msgids)
+    if not 1 <= count <= max_messages:
+        return None
+    lengths = tuple(chain.from_iterable(zip(map(len, msgids), map(len, ack_msgids), strict=True)))
+    head = b"%s%d," % (PREFIX, count) + b"%d," % _ACK_FRAMES * count
+    head += (_ACK_LENGTHS + b"%d,%d,") * count % lengths
+    data = chain.from_iterable(zip([_ACK_START] * count, msgids, ack_msgids, strict=True))
+    frame = b"".join((head[:-1], b"\n", *data))
+    return frame if len(frame) <= max_bytes else None

@@ -39,7 +39,7 @@ from django_eventmq.protocol import (
     new_msgid,
 )
 from django_eventmq.protocol import constants as C
-from django_eventmq.protocol.bundle import bundle, runs
+from django_eventmq.protocol.bundle import ack_bundle, bundle, runs
 from django_eventmq.protocol.limits import OverLimit
 from django_eventmq.protocol.packed import pack
 from django_eventmq.protocol.views import ack_frames, after_identity, identity_of
@@ -459,21 +459,29 @@ class Router(Service, FrontendHandlers, BackendHandlers):
         (or as few as the limits allow), sent at once like the others."""
         send_frames = self.outbox.send_frames
         bundled = self._bundle_clients
-        grouped: dict[bytes, list[tuple[list[bytes], bool]]] = {}
+        grouped: dict[bytes, list[tuple[bytes, bool]]] = {}
         for identity, msgid, packed in acks:
-            ack = ack_frames(new_msgid().encode(), msgid)
             if identity in bundled:
-                grouped.setdefault(identity, []).append((ack, packed))
+                grouped.setdefault(identity, []).append((msgid, packed))
             else:
+                ack = ack_frames(new_msgid().encode(), msgid)
                 send_frames([identity, pack(ack)] if packed else [identity, *ack])
         for identity, entries in grouped.items():
-            messages = [ack for ack, _packed in entries]
+            ids = [new_msgid().encode() for _ in entries]
+            msgids = [msgid for msgid, _packed in entries]
+            if len(entries) > 1:
+                # The common case: all of them fit one bundle, built straight away.
+                frame = ack_bundle(ids, msgids)
+                if frame is not None:
+                    send_frames([identity, frame])
+                    continue
+            messages = list(map(ack_frames, ids, msgids))
             start = 0
             for taken in runs(messages):
                 if taken > 1:
                     send_frames([identity, bundle(messages[start : start + taken])])
                 else:  # alone: in the form its REQUEST came in, as ever
-                    ack, packed = entries[start]
+                    ack, packed = messages[start], entries[start][1]
                     send_frames([identity, pack(ack)] if packed else [identity, *ack])
                 start += taken
 
