@@ -222,13 +222,7 @@ class Book:
                 rows = journal.waiting(queue, after, limit)
         except JournalUnavailable:
             return None
-        jobs = jobs_from_rows(rows, time.monotonic())
-        inflight = self.routing.inflight
-        for job in jobs:
-            # Its row on disk may still say WAITING (Journal.lease): it is running.
-            if job.msgid in inflight:
-                job.gone = True
-        return jobs
+        return jobs_from_rows(rows, time.monotonic())
 
     def _open_parcel(self, seq: int) -> None:
         queue, dropped = self.journal.open_parcel(seq, self.finished)
@@ -516,7 +510,7 @@ class Book:
     ) -> None:
         self.lease(job, now)
         if not stored_as_leased:
-            self.journal.lease(job.seq)
+            self.journal.set_state(job.seq, LEASED)
         job_debug(log, "handed to %s", job.msgid, job.queue, show(worker.identity))
         self.deliver(worker, job)
 

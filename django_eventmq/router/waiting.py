@@ -231,22 +231,16 @@ class WaitQueue:
         self.live += 1
 
     def _refill(self) -> bool:
-        """Load the next window from disk; False if none waits there (or the disk
-        cannot be read now). The loader marks ``gone`` the jobs it read that do
-        not wait (handed out already): the boundary still moves past them."""
         assert self._load is not None
-        while True:
-            loaded = self._load(self.name, self.boundary, self.window)
-            if loaded is None:
-                return False
-            self.boundary = None if len(loaded) < self.window else loaded[-1].key
-            jobs = [job for job in loaded if not job.gone]
-            if jobs:
-                break
-            if self.boundary is None:
-                # Nothing more on disk: whatever we counted is not there (after a cancel).
-                self.count = self.live
-                return False
+        loaded = self._load(self.name, self.boundary, self.window)
+        if loaded is None:
+            return False
+        jobs = [job for job in loaded if not job.gone]
+        self.boundary = None if len(jobs) < self.window else jobs[-1].key
+        if not jobs:
+            # Nothing more on disk: whatever we counted is not there (after a cancel).
+            self.count = self.live
+            return False
         for job in jobs:
             if job.msgid not in self._index:
                 self._add(job)

@@ -18,7 +18,6 @@ from typing import Any, Protocol
 from django_eventmq.router.journal.schema import (
     COLUMN_AT,
     DELAYED,
-    LEASED,
     POISONED,
     WAITING,
     JobState,
@@ -48,7 +47,6 @@ class JournalLike(Protocol):
     def add(self, values: list[Any], *, on_disk: bool = False) -> bool: ...
     def add_many(self, rows: list[list[Any]]) -> set[int]: ...
     def set_state(self, seq: int, state: JobState) -> None: ...
-    def lease(self, seq: int) -> None: ...
     def requeue(self, seq: int, deaths: int) -> None: ...
     def delay(self, seq: int, due: float, attempts: int) -> None: ...
     def poison(self, seq: int, deaths: int, reason: str) -> None: ...
@@ -170,16 +168,6 @@ class KeptWrites:
 
     def set_state(self, seq: int, state: JobState) -> None:
         self._change(seq, state=state)
-
-    def lease(self, seq: int) -> None:
-        """The job ``seq`` is handed out. A row not written yet is stored LEASED; a
-        row on disk is left as it is (WAITING, or what a kept change says): the
-        router knows which jobs are in flight (a load from disk skips them) and a
-        restart makes every handed-out job wait again either way (``recover``),
-        so an UPDATE per hand-out would buy nothing."""
-        new = self._new.get(seq)
-        if new is not None:
-            new[COLUMN_AT["state"]] = LEASED
 
     def requeue(self, seq: int, deaths: int) -> None:
         self._change(seq, state=WAITING, deaths=deaths)

@@ -18,10 +18,7 @@ Rows move through states; a job is deleted when it finished::
     DELAYED --due--> WAITING          (delay-until header, retry back-off)
 
 On start :meth:`recover` turns every LEASED row back into WAITING (handed
-out, never reported finished): those jobs are handed out again. A job handed
-out from a row already on disk is not written LEASED (``lease``): its row
-stays WAITING, the router knows it is in flight (a load of waiting rows skips
-it), and after a restart it waits again as a LEASED row would.
+out, never reported finished): those jobs are handed out again.
 
 The rest is split by what it does: :mod:`.journal_schema` (tables, states,
 rows), :mod:`.journal_commit` (kept writes, group commit, write failures),
