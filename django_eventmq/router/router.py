@@ -39,7 +39,7 @@ from django_eventmq.protocol import (
     new_msgid,
 )
 from django_eventmq.protocol import constants as C
-from django_eventmq.protocol.bundle import ack_bundle, bundle, runs
+from django_eventmq.protocol.bundle import MAX_BUNDLE_MESSAGES, ack_bundle, bundle, runs
 from django_eventmq.protocol.limits import OverLimit
 from django_eventmq.protocol.packed import pack
 from django_eventmq.protocol.views import ack_frames, after_identity, identity_of
@@ -469,21 +469,24 @@ class Router(Service, FrontendHandlers, BackendHandlers):
         for identity, entries in grouped.items():
             ids = [new_msgid().encode() for _ in entries]
             msgids = [msgid for msgid, _packed in entries]
-            if len(entries) > 1:
-                # The common case: all of them fit one bundle, built straight away.
-                frame = ack_bundle(ids, msgids)
-                if frame is not None:
-                    send_frames([identity, frame])
-                    continue
-            messages = list(map(ack_frames, ids, msgids))
-            start = 0
-            for taken in runs(messages):
-                if taken > 1:
-                    send_frames([identity, bundle(messages[start : start + taken])])
-                else:  # alone: in the form its REQUEST came in, as ever
-                    ack, packed = messages[start], entries[start][1]
-                    send_frames([identity, pack(ack)] if packed else [identity, *ack])
-                start += taken
+            # By MAX_BUNDLE_MESSAGES, as runs() would cut them: the common case, each
+            # cut fits one bundle, built straight away.
+            for cut in range(0, len(entries), MAX_BUNDLE_MESSAGES):
+                end = cut + MAX_BUNDLE_MESSAGES
+                if len(entries) - cut > 1:
+                    frame = ack_bundle(ids[cut:end], msgids[cut:end])
+                    if frame is not None:
+                        send_frames([identity, frame])
+                        continue
+                chunk = list(map(ack_frames, ids[cut:end], msgids[cut:end]))
+                at = 0
+                for taken in runs(chunk):
+                    if taken > 1:
+                        send_frames([identity, bundle(chunk[at : at + taken])])
+                    else:  # alone: in the form its REQUEST came in, as ever
+                        ack, packed = chunk[at], entries[cut + at][1]
+                        send_frames([identity, pack(ack)] if packed else [identity, *ack])
+                    at += taken
 
     def _hold_leases(self) -> None:
         """Jobs handed out but held back (not stored yet) do not run: nor do their
