@@ -49,6 +49,7 @@ from django_eventmq.protocol import Features, Reply, Request, decode, encode, ne
 from django_eventmq.protocol.batch import JOB_OVERHEAD, MAX_BATCH_JOBS, pack_jobs
 from django_eventmq.protocol.bundle import BUNDLE, is_bundle, unbundle
 from django_eventmq.protocol.extensions import Reject
+from django_eventmq.protocol.limits import MAX_MESSAGE_BYTES
 from django_eventmq.protocol.packed import PACKED
 from django_eventmq.protocol.views import acked_msgid, batch_frames, request_frames
 from django_eventmq.runtime import transport
@@ -79,8 +80,16 @@ DEFAULT_BATCH_BYTES = 1024 * 1024
 #: (``features_wait``): a router of ours answers at once; a reference router
 #: never does, and then costs this once per task.
 FEATURES_WAIT = 1.0
-#: What a client (and a pipeline) tells the router it speaks.
-CLIENT_FEATURES = {"batch": 1, PACKED: 1, BUNDLE: 1}
+#: What a client (and a pipeline) tells the router it speaks; its ``"bundle"``
+#: value is the largest frame its socket takes (:func:`client_features`).
+CLIENT_FEATURES = {"batch": 1, PACKED: 1, BUNDLE: MAX_MESSAGE_BYTES}
+
+
+def client_features(channel: transport.Channel) -> dict[str, Any]:
+    """:data:`CLIENT_FEATURES` for ``channel``: bundles of ACKs to it are cut at the
+    largest frame it takes (a bigger one would cost it the connection)."""
+    return {**CLIENT_FEATURES, BUNDLE: channel.max_frame_bytes}
+
 
 _NOBLOCK = transport.NOBLOCK
 
@@ -388,7 +397,7 @@ class Pipeline:
     def _ask_features(self) -> None:
         """Tell the router we speak BATCH; its FEATURES answer switches us to it."""
         self._asked = True
-        frames = encode(Features(msgid=new_msgid(), features=CLIENT_FEATURES))
+        frames = encode(Features(msgid=new_msgid(), features=client_features(self.channel)))
         if not self._try_send(frames):
             self._provisional = 0
             self._log.debug("FEATURES not sent (the pipe is full): sending REQUESTs only")
@@ -561,7 +570,8 @@ class Pipeline:
             and (self._pending or self._batches)
         ):
             self._probed = now
-            self._try_send(encode(Features(msgid=new_msgid(), features=CLIENT_FEATURES)))
+            features = client_features(self.channel)
+            self._try_send(encode(Features(msgid=new_msgid(), features=features)))
 
     def _raise_if_full(self, what: str) -> None:
         """Raise :class:`RouterFull` if the router is up though it ``what`` for

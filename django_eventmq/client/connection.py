@@ -159,6 +159,8 @@ class Client:
             ctx=client_exit.context(),
             watch_peer=watch_peer,
         )
+        # Bundles of ACKs to us are cut at the largest frame our socket takes.
+        self.session.our_features = pipeline.client_features(self.channel)
         client_exit.opened(self)
         self._ask_features()
 

@@ -62,6 +62,7 @@ from django_eventmq.protocol.extensions import Reject
 from django_eventmq.protocol.headers import Headers
 from django_eventmq.protocol.limits import Limits, OverLimit
 from django_eventmq.protocol.packed import PACKED, request_of
+from django_eventmq.protocol.session import bundle_bytes
 from django_eventmq.protocol.unique import not_unique_reason
 from django_eventmq.protocol.views import (
     BatchFields,
@@ -110,7 +111,7 @@ class FrontendHandlers(QueueMarks):
 
     if TYPE_CHECKING:
 
-        def reads_bundles(self, identity: bytes) -> None: ...
+        def reads_bundles(self, identity: bytes, max_bytes: int) -> None: ...
 
         def _handle(self, channel: Channel, raw: list[bytes], now: float) -> None: ...
 
@@ -453,8 +454,9 @@ class FrontendHandlers(QueueMarks):
         self, identity: bytes, frames: list[bytes], msg: Message, now: float
     ) -> None:
         """A client says what it speaks; we answer with what our frontend takes."""
-        if isinstance(msg, Features) and msg.features.get(BUNDLE):
-            self.reads_bundles(identity)  # its ACKs go bundled (Router._sync)
+        limit = bundle_bytes(msg.features.get(BUNDLE)) if isinstance(msg, Features) else 0
+        if limit:
+            self.reads_bundles(identity, limit)  # its ACKs go bundled (Router._sync)
         features = {
             PACKED: 1,
             "batch": 1,

@@ -175,7 +175,8 @@ class Router(Service, FrontendHandlers, BackendHandlers):
         self._acks = []
         #: Clients whose FEATURES said they read bundles: the ACKs one commit
         #: releases to one of them go as one (:meth:`reads_bundles`, :meth:`_send_acks`).
-        self._bundle_clients: OrderedDict[bytes, None] = OrderedDict()
+        #: Each with the largest frame it takes (its FEATURES' "bundle" value).
+        self._bundle_clients: OrderedDict[bytes, int] = OrderedDict()
         self._departed = OrderedDict()
         self._told = OrderedDict()
         self._outbox = []
@@ -443,13 +444,14 @@ class Router(Service, FrontendHandlers, BackendHandlers):
                 ack = ack_frames(new_msgid().encode(), msgid)
                 send_frames([identity, pack(ack)] if packed else [identity, *ack])
 
-    def reads_bundles(self, identity: bytes) -> None:
-        """The client ``identity`` said (in its FEATURES) that it reads bundles.
+    def reads_bundles(self, identity: bytes, max_bytes: int) -> None:
+        """The client ``identity`` said (in its FEATURES) that it reads bundles of
+        at most ``max_bytes`` (the largest frame its socket takes).
 
         Remembered for the most recent :data:`BUNDLE_CLIENTS` clients: one
         forgotten gets its ACKs one by one again, which it reads as well."""
         clients = self._bundle_clients
-        clients[identity] = None
+        clients[identity] = max_bytes
         clients.move_to_end(identity)
         if len(clients) > BUNDLE_CLIENTS:
             clients.popitem(last=False)
@@ -467,6 +469,7 @@ class Router(Service, FrontendHandlers, BackendHandlers):
                 ack = ack_frames(new_msgid().encode(), msgid)
                 send_frames([identity, pack(ack)] if packed else [identity, *ack])
         for identity, entries in grouped.items():
+            limit = bundled[identity]  # the largest frame it takes: never more
             ids = [new_msgid().encode() for _ in entries]
             msgids = [msgid for msgid, _packed in entries]
             # By MAX_BUNDLE_MESSAGES, as runs() would cut them: the common case, each
@@ -474,13 +477,13 @@ class Router(Service, FrontendHandlers, BackendHandlers):
             for cut in range(0, len(entries), MAX_BUNDLE_MESSAGES):
                 end = cut + MAX_BUNDLE_MESSAGES
                 if len(entries) - cut > 1:
-                    frame = ack_bundle(ids[cut:end], msgids[cut:end])
+                    frame = ack_bundle(ids[cut:end], msgids[cut:end], max_bytes=limit)
                     if frame is not None:
                         send_frames([identity, frame])
                         continue
                 chunk = list(map(ack_frames, ids[cut:end], msgids[cut:end]))
                 at = 0
-                for taken in runs(chunk):
+                for taken in runs(chunk, max_bytes=limit):
                     if taken > 1:
                         send_frames([identity, bundle(chunk[at : at + taken])])
                     else:  # alone: in the form its REQUEST came in, as ever

@@ -293,6 +293,13 @@ class Channel:
         failures, self._failures = self._failures, []
         return failures
 
+    @property
+    def max_frame_bytes(self) -> int:
+        """The largest frame this socket takes (its MAXMSGSIZE; a bigger one costs
+        the sender the connection): what our FEATURES tell a peer that bundles."""
+        size = int(self.socket.getsockopt(zmq.MAXMSGSIZE))
+        return MAX_MESSAGE_BYTES if size < 0 else min(size, MAX_MESSAGE_BYTES)
+
     def peer_connected(self) -> bool | None:
         """For a ``watch_peer`` channel: True while a connection to its peer is up
         (handshake done, not dropped since). A peer's ZeroMQ completes handshakes

@@ -81,3 +81,19 @@ def test_a_bundle_inside_a_bundle_is_malformed_not_recursed_into(
         finally:
             client.close()
     wait_for(lambda: any("malformed message" in r.getMessage() for r in caplog.records))
+
+
+def test_a_client_announces_the_largest_frame_its_socket_takes() -> None:
+    from django_eventmq.client.bulk import client_features
+    from django_eventmq.protocol.bundle import BUNDLE
+    from django_eventmq.runtime import transport
+
+    with ScriptedRouter(lambda frames, n: []) as router:
+        client = Client(router.addr, options={transport.MAXMSGSIZE: 300_000})
+        try:
+            # Our router cuts the ACK bundles it sends us there (a bigger frame
+            # would cost us the connection).
+            assert client.session.our_features[BUNDLE] == 300_000
+            assert client_features(client.channel)[BUNDLE] == 300_000
+        finally:
+            client.close()

@@ -31,7 +31,7 @@ def _router() -> tuple[Router, _Outbox]:
     router = object.__new__(Router)
     outbox = _Outbox()
     router.outbox = outbox  # type: ignore[assignment]
-    router._bundle_clients = OrderedDict({BUNDLED: None})
+    router._bundle_clients = OrderedDict({BUNDLED: 1 << 26})
     return router, outbox
 
 

@@ -229,7 +229,7 @@ def test_the_acks_one_commit_releases_go_as_one_bundle_to_a_client_that_reads_th
     # Connected once answered: the router can route to them.
     reader = _client_answered(stepped, b"bundle-reader", {})
     other = _client_answered(stepped, b"plain-client", {})
-    router.reads_bundles(b"bundle-reader")
+    router.reads_bundles(b"bundle-reader", 1 << 20)
     router._acks = [
         (b"bundle-reader", b"m-1", False),
         (b"plain-client", b"m-2", False),
@@ -260,13 +260,30 @@ def test_the_router_remembers_the_most_recent_clients_that_read_bundles(
     monkeypatch.setattr(router_module, "BUNDLE_CLIENTS", 2)
     router = stepped.router
     for name in (b"a", b"b", b"a", b"c"):
-        router.reads_bundles(name)
+        router.reads_bundles(name, 1 << 20)
     assert list(router._bundle_clients) == [b"a", b"c"]  # b, least recent, forgotten
 
 
 def test_a_client_whose_features_say_bundle_is_remembered_as_reading_them(
     stepped: Stepped,
 ) -> None:
-    _client_answered(stepped, b"says-bundle", {"packed": 1, "bundle": 1})
+    _client_answered(stepped, b"says-bundle", {"packed": 1, "bundle": 65536})
     _client_answered(stepped, b"says-nothing", {"packed": 1})
-    assert list(stepped.router._bundle_clients) == [b"says-bundle"]
+    _client_answered(stepped, b"says-true", {"packed": 1, "bundle": True})  # no size: none
+    assert dict(stepped.router._bundle_clients) == {b"says-bundle": 65536}
+
+
+def test_the_acks_to_a_client_are_cut_at_the_largest_frame_it_takes(stepped: Stepped) -> None:
+    router = stepped.router
+    reader = _client_answered(stepped, b"small-reader", {})
+    router.reads_bundles(b"small-reader", 400)  # its MAX_MESSAGE_BYTES, lowered
+    msgids = [b"m-%d" % n for n in range(40)]
+    router._acks = [(b"small-reader", msgid, True) for msgid in msgids]
+    router._sync(force=True)
+    got: list[str] = []
+    while len(got) < len(msgids):
+        raw = reader.recv_raw()
+        assert len(raw) == 1 and len(raw[0]) <= 400, raw  # else ZeroMQ drops the client
+        inner = unbundle(raw[0]) if is_bundle(raw[0]) else [raw]
+        got += [decode(frames).ack_msgid for frames in inner]  # type: ignore[attr-defined]
+    assert got == [m.decode() for m in msgids]  # all of them, in order
