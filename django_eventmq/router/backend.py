@@ -309,41 +309,29 @@ class BackendHandlers:
         ready = [entry for entry in outbox if entry[1].seq <= durable]
         if len(ready) < len(outbox):
             self._outbox = [entry for entry in outbox if entry[1].seq > durable]
-        if len(ready) == 1:
-            self._send_delivery(ready, 0)
-            return
         # Per worker, in the order they were handed out: a job manager that reads
         # bundles gets its jobs as one (one send, one receive for the turn).
         by_worker: dict[bytes, list[tuple[JobManagerPeer, RoutedJob]]] = {}
         for entry in ready:
-            group = by_worker.get(entry[0].identity)
-            if group is None:
-                by_worker[entry[0].identity] = [entry]
-            else:
-                group.append(entry)
+            by_worker.setdefault(entry[0].identity, []).append(entry)
         groups = list(by_worker.values())
         for position, group in enumerate(groups):
-            done = 0
             try:
-                if len(group) > 1 and group[0][0].session.bundle:
-                    done = len(group)  # none of it is stranded: see _send_bundle
-                    self._send_bundle(group)
-                else:
-                    for done in range(1, len(group) + 1):
-                        self._send_delivery(group, done - 1)
+                self._send_jobs(group)
             except BaseException:
-                # Unexpected (the caller logs it): the jobs after the one that failed
-                # must not be stranded, leased but never sent. They go out next time.
-                self._outbox[:0] = group[done:] + [
-                    e for later in groups[position + 1 :] for e in later
-                ]
+                # Unexpected (the caller logs it): the other workers' jobs must not be
+                # stranded, leased but never sent. They go out next time (this
+                # worker's own went back to the outbox in _send_jobs).
+                self._outbox[:0] = [e for later in groups[position + 1 :] for e in later]
                 raise
 
-    def _send_bundle(self, group: list[tuple[JobManagerPeer, RoutedJob]]) -> None:
-        """The jobs of ``group`` (one worker's, in order) as bundles: as
-        :meth:`_send_delivery` does per job (same checks, same undo), one send per
-        bundle. A job whose bundle raised unexpectedly was not sent: it goes
-        out next time with the rest (see :meth:`_flush_deliveries`)."""
+    def _send_jobs(self, group: list[tuple[JobManagerPeer, RoutedJob]]) -> None:
+        """Send the jobs of ``group`` (one worker's, in order): as bundles to a job
+        manager that reads them, else one message each. A job taken back meanwhile
+        is skipped, one whose worker left waits again; a send the worker cannot take
+        now (Again) puts its jobs back to wait, an unreachable worker fails with
+        every job of its not sent. When a send raises unexpectedly, the jobs after
+        it go back to the outbox, for next time."""
         book = self.book
         identity = group[0][0].identity
         worker = book.routing.workers.get(identity)
@@ -360,11 +348,14 @@ class BackendHandlers:
             return
         send = self.backend.send_frames
         start = 0
-        # A worker that INFORMed again has a new session: no bundle before its FEATURES.
         messages = [job.frames for job in jobs]
-        session = worker.session
+        # A worker that INFORMed again has a new session: no bundle before its FEATURES.
         # Cut at what its FEATURES said it takes: ZeroMQ drops a peer for a bigger frame.
-        cuts = runs(messages, max_bytes=session.bundle_bytes) if session.bundle else [1] * len(jobs)
+        session = worker.session
+        if session.bundle and len(jobs) > 1:
+            cuts = runs(messages, max_bytes=session.bundle_bytes)
+        else:
+            cuts = [1] * len(jobs)
         for taken in cuts:
             run = jobs[start : start + taken]
             start += taken
@@ -372,7 +363,7 @@ class BackendHandlers:
                 if taken > 1:
                     frame = bundle(messages[start - taken : start])
                     send([identity, frame], flags=transport.NOBLOCK)
-                elif worker.session.packed:
+                elif session.packed:
                     send([identity, pack(run[0].frames)], flags=transport.NOBLOCK)
                 else:
                     send([identity, *run[0].frames], flags=transport.NOBLOCK)
@@ -382,50 +373,19 @@ class BackendHandlers:
                     book.undo(job)
                 self._retry = True
                 continue
-            except transport.ZMQError as exc:
-                if exc.errno != transport.EHOSTUNREACH:
-                    self._outbox[:0] = [(worker, job) for job in jobs[start - taken :]]
-                    raise
-                for job in jobs[start - taken :]:
-                    book.undo(job)
-                self._worker_failed(identity, "unreachable")  # and its jobs still queued
-                self._retry = True
-                return
-            except BaseException:
-                self._outbox[:0] = [(worker, job) for job in jobs[start - taken :]]
+            except BaseException as exc:
+                if isinstance(exc, transport.ZMQError) and exc.errno == transport.EHOSTUNREACH:
+                    for job in jobs[start - taken :]:
+                        book.undo(job)
+                    self._worker_failed(identity, "unreachable")  # and its jobs still queued
+                    self._retry = True
+                    return
+                # The jobs after it go out next time; its own stay leased (handed out
+                # again when the lease ends), as a send that may have left.
+                self._outbox[:0] = [(worker, job) for job in jobs[start:]]
                 raise
             for job in run:
                 self._sent(worker, job)
-
-    def _send_delivery(self, outbox: list[tuple[JobManagerPeer, RoutedJob]], index: int) -> None:
-        worker, job = outbox[index]
-        book = self.book
-        identity = worker.identity
-        if job.worker != identity:
-            return  # taken back meanwhile (its worker failed): it waits again already
-        if book.routing.workers.get(identity) is not worker:
-            book.undo(job)  # its worker left before the job went out
-            self._retry = True
-            return
-        try:
-            if worker.session.packed:
-                self.backend.send_frames([identity, pack(job.frames)], flags=transport.NOBLOCK)
-            else:
-                self.backend.send_frames([identity, *job.frames], flags=transport.NOBLOCK)
-        except transport.Again:
-            log.debug("worker %s is not taking messages; msgid %s waits", show(identity), job.msgid)
-            book.undo(job)
-            self._retry = True
-            return
-        except transport.ZMQError as exc:
-            if exc.errno != transport.EHOSTUNREACH:
-                raise
-            book.undo(job)
-            self._undo_unsent(identity, outbox[index + 1 :])
-            self._worker_failed(identity, "unreachable")  # and its jobs still queued
-            self._retry = True
-            return
-        self._sent(worker, job)
 
     def _sent(self, worker: JobManagerPeer, job: RoutedJob) -> None:
         """A job went out to ``worker``."""

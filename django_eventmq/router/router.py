@@ -493,7 +493,7 @@ class Router(Service, FrontendHandlers, BackendHandlers):
 
     def _hold_leases(self) -> None:
         """Jobs handed out but held back (not stored yet) do not run: nor do their
-        leases, which start again when they are sent (:meth:`_send_delivery`)."""
+        leases, which start again when they are sent (:meth:`_sent`)."""
         for _worker, job in self._outbox:
             if job.lease_until != math.inf:
                 job.lease_until = math.inf
