@@ -436,13 +436,7 @@ class Router(Service, FrontendHandlers, BackendHandlers):
         self._acks_since = None
         if self._acks:
             acks, self._acks = self._acks, []
-            if self._bundle_clients:
-                self._send_acks(acks)
-                return
-            send_frames = self.outbox.send_frames
-            for identity, msgid, packed in acks:
-                ack = ack_frames(new_msgid().encode(), msgid)
-                send_frames([identity, pack(ack)] if packed else [identity, *ack])
+            self._send_acks(acks)
 
     def reads_bundles(self, identity: bytes, max_bytes: int) -> None:
         """The client ``identity`` said (in its FEATURES) that it reads bundles of
@@ -466,8 +460,7 @@ class Router(Service, FrontendHandlers, BackendHandlers):
             if identity in bundled:
                 grouped.setdefault(identity, []).append((msgid, packed))
             else:
-                ack = ack_frames(new_msgid().encode(), msgid)
-                send_frames([identity, pack(ack)] if packed else [identity, *ack])
+                send_frames(_alone(identity, ack_frames(new_msgid().encode(), msgid), packed))
         for identity, entries in grouped.items():
             limit = bundled[identity]  # the largest frame it takes: never more
             ids = [new_msgid().encode() for _ in entries]
@@ -486,9 +479,8 @@ class Router(Service, FrontendHandlers, BackendHandlers):
                 for taken in runs(chunk, max_bytes=limit):
                     if taken > 1:
                         send_frames([identity, bundle(chunk[at : at + taken])])
-                    else:  # alone: in the form its REQUEST came in, as ever
-                        ack, packed = chunk[at], entries[cut + at][1]
-                        send_frames([identity, pack(ack)] if packed else [identity, *ack])
+                    else:
+                        send_frames(_alone(identity, chunk[at], entries[cut + at][1]))
                     at += taken
 
     def _hold_leases(self) -> None:
@@ -679,3 +671,8 @@ class Router(Service, FrontendHandlers, BackendHandlers):
     @staticmethod
     def _heartbeat() -> Heartbeat:
         return Heartbeat(msgid=new_msgid(), timestamp=time.time())
+
+
+def _alone(identity: bytes, ack: list[bytes], packed: bool) -> list[bytes]:
+    """An ACK sent alone, in the form its REQUEST came in (packed or not)."""
+    return [identity, pack(ack)] if packed else [identity, *ack]
