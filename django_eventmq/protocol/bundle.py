@@ -21,10 +21,12 @@ format measured against the other reasonable choice, a
 this one costs about 27 us, the nested one about 59 us (a head parse per
 message instead of one for the bundle).
 
-Who sends it (only to a peer whose FEATURES said ``"bundle"``; the
-reference's peers never see one): our router the jobs one turn hands out to
-one job manager, and our job manager the messages (DONE, READY, ...) one of
-its turns produces. Every receiver of ours takes bundles from anyone.
+Who sends it (only to a peer whose FEATURES said ``"bundle"``, whose value is
+the largest frame that peer takes, where the sender cuts; the reference's peers
+never see one): our router the jobs one turn hands out to one job manager and
+the ACKs one commit releases to one client, and our job manager the messages
+(DONE, READY, ...) one of its turns produces. Every receiver of ours takes
+bundles from anyone.
 
 What is checked here is the bundle's structure: the head, the counts (1 to
 ``max_messages`` messages, 1 to ``max_frames`` frames each), the lengths
@@ -43,7 +45,7 @@ from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.fields import MAX_DIGITS, read_numbers
 from django_eventmq.protocol.limits import MAX_MESSAGE_BYTES
 
-#: The FEATURES key that says "send me bundles, I read them".
+#: The FEATURES key that says "send me bundles of at most this many bytes, I read them".
 BUNDLE = "bundle"
 #: How every bundle starts (a packed message starts with a digit).
 PREFIX = b"B"
