@@ -2,7 +2,8 @@
 
 What one turn sends goes as one bundle at the end of the turn, never overtaken by
 what is sent after it; a bundle of jobs from the router is taken job by job.
-The router's side is in tests/router/test_bundles.py.
+The router's side is in tests/router/test_bundles.py; that nothing is bundled for a
+router that did not say "bundle", in tests/jobmanager/test_modes.py.
 """
 
 from __future__ import annotations
@@ -44,15 +45,6 @@ def test_it_says_it_reads_bundles_and_runs_each_job_of_one(router: FakeRouter) -
         assert payload(first) == {"value": 5} and payload(second) == {"value": 2}
         router.pump(0.1)
     assert router.malformed == [] and router.illegal == []
-
-
-def test_it_bundles_nothing_for_a_router_that_did_not_say_bundle(router: FakeRouter) -> None:
-    with running(settings_for(router)):
-        identity, _ = router.handshake(features=True, without=(BUNDLE,))
-        msgid = router.request(identity, body("add", 1, 1))
-        router.expect(Done, job_msgid=msgid)
-        assert router.count(Ready) == 2
-        assert router.arrived_bundled == []
 
 
 def test_a_malformed_bundle_from_the_router_is_logged_and_dropped(

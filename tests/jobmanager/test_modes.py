@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from django_eventmq.jobmanager.lifecycle import ManagedJob
 from django_eventmq.jobmanager.manager import JobManager
 from django_eventmq.protocol import Disconnect, Done, Features, Nack, Ready, Reply, new_msgid
@@ -56,15 +58,18 @@ def test_it_packs_what_it_sends_to_a_router_that_reads_packed_and_runs_packed_jo
         assert "READY" in router.arrived_packed and "DONE" in router.arrived_packed
 
 
-def test_it_packs_nothing_for_a_router_whose_features_do_not_say_packed(
-    router: FakeRouter,
+@pytest.mark.parametrize(
+    ("feature", "arrived"), [(PACKED, "arrived_packed"), (BUNDLE, "arrived_bundled")]
+)
+def test_it_packs_or_bundles_nothing_for_a_router_whose_features_do_not_say_so(
+    router: FakeRouter, feature: str, arrived: str
 ) -> None:
     with running(settings_for(router)):
-        identity, _ = router.handshake(features=True, without=(PACKED,))
+        identity, _ = router.handshake(features=True, without=(feature,))
         msgid = router.request(identity, body("add", 1, 1))
         router.expect(Done, job_msgid=msgid)
         assert router.count(Ready) == 2
-        assert router.arrived_packed == []
+        assert getattr(router, arrived) == []
 
 
 def test_without_features_it_is_ready_and_reply_as_the_reference(router: FakeRouter) -> None:
