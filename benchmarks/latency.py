@@ -19,6 +19,13 @@ clock for every process on Linux, so start latency is that minus the reading
 taken just before ``.delay()``. Figures are p50 / p99 / max in milliseconds.
 Ours runs with its defaults (journal on, ``JOURNAL_SYNC=full``: each job is
 stored before it is acknowledged); Huey's Redis keeps nothing on disk.
+
+Beside them, at low load, **the floor** (``benchmarks/_floor.py``): our path's
+hops and its one disk sync played by processes with no logic at all (client ->
+relay with an ``fdatasync`` -> manager -> child over a pipe, and back). It is
+what this machine's wake-ups, loopback TCP and disk flush cost on their own;
+ours minus the floor is what our code adds. Run in the same run, it tells a
+slow minute (or a slow machine) from a slow change.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._floor import Floor
 from benchmarks._huey import HueyStack, huey_missing
 from benchmarks._peers import start_ours
 from benchmarks._summary import Target, median_of
@@ -168,6 +176,23 @@ def measure_ours(jobs: int, load_seconds: float) -> dict[str, Any]:
         stack.stop()
 
 
+def measure_floor(jobs: int) -> dict[str, Any]:
+    """The floor at low load (module doc): start and wait latency, one job at a time."""
+    floor = Floor(sync=True)
+    try:
+        for _ in range(min(200, jobs)):  # warm-up, as for the others
+            floor.one()
+        start_ns: list[int] = []
+        wait_ns: list[int] = []
+        for _ in range(jobs):
+            sent, started, replied = floor.one()
+            start_ns.append(started - sent)
+            wait_ns.append(replied - sent)
+        return {"low_load": {"start": percentiles(start_ns), "wait": percentiles(wait_ns)}}
+    finally:
+        floor.stop()
+
+
 def measure_huey(jobs: int, load_seconds: float) -> dict[str, Any]:
     stack = HueyStack(workers=2)
     try:
@@ -213,6 +238,9 @@ def run_line(number: int, runs: int, run: dict[str, Any]) -> str:
                 f" half peak ({run[name]['half_peak']['jobs_per_second']:,.0f}/s)"
                 f" {half['p50']:.3f}/{half['p99']:.3f};"
             )
+    if "floor" in run:
+        floor = run["floor"]["low_load"]["start"]
+        parts.append(f"floor start p50/p99 ms: {floor['p50']:.3f}/{floor['p99']:.3f};")
     return " ".join(parts)
 
 
@@ -232,6 +260,8 @@ def print_table(results: dict[str, Any]) -> None:
         f"{'half peak: jobs/s achieved':34}"
         + "".join(f"{results[s]['half_peak']['jobs_per_second']:>28,.0f}" for s in systems)
     )
+    if "floor" in results:
+        print_floor(results)
     for target in targets(results):
         print(f"target: {target.line()}")
     if "huey" in results:
@@ -239,6 +269,20 @@ def print_table(results: dict[str, Any]) -> None:
             ours = results["ours"][run]["wait"]["p50"]
             theirs = results["huey"][run]["wait"]["p50"]
             print(f"{run.replace('_', ' ')}: Huey's p50 wait / ours = {theirs / ours:.1f}x")
+
+
+def print_floor(results: dict[str, Any]) -> None:
+    """The floor's low-load figures, and how much of ours is above it (p50)."""
+    floor = results["floor"]["low_load"]
+    ours = results["ours"]["low_load"]
+    print(f"{'floor, low load, job starts':34}{_cell(floor['start']):>28}")
+    print(f"{'floor, low load, .wait()':34}{_cell(floor['wait']):>28}")
+    for kind, label in (("start", "start"), ("wait", ".wait()")):
+        above = ours[kind]["p50"] - floor[kind]["p50"]
+        print(
+            f"ours above the floor, low-load {label} p50: {above:+.3f} ms"
+            f" (ours {ours[kind]['p50']:.3f} = floor {floor[kind]['p50']:.3f} + our code)"
+        )
 
 
 def run(jobs: int, load_seconds: float, runs: int = 1, skip_huey: bool = False) -> dict[str, Any]:
@@ -253,6 +297,8 @@ def run(jobs: int, load_seconds: float, runs: int = 1, skip_huey: bool = False) 
         one: dict[str, Any] = {}
         print(f"{label}ours (router + job manager, 2 workers, journal sync full) ...", flush=True)
         one["ours"] = measure_ours(jobs, load_seconds)
+        print(f"{label}floor (same hops and disk sync, no logic) ...", flush=True)
+        one["floor"] = measure_floor(jobs)
         if not missing:
             print(f"{label}huey (Redis, consumer with 2 process workers) ...", flush=True)
             one["huey"] = measure_huey(jobs, load_seconds)
