@@ -105,7 +105,10 @@ class BackendHandlers:
         """Take what job managers sent, READY and DONE straight from their frames;
         a bundle (:mod:`..protocol.bundle`) is each message it carries, in order."""
         recv = self.backend.recv_frames
-        for _ in range(DRAIN_CAP):
+        for taken in range(DRAIN_CAP):
+            # As the frontend's drain: EVENTS, not a receive that fails, after the first.
+            if taken == 1 and not self.backend.poll(0):
+                return
             try:
                 raw = recv(flags=transport.NOBLOCK)
             except transport.Again:
