@@ -455,6 +455,10 @@ class Router(Service, FrontendHandlers, BackendHandlers):
         """The ACKs of a commit: those of a client that reads bundles as one bundle
         (or as few as the limits allow), sent at once like the others."""
         send_frames = self.outbox.send_frames
+        if len(acks) == 1:  # low load: one ACK goes alone, bundle reader or not
+            identity, msgid, packed = acks[0]
+            send_frames(_alone(identity, ack_frames(new_msgid().encode(), msgid), packed))
+            return
         bundled = self._bundle_clients
         grouped: dict[bytes, list[tuple[bytes, bool]]] = {}
         for identity, msgid, packed in acks:
