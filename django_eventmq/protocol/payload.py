@@ -9,6 +9,7 @@ nothing from the wire is ever unpickled or evaluated.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,17 +37,19 @@ class JobBody:
     class_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.path, str) or not _is_dotted(self.path.partition(":")[0]):
-            raise InvalidJob(f"job path must be a dotted module path, got {self.path!r}")
-        _module, sep, class_part = self.path.partition(":")
+        # Runs for every job a worker parses: no generator, no getattr by name.
+        path = self.path
+        if not isinstance(path, str):
+            raise InvalidJob(f"job path must be a dotted module path, got {path!r}")
+        module, sep, class_part = path.partition(":")
+        if not _is_dotted(module):
+            raise InvalidJob(f"job path must be a dotted module path, got {path!r}")
         if sep and not class_part.isidentifier():
             raise InvalidJob(f"job path class part must be an identifier, got {class_part!r}")
         if not isinstance(self.callable, str) or not self.callable.isidentifier():
             raise InvalidJob(f"job callable must be an identifier, got {self.callable!r}")
-        for name in ("kwargs", "class_kwargs"):
-            value = getattr(self, name)
-            if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-                raise InvalidJob(f"job {name} must be an object with string keys")
+        _check_keys("kwargs", self.kwargs)
+        _check_keys("class_kwargs", self.class_kwargs)
 
     @property
     def name(self) -> str:
@@ -80,7 +83,16 @@ class JobBody:
 
 
 def _is_dotted(path: str) -> bool:
-    return bool(path) and all(part.isidentifier() for part in path.split("."))
+    return bool(path) and all(map(str.isidentifier, path.split(".")))
+
+
+def _check_keys(name: str, value: object) -> None:
+    """:class:`InvalidJob` unless ``value`` is a dict with only ``str`` keys."""
+    if not isinstance(value, dict) or (value and not all(map(isinstance, value, _STR))):
+        raise InvalidJob(f"job {name} must be an object with string keys")
+
+
+_STR = itertools.repeat(str)
 
 
 def encode_json(value: Any) -> str:
@@ -140,10 +152,14 @@ def _encoder() -> json.JSONEncoder:
     return json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
-@functools.cache
-def _decoder() -> json.JSONDecoder:
-    """One decoder for every call: ``json.loads`` with an argument builds a new one each time."""
-    return json.JSONDecoder(parse_constant=_reject_constant)
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+#: One decoder for every call (``json.loads`` with an argument builds a new one each
+#: time), and its scanner: one value from an index (C in CPython).
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_scan: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 
 
 def decode_json(
@@ -158,24 +174,26 @@ def decode_json(
         raise InvalidJob(f"{what} is larger than {max_bytes} bytes")
     try:
         # The wire is UTF-8 (eMQP); UnicodeDecodeError is a ValueError.
-        value = _decoder().decode(text.decode() if isinstance(text, bytes) else text)
+        if isinstance(text, bytes):
+            text = text.decode()
+        try:
+            # JSONDecoder.decode, less its two whitespace matches: text without
+            # whitespace around the value (every peer of ours sends that) is
+            # scanned once; anything else (or an error) goes the decoder's way,
+            # which gives the same value, or raises its own error.
+            value, end = _scan(text, 0)
+        except StopIteration:
+            value = _DECODER.decode(text)
+        else:
+            if end != len(text):
+                value = _DECODER.decode(text)
     except (ValueError, RecursionError) as exc:
         raise InvalidJob(f"{what} is not valid JSON: {exc}") from exc
-    if _may_nest_deeper(text, max_depth) and _depth_exceeds(value, max_depth):
+    # A cheap bound first: n opening brackets nest values at most n + 1 deep, so
+    # most bodies need no walk over the parsed value.
+    if text.count("[") + text.count("{") >= max_depth and _depth_exceeds(value, max_depth):
         raise InvalidJob(f"{what} is nested deeper than {max_depth} levels")
     return value
-
-
-def _may_nest_deeper(text: str | bytes, limit: int) -> bool:
-    """A cheap bound first: ``n`` opening brackets nest values at most ``n + 1`` deep,
-    so most bodies need no walk over the parsed value."""
-    if isinstance(text, bytes):
-        return text.count(b"[") + text.count(b"{") >= limit
-    return text.count("[") + text.count("{") >= limit
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _depth_exceeds(value: Any, limit: int) -> bool:
