@@ -41,6 +41,14 @@ PREFIX = b"0,%d," % len(C.PROTOCOL_VERSION_B)
 
 _HEAD_REQUEST = b"0,%d,%d," % (len(C.PROTOCOL_VERSION_B), len(C.REQUEST))
 _REQUEST_START = C.PROTOCOL_VERSION_B + C.REQUEST.encode()
+#: :func:`pack_request`'s frame as one format: a single ``%`` is cheaper than
+#: formatting the lengths and joining the parts.
+_REQUEST_FORMAT = (
+    _HEAD_REQUEST.replace(b"%", b"%%")
+    + b"%d,%d,%d,%d\n"
+    + _REQUEST_START.replace(b"%", b"%%")
+    + b"%b%b%b%b"
+)
 
 
 def pack(frames: Sequence[bytes]) -> bytes:
@@ -50,16 +58,15 @@ def pack(frames: Sequence[bytes]) -> bytes:
 
 def pack_request(msgid: bytes, queue: bytes, headers: bytes, body: bytes) -> bytes:
     """:func:`pack` of a REQUEST's frames, built directly (the ``.delay()`` hot path)."""
-    return b"".join(
-        (
-            _HEAD_REQUEST,
-            b"%d,%d,%d,%d\n" % (len(msgid), len(queue), len(headers), len(body)),
-            _REQUEST_START,
-            msgid,
-            queue,
-            headers,
-            body,
-        )
+    return _REQUEST_FORMAT % (
+        len(msgid),
+        len(queue),
+        len(headers),
+        len(body),
+        msgid,
+        queue,
+        headers,
+        body,
     )
 
 
