@@ -62,6 +62,7 @@ from django_eventmq.protocol import (
     new_msgid,
 )
 from django_eventmq.protocol.bundle import is_bundle, unbundle
+from django_eventmq.protocol.codec import reply_of
 from django_eventmq.protocol.packed import pack_request
 from django_eventmq.protocol.session import ClientSession
 from django_eventmq.protocol.unique import holder_of
@@ -380,6 +381,7 @@ class Client:
                 return None
             if not self.channel.poll(wait_ms):
                 continue
+            self._receive_one()  # the poll said it is there: no second look first
             while self.channel.poll(0):
                 self._receive_one()
             found = self._outcomes.pop(job_msgid, None)
@@ -452,12 +454,17 @@ class Client:
                 # A bundle in a bundle is no eMQP message: decode refuses it below.
                 self._file(message_frames, inner=True)
             return
-        try:
-            message = decode(frames)
-        except ProtocolError as exc:
-            self.session.heard()
-            logger.warning("ignored a malformed message from the router at %s: %s", self.addr, exc)
-            return
+        # A job's outcome (what .wait() waits for) straight to its Reply; the rest decoded.
+        message: Message | None = reply_of(frames)
+        if message is None:
+            try:
+                message = decode(frames)
+            except ProtocolError as exc:
+                self.session.heard()
+                logger.warning(
+                    "ignored a malformed message from the router at %s: %s", self.addr, exc
+                )
+                return
         self.session.receive(message)
         if isinstance(message, Ack):
             if message.ack_msgid in self._awaiting_ack:
@@ -614,6 +621,17 @@ class Client:
 
 
 _local = threading.local()
+#: This process's pid (``os.getpid()`` is a system call; every ``.delay()`` and
+#: ``.wait()`` looks), made again in a forked child, as the msgid prefix is.
+_pid = os.getpid()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def _poll_ms(deadline: float | None) -> int | None:
@@ -633,7 +651,7 @@ def get_client(addr: str, *, send_timeout: float = 5.0) -> Client | ShardedClien
     role), so every client of this process uses the same key pair.
     """
     clients: dict[str, Client | ShardedClient] | None = getattr(_local, "clients", None)
-    pid = os.getpid()
+    pid = _pid
     if clients is None or getattr(_local, "pid", None) != pid:
         # After fork the inherited sockets belong to the parent: never use
         # or close them here, just forget them.
@@ -679,7 +697,7 @@ def connect(
 
 def existing_client(addr: str) -> Client | ShardedClient | None:
     """This thread's client for ``addr`` if it has one (none is made)."""
-    if getattr(_local, "pid", None) != os.getpid():
+    if getattr(_local, "pid", None) != _pid:
         return None
     clients: dict[str, Client | ShardedClient] = getattr(_local, "clients", None) or {}
     return clients.get(addr)
@@ -688,7 +706,7 @@ def existing_client(addr: str) -> Client | ShardedClient | None:
 def close_clients() -> None:
     """Close this thread's client sockets (tests, shutdown)."""
     clients: dict[str, Any] = getattr(_local, "clients", None) or {}
-    if getattr(_local, "pid", None) == os.getpid():
+    if getattr(_local, "pid", None) == _pid:
         for client in clients.values():
             client.close()
     _local.clients = {}

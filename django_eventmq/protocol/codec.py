@@ -13,11 +13,12 @@ from collections.abc import Sequence
 
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol import constants as C
-from django_eventmq.protocol.messages import MESSAGE_TYPES, AdminRequest, Kbai, Message
+from django_eventmq.protocol.messages import MESSAGE_TYPES, AdminRequest, Kbai, Message, Reply
 from django_eventmq.protocol.packed import unpack
 
 _EMPTY = b""
 _VERSION = C.PROTOCOL_VERSION_B
+_REPLY = C.REPLY.encode()
 
 #: Frames longer than this are not shown whole in error messages.
 _SHOW = 60
@@ -62,6 +63,22 @@ def decode(frames: Sequence[bytes], *, admin: bool = False) -> Message:
         if exc.frames:
             raise
         raise exc.with_frames(frames) from exc.__cause__
+
+
+def reply_of(frames: Sequence[bytes]) -> Reply | None:
+    """:func:`decode` of a REPLY with its ``reply_to`` frame (a job's outcome, as a
+    router sends it to the client), or None for anything else (:func:`decode` reads
+    it, or says what is wrong with it): the one message ``.wait()`` waits for,
+    without the checks and look-ups every other command needs."""
+    if len(frames) != 6:
+        return None
+    empty, version, command, msgid, payload, reply_to = frames
+    if command != _REPLY or version != _VERSION or empty:
+        return None
+    try:
+        return Reply(msgid=msgid.decode(), payload=payload.decode(), reply_to=reply_to.decode())
+    except (UnicodeDecodeError, ProtocolError):
+        return None
 
 
 #: More frames than any eMQP message has (mirrors limits.MAX_FRAMES; a transport
