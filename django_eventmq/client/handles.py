@@ -98,16 +98,33 @@ def note_expired(msgid: str, outcome: Outcome) -> None:
     """Record ``expired`` in the results table (with Django) for a job the outcome says
     expired unrun: a router that dropped it has no database to say so. A job manager's
     row of it (it refused the job) stays. Best effort: the caller still raises JobExpired."""
-    recorder = hooks.expired_recorder()
-    if recorder is None or outcome_status(outcome) != JobStatus.EXPIRED:
+    if hooks.expired_recorder() is None or outcome_status(outcome) != JobStatus.EXPIRED:
         return
     try:
         outcome_value(outcome)
     except JobExpired as expired:
-        try:
-            recorder(msgid, expired.message)
-        except Exception:  # a database error must not hide the job's JobExpired
-            logger.exception("could not record job msgid=%s as expired", msgid)
+        _record_expired(msgid, expired)
+
+
+def settled_value(msgid: str, outcome: Outcome) -> Any:
+    """:func:`outcome_value` after :func:`note_expired`, with the reply decoded once
+    (``.wait()``'s hot path): the outcome says the job expired unrun exactly when
+    ``outcome_value`` raises :class:`JobExpired`."""
+    try:
+        return outcome_value(outcome)
+    except JobExpired as expired:
+        _record_expired(msgid, expired)
+        raise
+
+
+def _record_expired(msgid: str, expired: JobExpired) -> None:
+    recorder = hooks.expired_recorder()
+    if recorder is None:
+        return
+    try:
+        recorder(msgid, expired.message)
+    except Exception:  # a database error must not hide the job's JobExpired
+        logger.exception("could not record job msgid=%s as expired", msgid)
 
 
 class JobHandle(str):
@@ -135,11 +152,11 @@ class JobHandle(str):
         self._check_reply()
         settings = get_settings()
         client = get_client(settings.broker_addr, send_timeout=settings.send_timeout)
-        outcome = client.outcome(str(self), timeout)
+        msgid = str(self)
+        outcome = client.outcome(msgid, timeout)
         if outcome is None:
             raise ResultTimeout(f"no outcome for job {self} within {timeout}s")
-        note_expired(str(self), outcome)
-        return outcome_value(outcome)
+        return settled_value(msgid, outcome)
 
     def stream(self, timeout: float | None = None) -> Iterator[Any]:
         """Yield the job's partial replies as they arrive, in order; end at its outcome.
@@ -168,8 +185,7 @@ class JobHandle(str):
                 raise ResultTimeout(f"nothing from job {self} within {timeout}s")
             partial, item = got
             if not partial:
-                note_expired(msgid, item)
-                outcome_value(item)  # raises for a failure or a rejection
+                settled_value(msgid, item)  # raises for a failure or a rejection
                 return
             yield item
 

@@ -305,6 +305,8 @@ class Job(Generic[P, R]):
         self._headers_b = self.headers.encode().encode()
         self._guarantee = self.headers.guarantee
         self._handle_cls = _handle_class(self.headers)
+        #: The body of a call without arguments (a periodic job's usual call).
+        self._body_bare = self.encode_body((), {})
         functools.update_wrapper(self, func)
 
     def encode_body(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
@@ -346,8 +348,11 @@ class Job(Generic[P, R]):
         :class:`BrokerUnavailable` when it did not after ``ACK_RETRIES`` resends.
         """
         # send() without its options: the decorator's headers, encoded once in __init__.
-        body_text = self.encode_body(args, kwargs)
-        headers = self.unique_headers(self._expiring(), args, kwargs)
+        body_text = self.encode_body(args, kwargs) if args or kwargs else self._body_bare
+        if self.expires_after is None and self.unique is None:
+            headers = None  # as _expiring() and unique_headers() would say, without the calls
+        else:
+            headers = self.unique_headers(self._expiring(), args, kwargs)
         return self._send_encoded(body_text, args, kwargs, None, headers, new_msgid())
 
     def _expiring(self) -> Headers | None:
@@ -528,7 +533,8 @@ class Job(Generic[P, R]):
         finally:
             if span is not None:
                 span.end()
-        job_debug(logger, "sent", msgid, queue or self.queue, job=self.name)
+        if logger.isEnabledFor(logging.DEBUG):
+            job_debug(logger, "sent", msgid, queue or self.queue, job=self.name)
         return handle_cls(msgid)
 
     def __repr__(self) -> str:
