@@ -284,7 +284,8 @@ class Channel:
             # zmq.Socket.poll builds a Poller per call; reading EVENTS is the
             # same answer for "now" at a fraction of the cost (hot loops).
             return bool(cast(int, self.socket.get(_EVENTS)) & _POLLIN)
-        return bool(self.socket.poll(timeout_ms, zmq.POLLIN))
+        # zmq_poll on the one socket: Socket.poll would build a Poller per call.
+        return bool(zmq.zmq_poll([(self.socket, zmq.POLLIN)], timeout_ms))
 
     def handshake_failures(self) -> list[str]:
         """The handshakes of a ``watch_handshake`` channel that failed since the last
