@@ -133,9 +133,16 @@ class Lifecycle:
         self.jobs[self._seq] = job
         self.pending.append(self._seq)
 
-    def dispatch(self, now: float) -> None:
-        """Hand pending jobs to children that can take them, one write per child."""
+    def dispatch(self, now: float, *, idle_only: bool = False) -> None:
+        """Hand pending jobs to children that can take them, one write per child.
+
+        ``idle_only``: only to children with no job (the job manager's call as
+        each job arrives, so a job an idle child can run starts before the rest
+        of what the router sent is read; jobs queued behind others wait for the
+        turn's call, to go in one write per child).
+        """
         pending, jobs, pool = self.pending, self.jobs, self.pool
+        pick = pool.pick_idle if idle_only else pool.pick
         touched: list[Child] = []
         while pending:
             job = jobs.get(pending[0])
@@ -147,7 +154,7 @@ class Lifecycle:
                 del jobs[pending.popleft()]
                 self._expired(job, now)
                 continue
-            child = pool.pick(len(job.body_text) + 16)
+            child = pick(len(job.body_text) + 16)
             if child is None:
                 break
             seq = pending.popleft()

@@ -150,6 +150,8 @@ class JobManager(Service):
         self.hooks = hooks
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.addr = settings.worker_addr
+        #: The queues we announce (``settings.queue_names`` builds a tuple per call).
+        self._queue_names = frozenset(settings.queue_names)
         #: The poll timeout of a turn: short enough to heartbeat on time (a
         #: retry or a partial falling due sooner shortens it, :meth:`_wait_ms`).
         self._timeout_ms = max(1, int(min(settings.heartbeat_interval / 4, 0.25) * 1000))
@@ -318,6 +320,11 @@ class JobManager(Service):
     def _handle(self, message: Message, now: float, index: int = 0) -> None:
         if isinstance(message, Request):
             self._accept(message, index)
+            if self.lifecycle.pending:
+                # To an idle child now, before the socket is looked at again: at
+                # low load it has nothing more, and the look (libzmq polls its
+                # mailbox) would come before the job could start.
+                self.lifecycle.dispatch(now, idle_only=True)
         elif isinstance(message, Cancel):
             self.lifecycle.cancel(message.job_msgid, now)
         elif isinstance(message, Disconnect):
@@ -370,7 +377,7 @@ class JobManager(Service):
         if self.stopping and self.links[index].session.extended:
             self._nack(job, "stopping")
             return
-        if request.queue not in self.settings.queue_names:
+        if request.queue not in self._queue_names:
             logger.debug(
                 "job for queue %r that we do not serve: msgid=%s; running it",
                 request.queue,

@@ -322,6 +322,14 @@ class Pool:
                 best = child
         return best
 
+    def pick_idle(self, size: int = 0) -> Child | None:
+        """A child that runs no job and can take one now, if any (``size``: as for
+        :meth:`pick`; one job always fits an idle child)."""
+        for child in self.children.values():
+            if child.status is Status.UP and not child.inflight:
+                return child
+        return None
+
     def assign(
         self,
         child: Child,

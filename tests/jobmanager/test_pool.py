@@ -261,3 +261,55 @@ def test_a_malformed_partial_report_is_dropped_and_the_results_still_read(
     assert results == [(7, "ok", '{"value":3}')]
     assert child.partials == [(7, '{"value":2}')]
     assert "malformed partial report" in caplog.text
+
+
+def test_a_job_read_goes_at_once_only_to_an_idle_child() -> None:
+    """``dispatch(idle_only=True)`` (the job manager's call as each job is read) hands
+    jobs to idle children only; what would queue behind a running job waits for the
+    turn's ``dispatch``, which writes it then."""
+    import multiprocessing
+    from types import SimpleNamespace
+
+    from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
+    from django_eventmq.jobmanager.outcomes import Recorder
+    from django_eventmq.jobmanager.pipe import FrameReader
+
+    pool = make_pool(concurrency=2, prefetch=2, prefetch_budget=0)
+    ends = []
+    children = []
+    for pid in (1, 2):
+        ours, theirs = multiprocessing.Pipe(duplex=False)
+        jobs_in, jobs_out = multiprocessing.Pipe(duplex=False)
+        child = Child(
+            process=SimpleNamespace(pid=pid),  # type: ignore[arg-type]
+            conn=ours,
+            started=0.0,
+            jobs_conn=jobs_out,
+            status=Status.UP,
+        )
+        pool.children[child.fd] = child
+        children.append(child)
+        ends += [ours, theirs, jobs_in, jobs_out]
+    busy, idle = children
+    busy.inflight[99] = ("running", 0)
+    life = Lifecycle(
+        Settings(concurrency=2),
+        pool,
+        Recorder("jm-test"),
+        report=lambda job, status, payload: None,
+        nack=lambda job, reason: None,
+        router_retries=lambda: True,
+    )
+    try:
+        for msgid in ("a", "b"):
+            life.accept(ManagedJob(msgid, "q", body("add", 1, 2), False))
+        life.dispatch(1.0, idle_only=True)
+        assert idle.msgids == ["a"] and busy.msgids == ["running"]
+        assert [life.jobs[seq].msgid for seq in life.pending] == ["b"]
+        (written,) = FrameReader(ends[6].fileno()).read()  # idle's job pipe, read end
+        assert written.startswith(worker.JOB)
+        life.dispatch(1.0)  # the turn's call: it may queue behind a running job
+        assert not life.pending and "b" in idle.msgids + busy.msgids
+    finally:
+        for end in ends:
+            end.close()
