@@ -371,7 +371,10 @@ def _serve(
             return
         seq, soft, body, trace = item
         gate.start(seq)
-        with tracing.running(trace):  # the job's run span, if it is traced
+        if trace:
+            with tracing.running(trace):  # the job's run span
+                status, payload = runner.run(body, gate.report, soft)
+        else:  # untraced: no context manager to enter and leave
             status, payload = runner.run(body, gate.report, soft)
         gate.finish()
         if not send(encode_result(seq, status, payload)):

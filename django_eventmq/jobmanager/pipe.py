@@ -33,7 +33,10 @@ def frame(data: bytes) -> bytes:
 
 def write_all(fd: int, data: bytes) -> None:
     """Write all of ``data`` (a blocking write may still return short)."""
-    view = memoryview(data)
+    written = os.write(fd, data)
+    if written == len(data):
+        return  # the common case: no view to make
+    view = memoryview(data)[written:]
     while view:
         written = os.write(fd, view)
         view = view[written:]

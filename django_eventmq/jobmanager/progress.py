@@ -86,7 +86,10 @@ class PartialGate:
     ) -> None:
         self._send = send
         self._interval = interval
-        self._cond = threading.Condition()
+        #: A plain lock under the condition: ``with self._lock`` is entered in C, where
+        #: ``with self._cond`` calls two Python methods (twice per job, start and finish).
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._seq = b""
         self._held: str | None = None
         self._last = -interval
@@ -94,13 +97,13 @@ class PartialGate:
 
     def start(self, seq: bytes) -> None:
         """Job ``seq`` starts: its reports go out as its own."""
-        with self._cond:
+        with self._lock:
             self._seq, self._held, self._last = seq, None, -self._interval
 
     def report(self, text: str) -> None:
         """One report of the running job (a :func:`progress` payload)."""
         now = time.monotonic()
-        with self._cond:
+        with self._lock:
             if not self._seq:
                 return  # no job runs: a thread a finished job left behind reports late
             if self._held is None and now - self._last >= self._interval:
@@ -116,7 +119,7 @@ class PartialGate:
 
     def finish(self) -> None:
         """The job is over: send its held report now (its result follows)."""
-        with self._cond:
+        with self._lock:
             text, self._held = self._held, None
             if text is not None:
                 self._send(self._seq, text)
