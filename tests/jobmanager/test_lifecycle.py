@@ -152,7 +152,9 @@ def test_cancel_a_running_job_stops_its_worker_and_keeps_the_queued_one(
         router.wait_count(Ready, 2)
         stuck = router.request(identity, body("slow", 30, str(started)))
         queued = router.request(identity, body("record", str(after), "next"))
-        wait_for(started.exists, 10, "the job started")
+        # Its line, not the file: record() creates the file before it writes, and
+        # the cancel must not land in between (the pid is read from the line).
+        wait_for(lambda: lines(started), 10, "the job started")
         router.cancel(identity, stuck)
         _, done = router.expect(Done, job_msgid=stuck)
         assert (done.status, payload(done)["error"]["type"]) == ("cancelled", "Cancelled")
