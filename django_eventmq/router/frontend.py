@@ -108,8 +108,6 @@ class FrontendHandlers(QueueMarks):
     #: (client identity, REQUEST or SCHEDULE msgid, packed) to ACK once the journal
     #: is committed; ``packed``: the ACK goes in the form the REQUEST came in.
     _acks: list[tuple[bytes, bytes, bool]]
-    #: The frontend was read until nothing more waited, this loop iteration.
-    _frontend_read = False
 
     if TYPE_CHECKING:
 
@@ -164,7 +162,6 @@ class FrontendHandlers(QueueMarks):
             # reading on: at low load the answer is no, and a receive that fails
             # with Again costs several times as much (its exception).
             if taken == 1 and not self.frontend.poll(0):
-                self._frontend_read = True
                 return
             try:
                 if owners:
@@ -172,7 +169,6 @@ class FrontendHandlers(QueueMarks):
                 else:
                     raw = recv(flags=transport.NOBLOCK)
             except transport.Again:
-                self._frontend_read = True
                 return
             if schedulers and (scheduler := schedulers.get(identity_of(raw))) is not None:
                 # Any message from a scheduler counts as its heartbeat (spec): a busy

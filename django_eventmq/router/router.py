@@ -380,7 +380,6 @@ class Router(Service, FrontendHandlers, BackendHandlers):
         if lease is not None:
             lease.check()  # before anything is handled or sent (see lease_keeper)
         t = time.monotonic() if now is None else now
-        self._frontend_read = False
         for channel in ready:
             if channel is self.frontend:
                 self._drain_frontend(t)
@@ -504,8 +503,6 @@ class Router(Service, FrontendHandlers, BackendHandlers):
             now - self._acks_since < COMMIT_GROUP_WAIT
             and self.book.journal.pending < COMMIT_GROUP_MAX
             and not self._blocked
-            # Read to the end just now (this loop iteration): no need to ask again.
-            and not self._frontend_read
             and self.frontend.poll(0)
         )
 

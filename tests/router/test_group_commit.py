@@ -78,3 +78,26 @@ def test_a_lone_request_is_acknowledged_at_once(setup: tuple[Router, Peer]) -> N
     router.loop_once(timeout_ms=0, now=frozen)  # nothing more to read: commit now
     assert router.book.journal.syncs >= 1
     assert client.expect("ACK")[2] == msgid
+
+
+def test_a_request_arriving_during_the_turn_keeps_the_group_growing(
+    setup: tuple[Router, Peer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The drain read the frontend to the end; another REQUEST came while the turn
+    went on (before the commit): the group waits for it, so neither a sync nor an
+    ACK happens this turn."""
+    router, client = setup
+    client.send("REQUEST", "default", "guarantee", JOB)
+    wait_for(lambda: router.frontend.poll(0), what="the first REQUEST")
+    drain = router._drain_frontend
+
+    def drain_then_another_arrives(t: float) -> None:
+        drain(t)
+        client.send("REQUEST", "default", "guarantee", JOB)
+        wait_for(lambda: router.frontend.poll(0), what="the second REQUEST")
+
+    monkeypatch.setattr(router, "_drain_frontend", drain_then_another_arrives)
+    syncs = router.book.journal.syncs
+    router.loop_once(timeout_ms=0, now=time.monotonic())
+    assert router.book.journal.syncs == syncs
+    assert not client.pending()
