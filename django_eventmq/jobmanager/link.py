@@ -82,6 +82,9 @@ class RouterLink(Generic[T]):
         self.session: JobManagerSession[T] = JobManagerSession()
         self.session.close()
         self.heard_any = False
+        #: While :meth:`messages` hands out a message: True when nothing follows it,
+        #: neither in its bundle nor waiting on the socket.
+        self.quiet = False
         #: Times a router we had heard on a socket went silent past the heartbeat timeout.
         self.heartbeats_missed = 0
         self._liveness: Liveness | None = None
@@ -147,17 +150,12 @@ class RouterLink(Generic[T]):
         """Every message waiting on the socket (malformed ones are logged and dropped);
         a bundle's (:mod:`..protocol.bundle`) one by one, each as if it came alone."""
         channel = self.channel
-        first = True
+        self.quiet = False
         while channel is not None and self.channel is channel:
-            # After the first message, ask whether another waits (ZMQ_EVENTS): about
-            # a quarter of what a read that finds nothing costs (zmq.Again raised),
-            # and at low load that read is one a turn.
-            if not first and not channel.poll(0):
-                return
-            first = False
             try:
                 raw = channel.recv_frames(flags=transport.NOBLOCK)
             except transport.Again:
+                self.quiet = True
                 return
             if len(raw) == 1 and raw[0].startswith(BUNDLE_PREFIX):
                 try:
@@ -167,7 +165,9 @@ class RouterLink(Generic[T]):
                     continue
             else:
                 inner = [raw]
-            for frames in inner:
+            last = len(inner) - 1
+            asked = False
+            for position, frames in enumerate(inner):
                 if self.channel is not channel:
                     return  # the socket was dropped: the rest came on it
                 if len(frames) == 1:  # a packed message in the bundle: as the transport does
@@ -182,8 +182,16 @@ class RouterLink(Generic[T]):
                 assert self._liveness is not None
                 self._liveness.heard(now)
                 self.heard_any = True
+                if position == last:
+                    # Asked once a read, before its last message is handled: ZMQ_EVENTS
+                    # costs a quarter of a receive that finds nothing (zmq.Again).
+                    self.quiet, asked = not channel.poll(0), True
                 if self._converse(channel, message, now):
                     yield message
+            if not asked:
+                self.quiet = not channel.poll(0)
+            if self.quiet:
+                return
 
     def _converse(self, channel: transport.Channel, message: Message, now: float) -> bool:
         """Pass ``message`` through the session and send its answers; False to drop it."""

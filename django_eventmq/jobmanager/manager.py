@@ -320,10 +320,10 @@ class JobManager(Service):
     def _handle(self, message: Message, now: float, index: int = 0) -> None:
         if isinstance(message, Request):
             self._accept(message, index)
-            if self.lifecycle.pending:
-                # To an idle child now, before the socket is looked at again: at
-                # low load it has nothing more, and the look (libzmq polls its
-                # mailbox) would come before the job could start.
+            if self.lifecycle.pending and self.links[index].quiet:
+                # The last message waiting: to an idle child now, before the rest
+                # of the turn. Not while more follow: a CANCEL among them must find
+                # its job still pending, not running (that stops the worker).
                 self.lifecycle.dispatch(now, idle_only=True)
         elif isinstance(message, Cancel):
             self.lifecycle.cancel(message.job_msgid, now)

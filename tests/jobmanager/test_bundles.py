@@ -15,7 +15,18 @@ from collections.abc import Iterator
 import pytest
 
 from django_eventmq.jobmanager.link import RouterLink
-from django_eventmq.protocol import Done, Features, Headers, Heartbeat, Kbai, Ready, Request, encode
+from django_eventmq.jobmanager.pool import Status
+from django_eventmq.protocol import (
+    Cancel,
+    Done,
+    Features,
+    Headers,
+    Heartbeat,
+    Kbai,
+    Ready,
+    Request,
+    encode,
+)
 from django_eventmq.protocol.bundle import BUNDLE, bundle
 from django_eventmq.runtime import transport
 from tests.fake_router import FakeRouter, body
@@ -45,6 +56,32 @@ def test_it_says_it_reads_bundles_and_runs_each_job_of_one(router: FakeRouter) -
         assert payload(first) == {"value": 5} and payload(second) == {"value": 2}
         router.pump(0.1)
     assert router.malformed == [] and router.illegal == []
+
+
+def test_a_job_and_its_cancel_in_one_bundle_cancel_it_unstarted(
+    router: FakeRouter, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job is handed to an idle child as soon as it is read only when nothing
+    follows it: here its CANCEL does, and must find it still pending (a running
+    job is cancelled by stopping its worker)."""
+    caplog.set_level(logging.INFO, logger="django_eventmq.jobmanager")
+    with running(settings_for(router, concurrency=1, prefetch=1, prefetch_budget=0)) as jm:
+        identity, _ = router.handshake(features=True)
+        router.wait_count(Ready, 2)
+        children = jm.pool.children
+        wait_for(lambda: all(c.status is Status.UP for c in children.values()), what="its child up")
+        pids = {child.pid for child in children.values()}
+        job = Request(
+            msgid="j-slow", queue="default", headers=Headers(), body_text=body("slow", 30)
+        )
+        cancel = Cancel(msgid="c-1", job_msgid="j-slow")
+        router.channel.send_frames([identity, bundle([encode(job), encode(cancel)])])
+        _, done = router.expect(Done, job_msgid="j-slow")
+        assert done.status == "cancelled"
+        msgid = router.request(identity, body("add", 1, 2))
+        assert payload(router.expect(Done, job_msgid=msgid)[1]) == {"value": 3}
+        assert {child.pid for child in jm.pool.children.values()} == pids
+    assert not [r for r in caplog.records if "stopping worker" in r.getMessage()]
 
 
 def test_a_malformed_bundle_from_the_router_is_logged_and_dropped(
