@@ -284,6 +284,9 @@ class Channel:
             # zmq.Socket.poll builds a Poller per call; reading EVENTS is the
             # same answer for "now" at a fraction of the cost (hot loops).
             return bool(cast(int, self.socket.get(_EVENTS)) & _POLLIN)
+        if self.socket.closed:
+            # As Socket.poll: zmq_poll on a closed socket would poll fd 0 (stdin).
+            raise zmq.ZMQError(zmq.ENOTSUP)
         # zmq_poll on the one socket: Socket.poll would build a Poller per call.
         return bool(zmq.zmq_poll([(self.socket, zmq.POLLIN)], timeout_ms))
 
