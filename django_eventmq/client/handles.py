@@ -94,37 +94,21 @@ def outcome_value(outcome: Outcome) -> Any:
     return reply.get("value")
 
 
-def note_expired(msgid: str, outcome: Outcome) -> None:
-    """Record ``expired`` in the results table (with Django) for a job the outcome says
-    expired unrun: a router that dropped it has no database to say so. A job manager's
-    row of it (it refused the job) stays. Best effort: the caller still raises JobExpired."""
-    if hooks.expired_recorder() is None or outcome_status(outcome) != JobStatus.EXPIRED:
-        return
-    try:
-        outcome_value(outcome)
-    except JobExpired as expired:
-        _record_expired(msgid, expired)
-
-
 def settled_value(msgid: str, outcome: Outcome) -> Any:
-    """:func:`outcome_value` after :func:`note_expired`, with the reply decoded once
-    (``.wait()``'s hot path): the outcome says the job expired unrun exactly when
-    ``outcome_value`` raises :class:`JobExpired`."""
+    """:func:`outcome_value`, and for a job the outcome says expired unrun (it raises
+    :class:`JobExpired`) an ``expired`` row in the results table (with Django): a
+    router that dropped it has no database to say so. A job manager's row of it
+    (it refused the job) stays. Best effort: the JobExpired is raised all the same."""
     try:
         return outcome_value(outcome)
     except JobExpired as expired:
-        _record_expired(msgid, expired)
+        recorder = hooks.expired_recorder()
+        if recorder is not None:
+            try:
+                recorder(msgid, expired.message)
+            except Exception:  # a database error must not hide the job's JobExpired
+                logger.exception("could not record job msgid=%s as expired", msgid)
         raise
-
-
-def _record_expired(msgid: str, expired: JobExpired) -> None:
-    recorder = hooks.expired_recorder()
-    if recorder is None:
-        return
-    try:
-        recorder(msgid, expired.message)
-    except Exception:  # a database error must not hide the job's JobExpired
-        logger.exception("could not record job msgid=%s as expired", msgid)
 
 
 class JobHandle(str):

@@ -8,7 +8,8 @@ import logging
 
 import pytest
 
-from django_eventmq.client.handles import note_expired
+from django_eventmq.client.handles import settled_value
+from django_eventmq.errors import JobExpired
 from django_eventmq.models.results import JobResult
 from django_eventmq.protocol import Reply, new_msgid
 from django_eventmq.protocol.status import EXPIRED_ERROR, JobStatus
@@ -23,11 +24,14 @@ def expired_reply(msgid: str) -> Reply:
 
 @pytest.mark.django_db
 def test_the_router_dropped_job_gets_an_expired_row_from_its_client() -> None:
-    note_expired("m-1", expired_reply("m-1"))
+    with pytest.raises(JobExpired):
+        settled_value("m-1", expired_reply("m-1"))
     row = JobResult.objects.get(msgid="m-1")
     assert (row.status, row.exc_type, row.jobmanager) == (JobStatus.EXPIRED, EXPIRED_ERROR, "")
     assert "expiry" in row.exc_message
-    note_expired("m-2", Reply(msgid=new_msgid(), payload='{"value": 3}', reply_to="m-2"))
+    assert (
+        settled_value("m-2", Reply(msgid=new_msgid(), payload='{"value": 3}', reply_to="m-2")) == 3
+    )
     assert not JobResult.objects.filter(msgid="m-2").exists()  # only expired outcomes
 
 
@@ -52,6 +56,6 @@ def test_a_database_that_cannot_be_written_is_logged_not_raised(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     # No django_db mark: pytest-django refuses the query, as a database down would.
-    with caplog.at_level(logging.ERROR, "django_eventmq.client"):
-        note_expired("m-1", expired_reply("m-1"))
+    with caplog.at_level(logging.ERROR, "django_eventmq.client"), pytest.raises(JobExpired):
+        settled_value("m-1", expired_reply("m-1"))
     assert "could not record job msgid=m-1 as expired" in caplog.text
