@@ -69,8 +69,10 @@ def _periodics(
 
 
 _encode = compact_json
-#: What follows the arguments in the body of a call without keyword arguments.
-_BODY_TAIL_NO_KWARGS = ',"kwargs":{},"class_args":[],"class_kwargs":{}}]'
+#: What follows the arguments (and keyword arguments) in a job body.
+_BODY_TAIL = ',"class_args":[],"class_kwargs":{}}]'
+#: ... in the body of a call without keyword arguments.
+_BODY_TAIL_NO_KWARGS = ',"kwargs":{}' + _BODY_TAIL
 
 _DEFAULT_HEADERS = Headers()
 
@@ -320,7 +322,7 @@ class Job(Generic[P, R]):
             # One encoder call for both ('{"args":[...],"kwargs":{...}}' less its
             # braces): the call, not the work, is most of a small body's cost.
             both = _encode({"args": args, "kwargs": kwargs})
-            return f'{self._body_head}{both[1:-1]},"class_args":[],"class_kwargs":{{}}}}]'
+            return f"{self._body_head}{both[1:-1]}{_BODY_TAIL}"
         except (TypeError, ValueError) as exc:
             raise SerializationError(
                 f"{self.name}: arguments are not JSON-serialisable: {exc}"
@@ -354,10 +356,7 @@ class Job(Generic[P, R]):
         """
         # send() without its options: the decorator's headers, encoded once in __init__.
         body_text = self.encode_body(args, kwargs) if args or kwargs else self._body_bare
-        if self.expires_after is None and self.unique is None:
-            headers = None  # as _expiring() and unique_headers() would say, without the calls
-        else:
-            headers = self.unique_headers(self._expiring(), args, kwargs)
+        headers = self.unique_headers(self._expiring(), args, kwargs)
         return self._send_encoded(body_text, args, kwargs, None, headers, new_msgid())
 
     def _expiring(self) -> Headers | None:
