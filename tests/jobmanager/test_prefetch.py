@@ -277,6 +277,9 @@ def test_long_jobs_shrink_it_to_zero_and_our_router_is_told_to_keep_fewer_slots(
         router.request(identity, body("add", i, i))
     jm.until(router, lambda: router.count(Done) == 10, "eight long jobs done", advance=10.0)
     assert (jm.jm.prefetch.value, jm.jm.pool.depth, jm.jm.slots) == (0, 1, 2)
+    # The UNREADY waits a turn or more (SHRINK_AFTER) behind the last DONE.
+    jm.until(router, lambda: sent(router, Unready) != [], "an UNREADY", advance=10.0)
+    jm.steps(router, 3)
     assert router.count(Ready) == readies  # it never asked for more while they ran
     # It took back what it no longer wants: the router now holds one slot per process.
     assert sum(m.count for m in sent(router, Unready)) == 6

@@ -167,7 +167,7 @@ def _hand_out(stepped: Stepped, worker: Peer, count: int) -> list[str]:
     router = stepped.router
     client = stepped.peer(router.frontend_address, b"client")
     msgids = [client.send("REQUEST", "default", "", JOB) for _ in range(count)]
-    stepped.until(lambda: len(router.routing.waiting["default"]) == count, "the jobs queued")
+    stepped.until(lambda: router.routing.waiting.total() == count, "the jobs queued")
     worker.send_raw([bundle([_ready(i) for i in range(count)])])
     return msgids
 
