@@ -1,0 +1,76 @@
+"""Timestamps at the hops of one job's path, for ``latency_breakdown.py``.
+
+:func:`install` wraps a few functions of the running process (only when the
+benchmark asks, through ``benchmarks/_breakdown_site/sitecustomize.py`` and
+``EMQ_BREAKDOWN_DIR``): each call appends ``TAG MONOTONIC_NS`` to a file
+named for the process id in that directory. One ``os.write`` per event (about
+2 us, some nine per job): a worker process may end without running ``atexit``
+handlers, and the figures keep every event that happened.
+
+Tags: ``wake`` (a poll returned something), ``send`` (frames sent on a
+channel), ``c0``/``c1`` (the router's journal commit began and returned),
+``e0`` (its COMMIT statement began, the writes before it done), ``pipew`` (the
+job manager wrote to a worker's pipe), ``piper`` (a worker read a frame).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+#: The environment variable naming the directory the events go to.
+ENV = "EMQ_BREAKDOWN_DIR"
+
+
+class _Events:
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.fd: int | None = None
+
+    def record(self, tag: str) -> None:
+        now = time.monotonic_ns()
+        if self.fd is None:  # opened lazily: the pid after a fork or spawn
+            path = os.path.join(self.directory, str(os.getpid()))
+            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.write(self.fd, f"{tag} {now}\n".encode())
+
+
+def _wrap(
+    owner: Any,
+    name: str,
+    events: _Events,
+    before: str | None = None,
+    after: str | None = None,
+    when: Callable[[Any], bool] = bool,
+) -> None:
+    original = getattr(owner, name)
+
+    @functools.wraps(original)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        if before is not None:
+            events.record(before)
+        result = original(*args, **kwargs)
+        if after is not None and when(result):
+            events.record(after)
+        return result
+
+    setattr(owner, name, wrapped)
+
+
+def install(directory: str) -> None:
+    """Wrap the hop functions; events go to ``directory``/PID."""
+    from django_eventmq.jobmanager import pipe
+    from django_eventmq.router.journal import commit
+    from django_eventmq.runtime import transport
+
+    events = _Events(directory)
+    _wrap(transport.Channel, "send_frames", events, before="send")
+    _wrap(transport.Poller, "poll", events, after="wake")
+    _wrap(transport.FdPoller, "poll", events, after="wake")
+    _wrap(pipe, "write_all", events, before="pipew")
+    _wrap(pipe.FrameReader, "read", events, after="piper")
+    _wrap(commit.JournalBase, "commit", events, before="c0", after="c1", when=lambda _: True)
+    _wrap(commit.JournalBase, "_end", events, before="e0")
