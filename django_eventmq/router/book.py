@@ -5,7 +5,10 @@
 to hand a job to a worker (the router sends it by the end of its loop
 iteration, or calls :meth:`Book.undo` if it cannot) and
 ``to_client(identity, message)`` for messages that the router sends once the
-journal is committed (ACKs, replies, REJECTs).
+journal is committed (ACKs, replies, REJECTs). Its parts are mixins:
+:mod:`.book_reports` (what job managers report), :mod:`.book_outcomes` (what
+becomes of a job handed out) and :mod:`.book_held` (delayed, parked,
+cancelled and poisoned jobs).
 
 Promises (README "Nothing lost"):
 
@@ -42,7 +45,6 @@ a failure, and deaths are counted apart (``poison_after``).
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import logging
 import math
@@ -53,10 +55,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from django_eventmq.protocol import Message, Reply, new_msgid
-from django_eventmq.protocol.extensions import Reject, refusal_reason
+from django_eventmq.protocol.extensions import Reject
 from django_eventmq.protocol.headers import Headers
-from django_eventmq.protocol.status import EXPIRED_ERROR, JobStatus, expired_reply
+from django_eventmq.protocol.status import EXPIRED_ERROR, JobStatus
 from django_eventmq.protocol.views import stored_request
+from django_eventmq.router.book_held import CANCELLED_PAYLOAD as CANCELLED_PAYLOAD
+from django_eventmq.router.book_held import BookHeld
+from django_eventmq.router.book_reports import BookReports
 from django_eventmq.router.dedup import FinishedWindow, StoredMsgids
 from django_eventmq.router.journal.api import JournalLike
 from django_eventmq.router.journal.store import (
@@ -65,41 +70,26 @@ from django_eventmq.router.journal.store import (
     POISONED,
     WAITING,
     JournalUnavailable,
-    Row,
     new_row,
     parcel_digest,
 )
 from django_eventmq.router.rate_limits import RateLimits, queue_rates
 from django_eventmq.router.routing import JobManagerPeer, RoutedJob, Routing
-from django_eventmq.router.stored import job_from_row, jobs_from_rows
+from django_eventmq.router.stored import jobs_from_rows
 from django_eventmq.router.unique import UniqueKeys
 from django_eventmq.router.waiting import Key
-from django_eventmq.runtime import retry_policy
-from django_eventmq.runtime.logs import job_debug, job_fields
+from django_eventmq.runtime.logs import job_debug
 from django_eventmq.runtime.outbox import show
-from django_eventmq.runtime.retry import backoff
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.stats import Stats
 
 log = logging.getLogger("django_eventmq.router")
 
-#: The NACK reason of a job manager that is shutting down (jobmanager/lifecycle.py sends it).
-NACK_STOPPING = "stopping"
-
-#: The reply a client that asked for one gets for a job cancelled before it ran.
-CANCELLED_PAYLOAD = (
-    '{"value": null, "error": {"type": "Cancelled", "message": "cancelled before it ran",'
-    ' "traceback": ""}}'
-)
 #: The reply a client that asked for one gets for a job that expired before it started.
 EXPIRED_PAYLOAD = (
     f'{{"value": null, "error": {{"type": "{EXPIRED_ERROR}", "message": "not started before'
     ' its expiry; it never ran", "traceback": ""}}'
 )
-
-#: Seconds added to a parked job's due time: the wall and monotonic clocks are read
-#: apart, and a job promoted a hair early would be parked again at the back.
-PARK_MARGIN = 0.002
 
 Deliver = Callable[[JobManagerPeer, RoutedJob], None]
 ToClient = Callable[[bytes, Message], None]
@@ -129,7 +119,7 @@ def job_values(
     )
 
 
-class Book:
+class Book(BookReports, BookHeld):
     """Every job the router holds, in memory (bounded) and in the journal."""
 
     def __init__(
@@ -559,418 +549,3 @@ class Book:
         """Sending ``job`` failed: it waits again (its worker keeps the slot)."""
         self.routing.undo(job)
         self.journal.set_state(job.seq, WAITING)
-
-    # -- reports from workers ---------------------------------------------------------
-    def ready(self, identity: bytes, now: float) -> None:
-        finished, job = self.routing.ready(identity, now)
-        for done in finished:
-            job_debug(log, "finished: READY from %s", done.msgid, done.queue, show(identity))
-            # A reference job manager does not say how it went.
-            self.stats.finish(done.queue, JobStatus.UNKNOWN)
-            self._forget_finished(done)
-        if job is not None:
-            self._hand_out(self.routing.workers[identity], job, now)
-        if self._expiry.expired:
-            self.settle_expired()
-
-    def reply(self, identity: bytes, msgid: str) -> bytes | None:
-        """A worker's REPLY (the reference's way) finished ``msgid``; returns its client."""
-        job = self.routing.reply(msgid)
-        if job is None:
-            job = self._reported_waiting(msgid, "REPLY")
-            if job is None:
-                return None
-        job_debug(log, "finished: REPLY from %s", msgid, job.queue, show(identity))
-        self.stats.finish(job.queue, JobStatus.UNKNOWN)
-        self._forget_finished(job)
-        return job.client if job.reply else None
-
-    def done(self, identity: bytes, msgid: str, status: str, payload: str, now: float) -> None:
-        """DONE: the slot is free again; what happens to the job depends on ``status``."""
-        worker = self.routing.workers.get(identity)
-        # Not in flight: it may wait (after a restart, on disk only). Taken out
-        # first, or the slot this DONE frees could be handed it again.
-        waited = (
-            None
-            if msgid in self.routing.inflight
-            else self._reported_waiting(msgid, f"DONE {status}")
-        )
-        if worker is not None:
-            job, nxt = self.routing.done(identity, msgid, now)
-            if nxt is not None:
-                self._hand_out(worker, nxt, now)
-            if self._expiry.expired:
-                self.settle_expired()
-        else:
-            job = self.routing.release_msgid(msgid)
-        if job is None:
-            job = waited
-            if job is None:
-                return
-        job_debug(log, "DONE %s from %s", msgid, job.queue, status, show(identity))
-        if status == JobStatus.DIED:
-            self._died(job, f"its worker process died ({payload[:200]})")
-        elif status == JobStatus.CANCELLED and expired_reply(payload):
-            # The job manager held it past its expiry and did not start it.
-            self.jobs_expired[job.queue] += 1
-            self.stats.finish(job.queue, JobStatus.CANCELLED)  # the DONE words
-            self._finish(job, payload)
-        elif status == JobStatus.RETRY and job.attempts < job.retry_count:
-            self._retry(job, retry_policy.delay_in_payload(payload))
-        else:
-            self.routing.count_finished(job, identity)
-            # A retry past its retry-count is a failure; time from hand-out to report.
-            outcome = JobStatus.FAILED if status == JobStatus.RETRY else status
-            # A job not handed out by this router (waiting since a restart): time unknown.
-            ran = now - job.dispatched_at if job.dispatched_at else None
-            self.stats.finish(job.queue, outcome, ran)
-            if status == JobStatus.REFUSED:
-                self._refused(job, payload)
-            else:
-                self._finish(job, payload)
-        if worker is not None and job.worker is None and self.routing.waiting.get(job.queue):
-            self.pump(now, [job.queue])
-
-    def nack(self, identity: bytes, msgid: str, reason: str, now: float) -> None:
-        """NACK: the job was not run; it waits again at once (no death counted).
-
-        Reason ``stopping``: the job manager is shutting down, so it gets no
-        more jobs (its free slots vanish); its running jobs stay in flight.
-        """
-        worker = self.routing.workers.get(identity)
-        if worker is not None and reason == NACK_STOPPING and not worker.stopping:
-            log.info("worker %s is stopping: no more jobs for it", show(identity))
-            self.routing.stop_dispatching(identity)
-        if worker is None:
-            job = self.routing.release_msgid(msgid)
-        else:
-            job, nxt = self.routing.done(identity, msgid, now)
-            if nxt is not None:
-                self._hand_out(worker, nxt, now)
-            if self._expiry.expired:
-                self.settle_expired()
-        if job is None:
-            return
-        job_debug(log, "NACK (%s), waits again", msgid, job.queue, reason)
-        self.journal.requeue(job.seq, job.deaths)
-        self.routing.requeued += 1
-        self.routing.waiting.push(job)
-        self.pump(now, [job.queue])
-
-    def _reported_waiting(self, msgid: str, report: str) -> RoutedJob | None:
-        """A report (DONE, REPLY) for a job not in flight: if it waits (requeued
-        meanwhile, or recovered as waiting after a restart or a failover, in
-        memory or on disk only), it did run: taken out and returned. None if it
-        is not held (finished already), or the journal cannot be read now (then
-        it stays, and may run again)."""
-        try:
-            job = self._take_waiting(msgid)
-        except JournalUnavailable as exc:
-            log.warning(
-                "%s for msgid %s not applied: journal: %s; the job waits and may run again",
-                report,
-                msgid,
-                exc.reason,
-            )
-            return None
-        if job is None:
-            log.debug("%s for msgid %s: not held (already finished)", report, msgid)
-        return job
-
-    def _take_waiting(self, msgid: str, now: float = 0.0) -> RoutedJob | None:
-        """Take the waiting job ``msgid`` out of its queue (in memory, or on disk only:
-        a journal read); None if it does not wait. :class:`JournalUnavailable` if
-        the journal cannot be read now."""
-        waiting = self.routing.waiting
-        job = waiting.index.get(msgid)
-        if job is not None:
-            waiting.queue(job.queue).discard(job)
-            # A copy: the one discarded stays in the queue's heap until popped,
-            # skipped there; this one may wait again (its job manager lost).
-            return dataclasses.replace(job, gone=False)
-        if msgid in self.finished or waiting.total() <= waiting.memory():
-            return None  # nothing waits on disk only
-        journal = self.journal
-        found = journal.find(msgid)
-        if found is None:
-            for seq in journal.parcels_holding(msgid):
-                self._open_parcel(seq)
-            found = journal.find(msgid)
-        if found is None or found[0] != WAITING:
-            return None
-        row = found[1]
-        waiting.queue(row.queue).forget_on_disk()
-        # No longer WAITING for a queue's next load from disk; the caller gives
-        # it its next state (finished, delayed, waiting again).
-        journal.set_state(row.seq, LEASED)
-        return job_from_row(row, now)
-
-    # -- jobs a job manager holds (after a failover or a reconnect) ---------------------
-    def adopt(self, identity: bytes, msgids: Iterable[str], now: float) -> int:
-        """The job manager ``identity`` said (FEATURES ``holding``) it holds these jobs:
-        those that wait here (recovered as waiting by a restart or a failover) stay
-        in flight on it, their lease starting ``now``, and are not handed to
-        another. Others are ignored: unknown, finished, or handed out already.
-        Returns how many it keeps."""
-        if identity not in self.routing.workers:
-            return 0
-        kept: list[str] = []
-        for msgid in msgids:
-            if msgid in self.routing.inflight:
-                log.debug(
-                    "worker %s holds msgid %s, handed out already: ignored", show(identity), msgid
-                )
-                continue
-            try:
-                job = self._take_waiting(msgid, now)
-            except JournalUnavailable as exc:
-                log.warning(
-                    "worker %s holds jobs not looked up: journal: %s; they may run again",
-                    show(identity),
-                    exc.reason,
-                )
-                break
-            if job is None:
-                log.debug(
-                    "worker %s holds msgid %s, not waiting here: ignored", show(identity), msgid
-                )
-                continue
-            self.routing.adopt(identity, job, now)
-            self.lease(job, now)
-            self.journal.set_state(job.seq, LEASED)  # a copy from memory was WAITING
-            kept.append(msgid)
-        if kept:
-            self.adopted += len(kept)
-            log.info(
-                "worker %s still holds %d job(s) handed out before: kept in flight on it "
-                "(msgids %s)",
-                show(identity),
-                len(kept),
-                ", ".join(kept[:20]),
-            )
-        return len(kept)
-
-    # -- workers that go away -----------------------------------------------------------
-    def worker_failed(self, identity: bytes, why: str) -> None:
-        """A worker is dead or unreachable: its jobs are handed out again."""
-        jobs = self.routing.remove_worker(identity)
-        for job in jobs:
-            self._died(job, f"its job manager {why}")
-        if jobs:
-            log.warning(
-                "worker %s dropped (%s): %d in-flight job(s) handed out again (msgids %s)",
-                show(identity),
-                why,
-                len(jobs),
-                ", ".join(job.msgid for job in jobs[:20]),
-            )
-        else:
-            log.warning("worker %s dropped (%s)", show(identity), why)
-
-    def worker_left(self, identity: bytes, now: float) -> None:
-        """A worker said KBAI: it finishes its jobs; they are handed out again if it
-        has not reported them within ``shutdown_grace + lease_grace``."""
-        grace = now + self.settings.shutdown_grace + self.settings.lease_grace
-        for job in self.routing.remove_worker(identity):
-            job.lease_until = min(job.lease_until, grace)
-
-    def expire_leases(self, now: float) -> None:
-        for job in [j for j in self.routing.inflight.values() if j.lease_until <= now]:
-            self.expired += 1
-            self.expired_by_queue[job.queue] += 1
-            self.routing.release(job)
-            self._died(job, "its lease ran out")
-
-    # -- outcomes ----------------------------------------------------------------------
-    def _died(self, job: RoutedJob, why: str) -> None:
-        job_debug(log, "waits again (%s)", job.msgid, job.queue, why)
-        job.deaths += 1
-        self.routing.release(job)
-        if job.deaths >= self.settings.poison_after:
-            reason = f"poisoned: {why}, {job.deaths} time(s)"
-            self.journal.poison(job.seq, job.deaths, reason)
-            self.unique.release(job.msgid)
-            self.poisoned[job.queue] += 1
-            log.warning(
-                "job set aside msgid=%s queue=%s: %s",
-                job.msgid,
-                job.queue,
-                reason,
-                extra=job_fields(job.msgid, job.queue),
-            )
-            if job.client:
-                self.to_client(
-                    job.client, Reject(msgid=new_msgid(), job_msgid=job.msgid, reason=reason)
-                )
-            return
-        self.journal.requeue(job.seq, job.deaths)
-        self.routing.requeued += 1
-        self.routing.waiting.push(job)
-
-    def _retry(self, job: RoutedJob, asked: float | None = None) -> None:
-        """Hold ``job`` (in the journal, DELAYED) for ``asked`` seconds (the job's retry
-        policy, as its job manager said), else this router's back-off."""
-        s = self.settings
-        job.attempts += 1
-        self.stats.retried[job.queue] += 1
-        pause = backoff(job.attempts, s.retry_backoff_base, s.retry_backoff_cap)
-        if asked is not None:
-            pause = asked
-        due = time.time() + pause
-        self.journal.delay(job.seq, due, job.attempts)
-        self.delayed[job.queue] += 1
-        if self._next_due is None or due < self._next_due:
-            self._next_due = due
-        n, of = job.attempts, job.retry_count
-        job_debug(log, "retry %d of %d in %.1fs", job.msgid, job.queue, n, of, pause)
-
-    def _finish(self, job: RoutedJob, payload: str | None) -> None:
-        self._forget_finished(job)
-        if job.reply and job.client and payload is not None:
-            self.to_client(
-                job.client, Reply(msgid=new_msgid(), payload=payload, reply_to=job.msgid)
-            )
-
-    def _refused(self, job: RoutedJob, payload: str) -> None:
-        """A job manager refused the job (not registered, not allowed, bad body): the
-        client that asked gets REJECT with the reason, not a REPLY."""
-        self._forget_finished(job)
-        if job.reply and job.client:
-            reject = Reject(msgid=new_msgid(), job_msgid=job.msgid, reason=refusal_reason(payload))
-            self.to_client(job.client, reject)
-
-    def _forget_finished(self, job: RoutedJob) -> None:
-        self.journal.delete(job.seq)
-        self.finished.add(job.msgid)
-        self.unique.release(job.msgid)
-
-    # -- delayed jobs ------------------------------------------------------------------
-    def next_due(self) -> float | None:
-        """When a delayed job is due (None too while the journal cannot be written:
-        they are promoted once it can)."""
-        due = None if self.journal.failure is not None else self._next_due
-        wake = self.rate_limits.wake_in()  # a queue at its rate limit may go on
-        if wake is not None:
-            at = time.time() + wake
-            due = at if due is None else min(due, at)
-        return due
-
-    def promote_due(self, wall: float, now: float) -> None:
-        """Delayed jobs whose time has come start waiting (or run)."""
-        if self.rate_limits.parked:
-            self.settle_parked()
-        held = self.rate_limits.due_queues()
-        if held:
-            self.pump(now, held)
-        if self._next_due is None or wall < self._next_due or self.journal.failure is not None:
-            return
-        queues: set[str] = set()
-        try:
-            while True:
-                rows = self.journal.take_due(wall)
-                for row in rows:
-                    job = job_from_row(row, now)
-                    self.delayed[job.queue] -= 1
-                    self.rate_limits.unparked(row.queue, row.headers)
-                    self.routing.waiting.push(job)
-                    queues.add(job.queue)
-                if len(rows) < 1000:
-                    break
-            self._next_due = self.journal.next_due()
-        except JournalUnavailable:
-            pass  # _next_due stays: tried again once the journal can be written
-        self.pump(now, sorted(queues))
-
-    # -- rate limits (see .rate_limits) ---------------------------------------------------
-    def settle_parked(self) -> None:
-        """Jobs a wait queue held back by their key's rate limit wait as delayed until
-        they may go (in the journal, so a flood of them costs no memory)."""
-        limits = self.rate_limits
-        parked, limits.parked = limits.parked, []
-        wall, mono = time.time(), limits.clock()
-        for job, at in parked:
-            if job.msgid in self.finished:  # cancelled meanwhile
-                limits.unparked(job.queue)
-                continue
-            due = wall + (at - mono) + PARK_MARGIN
-            self.journal.delay(job.seq, due, job.attempts)
-            self.delayed[job.queue] += 1
-            if self._next_due is None or due < self._next_due:
-                self._next_due = due
-            job_debug(log, "rate limit reached: waits %.3fs", job.msgid, job.queue, due - wall)
-
-    # -- cancelling --------------------------------------------------------------------
-    def cancel(self, msgid: str) -> RoutedJob | None:
-        """CANCEL: drop the job if it has not been handed out.
-
-        Returns the job when it is running (the caller forwards CANCEL to its
-        worker if that worker can take it); None otherwise.
-        """
-        running = self.routing.inflight.get(msgid)
-        if running is not None:
-            return running
-        job = self.routing.waiting.index.get(msgid)
-        if job is not None:
-            self.routing.waiting.queue(job.queue).discard(job)
-        else:
-            try:
-                found = self.journal.find(msgid)
-                if found is None:
-                    for seq in self.journal.parcels_holding(msgid):
-                        self._open_parcel(seq)
-                    found = self.journal.find(msgid)
-            except JournalUnavailable as exc:
-                log.warning("CANCEL for msgid %s not applied: journal: %s", msgid, exc.reason)
-                return None
-            if found is None:
-                log.debug("CANCEL for msgid %s: not held", msgid)
-                return None
-            state, row = found
-            if state == LEASED:
-                return None
-            job = job_from_row(row, 0.0)
-            if state == WAITING:
-                self.routing.waiting.queue(row.queue).forget_on_disk()
-            elif state == DELAYED:
-                self.delayed[row.queue] -= 1
-                self.rate_limits.unparked(row.queue, row.headers)
-            elif state == POISONED:
-                self.poisoned[row.queue] -= 1
-        self.stats.finish(job.queue, JobStatus.CANCELLED)
-        self._finish(job, CANCELLED_PAYLOAD)
-        job_debug(log, "cancelled before it ran", msgid, job.queue)
-        return None
-
-    # -- poisoned jobs (admin POISONED_RETRY / POISONED_PURGE) -----------------------------
-    def _take_poisoned(self, msgids: Iterable[str]) -> list[Row]:
-        """The rows of those of ``msgids`` poisoned here, no longer counted as poisoned."""
-        rows = []
-        for msgid in msgids:
-            found = self.journal.find(msgid)
-            if found is not None and found[0] == POISONED:
-                self.poisoned[found[1].queue] -= 1
-                rows.append(found[1])
-        return rows
-
-    def retry_poisoned(self, msgids: Iterable[str], now: float) -> list[str]:
-        """Poisoned jobs wait again with their deaths forgotten; the msgids that were
-        poisoned here (others are not touched)."""
-        rows = self._take_poisoned(msgids)
-        # They hold their unique keys again (freed when they were set aside).
-        self.unique.rebuild((row.msgid, row.headers, row.accepted) for row in rows)
-        for row in rows:
-            self.journal.unpoison(row.seq)
-            job = job_from_row(row, now)
-            job.deaths = 0
-            self.routing.waiting.push(job)
-            log.info("poisoned job msgid=%s queue=%s waits again (admin)", row.msgid, row.queue)
-        self.pump(now, sorted({row.queue for row in rows}))
-        return [row.msgid for row in rows]
-
-    def purge_poisoned(self, msgids: Iterable[str]) -> list[str]:
-        """Poisoned jobs deleted from the journal; the msgids that were poisoned here."""
-        rows = self._take_poisoned(msgids)
-        for row in rows:
-            self.journal.delete(row.seq)
-            log.info("poisoned job msgid=%s queue=%s purged (admin)", row.msgid, row.queue)
-        return [row.msgid for row in rows]
