@@ -4,13 +4,17 @@
 benchmark asks, through ``benchmarks/_breakdown_site/sitecustomize.py`` and
 ``EMQ_BREAKDOWN_DIR``): each call appends ``TAG MONOTONIC_NS`` to a file
 named for the process id in that directory. One ``os.write`` per event (about
-2 us, some nine per job): a worker process may end without running ``atexit``
-handlers, and the figures keep every event that happened.
+2 us; some seventeen per job in the three processes): a worker process may end
+without running ``atexit`` handlers, and the figures keep every event that
+happened.
 
-Tags: ``wake`` (a poll returned something), ``send`` (frames sent on a
-channel), ``c0``/``c1`` (the router's journal commit began and returned),
-``e0`` (its COMMIT statement began, the writes before it done), ``pipew`` (the
-job manager wrote to a worker's pipe), ``piper`` (a worker read a frame).
+Tags: ``wake`` (a ``zmq.Poller`` poll returned something: the router's and
+the job manager's loops, which use one each, and anything else that polls
+with one), ``send`` (frames sent on a channel), ``c0``/``c1`` (the router's
+journal commit began and returned), ``e0`` (``_end`` began: the kept writes
+are applied, the COMMIT follows, with the finished-msgid prune or the commit
+mark when they are due), ``pipew`` (the job manager wrote to a worker's pipe),
+``piper`` (a worker read a frame).
 """
 
 from __future__ import annotations
@@ -68,7 +72,7 @@ def install(directory: str) -> None:
 
     events = _Events(directory)
     _wrap(transport.Channel, "send_frames", events, before="send")
-    _wrap(transport.Poller, "poll", events, after="wake")
+    # transport.FdPoller is zmq.Poller, which transport.Poller polls with: one wrap.
     _wrap(transport.FdPoller, "poll", events, after="wake")
     _wrap(pipe, "write_all", events, before="pipew")
     _wrap(pipe.FrameReader, "read", events, after="piper")

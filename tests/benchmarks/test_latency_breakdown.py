@@ -37,7 +37,19 @@ def test_a_router_woken_before_delay_returned_has_no_time_in_flight() -> None:
     (t0, t1, started), router, manager, workers = _job_events(10**9)
     router[0] = (t1 - 100, "wake")
     (hops,) = lb.split([(t0, t1, started)], router, manager, workers)
-    assert hops[1] == 0 and sum(hops) == started - t0
+    assert hops[1] == 0 and hops[2] == 2000 + 3000  # its accept began when .delay() returned
+    assert sum(hops) == started - t0
+
+
+def test_a_job_committed_before_delay_returned_is_kept_with_its_hops_in_order() -> None:
+    (t0, t1, started), router, manager, workers = _job_events(10**9)
+    # Woken and into its commit while .delay() was still returning.
+    router[0] = (t0 + 100, "wake")
+    router[1] = (t0 + 200, "c0")
+    (hops,) = lb.split([(t0, t1, started)], router, manager, workers)
+    # Accept and the writes count from .delay()'s return; the writes still end at e0.
+    assert hops[:5] == [1000, 0, 0, 9000, 5000]
+    assert sum(hops) == started - t0
 
 
 def test_the_site_hook_wraps_only_when_its_variable_is_set(tmp_path) -> None:
@@ -60,12 +72,14 @@ def test_the_site_hook_wraps_only_when_its_variable_is_set(tmp_path) -> None:
 
 
 def test_a_real_run_lines_up_every_hop_of_most_jobs(capsys) -> None:
+    broker = os.environ.get("EMQ_BROKER_ADDR")
     result = lb.breakdown(30)
-    assert result["matched"] >= 15, result["matched"]
-    assert set(result["hops"]) == {hop for hop, _ in lb.HOPS}
-    for hop, figures in result["hops"].items():
-        assert figures["p50"] >= 0, hop
+    assert os.environ.get("EMQ_BROKER_ADDR") == broker  # the benchmark's router is gone
+    # A job lines up only when the router, the job manager and a worker each
+    # recorded its events, in path order: the hooks fired in all three.
+    assert result["matched"] >= 27, result["matched"]
+    assert result["hops"]["router: COMMIT + sync"]["p50"] > 0
+    assert result["hops"]["to the worker"]["p50"] > 0
     lb.print_breakdown(result, floor_p50=None)
     out = capsys.readouterr().out
-    assert f"{result['matched']} of 30 jobs lined up" in out
-    assert "router: COMMIT + sync" in out
+    assert f"{result['matched']} of 30 jobs lined up ({30 - result['matched']} without" in out
