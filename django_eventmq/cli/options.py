@@ -4,9 +4,9 @@ Each option is one row (:class:`Option`): its flags, the setting it overrides
 (if any), its argument type and its help. The same rows feed argparse
 (:func:`add_options` and the ``add_*_arguments`` helpers) and
 :func:`settings_from_options`, so an option that is shown is an option that
-works, and one argument type (:func:`seconds`, :func:`whole`, :func:`address`,
-:func:`module`, :func:`log_level`) refuses a bad value with the same words in
-every command. An option that is not given leaves its setting alone
+works, and one argument type (:mod:`~django_eventmq.cli.arg_types`: :func:`seconds`,
+:func:`whole`, :func:`address`, :func:`module`, :func:`log_level`) refuses a bad value
+with the same words in every command. An option that is not given leaves its setting alone
 (``EVENTMQ`` / ``EMQ_*`` / built-in default), so setting-backed options
 default to ``None``. Never imports Django.
 """
@@ -15,25 +15,29 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any
 
-from django_eventmq.cli.admin_client import is_admin_list, parse_admin_groups
+from django_eventmq.cli.arg_types import LOG_LEVELS as LOG_LEVELS
+from django_eventmq.cli.arg_types import _strip_key
+from django_eventmq.cli.arg_types import address as address
+from django_eventmq.cli.arg_types import addresses as addresses
+from django_eventmq.cli.arg_types import admin_addresses as admin_addresses
+from django_eventmq.cli.arg_types import autoscale as autoscale
+from django_eventmq.cli.arg_types import log_level as log_level
+from django_eventmq.cli.arg_types import module as module
+from django_eventmq.cli.arg_types import queues as queues
+from django_eventmq.cli.arg_types import rate_limit as rate_limit
+from django_eventmq.cli.arg_types import seconds as seconds
+from django_eventmq.cli.arg_types import whole as whole
+from django_eventmq.cli.log_setup import DEFAULT_LOG_LEVEL as DEFAULT_LOG_LEVEL
+from django_eventmq.cli.log_setup import LOG_FORMAT as LOG_FORMAT
+from django_eventmq.cli.log_setup import configure_logging as configure_logging
 from django_eventmq.errors import ConfigurationError
 from django_eventmq.protocol import constants as C
 from django_eventmq.pubsub.publisher import PUBLISHER_SNDHWM
-from django_eventmq.runtime.settings import (
-    JOURNAL_URL_SCHEMES,
-    Settings,
-    check_address,
-    check_peer_addresses,
-    parse_autoscale,
-    parse_queues,
-    parse_rate_limits,
-)
+from django_eventmq.runtime.settings import JOURNAL_URL_SCHEMES, Settings
 from django_eventmq.scheduling.timing import CATCHUP_POLICIES
 
 __all__ = [
@@ -58,144 +62,11 @@ __all__ = [
     "whole",
 ]
 
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-#: INFO shows start-up and shutdown lines only: components log nothing per message at INFO.
-DEFAULT_LOG_LEVEL = "INFO"
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-
 _DEFAULTS = Settings()
 
 
 class OptionError(ConfigurationError):
     """A command-line option has a value that cannot work; the message names it."""
-
-
-# -- argument types: each error says what was wrong and what would work ------
-
-
-def _strip_key(message: str) -> str:
-    """Drop the ``SETTING_NAME: `` prefix of a settings error (the option is named instead)."""
-    head, sep, rest = message.partition(": ")
-    return rest if sep and head.isupper() and " " not in head else message
-
-
-def address(text: str) -> str:
-    """A ZeroMQ address such as ``tcp://127.0.0.1:47291``."""
-    try:
-        check_address("address", text)
-    except ConfigurationError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a ZeroMQ address; use e.g. 'tcp://127.0.0.1:47291', "
-            "'tcp://*:47291' or 'ipc:///run/eventmq.sock'"
-        ) from None
-    return text
-
-
-def addresses(text: str) -> str:
-    """A router's address, or a router group's members separated by commas."""
-    if "," not in text:
-        return address(text)
-    try:
-        check_peer_addresses("address", text)
-    except ConfigurationError as exc:
-        raise argparse.ArgumentTypeError(_strip_key(str(exc))) from None
-    return text
-
-
-def admin_addresses(text: str) -> str:
-    """``emq_status --admin``: one router's admin address (checked as :func:`address` checks
-    one), or several routers' as ``a,b;c`` (',' between the members of a router group, ';'
-    between groups)."""
-    if not is_admin_list(text):
-        return address(text)
-    try:
-        parse_admin_groups(text, "ADMIN")
-    except ConfigurationError as exc:
-        raise argparse.ArgumentTypeError(_strip_key(str(exc))) from None
-    return text
-
-
-def queues(text: str) -> tuple[tuple[int, str], ...]:
-    """``name:weight,...`` as the QUEUES setting takes it."""
-    try:
-        parsed = parse_queues(text)
-        Settings(queues=parsed)  # checks names and that at least one is given
-    except ConfigurationError as exc:
-        raise argparse.ArgumentTypeError(
-            f"{_strip_key(str(exc))} (expected 'name:weight,...', e.g. 'email:30,default:10')"
-        ) from None
-    return parsed
-
-
-def whole(minimum: int) -> Callable[[str], int]:
-    """A whole number >= ``minimum``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = minimum - 1
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}")
-        return value
-
-    parse.__name__ = f"whole number >= {minimum}"
-    return parse
-
-
-def seconds(minimum: float = 0.0, *, inclusive: bool = True) -> Callable[[str], float]:
-    """A finite number of seconds >= ``minimum`` (> ``minimum`` unless ``inclusive``)."""
-    bound = f"{'>=' if inclusive else '>'} {minimum:g}"
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = float("nan")  # fails both comparisons below
-        ok = value >= minimum if inclusive else value > minimum
-        if not (ok and value < float("inf")):
-            raise argparse.ArgumentTypeError(f"expected a number of seconds {bound}, got {text!r}")
-        return value
-
-    parse.__name__ = f"seconds {bound}"
-    return parse
-
-
-def rate_limit(text: str) -> tuple[str, str]:
-    """``QUEUE=RATE`` as one RATE_LIMITS entry, e.g. ``email=100/m``."""
-    try:
-        return parse_rate_limits([text])[0]
-    except ConfigurationError as exc:
-        why = str(exc).split(": ", 1)[-1]
-        raise argparse.ArgumentTypeError(f"{text!r}: {why}") from None
-
-
-def autoscale(text: str) -> str:
-    """``MIN,MAX`` worker processes, ``1 <= MIN <= MAX``."""
-    try:
-        parse_autoscale(text)
-    except ConfigurationError as exc:
-        raise argparse.ArgumentTypeError(_strip_key(str(exc))) from None
-    return text
-
-
-def module(text: str) -> str:
-    """A dotted module path such as ``myapp.jobs``."""
-    if not text or not all(part.isidentifier() for part in text.split(".")):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a dotted module path such as 'myapp.jobs'"
-        )
-    return text
-
-
-def log_level(text: str) -> str:
-    """One of :data:`LOG_LEVELS`, any case."""
-    level = text.upper()
-    if level not in LOG_LEVELS:
-        raise argparse.ArgumentTypeError(
-            f"unknown log level {text!r}; use one of {', '.join(LOG_LEVELS)}"
-        )
-    return level
 
 
 # -- the table ----------------------------------------------------------------
@@ -713,29 +584,3 @@ def settings_from_options(
         return base.replace(**changes)
     except ConfigurationError as exc:
         raise OptionError(f"the options do not work together: {exc}") from None
-
-
-# -- logging ------------------------------------------------------------------
-
-
-class _StderrHandler(logging.StreamHandler[TextIO]):
-    """The handler :func:`configure_logging` installs (found again to avoid doubles)."""
-
-
-def configure_logging(level: str = DEFAULT_LOG_LEVEL) -> logging.Logger:
-    """Log ``django_eventmq.*`` to stderr with time, level and logger name; returns the logger.
-
-    Calling it again replaces its handler rather than adding a second one.
-    """
-    logger = logging.getLogger("django_eventmq")
-    for handler in list(logger.handlers):
-        if isinstance(handler, _StderrHandler):
-            logger.removeHandler(handler)
-    handler = _StderrHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(LOG_FORMAT))
-    logger.addHandler(handler)
-    logger.setLevel(log_level(level))
-    # Our handler is the one that prints: don't print every line twice
-    # through a root handler someone else configured.
-    logger.propagate = False
-    return logger
