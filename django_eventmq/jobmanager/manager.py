@@ -66,10 +66,15 @@ from dataclasses import dataclass
 from functools import partial
 
 from django_eventmq.errors import InvalidJob
+from django_eventmq.jobmanager.credit import SHRINK_AFTER as SHRINK_AFTER
+from django_eventmq.jobmanager.credit import Credit
 from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
 from django_eventmq.jobmanager.link import RouterLink
 from django_eventmq.jobmanager.outcomes import Recorder
-from django_eventmq.jobmanager.pool import Pool, Status
+from django_eventmq.jobmanager.pool import Pool
+from django_eventmq.jobmanager.shutdown import Shutdown
+from django_eventmq.jobmanager.supervision import SUPERVISE_EVERY as SUPERVISE_EVERY
+from django_eventmq.jobmanager.supervision import Supervision
 from django_eventmq.protocol import (
     Cancel,
     Disconnect,
@@ -88,18 +93,6 @@ from django_eventmq.runtime.service import Service
 from django_eventmq.runtime.settings import Settings
 
 logger = logging.getLogger("django_eventmq.jobmanager")
-
-#: Seconds between supervision passes (reap / check / respawn) when nothing
-#: prompts one sooner.
-SUPERVISE_EVERY = 0.2
-#: A shrunk prefetch is told to the router (UNREADY) only once it has lasted this
-#: long (seconds, by the turns' clock). The prefetch follows a moving average of
-#: measured run times, and under load those include our own turns: short jobs
-#: measured a few hundred microseconds apart swing it between the cap and a
-#: fifth of it within a few jobs, and every swing cost an UNREADY and then a
-#: READY per slot taken back (some 10 READYs per job at 6,000 jobs/s). Jobs
-#: that really got long keep it down, and it is told this much later.
-SHRINK_AFTER = 0.05
 
 #: ``JobManager.mode`` for each session state (for logs and tests).
 _MODES = {JobManagerState.EXTENDED: "done", JobManagerState.REFERENCE: "reference"}
@@ -131,7 +124,7 @@ class _HeldNack:
 _Held = _HeldDone | _HeldNack
 
 
-class JobManager(Service):
+class JobManager(Service, Supervision, Credit, Shutdown):
     """Runs jobs from one router in a pool of worker processes.
 
     Run with :meth:`run` (``runtime.service``: SIGTERM/SIGINT stop it, then
@@ -477,125 +470,11 @@ class JobManager(Service):
     def _resend_records(self, batches: list[bytes]) -> None:
         self.recorder.resend(batches)
 
-    # -- supervision ---------------------------------------------------------------
-    def _supervise(self, now: float) -> None:
-        """Reap dead children, retire worn ones, time jobs out, start replacements."""
-        self._next_supervise = now + SUPERVISE_EVERY
-        pool, lifecycle = self.pool, self.lifecycle
-        pool.check(now)
-        self._resend_records(pool.orphan_records())
-        lifecycle.lost(now)
-        lifecycle.check_timeouts(now)
-        lifecycle.due_retries(now)
-        if not self.stopping:
-            if self._reload_asked:
-                self._renew()
-            if self.autoscale is not None:
-                self._autoscale(now)
-            pool.respawn(now)
-        if lifecycle.pending:
-            lifecycle.dispatch(now)
-        self._top_up()
-
-    def _renew(self) -> None:
-        self._reload_asked = False
-        old = self.pool.renew()
-        logger.info(
-            "reload: starting %d new worker processes; %d old ones finish their jobs and exit",
-            self.pool.size,
-            old,
-        )
-
-    @property
-    def waiting(self) -> int:
-        """Jobs we hold that no child runs yet (prefetched, or waiting for a child)."""
-        return max(0, len(self.jobs) - self.pool.busy())
-
-    def _autoscale(self, now: float) -> None:
-        """Grow while every child is busy and the router used every slot we offered;
-        shrink once children idled ``AUTOSCALE_IDLE`` seconds (never a busy one).
-
-        We cannot see the router's queues, so a full house is the sign of a backlog:
-        each pass while it lasts adds one child per job held beyond the busy ones
-        (at least one), once the children added before are up.
-        """
-        assert self.autoscale is not None
-        low, high = self.autoscale
-        pool = self.pool
-        size = pool.size
-        active = pool.active()
-        starting = any(child.status is not Status.UP for child in active)
-        full = active and len(self.jobs) >= self.slots and pool.busy() >= len(active)
-        if size < high and full and not starting:
-            waiting = self.waiting
-            new = min(high, size + max(1, waiting))
-            pool.resize(new)
-            logger.info(
-                "autoscale: %d -> %d workers (all busy, %d jobs waiting here)",
-                size,
-                new,
-                waiting,
-            )
-            self._top_up()
-            return
-        if size > low and pool.retire_idle(self.settings.autoscale_idle, low, now):
-            logger.info(
-                "autoscale: %d -> %d workers (idle for %gs)",
-                size,
-                pool.size,
-                self.settings.autoscale_idle,
-            )
-
-    def _wake_supervisor(self) -> None:
-        self._next_supervise = 0.0
-
     # -- router connection ---------------------------------------------------------
     @property
     def connected(self) -> bool:
         """Every link's INFORM was ACKed (one group: its router's)."""
         return all(link.connected for link in self.links)
-
-    @property
-    def slots(self) -> int:
-        """Jobs we take at once: one per worker process plus the current prefetch."""
-        return self.pool.size + self.prefetch.value
-
-    def _top_up(self) -> None:
-        """Send READY until the router holds one per free slot; UNREADY for too many.
-
-        Not while stopping (nor before the mode is settled: the session's rule).
-        When the prefetch shrank, a router that speaks UNREADY is told to keep
-        fewer slots for us (a little excess is let be, so a wobbling prefetch
-        does not cost a message per job); others just get no READY until we
-        hold fewer jobs.
-        """
-        if self.stopping:
-            return
-        # Jobs finishing in children a warm restart replaced hold no slot of the new ones.
-        free = self.slots - len(self.jobs) + self.pool.renewed_jobs()
-        # Several groups: each may hold credit for every free slot (see the module
-        # doc), and no UNREADY churn as the other groups' jobs come and go.
-        slack = self.prefetch.value // 4 if len(self.links) == 1 else self.slots
-        if self._shrink_waits(free, slack):
-            return
-        for link in self.links:
-            for message in link.session.top_up(free, slack=slack):
-                link.send(message)
-
-    def _shrink_waits(self, free: int, slack: int) -> bool:
-        """True while every link's router holds more than ``free + slack`` slots
-        for us and that began less than :data:`SHRINK_AFTER` ago: no READY is due
-        then, and the UNREADY waits to see whether the prefetch stays down."""
-        if not all(link.session.credit > free + slack for link in self.links):
-            self._shrink_since = None
-            return False
-        now = self._turn_at
-        if self._shrink_since is None:
-            self._shrink_since = now
-        if now - self._shrink_since < SHRINK_AFTER:
-            return True
-        self._shrink_since = None
-        return False
 
     def _connect(self, now: float) -> None:
         for link in self.links:
@@ -613,34 +492,6 @@ class JobManager(Service):
                 session.tick(now)
                 if session.settled:
                     self._after_session_step(index)
-
-    # -- shutdown ------------------------------------------------------------------
-    def _drain(self, timeout_ms: int) -> None:
-        """Hand back or finish jobs within the grace period, then say goodbye."""
-        grace = self.settings.shutdown_grace
-        self.loop_once(0)  # take in REQUESTs already delivered: the router counts them as ours
-        links = self.links
-        if len(links) == 1:
-            if self.link.session.extended:
-                # Our router can give unstarted jobs to someone else right away.
-                self.lifecycle.hand_back_unstarted()
-        elif any(link.session.extended for link in links):
-            self.lifecycle.hand_back_unstarted(lambda job: links[job.link].session.extended)
-        if self.jobs:
-            logger.info(
-                "jobmanager stopping: waiting up to %ss for %d job(s)", grace, len(self.jobs)
-            )
-        deadline = time.monotonic() + grace
-        while self.jobs and time.monotonic() < deadline:
-            self.loop_once(self._wait_ms(timeout_ms))
-        if self.jobs:
-            logger.warning(
-                "jobmanager stopping: grace period over, terminating jobs msgid=%s",
-                ",".join(job.msgid for job in self.jobs.values()),
-            )
-        self._send_records(time.monotonic(), force=True)
-        for link in self.links:
-            link.goodbye()  # "jobmanager stopped" is run_service's line, after close()
 
     # -- poller bookkeeping ----------------------------------------------------------
     def _watch(self, fd: int) -> None:

@@ -1,0 +1,86 @@
+"""Credit: how many jobs the router may hand us (one per worker process plus
+the prefetch), kept topped up with READY and, once a shrunk prefetch lasted,
+cut back with UNREADY.
+
+A mixin of :class:`.manager.JobManager` (the state it uses belongs to the job
+manager; the credit itself is in each link's session).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from django_eventmq.jobmanager.lifecycle import ManagedJob
+from django_eventmq.jobmanager.link import RouterLink
+from django_eventmq.jobmanager.pool import Pool
+from django_eventmq.jobmanager.prefetch import Prefetch
+
+if TYPE_CHECKING:
+    from django_eventmq.jobmanager.manager import _Held
+
+#: A shrunk prefetch is told to the router (UNREADY) only once it has lasted this
+#: long (seconds, by the turns' clock). The prefetch follows a moving average of
+#: measured run times, and under load those include our own turns: short jobs
+#: measured a few hundred microseconds apart swing it between the cap and a
+#: fifth of it within a few jobs, and every swing cost an UNREADY and then a
+#: READY per slot taken back (some 10 READYs per job at 6,000 jobs/s). Jobs
+#: that really got long keep it down, and it is told this much later.
+SHRINK_AFTER = 0.05
+
+
+class Credit:
+    """READY and UNREADY to each router (mixed into the job manager)."""
+
+    pool: Pool
+    prefetch: Prefetch
+    jobs: dict[int, ManagedJob]
+    links: list[RouterLink[_Held]]
+    _turn_at: float
+    _shrink_since: float | None
+
+    if TYPE_CHECKING:
+
+        @property
+        def stopping(self) -> bool: ...
+
+    @property
+    def slots(self) -> int:
+        """Jobs we take at once: one per worker process plus the current prefetch."""
+        return self.pool.size + self.prefetch.value
+
+    def _top_up(self) -> None:
+        """Send READY until the router holds one per free slot; UNREADY for too many.
+
+        Not while stopping (nor before the mode is settled: the session's rule).
+        When the prefetch shrank, a router that speaks UNREADY is told to keep
+        fewer slots for us (a little excess is let be, so a wobbling prefetch
+        does not cost a message per job); others just get no READY until we
+        hold fewer jobs.
+        """
+        if self.stopping:
+            return
+        # Jobs finishing in children a warm restart replaced hold no slot of the new ones.
+        free = self.slots - len(self.jobs) + self.pool.renewed_jobs()
+        # Several groups: each may hold credit for every free slot (see the module
+        # doc), and no UNREADY churn as the other groups' jobs come and go.
+        slack = self.prefetch.value // 4 if len(self.links) == 1 else self.slots
+        if self._shrink_waits(free, slack):
+            return
+        for link in self.links:
+            for message in link.session.top_up(free, slack=slack):
+                link.send(message)
+
+    def _shrink_waits(self, free: int, slack: int) -> bool:
+        """True while every link's router holds more than ``free + slack`` slots
+        for us and that began less than :data:`SHRINK_AFTER` ago: no READY is due
+        then, and the UNREADY waits to see whether the prefetch stays down."""
+        if not all(link.session.credit > free + slack for link in self.links):
+            self._shrink_since = None
+            return False
+        now = self._turn_at
+        if self._shrink_since is None:
+            self._shrink_since = now
+        if now - self._shrink_since < SHRINK_AFTER:
+            return True
+        self._shrink_since = None
+        return False

@@ -1,0 +1,117 @@
+"""Supervision of the worker children: reap dead ones, retire worn ones, time
+jobs out, start replacements, renew them all on a warm restart (SIGHUP), and
+grow or shrink their number (AUTOSCALE).
+
+A mixin of :class:`.manager.JobManager` (the state it uses belongs to the job
+manager).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
+from django_eventmq.jobmanager.pool import Pool, Status
+from django_eventmq.runtime.settings import Settings
+
+logger = logging.getLogger("django_eventmq.jobmanager")
+
+#: Seconds between supervision passes (reap / check / respawn) when nothing
+#: prompts one sooner.
+SUPERVISE_EVERY = 0.2
+
+
+class Supervision:
+    """Supervision passes and autoscaling (mixed into the job manager)."""
+
+    settings: Settings
+    pool: Pool
+    lifecycle: Lifecycle
+    jobs: dict[int, ManagedJob]
+    autoscale: tuple[int, int] | None
+    _reload_asked: bool
+    _next_supervise: float
+
+    if TYPE_CHECKING:
+
+        @property
+        def stopping(self) -> bool: ...
+
+        @property
+        def slots(self) -> int: ...
+
+        def _resend_records(self, batches: list[bytes]) -> None: ...
+
+        def _top_up(self) -> None: ...
+
+    def _supervise(self, now: float) -> None:
+        """Reap dead children, retire worn ones, time jobs out, start replacements."""
+        self._next_supervise = now + SUPERVISE_EVERY
+        pool, lifecycle = self.pool, self.lifecycle
+        pool.check(now)
+        self._resend_records(pool.orphan_records())
+        lifecycle.lost(now)
+        lifecycle.check_timeouts(now)
+        lifecycle.due_retries(now)
+        if not self.stopping:
+            if self._reload_asked:
+                self._renew()
+            if self.autoscale is not None:
+                self._autoscale(now)
+            pool.respawn(now)
+        if lifecycle.pending:
+            lifecycle.dispatch(now)
+        self._top_up()
+
+    def _renew(self) -> None:
+        self._reload_asked = False
+        old = self.pool.renew()
+        logger.info(
+            "reload: starting %d new worker processes; %d old ones finish their jobs and exit",
+            self.pool.size,
+            old,
+        )
+
+    @property
+    def waiting(self) -> int:
+        """Jobs we hold that no child runs yet (prefetched, or waiting for a child)."""
+        return max(0, len(self.jobs) - self.pool.busy())
+
+    def _autoscale(self, now: float) -> None:
+        """Grow while every child is busy and the router used every slot we offered;
+        shrink once children idled ``AUTOSCALE_IDLE`` seconds (never a busy one).
+
+        We cannot see the router's queues, so a full house is the sign of a backlog:
+        each pass while it lasts adds one child per job held beyond the busy ones
+        (at least one), once the children added before are up.
+        """
+        assert self.autoscale is not None
+        low, high = self.autoscale
+        pool = self.pool
+        size = pool.size
+        active = pool.active()
+        starting = any(child.status is not Status.UP for child in active)
+        full = active and len(self.jobs) >= self.slots and pool.busy() >= len(active)
+        if size < high and full and not starting:
+            waiting = self.waiting
+            new = min(high, size + max(1, waiting))
+            pool.resize(new)
+            logger.info(
+                "autoscale: %d -> %d workers (all busy, %d jobs waiting here)",
+                size,
+                new,
+                waiting,
+            )
+            self._top_up()
+            return
+        if size > low and pool.retire_idle(self.settings.autoscale_idle, low, now):
+            logger.info(
+                "autoscale: %d -> %d workers (idle for %gs)",
+                size,
+                pool.size,
+                self.settings.autoscale_idle,
+            )
+
+    def _wake_supervisor(self) -> None:
+        self._next_supervise = 0.0
