@@ -1,0 +1,134 @@
+"""One worker process as the pool sees it: its record and what it hands back.
+
+:class:`Child` is the pool's record of one process (its pipes, status, jobs in
+flight, records not yet acknowledged); :class:`Lost` is a job a dead child
+held, :class:`Taken` what a stopped child held. :mod:`.pool` drives them.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import select
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+
+from django_eventmq.jobmanager.pipe import FrameReader
+
+
+class Status(enum.Enum):
+    """Life of a child: STARTING -> UP -> (RETIRING | KILLING) -> DEAD."""
+
+    STARTING = "starting"  # spawned; importing hooks and job modules
+    UP = "up"  # takes jobs
+    RETIRING = "retiring"  # ran its share of jobs; finishes what it holds, then exits
+    KILLING = "killing"  # stopped mid-job (timeout, cancel); its jobs were taken back
+    DEAD = "dead"  # exited (or its pipe closed); waiting to be reaped
+
+
+@dataclass(eq=False)
+class Child:
+    """What the pool knows about one worker process."""
+
+    process: BaseProcess
+    #: Our end of what the child says (results...): read, polled; the pool's key.
+    conn: Connection
+    started: float
+    status: Status = Status.STARTING
+    #: Jobs finished, and jobs handed over (finished + in flight).
+    jobs_run: int = 0
+    assigned: int = 0
+    #: seq -> (msgid, bytes queued in the pipe) of jobs handed over, in order;
+    #: the first one is running (its bytes count 0).
+    inflight: dict[int, tuple[str, int]] = field(default_factory=dict)
+    queued_bytes: int = 0
+    #: monotonic time the running (first) job started.
+    head_since: float = 0.0
+    #: Frames queued by assign(), written by flush().
+    outgoing: list[bytes] = field(default_factory=list)
+    #: Our end of the child's records pipe.
+    records_conn: Connection | None = None
+    #: Our end of the child's job pipe (written); None: ``conn`` both ways.
+    jobs_conn: Connection | None = None
+    #: Records batches written and not yet acknowledged, oldest first.
+    records: list[bytes] = field(default_factory=list)
+    records_bytes: int = 0
+    #: The hooks module has record_results (said in the child's UP frame).
+    can_record: bool = False
+    #: Partials read from the pipe and not yet taken: ``(seq, payload)``, in order.
+    partials: list[tuple[int, str]] = field(default_factory=list)
+    #: Why start-up failed, as the child reported it.
+    failure: str = ""
+    #: It reached UP once; it was told to exit after its share of jobs.
+    was_up: bool = False
+    retired: bool = False
+    #: Replaced by a warm restart (SIGHUP): finishes its jobs beside its successor.
+    renewed: bool = False
+    #: monotonic time it last had no job (it is idle while ``inflight`` is empty).
+    idle_since: float = 0.0
+    kill_at: float = 0.0  # when SIGTERM turns into SIGKILL
+
+    def __post_init__(self) -> None:
+        self.readable = select.poll()
+        self.readable.register(self.conn.fileno(), select.POLLIN)
+        self.reader = FrameReader(self.conn.fileno())
+        self.watched = True
+        self._pid: int = self.process.pid or 0
+        self._exitcode: int | None = None
+        #: Where its jobs (and cancels, and exit) are written.
+        self.out_fd = self.conn.fileno() if self.jobs_conn is None else self.jobs_conn.fileno()
+        #: Our read end of a one-way pipe is non-blocking: :meth:`Pool.receive`
+        #: reads without asking poll first (one system call, not two, per look).
+        #: Not one end used both ways (a socket): writes to it must block.
+        self.nonblocking = self.jobs_conn is not None
+        if self.nonblocking:
+            os.set_blocking(self.conn.fileno(), False)
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    @property
+    def exitcode(self) -> int | None:
+        """Exit code once reaped (``-N`` for signal N), else None."""
+        return self._exitcode
+
+    @property
+    def fd(self) -> int:
+        return self.conn.fileno()
+
+    @property
+    def msgids(self) -> list[str]:
+        return [msgid for msgid, _ in self.inflight.values()]
+
+    def close_pipes(self) -> None:
+        self.conn.close()
+        if self.jobs_conn is not None:
+            self.jobs_conn.close()
+        if self.records_conn is not None:
+            self.records_conn.close()
+
+    @property
+    def head(self) -> int | None:
+        """The seq of the job it is running, if any."""
+        return next(iter(self.inflight), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """A job that was in a child when it died; ``started``: it was running."""
+
+    seq: int
+    msgid: str
+    pid: int
+    exitcode: int | None
+    started: bool
+
+
+@dataclass(slots=True)
+class Taken:
+    """What a stopped child held: jobs not started, records not yet handled."""
+
+    queued: list[int]
+    records: list[bytes]
