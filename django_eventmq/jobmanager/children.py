@@ -78,7 +78,7 @@ class Child:
         self._exitcode: int | None = None
         #: Where its jobs (and cancels, and exit) are written.
         self.out_fd = self.conn.fileno() if self.jobs_conn is None else self.jobs_conn.fileno()
-        #: Our read end of a one-way pipe is non-blocking: :meth:`Pool.receive`
+        #: Our read end of a one-way pipe is non-blocking: :meth:`.pool.Pool.receive`
         #: reads without asking poll first (one system call, not two, per look).
         #: Not one end used both ways (a socket): writes to it must block.
         self.nonblocking = self.jobs_conn is not None
