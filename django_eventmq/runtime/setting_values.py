@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from django_eventmq.errors import ConfigurationError, ProtocolError
@@ -156,6 +156,16 @@ def parse_queues(value: object) -> QueueList:
     return tuple(queues)
 
 
+#: A number setting's type (as annotated: a name or the type) -> how a string
+#: becomes one, and what the error says was expected.
+_NUMBERS: dict[Any, tuple[Callable[[str], float], str]] = {
+    "int": (int, "a whole number"),
+    int: (int, "a whole number"),
+    "float": (float, "a number"),
+    float: (float, "a number"),
+}
+
+
 def _coerce(field_name: str, kind: Any, value: Any) -> Any:
     """Turn a setting's value (possibly text from the environment) into its type."""
     key = field_name.upper()
@@ -172,19 +182,14 @@ def _coerce(field_name: str, kind: Any, value: Any) -> Any:
         if text in ("0", "false", "no", "off", ""):
             return False
         raise ConfigurationError(f"{key}: expected true or false, got {value!r}")
-    if kind in ("int", int):
+    number = _NUMBERS.get(kind)
+    if number is not None:
         if isinstance(value, str):
+            convert, expected = number
             try:
-                return int(value)
+                return convert(value)
             except ValueError:
-                raise ConfigurationError(f"{key}: expected a whole number, got {value!r}") from None
-        return value
-    if kind in ("float", float):
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                raise ConfigurationError(f"{key}: expected a number, got {value!r}") from None
+                raise ConfigurationError(f"{key}: expected {expected}, got {value!r}") from None
         return value
     if kind in ("tuple[str, ...]",):
         if isinstance(value, str):
