@@ -12,19 +12,27 @@ import json
 import os
 import signal
 import sys
-import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from tests.support import wait_for
+
+
+def until(condition: Callable[[], Any], timeout: float) -> bool:
+    """True once ``condition`` holds, False if ``timeout`` passed first: a scenario
+    reports what it saw (the test asserts on it) instead of raising in this process."""
+    try:
+        wait_for(condition, timeout, poll=0.02)
+    except AssertionError:
+        return False
+    return True
+
 
 def finished(result: Any, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result.refresh()
-        if result.is_finished or time.monotonic() > deadline:
-            return result
-        time.sleep(0.05)
+    until(lambda: result.refresh() or result.is_finished, timeout)
+    return result
 
 
 def describe(result: Any) -> dict[str, Any]:
@@ -61,11 +69,8 @@ def main(scenario: str, log: str, release: str) -> dict[str, Any]:
         return {"run_after": run_after.timestamp(), "deferred": describe(finished(deferred))}
     if scenario == "priority":
         gate = jobs.gate.delay(log, release)
-        deadline = time.monotonic() + 60
-        while not any(line.startswith("gate started") for line in jobs.lines(log)):
-            if time.monotonic() > deadline:
-                return {"error": "the gate job never started"}
-            time.sleep(0.02)
+        if not until(lambda: any(x.startswith("gate started") for x in jobs.lines(log)), 60):
+            return {"error": "the gate job never started"}
         low = tasks.labelled.using(priority=-5).enqueue(log, "low")
         mid = tasks.labelled.enqueue(log, "mid")
         high = tasks.labelled.using(priority=50).enqueue(log, "high")
@@ -80,11 +85,13 @@ def main(scenario: str, log: str, release: str) -> dict[str, Any]:
         # RUNNING record must still be written while it runs.
         waiting = tasks.waits.enqueue(log, release)
         seen = []
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and waiting.status != "RUNNING":
-            time.sleep(0.02)
+
+        def running_now() -> bool:
             waiting.refresh()
             seen.append(str(waiting.status))
+            return waiting.status == "RUNNING"
+
+        until(running_now, 30)
         running = describe(waiting)
         Path(release).touch()
         return {"running": running, "seen": sorted(set(seen)), "done": describe(finished(waiting))}
@@ -145,16 +152,17 @@ def redelivery(log: str, release: str) -> dict[str, Any]:
     from tests.django.results import tasks
 
     result = tasks.waits.enqueue(log, release)
-    deadline = time.monotonic() + 60
-    while not started_pids(log) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    until(lambda: started_pids(log), 60)
     first = started_pids(log)[0]
     os.kill(first, signal.SIGKILL)
     seen = set()
-    while len(started_pids(log)) < 2 and time.monotonic() < deadline:
+
+    def handed_out_again() -> bool:
         result.refresh()
         seen.add(str(result.status))
-        time.sleep(0.02)
+        return len(started_pids(log)) >= 2
+
+    until(handed_out_again, 60)
     Path(release).touch()
     return {"pids": started_pids(log), "seen": sorted(seen), "done": describe(finished(result))}
 
