@@ -37,14 +37,14 @@ JOB_MODULE = "tests.system.e2e.unique_jobs"
 
 #: A client process: waits for the go file, sends ``nightly(out)``, prints what happened.
 SENDER = """
-import json, sys, time
+import json, sys
 from pathlib import Path
 from django_eventmq.errors import JobNotUnique
+from tests.support import wait_for
 from tests.system.e2e.unique_jobs import nightly
 go, out = Path(sys.argv[1]), sys.argv[2]
 print("ready", flush=True)
-while not go.exists():
-    time.sleep(0.002)
+wait_for(go.exists, 60, "the go file", poll=0.002)  # both go within ~2 ms of each other
 try:
     print(json.dumps({"sent": str(nightly.delay(out))}), flush=True)
 except JobNotUnique as exc:
