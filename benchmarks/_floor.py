@@ -37,7 +37,7 @@ from pathlib import Path
 
 import zmq
 
-from benchmarks._peers import Proc, tcp_addr, wait_until
+from benchmarks._peers import Proc, tcp_addr
 
 #: Roughly an eMQP REQUEST's size, so the copies are alike.
 PAYLOAD = b'["run", {"path": "benchmarks.noop_jobs", "callable": "stamp"}]' + b" " * 120
@@ -148,7 +148,7 @@ class Floor:
         self.manager: Proc | None = None
         self.sock: zmq.Socket[bytes] | None = None
         try:
-            wait_until(lambda: "relay ready" in self.relay.output(), 30, "the floor's relay")
+            self.relay.wait_output("relay ready", 30)  # fails at once if the relay exits
             self.manager = Proc([*role, "manager", backend])
             self.sock = zmq.Context.instance().socket(zmq.DEALER)
             self.sock.setsockopt(zmq.LINGER, 0)

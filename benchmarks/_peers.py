@@ -11,7 +11,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,16 +22,11 @@ from typing import Any
 
 import zmq
 
+from benchmarks._ports import tcp_addr as tcp_addr
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 PYTHON = sys.executable
-
-
-def tcp_addr() -> str:
-    """A tcp:// address on 127.0.0.1 with a port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{sock.getsockname()[1]}"
 
 
 _TICKS = os.sysconf("SC_CLK_TCK")
