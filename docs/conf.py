@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT))
 
 project = "django-eventmq"
 author = "django-eventmq maintainers"
-copyright = "2026, django-eventmq maintainers"  # noqa: A001
+copyright = "2026, django-eventmq maintainers"
 extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon"]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
