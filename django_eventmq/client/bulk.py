@@ -1,4 +1,5 @@
-"""Guaranteed bulk sending: many REQUESTs with a window of them unacknowledged.
+"""Guaranteed bulk sending: :class:`Pipeline`, many REQUESTs with a window of them
+unacknowledged, and its defaults.
 
 :class:`Pipeline` keeps up to ``window`` REQUESTs sent and not yet answered
 on a DEALER channel. Each one stays in the window until the router answers
@@ -34,23 +35,35 @@ retried, an export sent again with the same run_id) therefore make the same
 BATCH messages, which a router of ours recognises as a whole when it holds
 them already (parcels, :meth:`.book.Book.same_parcel`): not counted
 again as waiting, nor toward its high-water mark.
+
+What a send reports (:class:`QueueCounts`, :class:`SendResult`) is in
+:mod:`.send_result`; the FEATURES a client offers, the encoding of REQUESTs,
+the checks of a pipeline's parameters and a BATCH in flight are in
+:mod:`.request_batch`. Both are re-exported here.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+# Re-exported (``X as X``): the client, its sharded form and the Spark sender
+# import these from here.
+from django_eventmq.client.request_batch import CLIENT_FEATURES as CLIENT_FEATURES
+from django_eventmq.client.request_batch import _Batch, _whole
+from django_eventmq.client.request_batch import check_window as check_window
+from django_eventmq.client.request_batch import client_features as client_features
+from django_eventmq.client.request_batch import encode_requests as encode_requests
+from django_eventmq.client.send_result import REASONS_KEPT as REASONS_KEPT
+from django_eventmq.client.send_result import QueueCounts as QueueCounts
+from django_eventmq.client.send_result import SendResult as SendResult
 from django_eventmq.errors import BrokerUnavailable, ProtocolError, RouterFull
-from django_eventmq.protocol import Features, Reply, Request, decode, encode, new_msgid
-from django_eventmq.protocol.batch import JOB_OVERHEAD, MAX_BATCH_JOBS, pack_jobs
-from django_eventmq.protocol.bundle import BUNDLE, is_bundle, unbundle
+from django_eventmq.protocol import Features, Reply, decode, encode, new_msgid
+from django_eventmq.protocol.batch import JOB_OVERHEAD, MAX_BATCH_JOBS
+from django_eventmq.protocol.bundle import is_bundle, unbundle
 from django_eventmq.protocol.extensions import Reject
-from django_eventmq.protocol.limits import MAX_MESSAGE_BYTES
-from django_eventmq.protocol.packed import PACKED
 from django_eventmq.protocol.views import acked_msgid, batch_frames, request_frames
 from django_eventmq.runtime import transport
 
@@ -67,8 +80,6 @@ DEFAULT_ACK_TIMEOUT = 10.0
 DEFAULT_GIVE_UP = 120.0
 #: Sends between two non-blocking reads of the answers.
 READ_EVERY = 64
-#: REJECT reasons kept per queue (the counts are always complete).
-REASONS_KEPT = 5
 #: Jobs per BATCH once the router said it takes them (0: REQUESTs only). Big
 #: enough that a router's per-message costs vanish, small enough that a
 #: window holds several batches in flight.
@@ -80,129 +91,8 @@ DEFAULT_BATCH_BYTES = 1024 * 1024
 #: (``features_wait``): a router of ours answers at once; a reference router
 #: never does, and then costs this once per task.
 FEATURES_WAIT = 1.0
-#: What a client (and a pipeline) tells the router it speaks; its ``"bundle"``
-#: value is the largest frame its socket takes (:func:`client_features`).
-CLIENT_FEATURES = {"batch": 1, PACKED: 1, BUNDLE: MAX_MESSAGE_BYTES}
-
-
-def client_features(channel: transport.Channel) -> dict[str, Any]:
-    """:data:`CLIENT_FEATURES` for ``channel``: bundles of ACKs to it are cut at the
-    largest frame it takes (a bigger one would cost it the connection)."""
-    return {**CLIENT_FEATURES, BUNDLE: channel.max_frame_bytes}
-
 
 _NOBLOCK = transport.NOBLOCK
-
-
-@dataclass(slots=True)
-class QueueCounts:
-    """What happened to the jobs of one queue."""
-
-    #: Distinct msgids sent.
-    sent: int = 0
-    #: msgids the router acknowledged (it holds the job).
-    acked: int = 0
-    #: msgids the router refused (REJECT); not queued.
-    rejected: int = 0
-    #: Sends of a msgid again after ``ack_timeout`` without an answer.
-    resent: int = 0
-    #: Requests whose msgid was already in flight: the same job, not sent again.
-    duplicates: int = 0
-    #: A few REJECT reasons, for the error report.
-    reasons: list[str] = field(default_factory=list)
-
-    def merge(self, other: QueueCounts) -> None:
-        """Add ``other``'s counts to these."""
-        self.sent += other.sent
-        self.acked += other.acked
-        self.rejected += other.rejected
-        self.resent += other.resent
-        self.duplicates += other.duplicates
-        for reason in other.reasons:
-            if len(self.reasons) < REASONS_KEPT and reason not in self.reasons:
-                self.reasons.append(reason)
-
-
-@dataclass(slots=True)
-class SendResult:
-    """What :meth:`.client.Client.send_many` did: counts per queue, and the refused msgids."""
-
-    #: Per queue name.
-    counts: dict[str, QueueCounts] = field(default_factory=dict)
-    #: msgid -> the router's reason, for every REQUEST it refused (REJECT).
-    rejected: dict[str, str] = field(default_factory=dict)
-    #: BATCH messages the jobs went in (0: all went as REQUESTs).
-    batches: int = 0
-
-    def reject(self, msgid: bytes, reason: str) -> None:
-        self.rejected[msgid.decode()] = reason
-
-    @property
-    def sent(self) -> int:
-        """Distinct msgids sent."""
-        return sum(c.sent for c in self.counts.values())
-
-    @property
-    def acked(self) -> int:
-        """msgids the router acknowledged (0 without ``guarantee``: nothing waited)."""
-        return sum(c.acked for c in self.counts.values())
-
-    @property
-    def resent(self) -> int:
-        """Sends of a msgid again after its ACK did not come in time."""
-        return sum(c.resent for c in self.counts.values())
-
-
-def encode_requests(
-    requests: Iterable[Request | tuple[bytes, bytes, bytes, bytes]],
-) -> Iterator[tuple[bytes, bytes, bytes, bytes]]:
-    """``(msgid, queue, headers, body)`` for REQUEST messages or already encoded fields."""
-    for request in requests:
-        if isinstance(request, Request):
-            yield (
-                request.msgid.encode(),
-                request.queue.encode(),
-                request.headers.encode().encode(),
-                request.body_text.encode(),
-            )
-        else:
-            yield request
-
-
-def check_window(window: int, ack_timeout: float, give_up: float, batch: int = 0) -> None:
-    """Raise ``ValueError`` for a window, timeouts or batch size a pipeline cannot work with."""
-    if window < 1:
-        raise ValueError(f"window must be at least 1, got {window}")
-    if ack_timeout <= 0 or give_up <= 0:
-        raise ValueError("ack_timeout and give_up must be positive")
-    if not 0 <= batch <= MAX_BATCH_JOBS:
-        raise ValueError(f"batch must be 0 (REQUESTs only) to {MAX_BATCH_JOBS}, got {batch}")
-
-
-class _Batch:
-    """A BATCH in flight: its jobs not answered yet (msgid -> (queue, headers, body))."""
-
-    __slots__ = ("first_sent", "frame", "jobs", "packed", "sent_at")
-
-    def __init__(self, jobs: dict[bytes, tuple[bytes, bytes, bytes]], now: float) -> None:
-        self.jobs = jobs
-        self.frame = b""
-        #: Jobs in ``frame``; fewer left in ``jobs`` means some were refused since.
-        self.packed = 0
-        self.sent_at = now
-        self.first_sent = now
-
-    def pack(self) -> bytes:
-        """The JOBS frame of the jobs still waiting (packed again only if some left)."""
-        if self.packed != len(self.jobs):
-            self.frame = pack_jobs([(m, *rest) for m, rest in self.jobs.items()])
-            self.packed = len(self.jobs)
-        return self.frame
-
-
-def _whole(value: object, default: int) -> int:
-    """``value`` if it is a whole number >= 1 (from a peer's FEATURES), else ``default``."""
-    return value if type(value) is int and value >= 1 else default
 
 
 class Pipeline:
