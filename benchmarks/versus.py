@@ -66,14 +66,15 @@ def summarize(base: list[dict[str, float]], ours: list[dict[str, float]]) -> dic
 @contextmanager
 def worktree(rev: str) -> Iterator[Path]:
     """A temporary worktree of ``rev`` holding this checkout's ``benchmarks/``."""
-    place = Path(tempfile.mkdtemp(prefix="emq-versus-")) / "base"
+    parent = Path(tempfile.mkdtemp(prefix="emq-versus-"))
+    place = parent / parent.name  # git names the worktree after it: unique
     made = subprocess.run(
         ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(place), rev],
         capture_output=True,
         text=True,
     )
     if made.returncode != 0:
-        shutil.rmtree(place.parent, ignore_errors=True)
+        shutil.rmtree(parent, ignore_errors=True)
         raise SystemExit(f"versus: cannot check out {rev!r}: {made.stderr.strip()}")
     try:
         shutil.copytree(
@@ -88,7 +89,7 @@ def worktree(rev: str) -> Iterator[Path]:
             ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(place)],
             capture_output=True,
         )
-        shutil.rmtree(place.parent, ignore_errors=True)
+        shutil.rmtree(parent, ignore_errors=True)
 
 
 def run_side(root: Path, jobs: int, warmup: int) -> dict[str, float]:
