@@ -11,10 +11,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import socket
 from pathlib import Path
 
 from benchmarks._peers import BIN, Proc, wait_until
+from benchmarks._ports import free_port
 
 
 def huey_missing() -> str | None:
@@ -29,17 +29,11 @@ def huey_missing() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class HueyStack:
     """A Redis server and a Huey consumer, stopped together."""
 
     def __init__(self, workers: int = 2) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.redis = Proc(
             [
                 "redis-server",

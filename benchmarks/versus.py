@@ -4,10 +4,10 @@
     python benchmarks/versus.py --base HEAD~3 --rounds 3 --jobs 10000
 
 The absolute figures move with the machine: issue 21's end-to-end median
-read 25,826, 8,423 and 14,373 jobs/s on the three machines its sessions ran
-on, with little code changed between the last two, and Huey's moved as much
-(6,296, 1,721 and 3,032). A ratio against an earlier commit measured in turn,
-with the same harness, moves much less: it says how much faster the code got.
+read 25,826 jobs/s on one machine its sessions ran on and 8,423 on another
+(about 3x apart), with Huey's moving as much (6,296 and 1,721). A ratio
+against an earlier commit measured in turn, with the same harness, moves
+much less: it says how much faster the code got.
 
 Each round runs ``throughput.py`` once on the base commit's code and once on
 this checkout's, alternating (ours end to end with 2 workers, then the
@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -63,39 +65,46 @@ def summarize(base: list[dict[str, float]], ours: list[dict[str, float]]) -> dic
     return summary
 
 
+#: Seconds one throughput.py run may take before it is stopped.
+RUN_TIMEOUT = 1800.0
+
+
+def _git(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+
+
 @contextmanager
-def worktree(rev: str) -> Iterator[Path]:
-    """A temporary worktree of ``rev`` holding this checkout's ``benchmarks/``."""
+def worktree(rev: str, benchmarks: Path = ROOT / "benchmarks") -> Iterator[Path]:
+    """A temporary worktree of ``rev`` holding a copy of ``benchmarks`` (this
+    checkout's), removed (and unregistered) at the end."""
     parent = Path(tempfile.mkdtemp(prefix="emq-versus-"))
-    place = parent / parent.name  # git names the worktree after it: unique
-    made = subprocess.run(
-        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(place), rev],
-        capture_output=True,
-        text=True,
-    )
+    place = parent / "base"
+    made = _git("worktree", "add", "--detach", str(place), rev)
     if made.returncode != 0:
         shutil.rmtree(parent, ignore_errors=True)
         raise SystemExit(f"versus: cannot check out {rev!r}: {made.stderr.strip()}")
     try:
         shutil.copytree(
-            ROOT / "benchmarks",
+            benchmarks,
             place / "benchmarks",
             dirs_exist_ok=True,
             ignore=shutil.ignore_patterns("__pycache__"),
         )
         yield place
     finally:
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(place)],
-            capture_output=True,
-        )
+        removed = _git("worktree", "remove", "--force", str(place))
         shutil.rmtree(parent, ignore_errors=True)
+        if removed.returncode != 0:
+            _git("worktree", "prune")  # its directory is gone: forget it
 
 
 def run_side(root: Path, jobs: int, warmup: int) -> dict[str, float]:
-    """``throughput.py`` once with the package found in ``root``; its figures."""
+    """``throughput.py`` once with the package found in ``root``; its figures.
+
+    It runs in a session of its own: stopped (timeout, Ctrl-C), it is ended
+    with every router and job manager it started, not only itself."""
     with tempfile.NamedTemporaryFile(prefix="emq-versus-", suffix=".json") as out:
-        done = subprocess.run(
+        proc = subprocess.Popen(
             [
                 sys.executable,
                 str(root / "benchmarks" / "throughput.py"),
@@ -103,13 +112,35 @@ def run_side(root: Path, jobs: int, warmup: int) -> dict[str, float]:
                 *("--skip-huey", "--skip-reference", "--skip-ceiling", "--json", out.name),
             ],
             cwd=root,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
+            start_new_session=True,
         )
-        if done.returncode != 0:
-            tail = (done.stdout + done.stderr)[-2000:]
-            raise RuntimeError(f"throughput.py failed in {root} (exit {done.returncode}):\n{tail}")
+        try:
+            output, _ = proc.communicate(timeout=RUN_TIMEOUT)
+        except BaseException:
+            _end_session(proc)
+            raise
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"throughput.py failed in {root} (exit {proc.returncode}):\n{output[-2000:]}"
+            )
         return figures(json.loads(Path(out.name).read_text()))
+
+
+def _end_session(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM to ``proc``'s whole session (its processes stop their own), then SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _line(label: str, result: dict[str, float]) -> str:
@@ -139,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=500, help="jobs sent before measuring")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     options = parser.parse_args(argv)
+    if options.rounds < 1 or options.jobs < 1:
+        parser.error("--rounds and --jobs must be at least 1")
     base_runs: list[dict[str, float]] = []
     our_runs: list[dict[str, float]] = []
     with worktree(options.base) as base_root:

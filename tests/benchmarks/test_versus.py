@@ -4,30 +4,51 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from benchmarks import versus
+from tests.support import wait_for
 
-# A copy of the project without its git history (an sdist, an exported tree)
-# has no commit to compare with.
-_HEAD = subprocess.run(
-    ["git", "-C", str(versus.ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
-)
+# The tests that check a commit out run in one xdist worker, one after the other.
+pytestmark = pytest.mark.xdist_group("versus")
+
+
+def _toplevel() -> str:
+    if shutil.which("git") is None:
+        return ""
+    found = subprocess.run(
+        ["git", "-C", str(versus.ROOT), "rev-parse", "--show-toplevel"],
+        capture_output=True,
+        text=True,
+    )
+    return found.stdout.strip() if found.returncode == 0 else ""
+
+
+# A copy of the project without its own git history (an sdist, an exported
+# tree) has no commit to compare with.
 needs_git = pytest.mark.skipif(
-    _HEAD.returncode != 0, reason=f"needs a git checkout: {_HEAD.stderr.strip()}"
+    _toplevel() != str(versus.ROOT), reason="needs git and a git checkout of this project"
 )
 
 
-def _worktrees() -> str:
-    return subprocess.run(
-        ["git", "-C", str(versus.ROOT), "worktree", "list"], capture_output=True, text=True
+def _worktrees() -> set[str]:
+    listed = subprocess.run(
+        ["git", "-C", str(versus.ROOT), "worktree", "list", "--porcelain"],
+        capture_output=True,
+        text=True,
     ).stdout
+    return {line.split(" ", 1)[1] for line in listed.splitlines() if line.startswith("worktree ")}
 
 
 @needs_git
 def test_a_round_against_head_measures_both_sides_with_the_same_harness(tmp_path, capsys):
+    before = _worktrees()
     out = tmp_path / "versus.json"
     args = ["--base", "HEAD", "--rounds", "1", "--jobs", "300", "--warmup", "50"]
     assert versus.main([*args, "--json", str(out)]) == 0
@@ -39,16 +60,26 @@ def test_a_round_against_head_measures_both_sides_with_the_same_harness(tmp_path
         assert record[name]["times"] > 0
     printed = capsys.readouterr().out
     assert "end to end, jobs/s" in printed and "this checkout over HEAD" in printed
-    assert "emq-versus-" not in _worktrees()  # the base's worktree is gone
+    assert _worktrees() == before  # the base's worktree is gone
 
 
 @needs_git
-def test_the_worktree_holds_the_base_package_and_this_checkouts_benchmarks():
-    with versus.worktree("HEAD") as place:
-        assert (place / "django_eventmq" / "__init__.py").exists()
-        here = (versus.ROOT / "benchmarks" / "versus.py").read_text()
-        assert (place / "benchmarks" / "versus.py").read_text() == here
+def test_the_worktree_runs_the_base_package_with_the_given_benchmarks(tmp_path):
+    source = tmp_path / "benchmarks"
+    source.mkdir()
+    (source / "marker.txt").write_text("copied")
+    with versus.worktree("HEAD", benchmarks=source) as place:
+        assert (place / "benchmarks" / "marker.txt").read_text() == "copied"
         assert str(place) in _worktrees()
+        # What throughput.py does (its root first on sys.path) finds the base's package.
+        code = (
+            "import sys; sys.path.insert(0, '.'); "
+            "import django_eventmq; print(django_eventmq.__file__)"
+        )
+        found = subprocess.run(
+            [sys.executable, "-c", code], cwd=place, capture_output=True, text=True, check=True
+        )
+        assert Path(found.stdout.strip()).is_relative_to(place)
     assert not place.exists()
     assert str(place) not in _worktrees()
 
@@ -58,6 +89,51 @@ def test_a_commit_that_does_not_exist_is_refused_with_its_name():
     refused = pytest.raises(SystemExit, match="cannot check out 'no-such-rev'")
     with refused, versus.worktree("no-such-rev"):
         pass  # pragma: no cover - never entered
+
+
+def _fake_root(tmp_path: Path, script: str) -> Path:
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "throughput.py").write_text(script)
+    return tmp_path
+
+
+def test_a_failing_run_says_where_and_shows_its_output(tmp_path):
+    root = _fake_root(tmp_path, "import sys\nprint('no router today')\nsys.exit(3)\n")
+    with pytest.raises(RuntimeError, match=r"(?s)exit 3.*no router today"):
+        versus.run_side(root, 10, 1)
+
+
+def test_a_run_past_its_timeout_is_ended_with_the_processes_it_started(tmp_path, monkeypatch):
+    # A "benchmark" that starts a process of its own and never finishes.
+    pid_file = tmp_path / "child.pid"
+    script = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(600)\n"
+    )
+    root = _fake_root(tmp_path, script)
+    monkeypatch.setattr(versus, "RUN_TIMEOUT", 3.0)
+    with pytest.raises(subprocess.TimeoutExpired):
+        versus.run_side(root, 10, 1)
+    child = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 10, "the child pid"))
+
+    def gone() -> bool:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return True
+        # A zombie (its parent, killed too, has not been reaped by init yet) is gone.
+        return Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+    wait_for(gone, 20, "the benchmark's own process to be ended")
+
+
+def test_bad_arguments_are_refused(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        versus.main(["--base", "HEAD", "--rounds", "0"])
+    assert stopped.value.code == 2
+    assert "--rounds and --jobs must be at least 1" in capsys.readouterr().err
 
 
 def test_figures_are_read_from_throughputs_json():
