@@ -10,9 +10,9 @@ against an earlier commit measured in turn, with the same harness, moves
 much less: it says how much faster the code got.
 
 Each round runs ``throughput.py`` once on the base commit's code and once on
-this checkout's, alternating (ours end to end with 2 workers, then the
-durable enqueue into the router alone; no Huey, reference or ceiling). The
-base runs in a temporary git worktree with this checkout's ``benchmarks/``
+this checkout's, the base first in odd rounds and second in even ones (ours
+end to end with 2 workers, then the durable enqueue into the router alone;
+no Huey, reference or ceiling). The base runs in a temporary git worktree with this checkout's ``benchmarks/``
 copied in, so only the package differs; the worktree is removed at the end.
 Prints each round, the medians, and this checkout over the base.
 """
@@ -175,13 +175,14 @@ def main(argv: list[str] | None = None) -> int:
     base_runs: list[dict[str, float]] = []
     our_runs: list[dict[str, float]] = []
     with worktree(options.base) as base_root:
+        sides = [(options.base, base_root, base_runs), ("this checkout", ROOT, our_runs)]
         for number in range(1, options.rounds + 1):
-            print(f"[{number}/{options.rounds}] {options.base} ...", flush=True)
-            base_runs.append(run_side(base_root, options.jobs, options.warmup))
-            print("  " + _line(options.base, base_runs[-1]), flush=True)
-            print(f"[{number}/{options.rounds}] this checkout ...", flush=True)
-            our_runs.append(run_side(ROOT, options.jobs, options.warmup))
-            print("  " + _line("this checkout", our_runs[-1]), flush=True)
+            # Who goes first alternates: a run can leave the next one a warmer (or
+            # busier) machine, and that must not always favour the same side.
+            for label, root, runs in sides if number % 2 else sides[::-1]:
+                print(f"[{number}/{options.rounds}] {label} ...", flush=True)
+                runs.append(run_side(root, options.jobs, options.warmup))
+                print("  " + _line(label, runs[-1]), flush=True)
     summary = summarize(base_runs, our_runs)
     print_summary(options.base, summary)
     if options.json:
