@@ -152,10 +152,8 @@ class Settings:
     #: cut-off leader is replaced about this long after its last renewal; it renews at
     #: least every third of it. Longer than ``heartbeat_interval``.
     lease_seconds: float = 5.0
-    #: Router: waiting jobs per queue kept in memory; the others wait on disk only
-    #: (about 1 KiB each). A burst past it costs the router a disk round trip per
-    #: job: 4000 took ~12% less router CPU than 1000 on a 20,000-job burst.
-    queue_window: int = 4000
+    #: Router: waiting jobs per queue kept in memory; the others wait on disk only.
+    queue_window: int = 1000
     #: Router: waiting + delayed jobs (all queues) at which new REQUESTs are held back.
     high_water_mark: int = 1_000_000
     #: Router, above the high-water mark: ``block`` (stop reading clients, whose sends
