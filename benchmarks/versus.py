@@ -12,9 +12,10 @@ much less: it says how much faster the code got.
 Each round runs ``throughput.py`` once on the base commit's code and once on
 this checkout's, the base first in odd rounds and second in even ones (ours
 end to end with 2 workers, then the durable enqueue into the router alone;
-no Huey, reference or ceiling). The base runs in a temporary git worktree with this checkout's ``benchmarks/``
-copied in, so only the package differs; the worktree is removed at the end.
-Prints each round, the medians, and this checkout over the base.
+no Huey, reference or ceiling). The base runs in a temporary git worktree
+with this checkout's ``benchmarks/`` copied in, so only the package differs;
+the worktree is removed at the end. Prints each round, the medians, and
+this checkout over the base.
 """
 
 from __future__ import annotations
