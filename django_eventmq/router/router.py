@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import time
 from collections import OrderedDict
@@ -39,13 +38,12 @@ from django_eventmq.protocol import (
     new_msgid,
 )
 from django_eventmq.protocol import constants as C
-from django_eventmq.protocol.bundle import MAX_BUNDLE_MESSAGES, ack_bundle, bundle, runs
 from django_eventmq.protocol.limits import OverLimit
-from django_eventmq.protocol.packed import pack
-from django_eventmq.protocol.views import ack_frames, after_identity, identity_of
+from django_eventmq.protocol.views import after_identity, identity_of
 from django_eventmq.router import admin_socket as admin_json
 from django_eventmq.router.backend import BackendHandlers
 from django_eventmq.router.book import Book
+from django_eventmq.router.commit_acks import COMMIT_INTERVAL, CommitAcks
 from django_eventmq.router.frontend import DRAIN_CAP, FrontendHandlers
 from django_eventmq.router.journal.api import JournalLike
 from django_eventmq.router.journal.salvage import salvage
@@ -67,9 +65,6 @@ from django_eventmq.runtime.transport import Channel
 
 __all__ = ["COMMIT_INTERVAL", "DRAIN_CAP", "FRONTEND_RCVHWM", "RETRY_MS", "SNDHWM", "Router"]
 
-#: Clients remembered as reading bundles (:meth:`Router.reads_bundles`).
-BUNDLE_CLIENTS = 10_000
-
 log = logging.getLogger("django_eventmq.router")
 
 #: Poll timeout (ms) while a REQUEST waits to be re-sent after a full pipe.
@@ -84,26 +79,17 @@ SNDHWM = 100_000
 #: (CLIENT_SNDHWM there) and in TCP buffers, and its sends slow to the router's
 #: pace. tests/system/chaos/test_flood.py holds the router's peak to it.
 FRONTEND_RCVHWM = 1_000
-#: Changes that only cost a duplicate run if lost (leases, finished jobs) are
-#: committed at least this often (seconds); ACKs force a commit at once.
-COMMIT_INTERVAL = 0.05
-#: While clients keep sending (the frontend has more to read), ACKs wait for a
-#: bigger group commit: a sync costs milliseconds whether it stores 200 jobs or
-#: 5,000, so under load one per loop iteration would spend most of the
-#: router's time waiting for the disk. They wait at most this long (seconds)
-#: and for at most this many uncommitted changes.
-COMMIT_GROUP_WAIT = 0.02
-COMMIT_GROUP_MAX = 8192
 
 
-class Router(Service, FrontendHandlers, BackendHandlers):
+class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
     """The eMQP/1.0 router, a runtime.service :class:`Service` (its ``run()`` installs
     SIGTERM/SIGINT in the main thread): ``run()`` in its own thread or process,
     ``stop()`` from anywhere.
 
     The frontend's handlers are in :mod:`.frontend`, the backend's in
-    :mod:`.backend`; this class owns the sockets, the loop, the journal
-    commits, back-pressure, the admin socket and the timers.
+    :mod:`.backend`, the journal commits and their ACKs in :mod:`.commit_acks`;
+    this class owns the sockets, the loop, back-pressure, the admin socket and
+    the timers.
     """
 
     #: The bound sockets, made by :meth:`start`.
@@ -402,110 +388,6 @@ class Router(Service, FrontendHandlers, BackendHandlers):
             lease.heartbeat()
         self._check_high_water()
 
-    # -- the journal and the ACKs waiting for it ----------------------------------
-    def _sync(self, *, force: bool = False, now: float | None = None) -> None:
-        journal = self.book.journal
-        t = time.monotonic() if now is None else now
-        if self._acks and not force and self._group_growing(t):
-            return
-        if (journal.pending or journal.failure is not None) and (
-            self._acks
-            or self._outbox
-            or force
-            or t - self._last_commit >= COMMIT_INTERVAL
-            or journal.pending > 50_000
-        ):
-            last = self.book.last_seq
-            writes = journal.pending
-            journal.commit()
-            self._last_commit = t
-            if writes and not journal.pending and self._lease is not None:
-                self._lease.committed()
-            if journal.pending:
-                # Not written (journal.failure says why; it is retried): nothing
-                # that depends on it leaves, neither ACKs nor new jobs' hand-outs.
-                self._hold_leases()
-                return
-            self._durable_seq = last
-        elif not journal.pending:
-            self._durable_seq = self.book.last_seq
-        if self._outbox:
-            self._flush_deliveries()  # the jobs this commit stored
-        if self._leases_held and not self._outbox:
-            self._leases_held.clear()  # those taken back meanwhile get a lease when handed out
-        self._acks_since = None
-        if self._acks:
-            acks, self._acks = self._acks, []
-            self._send_acks(acks)
-
-    def reads_bundles(self, identity: bytes, max_bytes: int) -> None:
-        """The client ``identity`` said (in its FEATURES) that it reads bundles of
-        at most ``max_bytes`` (the largest frame its socket takes).
-
-        Remembered for the most recent :data:`BUNDLE_CLIENTS` clients: one
-        forgotten gets its ACKs one by one again, which it reads as well."""
-        clients = self._bundle_clients
-        clients[identity] = max_bytes
-        clients.move_to_end(identity)
-        if len(clients) > BUNDLE_CLIENTS:
-            clients.popitem(last=False)
-
-    def _send_acks(self, acks: list[tuple[bytes, bytes, bool]]) -> None:
-        """The ACKs of a commit: those of a client that reads bundles as one bundle
-        (or as few as the limits allow), sent at once like the others."""
-        send_frames = self.outbox.send_frames
-        if len(acks) == 1:  # low load: one ACK goes alone, bundle reader or not
-            identity, msgid, packed = acks[0]
-            send_frames(_alone(identity, ack_frames(new_msgid().encode(), msgid), packed))
-            return
-        bundled = self._bundle_clients
-        grouped: dict[bytes, list[tuple[bytes, bool]]] = {}
-        for identity, msgid, packed in acks:
-            if identity in bundled:
-                grouped.setdefault(identity, []).append((msgid, packed))
-            else:
-                send_frames(_alone(identity, ack_frames(new_msgid().encode(), msgid), packed))
-        for identity, entries in grouped.items():
-            limit = bundled[identity]  # the largest frame it takes: never more
-            ids = [new_msgid().encode() for _ in entries]
-            msgids = [msgid for msgid, _packed in entries]
-            # By MAX_BUNDLE_MESSAGES, as runs() would cut them: the common case, each
-            # cut fits one bundle, built straight away.
-            for cut in range(0, len(entries), MAX_BUNDLE_MESSAGES):
-                end = cut + MAX_BUNDLE_MESSAGES
-                if len(entries) - cut > 1:
-                    frame = ack_bundle(ids[cut:end], msgids[cut:end], max_bytes=limit)
-                    if frame is not None:
-                        send_frames([identity, frame])
-                        continue
-                chunk = list(map(ack_frames, ids[cut:end], msgids[cut:end]))
-                at = 0
-                for taken in runs(chunk, max_bytes=limit):
-                    if taken > 1:
-                        send_frames([identity, bundle(chunk[at : at + taken])])
-                    else:
-                        send_frames(_alone(identity, chunk[at], entries[cut + at][1]))
-                    at += taken
-
-    def _hold_leases(self) -> None:
-        """Jobs handed out but held back (not stored yet) do not run: nor do their
-        leases, which start again when they are sent (:meth:`_sent`)."""
-        for _worker, job in self._outbox:
-            if job.lease_until != math.inf:
-                job.lease_until = math.inf
-                self._leases_held.add(job.seq)
-
-    def _group_growing(self, now: float) -> bool:
-        """True while ACKs may wait for a bigger group commit (see COMMIT_GROUP_WAIT)."""
-        if self._acks_since is None:
-            self._acks_since = now
-        return (
-            now - self._acks_since < COMMIT_GROUP_WAIT
-            and self.book.journal.pending < COMMIT_GROUP_MAX
-            and not self._blocked
-            and self.frontend.poll(0)
-        )
-
     # -- back-pressure -----------------------------------------------------------------
     def _check_high_water(self) -> None:
         """Policy ``block``: stop reading clients above the mark, or while the journal
@@ -675,8 +557,3 @@ class Router(Service, FrontendHandlers, BackendHandlers):
     @staticmethod
     def _heartbeat() -> Heartbeat:
         return Heartbeat(msgid=new_msgid(), timestamp=time.time())
-
-
-def _alone(identity: bytes, ack: list[bytes], packed: bool) -> list[bytes]:
-    """An ACK sent alone, in the form its REQUEST came in (packed or not)."""
-    return [identity, pack(ack)] if packed else [identity, *ack]

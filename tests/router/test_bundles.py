@@ -255,9 +255,9 @@ def test_the_acks_one_commit_releases_go_as_one_bundle_to_a_client_that_reads_th
 def test_the_router_remembers_the_most_recent_clients_that_read_bundles(
     stepped: Stepped, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from django_eventmq.router import router as router_module
+    from django_eventmq.router import commit_acks
 
-    monkeypatch.setattr(router_module, "BUNDLE_CLIENTS", 2)
+    monkeypatch.setattr(commit_acks, "BUNDLE_CLIENTS", 2)
     router = stepped.router
     for name in (b"a", b"b", b"a", b"c"):
         router.reads_bundles(name, 1 << 20)

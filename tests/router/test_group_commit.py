@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import zmq
 
-from django_eventmq.router import router as router_module
+from django_eventmq.router import commit_acks
 from django_eventmq.router.router import Router
 from tests.router.test_router import JOB, Peer, make_settings
 from tests.support import wait_for
@@ -52,7 +52,7 @@ def test_acks_wait_for_a_bigger_commit_while_requests_keep_coming(
     for _ in range(JOBS):  # one iteration per DRAIN_CAP messages at most
         syncs = router.book.journal.syncs
         router.loop_once(timeout_ms=0, now=frozen)
-        if router.frontend.poll(0) and router.book.journal.pending < router_module.COMMIT_GROUP_MAX:
+        if router.frontend.poll(0) and router.book.journal.pending < commit_acks.COMMIT_GROUP_MAX:
             # More to read, time frozen: no commit, so no ACK either.
             assert router.book.journal.syncs == syncs
             assert acks(client) == 0
@@ -62,7 +62,7 @@ def test_acks_wait_for_a_bigger_commit_while_requests_keep_coming(
     assert held_back >= 1  # the case under test happened
     # Time moves past the wait: the group is committed and acknowledged.
     got = 0
-    later = frozen + router_module.COMMIT_GROUP_WAIT
+    later = frozen + commit_acks.COMMIT_GROUP_WAIT
     while got < JOBS:
         router.loop_once(timeout_ms=10, now=later)
         got += acks(client)

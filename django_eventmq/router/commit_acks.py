@@ -1,0 +1,180 @@
+"""The router's journal commits and the ACKs that wait for them.
+
+A mixin of :class:`.router.Router`: the state it uses (the book and its
+journal, the ACKs waiting, the jobs handed out and not sent yet) belongs to the
+router. One commit (a group commit: one sync for everything a loop iteration
+changed) stores what clients sent; only then are their ACKs sent, bundled to
+the clients that read bundles. Under load the ACKs wait a little for a bigger
+group (:data:`COMMIT_GROUP_WAIT`, :data:`COMMIT_GROUP_MAX`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from django_eventmq.protocol import new_msgid
+from django_eventmq.protocol.bundle import MAX_BUNDLE_MESSAGES, ack_bundle, bundle, runs
+from django_eventmq.protocol.packed import pack
+from django_eventmq.protocol.views import ack_frames
+from django_eventmq.router.book import Book
+from django_eventmq.router.lease_keeper import LeaseKeeper
+from django_eventmq.router.routing import JobManagerPeer, RoutedJob
+from django_eventmq.runtime.outbox import Outbox
+from django_eventmq.runtime.transport import Channel
+
+#: Clients remembered as reading bundles (:meth:`Router.reads_bundles`).
+BUNDLE_CLIENTS = 10_000
+
+#: Changes that only cost a duplicate run if lost (leases, finished jobs) are
+#: committed at least this often (seconds); ACKs force a commit at once.
+COMMIT_INTERVAL = 0.05
+#: While clients keep sending (the frontend has more to read), ACKs wait for a
+#: bigger group commit: a sync costs milliseconds whether it stores 200 jobs or
+#: 5,000, so under load one per loop iteration would spend most of the
+#: router's time waiting for the disk. They wait at most this long (seconds)
+#: and for at most this many uncommitted changes.
+COMMIT_GROUP_WAIT = 0.02
+COMMIT_GROUP_MAX = 8192
+
+
+class CommitAcks:
+    """Journal commits and the ACKs they release (mixed into the router)."""
+
+    book: Book
+    frontend: Channel
+    #: What clients are sent (the ACKs among it), counted and bounded.
+    outbox: Outbox
+    #: (client identity, REQUEST or SCHEDULE msgid, packed) to ACK once the journal
+    #: is committed; ``packed``: the ACK goes in the form the REQUEST came in.
+    _acks: list[tuple[bytes, bytes, bool]]
+    #: Jobs handed out and not sent yet (see the backend's ``_deliver``).
+    _outbox: list[tuple[JobManagerPeer, RoutedJob]]
+    #: When the journal was last committed (monotonic seconds).
+    _last_commit: float
+    #: The group leader's lease checks (None: the SQLite journal, no lease).
+    _lease: LeaseKeeper | None
+    #: Every job up to this seq is in the journal (a commit returned).
+    _durable_seq: int
+    #: Seqs of held hand-outs whose leases wait for them to be sent (:meth:`_hold_leases`).
+    _leases_held: set[int]
+    #: When ACKs started waiting for a bigger group commit (None: none waits).
+    _acks_since: float | None
+    #: Clients that read bundles, each with the largest frame it takes (:meth:`reads_bundles`).
+    _bundle_clients: OrderedDict[bytes, int]
+    #: Clients are not read (high-water mark, or the journal cannot be written).
+    _blocked: bool
+
+    if TYPE_CHECKING:
+
+        def _flush_deliveries(self) -> None: ...
+
+    def _sync(self, *, force: bool = False, now: float | None = None) -> None:
+        journal = self.book.journal
+        t = time.monotonic() if now is None else now
+        if self._acks and not force and self._group_growing(t):
+            return
+        if (journal.pending or journal.failure is not None) and (
+            self._acks
+            or self._outbox
+            or force
+            or t - self._last_commit >= COMMIT_INTERVAL
+            or journal.pending > 50_000
+        ):
+            last = self.book.last_seq
+            writes = journal.pending
+            journal.commit()
+            self._last_commit = t
+            if writes and not journal.pending and self._lease is not None:
+                self._lease.committed()
+            if journal.pending:
+                # Not written (journal.failure says why; it is retried): nothing
+                # that depends on it leaves, neither ACKs nor new jobs' hand-outs.
+                self._hold_leases()
+                return
+            self._durable_seq = last
+        elif not journal.pending:
+            self._durable_seq = self.book.last_seq
+        if self._outbox:
+            self._flush_deliveries()  # the jobs this commit stored
+        if self._leases_held and not self._outbox:
+            self._leases_held.clear()  # those taken back meanwhile get a lease when handed out
+        self._acks_since = None
+        if self._acks:
+            acks, self._acks = self._acks, []
+            self._send_acks(acks)
+
+    def reads_bundles(self, identity: bytes, max_bytes: int) -> None:
+        """The client ``identity`` said (in its FEATURES) that it reads bundles of
+        at most ``max_bytes`` (the largest frame its socket takes).
+
+        Remembered for the most recent :data:`BUNDLE_CLIENTS` clients: one
+        forgotten gets its ACKs one by one again, which it reads as well."""
+        clients = self._bundle_clients
+        clients[identity] = max_bytes
+        clients.move_to_end(identity)
+        if len(clients) > BUNDLE_CLIENTS:
+            clients.popitem(last=False)
+
+    def _send_acks(self, acks: list[tuple[bytes, bytes, bool]]) -> None:
+        """The ACKs of a commit: those of a client that reads bundles as one bundle
+        (or as few as the limits allow), sent at once like the others."""
+        send_frames = self.outbox.send_frames
+        if len(acks) == 1:  # low load: one ACK goes alone, bundle reader or not
+            identity, msgid, packed = acks[0]
+            send_frames(_alone(identity, ack_frames(new_msgid().encode(), msgid), packed))
+            return
+        bundled = self._bundle_clients
+        grouped: dict[bytes, list[tuple[bytes, bool]]] = {}
+        for identity, msgid, packed in acks:
+            if identity in bundled:
+                grouped.setdefault(identity, []).append((msgid, packed))
+            else:
+                send_frames(_alone(identity, ack_frames(new_msgid().encode(), msgid), packed))
+        for identity, entries in grouped.items():
+            limit = bundled[identity]  # the largest frame it takes: never more
+            ids = [new_msgid().encode() for _ in entries]
+            msgids = [msgid for msgid, _packed in entries]
+            # By MAX_BUNDLE_MESSAGES, as runs() would cut them: the common case, each
+            # cut fits one bundle, built straight away.
+            for cut in range(0, len(entries), MAX_BUNDLE_MESSAGES):
+                end = cut + MAX_BUNDLE_MESSAGES
+                if len(entries) - cut > 1:
+                    frame = ack_bundle(ids[cut:end], msgids[cut:end], max_bytes=limit)
+                    if frame is not None:
+                        send_frames([identity, frame])
+                        continue
+                chunk = list(map(ack_frames, ids[cut:end], msgids[cut:end]))
+                at = 0
+                for taken in runs(chunk, max_bytes=limit):
+                    if taken > 1:
+                        send_frames([identity, bundle(chunk[at : at + taken])])
+                    else:
+                        send_frames(_alone(identity, chunk[at], entries[cut + at][1]))
+                    at += taken
+
+    def _hold_leases(self) -> None:
+        """Jobs handed out but held back (not stored yet) do not run: nor do their
+        leases, which start again when they are sent (:meth:`_sent`)."""
+        for _worker, job in self._outbox:
+            if job.lease_until != math.inf:
+                job.lease_until = math.inf
+                self._leases_held.add(job.seq)
+
+    def _group_growing(self, now: float) -> bool:
+        """True while ACKs may wait for a bigger group commit (see COMMIT_GROUP_WAIT)."""
+        if self._acks_since is None:
+            self._acks_since = now
+        return (
+            now - self._acks_since < COMMIT_GROUP_WAIT
+            and self.book.journal.pending < COMMIT_GROUP_MAX
+            and not self._blocked
+            and self.frontend.poll(0)
+        )
+
+
+def _alone(identity: bytes, ack: list[bytes], packed: bool) -> list[bytes]:
+    """An ACK sent alone, in the form its REQUEST came in (packed or not)."""
+    return [identity, pack(ack)] if packed else [identity, *ack]
