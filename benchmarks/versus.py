@@ -166,7 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--base", required=True, help="the commit to compare with (c809417: issue 21's start)"
     )
-    parser.add_argument("--rounds", type=int, default=5, help="base then ours, this many times")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="rounds of one run each side (who goes first alternates)",
+    )
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per measurement")
     parser.add_argument("--warmup", type=int, default=500, help="jobs sent before measuring")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
