@@ -2,6 +2,7 @@
 
     python benchmarks/versus.py --base c809417          # where issue 21's work began
     python benchmarks/versus.py --base HEAD~3 --rounds 3 --jobs 10000
+    python benchmarks/versus.py --base HEAD --latency   # low-load latency too
 
 The absolute figures move with the machine: issue 21's end-to-end median
 read 25,826 jobs/s on one machine its sessions ran on and 8,423 on another
@@ -12,7 +13,10 @@ much less: it says how much faster the code got.
 Each round runs ``throughput.py`` once on the base commit's code and once on
 this checkout's, the base first in odd rounds and second in even ones (ours
 end to end with 2 workers, then the durable enqueue into the router alone;
-no Huey, reference or ceiling). The base runs in a temporary git worktree
+no Huey, reference or ceiling); with ``--latency`` also ``latency.py`` once
+(ours and the floor, no Huey), for the low-load start and ``.wait()`` p50
+and how far the start sits above the floor measured in the same run. The
+base runs in a temporary git worktree
 with this checkout's ``benchmarks/`` copied in, so only the package differs;
 the worktree is removed at the end. Prints each round, the medians, and
 this checkout over the base.
@@ -42,6 +46,13 @@ FIGURES = (
     ("durable", "durable enqueue, stored/s", True),
     ("cpu", "CPU us/job, all processes", False),
 )
+#: With ``--latency``: ``latency.py``'s low-load figures, in milliseconds.
+LATENCY_FIGURES = (
+    ("start_p50", "low-load start p50, ms", False),
+    ("wait_p50", "low-load .wait() p50, ms", False),
+    ("above_floor", "start p50 above the floor, ms", False),
+)
+LATENCY_NAMES = frozenset(name for name, _label, _higher in LATENCY_FIGURES)
 
 
 def figures(results: dict[str, Any]) -> dict[str, float]:
@@ -54,11 +65,28 @@ def figures(results: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def latency_figures(results: dict[str, Any]) -> dict[str, float]:
+    """The compared figures of one ``latency.py --runs 1 --skip-huey --json`` result."""
+    run = results["runs"][0]
+    start = float(run["ours"]["low_load"]["start"]["p50"])
+    return {
+        "start_p50": start,
+        "wait_p50": float(run["ours"]["low_load"]["wait"]["p50"]),
+        "above_floor": start - float(run["floor"]["low_load"]["start"]["p50"]),
+    }
+
+
+def compared(runs: list[dict[str, float]]) -> tuple[tuple[str, str, bool], ...]:
+    """The figures every one of ``runs`` has (the latency ones only with ``--latency``)."""
+    return tuple(f for f in FIGURES + LATENCY_FIGURES if all(f[0] in run for run in runs))
+
+
 def summarize(base: list[dict[str, float]], ours: list[dict[str, float]]) -> dict[str, Any]:
     """Medians of each side and this checkout over the base for each figure
-    (for CPU per job, base over ours: how many times less it takes)."""
+    (where lower is better, CPU per job or a latency: base over ours, how many
+    times less it takes)."""
     summary: dict[str, Any] = {}
-    for name, _label, higher_better in FIGURES:
+    for name, _label, higher_better in compared(base + ours):
         b = statistics.median(r[name] for r in base)
         o = statistics.median(r[name] for r in ours)
         ratio = (o / b if higher_better else b / o) if b and o else float("nan")
@@ -99,19 +127,46 @@ def worktree(rev: str, benchmarks: Path = ROOT / "benchmarks") -> Iterator[Path]
             _git("worktree", "prune")  # its directory is gone: forget it
 
 
-def run_side(root: Path, jobs: int, warmup: int) -> dict[str, float]:
-    """``throughput.py`` once with the package found in ``root``; its figures.
+def run_side(
+    root: Path, jobs: int, warmup: int, latency_jobs: int | None = None
+) -> dict[str, float]:
+    """``throughput.py`` once with the package found in ``root`` (and, given
+    ``latency_jobs``, ``latency.py`` with that many jobs); their figures."""
+    found = figures(
+        _run_json(
+            root,
+            "throughput.py",
+            *("--runs", "1", "--jobs", str(jobs), "--warmup", str(warmup)),
+            *("--skip-huey", "--skip-reference", "--skip-ceiling"),
+        )
+    )
+    if latency_jobs is not None:
+        found.update(
+            latency_figures(
+                _run_json(
+                    root,
+                    "latency.py",
+                    *("--runs", "1", "--skip-huey", "--jobs", str(latency_jobs)),
+                    *("--load-seconds", str(LATENCY_LOAD_SECONDS)),
+                )
+            )
+        )
+    return found
+
+
+#: ``latency.py --load-seconds`` here: the half-peak run is not compared.
+LATENCY_LOAD_SECONDS = 1.0
+
+
+def _run_json(root: Path, script: str, *args: str) -> dict[str, Any]:
+    """``benchmarks/SCRIPT ARGS --json FILE`` with the package found in ``root``;
+    what it wrote.
 
     It runs in a session of its own: stopped (timeout, Ctrl-C), it is ended
     with every router and job manager it started, not only itself."""
     with tempfile.NamedTemporaryFile(prefix="emq-versus-", suffix=".json") as out:
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(root / "benchmarks" / "throughput.py"),
-                *("--runs", "1", "--jobs", str(jobs), "--warmup", str(warmup)),
-                *("--skip-huey", "--skip-reference", "--skip-ceiling", "--json", out.name),
-            ],
+            [sys.executable, str(root / "benchmarks" / script), *args, "--json", out.name],
             cwd=root,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -125,9 +180,10 @@ def run_side(root: Path, jobs: int, warmup: int) -> dict[str, float]:
             raise
         if proc.returncode != 0:
             raise RuntimeError(
-                f"throughput.py failed in {root} (exit {proc.returncode}):\n{output[-2000:]}"
+                f"{script} failed in {root} (exit {proc.returncode}):\n{output[-2000:]}"
             )
-        return figures(json.loads(Path(out.name).read_text()))
+        result: dict[str, Any] = json.loads(Path(out.name).read_text())
+        return result
 
 
 def _end_session(proc: subprocess.Popen[str]) -> None:
@@ -145,18 +201,30 @@ def _end_session(proc: subprocess.Popen[str]) -> None:
 
 
 def _line(label: str, result: dict[str, float]) -> str:
-    return (
+    line = (
         f"{label}: end to end {result['end_to_end']:,.0f}/s, durable enqueue "
         f"{result['durable']:,.0f}/s, CPU {result['cpu']:.1f} us/job"
     )
+    if "start_p50" in result:
+        line += (
+            f"; low-load start p50 {result['start_p50']:.3f} ms (floor +"
+            f"{result['above_floor']:.3f}), .wait() p50 {result['wait_p50']:.3f} ms"
+        )
+    return line
 
 
 def print_summary(rev: str, summary: dict[str, Any]) -> None:
-    print(f"\nmedians; this checkout over {rev} (CPU: {rev}'s over ours)")
+    print(f"\nmedians; this checkout over {rev} (CPU, latency: {rev}'s over ours)")
     print(f"{'':34}{rev[:12]:>14}{'this checkout':>16}{'times':>8}")
-    for name, label, _higher in FIGURES:
-        row = summary[name]
-        print(f"{label:34}{row['base']:>14,.1f}{row['ours']:>16,.1f}{row['times']:>7.2f}x")
+    for name, label, _higher in FIGURES + LATENCY_FIGURES:
+        row = summary.get(name)
+        if row is None:
+            continue
+        digits = 3 if name in LATENCY_NAMES else 1
+        print(
+            f"{label:34}{row['base']:>14,.{digits}f}{row['ours']:>16,.{digits}f}"
+            f"{row['times']:>7.2f}x"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,10 +242,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per measurement")
     parser.add_argument("--warmup", type=int, default=500, help="jobs sent before measuring")
+    parser.add_argument(
+        "--latency",
+        action="store_true",
+        help="also run latency.py (ours and the floor) on each side: low-load p50s",
+    )
+    parser.add_argument(
+        "--latency-jobs", type=int, default=2000, help="latency.py --jobs with --latency"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     options = parser.parse_args(argv)
-    if options.rounds < 1 or options.jobs < 1:
-        parser.error("--rounds and --jobs must be at least 1")
+    if options.rounds < 1 or options.jobs < 1 or options.latency_jobs < 1:
+        parser.error("--rounds, --jobs and --latency-jobs must be at least 1")
+    latency_jobs = options.latency_jobs if options.latency else None
     base_runs: list[dict[str, float]] = []
     our_runs: list[dict[str, float]] = []
     with worktree(options.base) as base_root:
@@ -187,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             # busier) machine, and that must not always favour the same side.
             for label, root, runs in sides if number % 2 else sides[::-1]:
                 print(f"[{number}/{options.rounds}] {label} ...", flush=True)
-                runs.append(run_side(root, options.jobs, options.warmup))
+                runs.append(run_side(root, options.jobs, options.warmup, latency_jobs))
                 print("  " + _line(label, runs[-1]), flush=True)
     summary = summarize(base_runs, our_runs)
     print_summary(options.base, summary)

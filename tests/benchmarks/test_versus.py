@@ -133,7 +133,10 @@ def test_bad_arguments_are_refused(capsys):
     with pytest.raises(SystemExit) as stopped:
         versus.main(["--base", "HEAD", "--rounds", "0"])
     assert stopped.value.code == 2
-    assert "--rounds and --jobs must be at least 1" in capsys.readouterr().err
+    assert "--rounds, --jobs and --latency-jobs must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stopped:
+        versus.main(["--base", "HEAD", "--latency", "--latency-jobs", "0"])
+    assert stopped.value.code == 2
 
 
 def test_figures_are_read_from_throughputs_json():
@@ -165,3 +168,41 @@ def test_summary_takes_medians_and_inverts_the_cpu_ratio():
     assert summary["cpu"] == {"base": 150.0, "ours": 75.0, "times": 2.0}  # half the CPU: 2x
     zero = versus.summarize([{"end_to_end": 0.0, "durable": 1.0, "cpu": 1.0}], base[:1])
     assert math.isnan(zero["end_to_end"]["times"])
+
+
+def test_latency_figures_are_read_from_latencys_json():
+    result = {
+        "runs": [
+            {
+                "ours": {"low_load": {"start": {"p50": 0.7}, "wait": {"p50": 1.2}}},
+                "floor": {"low_load": {"start": {"p50": 0.25}, "wait": {"p50": 0.4}}},
+            }
+        ]
+    }
+    assert versus.latency_figures(result) == pytest.approx(
+        {"start_p50": 0.7, "wait_p50": 1.2, "above_floor": 0.45}
+    )
+
+
+def test_latency_is_compared_only_when_every_run_has_it():
+    plain = {"end_to_end": 100.0, "durable": 10.0, "cpu": 200.0}
+    timed = {**plain, "start_p50": 0.8, "wait_p50": 1.2, "above_floor": 0.5}
+    quicker = {**plain, "start_p50": 0.4, "wait_p50": 0.6, "above_floor": 0.2}
+    both = versus.summarize([timed], [quicker])
+    assert both["start_p50"]["times"] == pytest.approx(2.0)  # half the latency: 2x
+    assert both["above_floor"]["times"] == pytest.approx(2.5)
+    assert "start_p50" not in versus.summarize([plain], [quicker])
+
+
+@needs_git
+def test_a_round_with_latency_measures_the_low_load_start_on_both_sides(tmp_path, capsys):
+    out = tmp_path / "versus.json"
+    args = ["--base", "HEAD", "--rounds", "1", "--jobs", "300", "--warmup", "50"]
+    assert versus.main([*args, "--latency", "--latency-jobs", "60", "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    for side in (record["base_runs"][0], record["runs"][0]):
+        assert side["start_p50"] > 0 and side["wait_p50"] >= side["start_p50"]
+        assert side["above_floor"] == pytest.approx(side["above_floor"])  # a number, not NaN
+    assert record["start_p50"]["times"] > 0
+    printed = capsys.readouterr().out
+    assert "low-load start p50, ms" in printed and "floor +" in printed
