@@ -40,7 +40,7 @@ PACKED = "packed"
 PREFIX = b"0,%d," % len(C.PROTOCOL_VERSION_B)
 
 _HEAD_REQUEST = b"0,%d,%d," % (len(C.PROTOCOL_VERSION_B), len(C.REQUEST))
-_REQUEST_START = C.PROTOCOL_VERSION_B + C.REQUEST.encode()
+_REQUEST_START = C.PROTOCOL_VERSION_B + C.REQUEST_B
 #: :func:`pack_request`'s frame as one format: a single ``%`` is cheaper than
 #: formatting the lengths and joining the parts.
 _REQUEST_FORMAT = (
@@ -82,12 +82,40 @@ def unpack(frame: bytes, *, max_frames: int) -> list[bytes]:
     return [frame[a:b] for a, b in pairwise(ends)]
 
 
-#: A packed REQUEST's head and first fields, each length 0 or up to MAX_DIGITS
-#: digits without a leading zero: the router's hot path (:func:`request_of`).
+#: A packed message's head and first fields, each length 0 or up to MAX_DIGITS
+#: digits without a leading zero: the hot paths (:func:`request_of`, :func:`done_of`).
 _LENGTH = rb"(0|[1-9][0-9]{0,%d})" % (MAX_DIGITS - 1)
-_REQUEST_HEAD = re.compile(
-    re.escape(_HEAD_REQUEST) + rb",".join([_LENGTH] * 4) + rb"\n" + re.escape(_REQUEST_START)
-)
+
+
+def _head(command: bytes, fields: int) -> re.Pattern[bytes]:
+    """How a packed ``command`` carrying ``fields`` frames after the command (its
+    msgid among them) starts: the head, then the version and command bytes."""
+    start = b"0,%d,%d," % (len(C.PROTOCOL_VERSION_B), len(command))
+    return re.compile(
+        re.escape(start)
+        + rb",".join([_LENGTH] * fields)
+        + rb"\n"
+        + re.escape(C.PROTOCOL_VERSION_B + command)
+    )
+
+
+_REQUEST_HEAD = _head(C.REQUEST_B, 4)
+_DONE_HEAD = _head(C.DONE_B, 4)
+
+
+def _four_fields(head: re.Pattern[bytes], frame: bytes) -> tuple[bytes, bytes, bytes, bytes] | None:
+    """The four fields of a packed message whose head ``head`` matches, or None."""
+    match = head.match(frame)
+    if match is None:
+        return None
+    a = match.end()
+    first, second, third, fourth = map(int, match.groups())
+    b = a + first
+    c = b + second
+    d = c + third
+    if d + fourth != len(frame):
+        return None
+    return frame[a:b], frame[b:c], frame[c:d], frame[d:]
 
 
 def request_of(frame: bytes) -> tuple[bytes, bytes, bytes, bytes] | None:
@@ -101,14 +129,10 @@ def request_of(frame: bytes) -> tuple[bytes, bytes, bytes, bytes] | None:
     :data:`.fields.MAX_DIGITS` each), adding up to the frame. What the fields
     hold (UTF-8, an empty msgid) is the caller's to check, as after ``unpack``.
     """
-    match = _REQUEST_HEAD.match(frame)
-    if match is None:
-        return None
-    a = match.end()
-    msgid, queue, headers, body = map(int, match.groups())
-    b = a + msgid
-    c = b + queue
-    d = c + headers
-    if d + body != len(frame):
-        return None
-    return frame[a:b], frame[b:c], frame[c:d], frame[d:]
+    return _four_fields(_REQUEST_HEAD, frame)
+
+
+def done_of(frame: bytes) -> tuple[bytes, bytes, bytes, bytes] | None:
+    """``(msgid, job_msgid, status, payload)`` of a packed DONE, or None: as
+    :func:`request_of`, for the DONE a job manager sends alone (low load)."""
+    return _four_fields(_DONE_HEAD, frame)
