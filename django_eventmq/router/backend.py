@@ -34,7 +34,7 @@ from django_eventmq.protocol import (
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.bundle import PREFIX as BUNDLE_PREFIX
 from django_eventmq.protocol.bundle import bundle, runs, unbundle
-from django_eventmq.protocol.packed import pack
+from django_eventmq.protocol.packed import done_of, pack
 from django_eventmq.protocol.session import (
     ROUTER_FEATURES,
     RouterPeerSession,
@@ -113,10 +113,17 @@ class BackendHandlers:
                 raw = recv(flags=transport.NOBLOCK)
             except transport.Again:
                 return
-            if len(raw) == 2 and raw[1].startswith(BUNDLE_PREFIX):
-                self._from_bundle(raw, now)
-            else:
-                self._take(raw, now)
+            if len(raw) == 2:  # one frame: a bundle, or a packed message
+                frame = raw[1]
+                if frame.startswith(BUNDLE_PREFIX):
+                    self._from_bundle(raw, now)
+                    continue
+                # A DONE alone (low load) straight from its frame, as a REQUEST is.
+                done = done_of(frame)
+                if done is not None and self._fast_done((raw[0], *done), raw, now):
+                    continue
+                raw = self.backend.unpacked(raw)
+            self._take(raw, now)
 
     def _take(self, raw: list[bytes], now: float) -> None:
         """One message a job manager sent (alone or in a bundle)."""
@@ -189,7 +196,8 @@ class BackendHandlers:
         worker = self.book.routing.workers.get(identity)
         if worker is None:
             try:
-                frames = after_identity(raw)
+                # ``raw`` as received: a packed DONE is its one frame (_drain_backend).
+                frames = after_identity(self.backend.unpacked(raw) if len(raw) == 2 else raw)
                 message = decode(frames)
             except ProtocolError:
                 return False

@@ -150,12 +150,12 @@ class FrontendHandlers(SchedulerHandlers, QueueMarks):
         block = self.settings.hwm_policy == "block"
         schedulers = self.schedulers.peers
         for taken in range(DRAIN_CAP):
-            if block and self._over_high_water():
-                return
             # After the first message, ask whether another waits (EVENTS) before
             # reading on: at low load the answer is no, and a receive that fails
             # with Again costs several times as much (its exception).
             if taken == 1 and not self.frontend.poll(0):
+                return
+            if block and self._over_high_water():
                 return
             try:
                 if owners:

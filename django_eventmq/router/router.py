@@ -192,9 +192,10 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
             self.frontend = self._bind(
                 s.frontend_addr, security.FRONTEND, sndhwm=CLIENT_SNDHWM, rcvhwm=FRONTEND_RCVHWM
             )
-            # Job managers of ours may pack their messages (the frontend looks
-            # for packed REQUESTs itself, to ACK each in the form it came in).
-            self.backend = self._bind(s.backend_addr, security.BACKEND, unpack=True)
+            # Job managers of ours may pack their messages: the backend's drain
+            # unpacks them itself (a DONE read straight from its frame), as the
+            # frontend's looks for packed REQUESTs (to ACK each in its own form).
+            self.backend = self._bind(s.backend_addr, security.BACKEND)
             self.admin = borrowed or self._bind(s.admin_addr, security.ADMIN)
             self.frontend_address = self.frontend.address
             self.backend_address = self.backend.address

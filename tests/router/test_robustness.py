@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import zmq
 
+from django_eventmq.protocol.packed import pack
 from django_eventmq.router.router import Router
 from tests.router.test_router import (
     JOB,
@@ -49,6 +50,13 @@ BAD: list[tuple[str, list[bytes], str]] = [
     # A busy job manager the router dropped says only DONE and READY: told as well.
     ("backend", [b"", V, b"DONE", b"id", b"job-1", b"ok", b"{}"], "DONE before INFORM"),
     ("backend", [b"0,8,5\nxx"], "packed message: the head's lengths add up to 13 bytes"),
+    # Packed, as our job managers send a DONE alone: read straight, or as above.
+    ("backend", [pack([b"", V, b"DONE", b"id", b"job-1", b"ok", b"{}"])], "DONE before INFORM"),
+    (
+        "backend",
+        [b"0,8,4,2,5,2,2\neMQP/1.0DONEidjob-1ok{}x"],
+        "packed message: the head's lengths add up to 23 bytes",
+    ),
     ("backend", [b"", V, b"INFORM", b"id", b"[[x", b"worker"], "queue list"),
     ("backend", [b"", V, b"INFORM", b"id", b"", b"martian"], "peer type"),
     ("backend", [b"", V, b"INFORM", b"id", b"", b"scheduler"], "scheduler INFORM"),
