@@ -34,6 +34,7 @@ from django_eventmq.protocol import (
 )
 from django_eventmq.protocol.bundle import PREFIX as BUNDLE_PREFIX
 from django_eventmq.protocol.bundle import bundle, runs, unbundle
+from django_eventmq.protocol.codec import packed_request
 from django_eventmq.protocol.packed import pack
 from django_eventmq.protocol.session import HOLDING, JobManagerSession, with_bundle_bytes
 from django_eventmq.runtime import security, transport
@@ -117,7 +118,10 @@ class RouterLink(Generic[T]):
             # CURVE keys when the router asks for them (its backend role), and
             # MAXMSGSIZE always: a router cannot flood us with one huge frame.
             options=self._options,
-            unpack=True,  # a router of ours hands jobs out packed once we said we read them
+            # A router of ours hands jobs out packed once we said we read them; they
+            # reach messages() as the one frame, where a REQUEST goes straight to its
+            # fields (codec.packed_request) and anything else is unpacked there.
+            unpack=False,
         )
         self.channel = channel
         self._poller.register(channel.socket, transport.POLLIN)
@@ -170,10 +174,12 @@ class RouterLink(Generic[T]):
             for position, frames in enumerate(inner):
                 if self.channel is not channel:
                     return  # the socket was dropped: the rest came on it
-                if len(frames) == 1:  # a packed message in the bundle: as the transport does
-                    frames = channel.unpacked(frames)
                 try:
-                    message = decode(frames)
+                    if len(frames) == 1:  # a packed message (alone or in the bundle)
+                        request = packed_request(frames[0])
+                        message = decode(channel.unpacked(frames)) if request is None else request
+                    else:
+                        message = decode(frames)
                     if channel.limits is not None:
                         channel.limits.check_message(message)
                 except ProtocolError as exc:

@@ -13,12 +13,20 @@ from collections.abc import Sequence
 
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol import constants as C
-from django_eventmq.protocol.messages import MESSAGE_TYPES, AdminRequest, Kbai, Message, Reply
-from django_eventmq.protocol.packed import unpack
+from django_eventmq.protocol.messages import (
+    MESSAGE_TYPES,
+    AdminRequest,
+    Kbai,
+    Message,
+    Reply,
+    Request,
+)
+from django_eventmq.protocol.packed import request_of, unpack
 
 _EMPTY = b""
 _VERSION = C.PROTOCOL_VERSION_B
 _REPLY = C.REPLY.encode()
+_REQUEST = C.REQUEST_B
 
 #: Frames longer than this are not shown whole in error messages.
 _SHOW = 60
@@ -79,6 +87,34 @@ def reply_of(frames: Sequence[bytes]) -> Reply | None:
         return Reply(msgid=msgid.decode(), payload=payload.decode(), reply_to=reply_to.decode())
     except (UnicodeDecodeError, ProtocolError):
         return None
+
+
+def packed_request(frame: bytes) -> Request | None:
+    """:func:`decode` of a packed REQUEST (:mod:`.packed`, one frame as a DEALER
+    receives it), or None for anything else (:func:`decode` reads it, or says what
+    is wrong with it): a job handed to a job manager, straight from the frame to
+    its fields (:func:`.packed.request_of`), without the frame list and generic
+    checks of :func:`decode`. Same message, same :class:`ProtocolError` (and
+    reason) for the same frame."""
+    fields = request_of(frame)
+    if fields is None:
+        return None
+    msgid, queue, headers, body = fields
+    try:
+        # In decode's order, so the first bad frame gives the same reason.
+        text = msgid.decode()
+        rest = [queue.decode(), headers.decode(), body.decode()]
+        return Request.from_body(text, rest)
+    except UnicodeDecodeError as exc:
+        error = ProtocolError(f"a frame is not valid UTF-8: {exc.reason}")
+        error.__cause__ = exc
+    except ProtocolError as exc:
+        if exc.frames:
+            raise
+        error = exc
+    # As decode() raises it: carrying the frames the packed REQUEST holds.
+    frames = [_EMPTY, _VERSION, _REQUEST, msgid, queue, headers, body]
+    raise error.with_frames(frames) from error.__cause__
 
 
 #: More frames than any eMQP message has (mirrors limits.MAX_FRAMES; a transport

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -28,7 +27,6 @@ from django_eventmq.protocol import (
     encode,
 )
 from django_eventmq.protocol.bundle import BUNDLE, bundle
-from django_eventmq.runtime import transport
 from tests.fake_router import FakeRouter, body
 from tests.jobs_fixtures.running import payload, running, settings_for
 from tests.support import wait_for
@@ -100,24 +98,6 @@ def test_a_malformed_bundle_from_the_router_is_logged_and_dropped(
 
 
 # -- the link: what a turn sends, and what may not overtake it --------------------------
-
-
-@pytest.fixture
-def link(router: FakeRouter) -> Iterator[RouterLink[object]]:
-    settings = settings_for(router, heartbeat_interval=1.0, heartbeat_timeout=30.0)
-    link: RouterLink[object] = RouterLink(settings, transport.FdPoller())
-    link.connect(time.monotonic())
-    router.handshake(features=True)
-
-    def answered() -> bool:
-        for _message in link.messages(time.monotonic()):
-            pass
-        return link.session.send_bundle
-
-    wait_for(answered, what="the link to read our FEATURES")
-    router.expect(Features)
-    yield link
-    link.close()
 
 
 def _dones(link: RouterLink[object], *msgids: str) -> None:
