@@ -260,11 +260,15 @@ class JobManager(Service, Supervision, Credit, Shutdown):
             self._flush()  # the DONEs and READYs now: the router can hand out more
         if router_ready:
             self._read_router(now)
-        if lifecycle.pending:
+        dispatched = bool(lifecycle.pending)
+        if dispatched:
             lifecycle.dispatch(now)
         if lifecycle.partials:
             lifecycle.partials.flush_due(now)
-        if events:
+        if events and (router_ready or dispatched or not finished):
+            # Not again when only results came: nothing since the top-up above
+            # changed the jobs, the slots or the sessions (sending the turn and
+            # its partials does not), so it would send nothing.
             self._top_up()
         if now >= self._next_supervise:
             self._supervise(now)
