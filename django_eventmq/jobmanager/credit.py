@@ -74,9 +74,11 @@ class Credit:
         """True while every link's router holds more than ``free + slack`` slots
         for us and that began less than :data:`SHRINK_AFTER` ago: no READY is due
         then, and the UNREADY waits to see whether the prefetch stays down."""
-        if not all(link.session.credit > free + slack for link in self.links):
-            self._shrink_since = None
-            return False
+        most = free + slack
+        for link in self.links:  # a loop: all() of a generator costs more, once a turn
+            if link.session.credit <= most:
+                self._shrink_since = None
+                return False
         now = self._turn_at
         if self._shrink_since is None:
             self._shrink_since = now

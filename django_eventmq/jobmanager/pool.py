@@ -94,6 +94,8 @@ class Pool:
         self._start_failures = 0
         self._next_start = 0.0
         self._failure_logged = False
+        #: A warm restart's children may still be here (:meth:`renewed_jobs`).
+        self._renewing = False
         #: True/False once a child said whether the hooks record results.
         self.can_record: bool | None = None
 
@@ -175,12 +177,17 @@ class Pool:
         for child in old:
             child.status = Status.RETIRING
             child.renewed = True
+        self._renewing = self._renewing or bool(old)
         return len(old)
 
     def renewed_jobs(self) -> int:
         """Jobs still held by children a warm restart replaced (their slots are not
         their successors': the job manager offers those again)."""
-        return sum(len(c.inflight) for c in self.children.values() if c.renewed)
+        if not self._renewing:  # the usual case, asked every turn: no look at each child
+            return 0
+        renewed = [c for c in self.children.values() if c.renewed]
+        self._renewing = bool(renewed)
+        return sum(len(c.inflight) for c in renewed)
 
     @property
     def depth(self) -> int:
