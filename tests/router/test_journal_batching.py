@@ -11,7 +11,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from django_eventmq.router.journal.commit import seq_spans
+from django_eventmq.router.journal.commit import inserts, seq_spans
+from django_eventmq.router.journal.schema import INSERT_CHUNK, INSERT_JOB, INSERT_JOBS
 from django_eventmq.router.journal.store import DELAYED, LEASED, POISONED, WAITING, Journal, new_row
 from tests.router.test_journal import add
 
@@ -224,3 +225,31 @@ def test_the_spans_and_lone_seqs_name_every_seq_once(seqs: set[int]) -> None:
     named += [seq for (seq,) in lone]
     assert sorted(named) == sorted(seqs)
     assert all(last > first for first, last in spans)
+
+
+def test_new_rows_go_in_chunks_then_one_a_statement() -> None:
+    def rows(n: int) -> list[list[Any]]:
+        return [[seq] for seq in range(n)]
+
+    assert inserts([]) == []
+    assert inserts(rows(3)) == [(INSERT_JOB, rows(3))]
+    chunked = inserts(rows(2 * INSERT_CHUNK + 5))
+    assert [sql for sql, _params in chunked] == [INSERT_JOBS, INSERT_JOB]
+    flat = list(range(2 * INSERT_CHUNK))
+    assert chunked[0][1] == [flat[:INSERT_CHUNK], flat[INSERT_CHUNK:]]
+    assert chunked[1][1] == [[seq] for seq in range(2 * INSERT_CHUNK, 2 * INSERT_CHUNK + 5)]
+    assert inserts(rows(INSERT_CHUNK)) == [(INSERT_JOBS, [list(range(INSERT_CHUNK))])]
+
+
+def test_many_kept_jobs_are_stored_by_chunks_whole_and_in_order(tmp_path: Path) -> None:
+    journal = Journal(str(tmp_path / "j.sqlite3"))
+    try:
+        total = 3 * INSERT_CHUNK + 7
+        for seq in range(1, total + 1):
+            assert add(journal, seq) is True
+        journal.commit()
+        stored = [row.seq for row in journal.waiting("default", None, 10 * total)]
+        assert stored == list(range(1, total + 1))
+        assert journal.db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == total
+    finally:
+        journal.close()

@@ -28,6 +28,7 @@ from django_eventmq.protocol import new_msgid
 from django_eventmq.protocol.batch import pack_jobs, unpack_jobs
 from django_eventmq.router.journal import commit as journal_module
 from django_eventmq.router.journal.commit import JournalBase
+from django_eventmq.router.journal.schema import INSERT_CHUNK, INSERT_JOB, INSERT_JOBS
 from django_eventmq.router.journal.store import Journal, JournalUnavailable
 from django_eventmq.router.router import Router
 from tests.router.test_journal import add
@@ -59,12 +60,15 @@ class FaultyDB:
         self.points = 0
         #: The first word of each write counted (INSERT, DELETE, COMMIT, ...).
         self.seen: set[str] = set()
+        #: Every write statement counted, whole.
+        self.statements: set[str] = set()
 
     def _point(self, sql: str) -> None:
         if not sql.lstrip().upper().startswith(_WRITES):
             return
         self.points += 1
         self.seen.add(sql.split(None, 1)[0].upper())
+        self.statements.add(sql)
         kind = self.plan.get(self.points)
         if kind is None:
             return
@@ -125,6 +129,8 @@ def run(
     *,
     on_disk: bool = False,
     seen: set[str] | None = None,
+    per_step: int = PER_STEP,
+    statements: set[str] | None = None,
 ) -> int:
     """One run with the faults of ``plan``; asserts the invariant after each step and,
     once the faults are over, that every message got its answer (the client sends
@@ -133,7 +139,8 @@ def run(
 
     ``on_disk``: a queue window of 2, so most jobs wait on disk only (each new one
     is inserted at once, queues are loaded from disk) and the client also sends
-    BATCHes, stored whole (parcels) and opened later."""
+    BATCHes, stored whole (parcels) and opened later. ``per_step``: REQUESTs sent
+    in each sending step; ``statements`` gets every write statement counted."""
     for suffix in ("", "-wal", "-shm", ".mark", ".lock"):
         path.with_name(path.name + suffix).unlink(missing_ok=True)
     window = {"queue_window": 2} if on_disk else {}
@@ -161,7 +168,7 @@ def run(
     try:
         for step in range(STEPS + 400):
             if step < (SENDING_STEPS // 2 if on_disk else SENDING_STEPS):
-                for _ in range(PER_STEP):
+                for _ in range(per_step):
                     msgid = new_msgid()
                     request = [b"", V, b"REQUEST", msgid.encode(), b"default", b"guarantee", BODY]
                     send(request, [msgid])
@@ -214,11 +221,24 @@ def run(
         assert journal.failure is None
         if seen is not None:
             seen.update(faulty.seen)
+        if statements is not None:
+            statements.update(faulty.statements)
         return faulty.points
     finally:
         client.close()
         worker.close()
         router.close()
+
+
+def every_point(zctx: zmq.Context[Any], path: Path, points: int, **options: Any) -> None:
+    """:func:`run` with each of ``points`` failing, one kind in turn; every other one
+    failing for a while (the next three too, with another kind)."""
+    kinds = sorted(KINDS)
+    for first in range(1, points + 1):
+        run(zctx, path, {first: kinds[first % 3]}, **options)
+        if first % 2:
+            lasting = dict.fromkeys(range(first, first + 4), kinds[(first + 1) % 3])
+            run(zctx, path, lasting, **options)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -248,12 +268,21 @@ def test_the_same_with_jobs_on_disk_and_batches_stored_whole(
     points = run(zctx, path, {}, on_disk=True, seen=seen)
     # Jobs waiting on disk are handed out: their rows are updated (LEASED) too.
     assert {"INSERT", "DELETE", "UPDATE", "COMMIT"} <= seen, seen
-    kinds = sorted(KINDS)
-    for first in range(1, points + 1):
-        run(zctx, path, {first: kinds[first % 3]}, on_disk=True)
-        if first % 2:
-            lasting = dict.fromkeys(range(first, first + 4), kinds[(first + 1) % 3])
-            run(zctx, path, lasting, on_disk=True)
+    every_point(zctx, path, points, on_disk=True)
+
+
+def test_the_same_with_many_jobs_a_turn_stored_by_the_row_chunked_insert(
+    zctx: zmq.Context[Any], tmp_path: Path
+) -> None:
+    """More new jobs in a transaction than one chunked INSERT takes: the chunks and
+    the rest (one statement each kind) stand or fall together, each point failing
+    with one kind in turn."""
+    path = tmp_path / "journal.sqlite3"
+    statements: set[str] = set()
+    per_step = INSERT_CHUNK + 6
+    points = run(zctx, path, {}, per_step=per_step, statements=statements)
+    assert {INSERT_JOBS, INSERT_JOB} <= statements, "no chunked insert and rest in the run"
+    every_point(zctx, path, points, per_step=per_step)
 
 
 def test_a_job_held_back_by_a_failing_journal_keeps_its_lease_until_it_is_sent(

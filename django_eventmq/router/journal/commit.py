@@ -36,6 +36,7 @@ import sqlite3
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from itertools import chain
 from typing import IO, Any
 
 from django_eventmq.errors import ConfigurationError, EventMQError
@@ -52,8 +53,10 @@ from django_eventmq.router.journal.check import (
     write_mark,
 )
 from django_eventmq.router.journal.schema import (
+    INSERT_CHUNK,
     INSERT_FINISHED,
     INSERT_JOB,
+    INSERT_JOBS,
     MEMORY,
     SCHEMA,
     add_owner_column,
@@ -225,6 +228,18 @@ class JournalBase(KeptWrites):
         self._log.append((sql, params, True))
         return True
 
+    def _apply_all(self, writes: list[tuple[str, list[Any]]]) -> bool:
+        """:meth:`_apply` of writes that stand or fall together (logged only if all
+        were applied: a failure rolls them all back, and what they wrote is still kept)."""
+        try:
+            for sql, params in writes:
+                self.db.executemany(sql, params)
+        except sqlite3.Error as exc:
+            self._fail(exc)
+            return False
+        self._log.extend((sql, params, True) for sql, params in writes)
+        return True
+
     def _flush(self) -> bool:
         """Apply the writes kept in memory (inside the open transaction); False, and
         all of them still kept, if the journal cannot be written."""
@@ -234,7 +249,7 @@ class JournalBase(KeptWrites):
         if self._new:
             rows = list(self._new.values())
             before = db.total_changes
-            if not self._apply(INSERT_JOB, rows):
+            if not self._apply_all(inserts(rows)):
                 return False
             self._new.clear()
             self._new_msgids.clear()
@@ -473,3 +488,19 @@ def seq_spans(seqs: Iterable[int]) -> tuple[list[tuple[int, int]], list[tuple[in
                 lone.append((ordered[start],))
             start = index
     return spans, lone
+
+
+def inserts(rows: list[list[Any]]) -> list[tuple[str, list[Any]]]:
+    """The executemany calls that insert ``rows`` (new jobs' values), in order:
+    :data:`.schema.INSERT_CHUNK` rows a statement, then the rest one a statement."""
+    full = len(rows) - len(rows) % INSERT_CHUNK
+    writes: list[tuple[str, list[Any]]] = []
+    if full:
+        chunks = [
+            list(chain.from_iterable(rows[i : i + INSERT_CHUNK]))
+            for i in range(0, full, INSERT_CHUNK)
+        ]
+        writes.append((INSERT_JOBS, chunks))
+    if full < len(rows):
+        writes.append((INSERT_JOB, rows[full:]))
+    return writes

@@ -114,6 +114,14 @@ INSERT_JOB = (
 )
 
 
+#: New rows per statement of :data:`INSERT_JOBS` (15 values each: 960 variables,
+#: under the 999 of SQLite builds before 3.32).
+INSERT_CHUNK = 64
+#: :data:`INSERT_JOB` for :data:`INSERT_CHUNK` rows at once: one statement step
+#: stores them all (~1.4 us a job less than a step per row, 20,000 rows).
+INSERT_JOBS = INSERT_JOB + ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" * (INSERT_CHUNK - 1)
+
+
 def new_row(
     seq: int,
     msgid: str,
