@@ -4,7 +4,9 @@ once per router loop iteration, and kept safe while the file cannot be written.
 Writes to the jobs and finished tables are kept in memory until the next
 read or commit and then written with one ``executemany`` per kind (new rows,
 changed columns, deleted rows): a statement per change cost more than the
-change itself. Changes to one row are merged, and a job that is added and
+change itself. New rows go :data:`.schema.INSERT_CHUNK` a statement and
+deleted rows a run of consecutive seqs a statement (:func:`inserts`,
+:func:`seq_spans`): one statement step then does the work of many. Changes to one row are merged, and a job that is added and
 finished within one commit never reaches the disk. Applying them grouped
 (inserts, then updates, then deletes) is the same as applying them in order,
 because a row's seq is never reused (changes kept for a seq before its row is
