@@ -6,8 +6,9 @@ read or commit and then written with one ``executemany`` per kind (new rows,
 changed columns, deleted rows): a statement per change cost more than the
 change itself. New rows go :data:`.schema.INSERT_CHUNK` a statement and
 deleted rows a run of consecutive seqs a statement (:func:`inserts`,
-:func:`seq_spans`): one statement step then does the work of many. Changes to one row are merged, and a job that is added and
-finished within one commit never reaches the disk. Applying them grouped
+:func:`seq_spans`): one statement step then does the work of many. Changes
+to one row are merged, and a job that is added and finished within one
+commit never reaches the disk. Applying them grouped
 (inserts, then updates, then deletes) is the same as applying them in order,
 because a row's seq is never reused (changes kept for a seq before its row is
 added are dropped: in order, they would have changed nothing). A kept
