@@ -149,14 +149,22 @@ class FrontendHandlers(SchedulerHandlers, QueueMarks):
         owners = self._owners
         block = self.settings.hwm_policy == "block"
         schedulers = self.schedulers.peers
+        # Jobs that may come before the high-water mark is counted again: a REQUEST
+        # adds at most one job to the backlog, so counting it once per REQUEST (a
+        # sum over the queues) would give the same answers; anything else counts.
+        room = 0
         for taken in range(DRAIN_CAP):
             # After the first message, ask whether another waits (EVENTS) before
             # reading on: at low load the answer is no, and a receive that fails
             # with Again costs several times as much (its exception).
             if taken == 1 and not self.frontend.poll(0):
                 return
-            if block and self._over_high_water():
-                return
+            if block:
+                if room <= 0:
+                    room = self.settings.high_water_mark - self.book.backlog()
+                    if room <= 0:
+                        return
+                room -= 1
             try:
                 if owners:
                     raw, self._sender = self.frontend.recv_frames_from(flags=transport.NOBLOCK)
@@ -178,6 +186,7 @@ class FrontendHandlers(SchedulerHandlers, QueueMarks):
             request = request_fields(raw)
             if request is not None and self._fast_request(request, now, packed):
                 continue
+            room = 0  # a BATCH, or any other message: the mark is counted again
             batch = batch_fields(raw)
             if batch is not None:
                 self._fast_batch(batch, now)

@@ -439,6 +439,26 @@ def test_over_the_high_water_mark_with_block_policy_clients_wait_and_nothing_is_
     assert not monitor(h)["blocked"]
 
 
+def test_with_block_policy_a_burst_is_read_up_to_the_mark_exactly(
+    start: Callable[..., Harness],
+) -> None:
+    # Many REQUESTs waiting at once: one drain reads them, counting the mark as it goes.
+    h = start(high_water_mark=5, hwm_policy="block")
+    client = h.peer("frontend", "client")
+    sent = [send_request(client) for _ in range(12)]
+    wait_for(lambda: monitor(h)["blocked"], what="the router to stop reading clients")
+    acked = [client.expect("ACK")[2] for _ in range(5)]
+    assert acked == sent[:5]
+    assert not client.sock.poll(200)  # the rest is not read, so not acknowledged
+    assert monitor(h)["queued"] == 5
+    worker = modern_worker(h, "w")
+    for msgid in sent:  # each DONE makes room for one more
+        assert worker.expect("REQUEST")[1] == msgid
+        worker.send("DONE", msgid, "ok", "{}")
+    assert sorted(acked + [client.expect("ACK")[2] for _ in range(7)]) == sorted(sent)
+    wait_for(lambda: not monitor(h)["blocked"], what="the router to read clients again")
+
+
 def test_a_body_that_is_not_a_job_is_rejected(h: Harness) -> None:
     client = h.peer("frontend", "client")
     msgid = client.send("REQUEST", "default", "", "not json")
