@@ -34,7 +34,7 @@ from django_eventmq.protocol import (
 )
 from django_eventmq.protocol.bundle import PREFIX as BUNDLE_PREFIX
 from django_eventmq.protocol.bundle import bundle, runs, unbundle
-from django_eventmq.protocol.codec import packed_request
+from django_eventmq.protocol.codec import packed_request, plain_request
 from django_eventmq.protocol.packed import pack
 from django_eventmq.protocol.session import HOLDING, JobManagerSession, with_bundle_bytes
 from django_eventmq.runtime import security, transport
@@ -178,8 +178,9 @@ class RouterLink(Generic[T]):
                     if len(frames) == 1:  # a packed message (alone or in the bundle)
                         request = packed_request(frames[0])
                         message = decode(channel.unpacked(frames)) if request is None else request
-                    else:
-                        message = decode(frames)
+                    else:  # a job in a bundle is its plain frames: straight to its fields
+                        request = plain_request(frames)
+                        message = decode(frames) if request is None else request
                     if channel.limits is not None:
                         channel.limits.check_message(message)
                 except ProtocolError as exc:

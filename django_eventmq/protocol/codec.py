@@ -99,7 +99,24 @@ def packed_request(frame: bytes) -> Request | None:
     fields = request_of(frame)
     if fields is None:
         return None
-    msgid, queue, headers, body = fields
+    return _request(*fields)
+
+
+def plain_request(frames: Sequence[bytes]) -> Request | None:
+    """:func:`decode` of a REQUEST's own frames (``['', 'eMQP/1.0', 'REQUEST',
+    MSGID, QUEUE, HEADERS, BODY]``, as a bundle from the router carries each
+    job), or None for anything else: as :func:`packed_request`, the same message
+    or the same :class:`ProtocolError` as :func:`decode` gives for them."""
+    if len(frames) != 7:
+        return None
+    empty, version, command, msgid, queue, headers, body = frames
+    if command != _REQUEST or version != _VERSION or empty:
+        return None
+    return _request(msgid, queue, headers, body)
+
+
+def _request(msgid: bytes, queue: bytes, headers: bytes, body: bytes) -> Request:
+    """The Request of a REQUEST's fields, checked as :func:`decode` checks them."""
     try:
         # In decode's order, so the first bad frame gives the same reason.
         text = msgid.decode()
@@ -112,7 +129,7 @@ def packed_request(frame: bytes) -> Request | None:
         if exc.frames:
             raise
         error = exc
-    # As decode() raises it: carrying the frames the packed REQUEST holds.
+    # As decode() raises it: carrying the REQUEST's frames.
     frames = [_EMPTY, _VERSION, _REQUEST, msgid, queue, headers, body]
     raise error.with_frames(frames) from error.__cause__
 

@@ -1,35 +1,54 @@
-"""codec.packed_request: a packed REQUEST decoded straight from its fields (the job
-manager's hot path). It must give what :func:`decode` gives for the same frame: the
-same Request, or the same ProtocolError (reason and frames), and None for anything
+"""codec.packed_request and codec.plain_request: a REQUEST decoded straight from its
+fields (the job manager's hot paths: a packed REQUEST alone, a job's plain frames in
+a bundle). Each must give what :func:`decode` gives for the same frames: the same
+Request, or the same ProtocolError (reason and frames), and None for anything
 :func:`decode` reads another way."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import pytest
 
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol import Ack, Headers, Heartbeat, Request, decode, encode
-from django_eventmq.protocol.codec import packed_request
+from django_eventmq.protocol.codec import packed_request, plain_request
 from django_eventmq.protocol.packed import pack, pack_request, unpack
+from django_eventmq.protocol.views import request_frames
+
+#: How a job comes: (its frames from a REQUEST's frames, the fast path, the frames decode reads).
+Form = tuple[
+    Callable[[list[bytes]], list[bytes]],
+    Callable[[list[bytes]], Request | None],
+    Callable[[list[bytes]], list[bytes]],
+]
+PACKED: Form = (
+    lambda frames: [pack(frames)],
+    lambda frames: packed_request(frames[0]),
+    lambda frames: unpack(frames[0], max_frames=32),
+)
+PLAIN: Form = (lambda frames: frames, plain_request, lambda frames: frames)
+FORMS = pytest.mark.parametrize("form", [PACKED, PLAIN], ids=["packed", "plain"])
 
 
-def _decoded(frame: bytes) -> Request | ProtocolError:
-    """What the generic path makes of ``frame``: unpacked, then decoded."""
+def _decoded(form: Form, frames: list[bytes]) -> Request | ProtocolError:
+    """What the generic path makes of ``frames``: unpacked if need be, then decoded."""
     try:
-        message = decode(unpack(frame, max_frames=32))
+        message = decode(form[2](frames))
     except ProtocolError as exc:
         return exc
     assert isinstance(message, Request)
     return message
 
 
-def _fast(frame: bytes) -> Request | ProtocolError | None:
+def _fast(form: Form, frames: list[bytes]) -> Request | ProtocolError | None:
     try:
-        return packed_request(frame)
+        return form[1](frames)
     except ProtocolError as exc:
         return exc
 
 
+@FORMS
 @pytest.mark.parametrize(
     "request_",
     [
@@ -43,13 +62,14 @@ def _fast(frame: bytes) -> Request | ProtocolError | None:
         Request(msgid="ü" * 300, queue="q", body_text=""),
     ],
 )
-def test_same_request_as_decode(request_: Request) -> None:
-    frame = pack(encode(request_))
-    got = packed_request(frame)
-    assert got == request_ == _decoded(frame)
+def test_same_request_as_decode(form: Form, request_: Request) -> None:
+    frames = form[0](encode(request_))
+    got = form[1](frames)
+    assert got == request_ == _decoded(form, frames)
     assert type(got) is Request
 
 
+@FORMS
 @pytest.mark.parametrize(
     ("fields", "reason"),
     [
@@ -57,15 +77,18 @@ def test_same_request_as_decode(request_: Request) -> None:
         ((b"m", b"q", b"", b"[\xe9]"), "not valid UTF-8"),
         ((b"\xff", b"q", b"", b"[\xe9\xe9]"), "not valid UTF-8"),  # the first bad one says
         ((b"m", b"q\xc3", b"", b"[]"), "not valid UTF-8"),
+        ((b"m", b"q", b"\xc3", b"[]"), "not valid UTF-8"),
         ((b"", b"q", b"", b"[]"), "msgid"),
         ((b"m", b"", b"", b"[]"), "queue"),
         ((b"m", b"q", b"timeout,abc", b"[]"), "header"),
         ((b"m", b"q", b"retry-count,-1", b"[]"), "header"),
     ],
 )
-def test_same_refusal_as_decode(fields: tuple[bytes, ...], reason: str) -> None:
-    frame = pack_request(*fields)
-    fast, slow = _fast(frame), _decoded(frame)
+def test_same_refusal_as_decode(
+    form: Form, fields: tuple[bytes, bytes, bytes, bytes], reason: str
+) -> None:
+    frames = form[0](request_frames(*fields))
+    fast, slow = _fast(form, frames), _decoded(form, frames)
     assert isinstance(slow, ProtocolError) and reason in slow.reason
     assert isinstance(fast, ProtocolError)
     assert (fast.reason, fast.frames) == (slow.reason, slow.frames)
@@ -83,5 +106,27 @@ def test_same_refusal_as_decode(fields: tuple[bytes, ...], reason: str) -> None:
         b"",
     ],
 )
-def test_anything_else_is_left_to_decode(frame: bytes) -> None:
+def test_anything_else_packed_is_left_to_decode(frame: bytes) -> None:
     assert packed_request(frame) is None
+
+
+_OK = request_frames(b"m", b"q", b"", b"[]")
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        encode(Ack(msgid="a", ack_msgid="b")),
+        encode(Heartbeat(msgid="h", timestamp=1.0)),
+        [b"x", *_OK[1:]],  # frame 0 not empty: decode says so
+        [b"", b"eMQP/2.0", *_OK[2:]],  # another version
+        [*_OK[:2], b"REQUESTX", *_OK[3:]],  # another command
+        [*_OK[:2], b"request", *_OK[3:]],
+        _OK[:-1],  # a frame short
+        [*_OK, b"extra"],  # a frame too many
+        [pack(_OK)],  # packed: packed_request's
+        [],
+    ],
+)
+def test_anything_else_plain_is_left_to_decode(frames: list[bytes]) -> None:
+    assert plain_request(frames) is None
