@@ -37,8 +37,6 @@ from django_eventmq.protocol.bundle import bundle, runs, unbundle
 from django_eventmq.protocol.codec import packed_request, plain_request
 from django_eventmq.protocol.packed import pack
 from django_eventmq.protocol.session import HOLDING, JobManagerSession, with_bundle_bytes
-from django_eventmq.protocol.status import DONE_STATUSES
-from django_eventmq.protocol.views import done_frames
 from django_eventmq.runtime import security, transport
 from django_eventmq.runtime.addresses import AddressCycle, parse_addresses
 from django_eventmq.runtime.settings import Settings
@@ -223,34 +221,17 @@ class RouterLink(Generic[T]):
         """Send on the connected socket (dropped while not connected). To a router
         that reads bundles it goes at the end of the turn (:meth:`flush`), in order
         with everything else this turn sends."""
-        if self.channel is not None and self.session.connected:
-            self._send_frames(encode(message))
-
-    def send_done(self, job_msgid: str, status: str, payload: str) -> None:
-        """:meth:`send` of ``session.done(...)`` (the DONE of a finished job, which
-        frees its slot at the router), its frames built straight from the fields:
-        the same frames, the same credit, without the message object per job."""
-        session = self.session
-        if not (
-            session.extended and type(job_msgid) is str and job_msgid and status in DONE_STATUSES
-        ):
-            self.send(session.done(job_msgid, status, payload))  # refuses it as before
-            return
-        session.credit += 1  # as session.done() counts the slot it frees
-        if self.channel is not None:  # extended: connected
-            msgid = new_msgid().encode()
-            self._send_frames(
-                done_frames(msgid, job_msgid.encode(), status.encode(), payload.encode())
-            )
-
-    def _send_frames(self, frames: list[bytes]) -> None:
-        """Send a message's ``frames`` on the connected socket, as :meth:`send` says."""
         channel = self.channel
-        assert channel is not None
-        if self.session.send_bundle:
-            self._unsent.append(frames)
+        session = self.session
+        if channel is None or not session.connected:
             return
-        channel.send_frames([pack(frames)] if self.session.send_packed else frames)
+        if session.send_bundle:
+            self._unsent.append(encode(message))
+            return
+        if session.send_packed:
+            channel.send_frames([pack(encode(message))])
+        else:
+            channel.send(message)
         assert self._liveness is not None
         self._liveness.sent(time.monotonic())
 

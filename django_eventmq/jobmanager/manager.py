@@ -434,7 +434,7 @@ class JobManager(Service, Supervision, Credit, Shutdown):
         link = self.links[job.link]
         session = link.session
         if session.extended:
-            link.send_done(job.msgid, status, payload)  # frees the slot
+            link.send(session.done(job.msgid, status, payload))  # frees the slot
         elif session.state is JobManagerState.REFERENCE:
             if job.reply_requested:
                 link.send(session.reply(job.msgid, payload))

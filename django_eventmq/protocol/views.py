@@ -278,12 +278,6 @@ def batch_frames(msgid: bytes, jobs: bytes) -> list[bytes]:
     return [b"", _VERSION, _BATCH, msgid, jobs]
 
 
-def done_frames(msgid: bytes, job_msgid: bytes, status: bytes, payload: bytes) -> list[bytes]:
-    """The frames a DEALER sends for a DONE with these fields (what
-    :func:`.codec.encode` makes of the :class:`~.extensions.Done`)."""
-    return [b"", _VERSION, _DONE, msgid, job_msgid, status, payload]
-
-
 def ack_frames(msgid: bytes, ack_msgid: bytes) -> list[bytes]:
     """The frames of an ACK of ``ack_msgid`` (as a DEALER gets them)."""
     return [b"", _VERSION, _ACK, msgid, ack_msgid]
