@@ -117,11 +117,10 @@ class RouterLink(Generic[T]):
             identity=transport.new_identity("jm-"),
             # CURVE keys when the router asks for them (its backend role), and
             # MAXMSGSIZE always: a router cannot flood us with one huge frame.
-            options=self._options,
             # A router of ours hands jobs out packed once we said we read them; they
             # reach messages() as the one frame, where a REQUEST goes straight to its
             # fields (codec.packed_request) and anything else is unpacked there.
-            unpack=False,
+            options=self._options,
         )
         self.channel = channel
         self._poller.register(channel.socket, transport.POLLIN)
@@ -178,7 +177,8 @@ class RouterLink(Generic[T]):
                     if len(frames) == 1:  # a packed message (alone or in the bundle)
                         request = packed_request(frames[0])
                         message = decode(channel.unpacked(frames)) if request is None else request
-                    else:  # a job in a bundle is its plain frames: straight to its fields
+                    else:  # plain frames (a job in a bundle, any message of the
+                        # reference router): a REQUEST straight to its fields
                         request = plain_request(frames)
                         message = decode(frames) if request is None else request
                     if channel.limits is not None:

@@ -145,7 +145,7 @@ class BackendHandlers:
             self._warn("backend", identity, f"malformed bundle ({exc.reason})", "dropped")
             return
         for inner in messages:
-            if len(inner) == 2:  # a packed message in the bundle: as the transport does
+            if len(inner) == 2:  # a packed message in the bundle: its frames
                 inner = self.backend.unpacked(inner)
             self._take(inner, now)
 

@@ -149,9 +149,9 @@ class FrontendHandlers(SchedulerHandlers, QueueMarks):
         owners = self._owners
         block = self.settings.hwm_policy == "block"
         schedulers = self.schedulers.peers
-        # Jobs that may come before the high-water mark is counted again: a REQUEST
-        # adds at most one job to the backlog, so counting it once per REQUEST (a
-        # sum over the queues) would give the same answers; anything else counts.
+        # Jobs that may come before the high-water mark is counted again (a sum over
+        # the queues): a REQUEST adds at most one job to the backlog, so counting once
+        # per run of REQUESTs gives the answers counting before each one would give.
         room = 0
         for taken in range(DRAIN_CAP):
             # After the first message, ask whether another waits (EVENTS) before

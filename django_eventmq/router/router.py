@@ -275,7 +275,6 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
         addr: str,
         role: str,
         *,
-        unpack: bool = False,
         sndhwm: int = SNDHWM,
         rcvhwm: int = SNDHWM,
     ) -> Channel:
@@ -286,7 +285,6 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
             hwm=SNDHWM,
             options={**options, transport.SNDHWM: sndhwm, transport.RCVHWM: rcvhwm},
             limits=self._limits,
-            unpack=unpack,
             bind_setting=f"{role.upper()}_ADDR",  # FRONTEND_ADDR, BACKEND_ADDR, ADMIN_ADDR
             bind_option=f"--{role}",
         )

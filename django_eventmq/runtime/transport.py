@@ -108,7 +108,6 @@ class Channel:
         limits: Limits | Literal["default"] | None = "default",
         watch_handshake: bool = False,
         watch_peer: bool = False,
-        unpack: bool = False,
         bind_setting: str | None = None,
         bind_option: str | None = None,
     ) -> None:
@@ -130,8 +129,6 @@ class Channel:
         self.limits: Limits | None = limits
         self.max_frames = limits.max_frames if limits is not None else MAX_FRAMES
         self._keep = self.max_frames + 1  # frames kept beyond: one more, then cut
-        # How many frames a packed message arrives as (0: not looked for).
-        self._packed_at = (2 if self.is_router else 1) if unpack else 0
         self.socket: zmq.Socket[Any] = (ctx or context()).socket(kind)
         try:
             self.socket.setsockopt(zmq.LINGER, 0)
@@ -209,8 +206,8 @@ class Channel:
         ``max_frames + 2`` (the rest is read and dropped, so memory stays
         bounded): too many for any eMQP command, so :func:`decode` refuses it
         with a :class:`ProtocolError`. Never raises for bad input, so a caller
-        that decodes itself needs no extra ``except``. On a channel made with
-        ``unpack=True`` a packed message comes back as the frames it carries.
+        that decodes itself needs no extra ``except``. A packed message comes
+        back as it came (its one frame): :meth:`unpacked` gives its frames.
         """
         recv = self.socket.recv
         if self.is_router:
@@ -239,8 +236,6 @@ class Channel:
                 self._drop_rest()
                 break
             frames.append(recv(flags))
-        if len(frames) == self._packed_at:
-            return self.unpacked(frames)
         return frames
 
     def unpacked(self, frames: list[bytes]) -> list[bytes]:
