@@ -16,6 +16,7 @@ manager finished it. Should the router's loop raise, it is closed as
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 from pathlib import Path
@@ -144,6 +145,9 @@ def run(
     for suffix in ("", "-wal", "-shm", ".mark", ".lock"):
         path.with_name(path.name + suffix).unlink(missing_ok=True)
     window = {"queue_window": 2} if on_disk else {}
+    # Written twice (a replay, then the kept writes again) shows as this error.
+    twice = _Said("not stored: msgid already held")
+    logging.getLogger("django_eventmq.router").addHandler(twice)
     router = Router(make_settings(journal=True, journal_path=str(path), poison_after=100, **window))
     router.start()
     journal = router.book.journal
@@ -223,11 +227,27 @@ def run(
             seen.update(faulty.seen)
         if statements is not None:
             statements.update(faulty.statements)
+        assert not twice.said, f"plan {plan}: {twice.said}"
         return faulty.points
     finally:
+        logging.getLogger("django_eventmq.router").removeHandler(twice)
         client.close()
         worker.close()
         router.close()
+
+
+class _Said(logging.Handler):
+    """Keeps the messages logged that contain ``text``."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(logging.DEBUG)
+        self.text = text
+        self.said: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if self.text in message:
+            self.said.append(message)
 
 
 def every_point(zctx: zmq.Context[Any], path: Path, points: int, **options: Any) -> None:

@@ -119,7 +119,7 @@ INSERT_JOB = (
 INSERT_CHUNK = 64
 #: :data:`INSERT_JOB` for :data:`INSERT_CHUNK` rows at once: one statement step
 #: stores them all (~1.4 us a job less than a step per row, 20,000 rows).
-INSERT_JOBS = INSERT_JOB + ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" * (INSERT_CHUNK - 1)
+INSERT_JOBS = INSERT_JOB + ("," + INSERT_JOB[INSERT_JOB.rindex(" (") :]) * (INSERT_CHUNK - 1)
 
 
 def new_row(
