@@ -14,8 +14,9 @@ Each round runs ``throughput.py`` once on the base commit's code and once on
 this checkout's, the base first in odd rounds and second in even ones (ours
 end to end with 2 workers, then the durable enqueue into the router alone;
 no Huey, reference or ceiling); with ``--latency`` also ``latency.py`` once
-(ours and the floor, no Huey), for the low-load start and ``.wait()`` p50
-and how far the start sits above the floor measured in the same run. The
+(ours and the floor, no Huey; ``--latency-jobs`` jobs), for the low-load
+start and ``.wait()`` p50 and how far the start sits above the floor
+measured in the same run. The
 base runs in a temporary git worktree
 with this checkout's ``benchmarks/`` copied in, so only the package differs;
 the worktree is removed at the end. Prints each round, the medians, and
@@ -121,10 +122,11 @@ def worktree(rev: str, benchmarks: Path = ROOT / "benchmarks") -> Iterator[Path]
         )
         yield place
     finally:
-        removed = _git("worktree", "remove", "--force", str(place))
+        _git("worktree", "remove", "--force", str(place))
         shutil.rmtree(parent, ignore_errors=True)
-        if removed.returncode != 0:
-            _git("worktree", "prune")  # its directory is gone: forget it
+        # Its directory is gone: forget it, should the remove have failed (another
+        # git command holding a lock) or left it registered.
+        _git("worktree", "prune")
 
 
 def run_side(

@@ -202,7 +202,7 @@ def test_a_round_with_latency_measures_the_low_load_start_on_both_sides(tmp_path
     record = json.loads(out.read_text())
     for side in (record["base_runs"][0], record["runs"][0]):
         assert side["start_p50"] > 0 and side["wait_p50"] >= side["start_p50"]
-        assert side["above_floor"] == pytest.approx(side["above_floor"])  # a number, not NaN
+        assert math.isfinite(side["above_floor"])
     assert record["start_p50"]["times"] > 0
     printed = capsys.readouterr().out
     assert "low-load start p50, ms" in printed and "floor +" in printed
