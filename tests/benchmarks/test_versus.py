@@ -56,7 +56,8 @@ def test_a_round_against_head_measures_both_sides_with_the_same_harness(tmp_path
     assert record["base"] == "HEAD"
     for side in (record["base_runs"][0], record["runs"][0]):
         assert side["end_to_end"] > 0 and side["durable"] > 0 and side["cpu"] > 0
-    for name in ("end_to_end", "durable", "cpu"):
+        assert side["durable_cpu"] > 0
+    for name in ("end_to_end", "durable", "cpu", "durable_cpu"):
         assert record[name]["times"] > 0
     printed = capsys.readouterr().out
     assert "end to end, jobs/s" in printed and "this checkout over HEAD" in printed
@@ -133,9 +134,13 @@ def test_bad_arguments_are_refused(capsys):
     with pytest.raises(SystemExit) as stopped:
         versus.main(["--base", "HEAD", "--rounds", "0"])
     assert stopped.value.code == 2
-    assert "--rounds, --jobs and --latency-jobs must be at least 1" in capsys.readouterr().err
+    said = "--rounds, --jobs, --durable-jobs and --latency-jobs must be at least 1"
+    assert said in capsys.readouterr().err
     with pytest.raises(SystemExit) as stopped:
         versus.main(["--base", "HEAD", "--latency", "--latency-jobs", "0"])
+    assert stopped.value.code == 2
+    with pytest.raises(SystemExit) as stopped:
+        versus.main(["--base", "HEAD", "--durable-jobs", "0"])
     assert stopped.value.code == 2
 
 
@@ -149,6 +154,10 @@ def test_figures_are_read_from_throughputs_json():
         ]
     }
     assert versus.figures(result) == {"end_to_end": 1234.5, "durable": 5000.0, "cpu": 80.0}
+    # Since throughput.py measures it: the router's CPU per stored job too.
+    alone = result["runs"][0]["enqueue_router_only"]
+    alone["cpu_us_per_job"] = {"router": 21.5, "client": 3.0, "total": 24.5}
+    assert versus.figures(result)["durable_cpu"] == 21.5
 
 
 def test_summary_takes_medians_and_inverts_the_cpu_ratio():
