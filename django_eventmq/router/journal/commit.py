@@ -223,15 +223,9 @@ class JournalBase(KeptWrites):
 
     def _apply(self, sql: str, params: Any) -> bool:
         """executemany for :meth:`_flush`: False (the transaction failed) on an error."""
-        try:
-            self.db.executemany(sql, params)
-        except sqlite3.Error as exc:
-            self._fail(exc)
-            return False
-        self._log.append((sql, params, True))
-        return True
+        return self._apply_all([(sql, params)])
 
-    def _apply_all(self, writes: list[tuple[str, list[Any]]]) -> bool:
+    def _apply_all(self, writes: list[tuple[str, Any]]) -> bool:
         """:meth:`_apply` of writes that stand or fall together (logged only if all
         were applied: a failure rolls them all back, and what they wrote is still kept)."""
         try:
