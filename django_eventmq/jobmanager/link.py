@@ -174,13 +174,14 @@ class RouterLink(Generic[T]):
                 if self.channel is not channel:
                     return  # the socket was dropped: the rest came on it
                 try:
-                    if len(frames) == 1:  # a packed message (alone or in the bundle)
-                        request = packed_request(frames[0])
-                        message = decode(channel.unpacked(frames)) if request is None else request
-                    else:  # plain frames (a job in a bundle, any message of the
-                        # reference router): a REQUEST straight to its fields
-                        request = plain_request(frames)
-                        message = decode(frames) if request is None else request
+                    # A REQUEST straight to its fields, packed (alone or in a bundle)
+                    # or plain (in a bundle); anything else decoded as any message.
+                    packed = len(frames) == 1
+                    message: Message | None = (
+                        packed_request(frames[0]) if packed else plain_request(frames)
+                    )
+                    if message is None:
+                        message = decode(channel.unpacked(frames) if packed else frames)
                     if channel.limits is not None:
                         channel.limits.check_message(message)
                 except ProtocolError as exc:
@@ -247,20 +248,18 @@ class RouterLink(Generic[T]):
         if channel is None:
             return
         send = channel.send_frames
-        if len(unsent) == 1:  # the usual turn at low load; runs() of one says "alone"
-            frames = unsent[0]
-            send([pack(frames)] if self.session.send_packed else frames, flags=flags)
-        else:
-            start = 0
-            # Cut at what the router's FEATURES said it takes: ZeroMQ drops us for more.
-            for taken in runs(unsent, max_bytes=self.session.bundle_bytes):
-                if taken > 1:
-                    send([bundle(unsent[start : start + taken])], flags=flags)
-                elif self.session.send_packed:
-                    send([pack(unsent[start])], flags=flags)
-                else:
-                    send(unsent[start], flags=flags)
-                start += taken
+        start = 0
+        # Cut at what the router's FEATURES said it takes: ZeroMQ drops us for more.
+        # One message (the usual turn at low load) goes alone: no runs() to ask.
+        cuts = (1,) if len(unsent) == 1 else runs(unsent, max_bytes=self.session.bundle_bytes)
+        for taken in cuts:
+            if taken > 1:
+                send([bundle(unsent[start : start + taken])], flags=flags)
+            elif self.session.send_packed:
+                send([pack(unsent[start])], flags=flags)
+            else:
+                send(unsent[start], flags=flags)
+            start += taken
         assert self._liveness is not None
         self._liveness.sent(time.monotonic())
 
