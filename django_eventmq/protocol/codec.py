@@ -123,7 +123,7 @@ def _request(msgid: bytes, queue: bytes, headers: bytes, body: bytes) -> Request
         rest = [queue.decode(), headers.decode(), body.decode()]
         return Request.from_body(text, rest)
     except UnicodeDecodeError as exc:
-        error = ProtocolError(f"a frame is not valid UTF-8: {exc.reason}")
+        error = _not_utf8(exc)
         error.__cause__ = exc
     except ProtocolError as exc:
         if exc.frames:
@@ -155,7 +155,7 @@ def _decode(frames: Sequence[bytes], admin: bool) -> Message:
     try:
         text = [frame.decode() for frame in frames[2:]]
     except UnicodeDecodeError as exc:
-        raise ProtocolError(f"a frame is not valid UTF-8: {exc.reason}") from exc
+        raise _not_utf8(exc) from exc
     command, msgid, body = text[0], text[1], text[2:]
     if command == C.KBYE:
         _check_count(command, body, Kbai.body_frames)
@@ -167,6 +167,10 @@ def _decode(frames: Sequence[bytes], admin: bool) -> Message:
         raise ProtocolError(f"unknown command {describe(frames[2])}")
     _check_count(command, body, cls.body_frames)
     return cls.from_body(msgid, body)
+
+
+def _not_utf8(exc: UnicodeDecodeError) -> ProtocolError:
+    return ProtocolError(f"a frame is not valid UTF-8: {exc.reason}")
 
 
 def _check_count(command: str, body: list[str], bounds: tuple[int, int]) -> None:
