@@ -26,6 +26,7 @@ checkout over the base.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -127,11 +128,14 @@ def worktree(rev: str, benchmarks: Path = ROOT / "benchmarks") -> Iterator[Path]
         )
         yield place
     finally:
-        _git("worktree", "remove", "--force", str(place))
-        shutil.rmtree(parent, ignore_errors=True)
-        # Its directory is gone: forget it, should the remove have failed (another
-        # git command holding a lock) or left it registered.
-        _git("worktree", "prune")
+        for _attempt in range(3):
+            _git("worktree", "remove", "--force", str(place))
+            shutil.rmtree(parent, ignore_errors=True)
+            # Its directory is gone: forget it, should the remove have failed (another
+            # git command holding a lock) or left it registered.
+            _git("worktree", "prune")
+            if not parent.exists():
+                break
 
 
 def run_side(
@@ -176,11 +180,15 @@ def _run_json(root: Path, script: str, *args: str) -> dict[str, Any]:
     what it wrote.
 
     It runs in a session of its own: stopped (timeout, Ctrl-C), it is ended
-    with every router and job manager it started, not only itself."""
+    with every router and job manager it started, not only itself; finished,
+    whatever of it still runs (a worker process outliving its job manager) is
+    killed. It writes no bytecode: nothing of it lands in the base's worktree
+    while that is being removed."""
     with tempfile.NamedTemporaryFile(prefix="emq-versus-", suffix=".json") as out:
         proc = subprocess.Popen(
             [sys.executable, str(root / "benchmarks" / script), *args, "--json", out.name],
             cwd=root,
+            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -191,6 +199,8 @@ def _run_json(root: Path, script: str, *args: str) -> dict[str, Any]:
         except BaseException:
             _end_session(proc)
             raise
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # what the finished run left behind
         if proc.returncode != 0:
             raise RuntimeError(
                 f"{script} failed in {root} (exit {proc.returncode}):\n{output[-2000:]}"
