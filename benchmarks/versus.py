@@ -129,13 +129,31 @@ def worktree(rev: str, benchmarks: Path = ROOT / "benchmarks") -> Iterator[Path]
         yield place
     finally:
         for _attempt in range(3):
-            _git("worktree", "remove", "--force", str(place))
+            _git("worktree", "remove", "--force", "--force", str(place))
             shutil.rmtree(parent, ignore_errors=True)
             # Its directory is gone: forget it, should the remove have failed (another
             # git command holding a lock) or left it registered.
             _git("worktree", "prune")
             if not parent.exists():
                 break
+        _forget(place)
+
+
+def _forget(place: Path) -> None:
+    """Drop git's record of the worktree at ``place`` if ``prune`` left it (a loaded
+    CI run found one still listed): its admin directory names it in ``gitdir``."""
+    common = _git("rev-parse", "--git-common-dir").stdout.strip()
+    admin = (ROOT / common / "worktrees") if common else None
+    if admin is None or not admin.is_dir():
+        return
+    for entry in admin.iterdir():
+        gitdir = entry / "gitdir"
+        try:
+            named = Path(gitdir.read_text().strip()).parent
+        except OSError:
+            continue
+        if named == place:
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 def run_side(
