@@ -24,7 +24,11 @@ from xdist.remote import Producer
 from xdist.scheduler import LoadGroupScheduling
 
 #: Test paths (from the root) whose tests run in one worker, by group name.
-GROUPS = {"tests/contrib/spark/": "spark"}
+GROUPS = {
+    "tests/contrib/spark/": "spark",
+    # Each checks that the worktrees it makes are gone: one at a time.
+    "tests/benchmarks/test_versus.py": "versus",
+}
 
 _MODULE_FIXTURE = re.compile(r"""scope\s*=\s*["']module["']""")
 
