@@ -162,6 +162,7 @@ def run(
     #: msgid -> the message's frames and the jobs it carries.
     sent: dict[str, tuple[list[bytes], list[str]]] = {}
     later: list[str] = []  # jobs the worker finishes one step later
+    stored: set[str] = set()  # jobs a restarted router has seen in the journal
     crashed: Exception | None = None
 
     def send(frames: list[bytes], jobs: list[str]) -> None:
@@ -217,6 +218,11 @@ def run(
             jobs, done = restart_view(path)
             lost = sorted(m for m in (acked | handed) - finished if m not in jobs and m not in done)
             assert not lost, f"step {step}, plan {plan}: released but not stored: {lost}"
+            # A stored job leaves the journal only with its msgid remembered as finished
+            # (the same commit): else a restarted router would run a resend of it again.
+            stored |= jobs
+            forgotten = sorted(m for m in stored - jobs if m not in done)
+            assert not forgotten, f"step {step}, plan {plan}: removed, not remembered: {forgotten}"
             if crashed:  # what it released was stored, but it must not stop
                 pytest.fail(f"plan {plan}: the router's loop raised {crashed!r}")
             if step >= STEPS and answered >= sent.keys() and not journal.pending:
@@ -474,3 +480,36 @@ def test_a_job_stored_on_disk_only_sent_again_during_an_outage_is_not_refused(
         other.close()
         client.close()
         router.close()
+
+
+def test_a_finished_jobs_removal_is_never_committed_without_its_msgid(tmp_path: Path) -> None:
+    """A DONE deletes the job's row and remembers its msgid as finished, in the same
+    commit (docs/durability.md, "Duplicates"). The writes a failed transaction had
+    applied are replayed and committed alone first: the delete must not be among
+    them without the finished row, or a crash after that commit would let a
+    resend of the finished job run again."""
+    path = tmp_path / "journal.sqlite3"
+    journal = Journal(str(path))
+    journal.keep_finished(100, 3600.0)
+    try:
+        add(journal, 1)
+        assert journal.commit()
+        faulty = install(journal, FaultyDB(journal.db, {}))
+        journal.delete(1)
+        journal.add_finished("m1", time.time())
+        # The finished row's INSERT fails (the transaction rolled back, the DELETE
+        # before it logged for the replay); then each retry fails one write later:
+        # the replay, its COMMIT, the kept writes, the last COMMIT.
+        faulty.plan = {2: "ioerr"}
+        assert not journal.commit()
+        for later in range(1, 8):
+            faulty.plan = {faulty.points + later: "ioerr"}
+            journal.commit()
+            jobs, done = restart_view(path)
+            assert "m1" in jobs or "m1" in done, "the job was removed, its msgid not remembered"
+        faulty.plan = {}
+        journal.commit()  # if a retry above has not stored it all yet
+        assert journal.failure is None and not journal.pending
+        assert restart_view(path) == (set(), {"m1"})
+    finally:
+        journal.close()

@@ -264,20 +264,24 @@ class JournalBase(KeptWrites):
                 if not self._apply(f"UPDATE jobs SET {assignments} WHERE seq = ?", params):  # noqa: S608
                     return False
             self._changed.clear()
-        if self._gone:
+        if self._gone or self._done:
+            # Removals and finished msgids stand or fall together: a failure between
+            # them would leave the removal alone in the log, and the replay (committed
+            # alone) would forget a finished job whose resend must not run again.
+            writes: list[tuple[str, Any]] = []
             spans, lone = seq_spans(self._gone)
             # A span of finished jobs (DONEs come back in hand-out order) is one
             # range delete: ~1.5 us a job less than a statement per row.
-            if spans and not self._apply("DELETE FROM jobs WHERE seq BETWEEN ? AND ?", spans):
-                return False
-            if lone and not self._apply("DELETE FROM jobs WHERE seq = ?", lone):
+            if spans:
+                writes.append(("DELETE FROM jobs WHERE seq BETWEEN ? AND ?", spans))
+            if lone:
+                writes.append(("DELETE FROM jobs WHERE seq = ?", lone))
+            if self._done:
+                writes.append((INSERT_FINISHED, self._done))
+            if not self._apply_all(writes):
                 return False
             self._gone.clear()
-        if self._done:
-            # A new list after: the log keeps this one.
-            if not self._apply(INSERT_FINISHED, self._done):
-                return False
-            self._done = []
+            self._done = []  # a new list: the log keeps this one
         return True
 
     def _fail(self, exc: BaseException) -> None:
