@@ -386,3 +386,30 @@ def test_a_digest_whose_parcel_is_gone_does_not_pass_its_batch_for_held(path: st
         assert not journal.holds_parcel(parcel_digest(frame))
     finally:
         journal.close()
+
+
+def test_a_msgid_freed_in_the_same_commit_is_stored_again_kept_or_at_once(path: str) -> None:
+    """With the finished window off, a finished job's msgid may come back as a new job
+    before the commit that deletes the old row (a resend whose ACK crossed, a
+    cancel then a new send): the new row must be stored, whether it is kept for
+    the commit or inserted at once (jobs on disk only), not dropped as held."""
+    journal = Journal(path)
+    try:
+        reuse_freed_msgids(journal)
+        rows = journal.db.execute("SELECT seq, msgid FROM jobs ORDER BY seq").fetchall()
+        assert rows == [(3, "m1"), (4, "m2")]
+    finally:
+        journal.close()
+
+
+def reuse_freed_msgids(journal: Any) -> None:
+    """Jobs m1 and m2 stored, then each deleted and its msgid sent again as a new job
+    (seqs 3 and 4) before the commit that deletes the old rows."""
+    add(journal, 1)
+    add(journal, 2)
+    assert journal.commit()
+    journal.delete(1)
+    assert add(journal, 3, msgid="m1")  # kept for the commit
+    journal.delete(2)
+    assert add(journal, 4, msgid="m2", on_disk=True)  # inserted at once
+    assert journal.commit()

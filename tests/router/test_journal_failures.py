@@ -482,6 +482,16 @@ def test_a_job_stored_on_disk_only_sent_again_during_an_outage_is_not_refused(
         router.close()
 
 
+def one_job_stored(path: Path, faulty: type[Faulty]) -> tuple[Journal, Faulty]:
+    """A journal remembering finished msgids, job m1 committed, then writing through
+    a ``faulty`` connection (no fault planned yet)."""
+    journal = Journal(str(path))
+    journal.keep_finished(100, 3600.0)
+    add(journal, 1)
+    assert journal.commit()
+    return journal, install(journal, faulty(journal.db, {}))
+
+
 def test_a_finished_jobs_removal_is_never_committed_without_its_msgid(tmp_path: Path) -> None:
     """A DONE deletes the job's row and remembers its msgid as finished, in the same
     commit (docs/durability.md, "Duplicates"). The writes a failed transaction had
@@ -489,12 +499,8 @@ def test_a_finished_jobs_removal_is_never_committed_without_its_msgid(tmp_path: 
     them without the finished row, or a crash after that commit would let a
     resend of the finished job run again."""
     path = tmp_path / "journal.sqlite3"
-    journal = Journal(str(path))
-    journal.keep_finished(100, 3600.0)
+    journal, faulty = one_job_stored(path, FaultyDB)
     try:
-        add(journal, 1)
-        assert journal.commit()
-        faulty = install(journal, FaultyDB(journal.db, {}))
         journal.delete(1)
         journal.add_finished("m1", time.time())
         # The finished row's INSERT fails (the transaction rolled back, the DELETE
@@ -511,5 +517,52 @@ def test_a_finished_jobs_removal_is_never_committed_without_its_msgid(tmp_path: 
         journal.commit()  # if a retry above has not stored it all yet
         assert journal.failure is None and not journal.pending
         assert restart_view(path) == (set(), {"m1"})
+    finally:
+        journal.close()
+
+
+class ReadFails(FaultyDB):
+    """While ``failing``, the next SELECT fails with SQLITE_IOERR and, as SQLite does
+    for that error, ends the open transaction (rolled back)."""
+
+    failing = False
+
+    def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+        if self.failing and sql.lstrip().upper().startswith("SELECT"):
+            self.failing = False
+            if self.real.in_transaction:
+                self.real.execute("ROLLBACK")
+            exc = sqlite3.OperationalError("disk I/O error")
+            exc.sqlite_errorname = "SQLITE_IOERR_READ"  # type: ignore[attr-defined]
+            raise exc
+        return super().execute(sql, params)
+
+
+def test_a_read_that_ends_the_transaction_is_a_failure_and_its_writes_come_back(
+    tmp_path: Path,
+) -> None:
+    """A read failing with an I/O error ends SQLite's open transaction (rolled back),
+    writes already applied in it included. The journal must take that as a failed
+    write: say so, write nothing more outside a transaction (each statement would
+    commit on its own, a DELETE without its finished msgid among them), and
+    replay what was lost once it can, not fail for ever on its own replay."""
+    path = tmp_path / "journal.sqlite3"
+    journal, faulty = one_job_stored(path, ReadFails)
+    try:
+        add(journal, 2)
+        faulty.failing = True
+        with pytest.raises(JournalUnavailable):
+            journal.waiting("default", None, 10)  # row 2 applied, then lost with the read
+        assert journal.failure is not None
+        add(journal, 3)
+        journal.delete(1)
+        journal.add_finished("m1", time.time())
+        # Nothing reaches the file outside a transaction meanwhile.
+        assert restart_view(path) == ({"m1"}, set())
+        for _ in range(3):  # the retries (no wait between them here)
+            if journal.commit():
+                break
+        assert journal.failure is None and not journal.pending
+        assert restart_view(path) == ({"m2", "m3"}, {"m1"})
     finally:
         journal.close()

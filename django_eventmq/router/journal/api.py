@@ -134,6 +134,10 @@ class KeptWrites:
         """Insert one new job at once; False if its msgid (or seq) is stored already."""
         raise NotImplementedError
 
+    def _fresh(self) -> None:
+        """Apply the kept writes (before a read or write that must see them)."""
+        raise NotImplementedError
+
     def add(self, values: list[Any], *, on_disk: bool = False) -> bool:
         """Store a new job (its :func:`.schema.new_row`); False (nothing stored) when
         its msgid is held already.
@@ -151,6 +155,12 @@ class KeptWrites:
         self._changed.pop(seq, None)
         self._gone.discard(seq)
         if on_disk:
+            if self._insert_now(values):
+                return True
+            if not self._gone:
+                return False
+            # Its msgid may be a finished job's whose delete is kept: apply it, ask again.
+            self._fresh()
             return self._insert_now(values)
         self._begin()
         self._new[seq] = values

@@ -9,9 +9,11 @@ deleted rows a run of consecutive seqs a statement (:func:`inserts`,
 :func:`seq_spans`): one statement step then does the work of many. Changes
 to one row are merged, and a job that is added and finished within one
 commit never reaches the disk. Applying them grouped
-(inserts, then updates, then deletes) is the same as applying them in order,
-because a row's seq is never reused (changes kept for a seq before its row is
-added are dropped: in order, they would have changed nothing). A kept
+(deletes with the finished msgids, then inserts, then updates) is the same as
+applying them in order, because a row's seq is never reused (changes kept for
+a seq before its row is added are dropped: in order, they would have changed
+nothing). A msgid can be: with the finished window off, a new job may carry
+the msgid of one whose delete is still kept, so deletes go first. A kept
 :meth:`.api.KeptWrites.add` cannot see a msgid that is only on disk, so the
 router inserts at once (``on_disk=True``) while some jobs are held on disk only
 and its filter of stored msgids (:class:`..dedup.StoredMsgids`) does not rule
@@ -175,6 +177,8 @@ class JournalBase(KeptWrites):
 
     # -- transactions ------------------------------------------------------
     def _begin(self, changes: int = 1) -> None:
+        if self._in_tx and not self.db.in_transaction:
+            self._lost()
         if not self._in_tx and self.failure is None:
             self._execute("BEGIN")
             self._in_tx = True
@@ -189,9 +193,10 @@ class JournalBase(KeptWrites):
 
     def _now_all(self, writes: list[tuple[str, Any, bool]], changes: int) -> list[sqlite3.Cursor]:
         """:meth:`_now` for writes that stand or fall together."""
+        if self.failure is None:
+            self._begin(0)
         if self.failure is not None:
             raise JournalUnavailable(self.failure)
-        self._begin(0)
         cursors = []
         try:
             for sql, params, many in writes:
@@ -216,7 +221,9 @@ class JournalBase(KeptWrites):
         try:
             return self._execute(sql, params).fetchall()
         except sqlite3.Error as exc:
-            raise JournalUnavailable(describe(exc)) from None
+            if self._in_tx and not self.db.in_transaction:
+                self._fail(exc)  # SQLite rolled the transaction back with it (I/O error)
+            raise JournalUnavailable(self.failure or describe(exc)) from None
 
     def _write(self, sql: str, params: tuple[Any, ...]) -> int:
         return self._now(sql, params, changes=1).rowcount
@@ -243,6 +250,27 @@ class JournalBase(KeptWrites):
         if self.failure is not None:
             return False
         db = self.db
+        if self._in_tx and not db.in_transaction:
+            self._lost()  # nothing more is written outside a transaction
+            return False
+        if self._gone or self._done:
+            # Removals and finished msgids stand or fall together: a failure between
+            # them would leave the removal alone in the log, and the replay (committed
+            # alone) would forget a finished job whose resend must not run again.
+            writes: list[tuple[str, Any]] = []
+            spans, lone = seq_spans(self._gone)
+            # A span of finished jobs (DONEs come back in hand-out order) is one
+            # range delete: ~1.5 us a job less than a statement per row.
+            if spans:
+                writes.append(("DELETE FROM jobs WHERE seq BETWEEN ? AND ?", spans))
+            if lone:
+                writes.append(("DELETE FROM jobs WHERE seq = ?", lone))
+            if self._done:
+                writes.append((INSERT_FINISHED, self._done))
+            if not self._apply_all(writes):
+                return False
+            self._gone.clear()
+            self._done = []  # a new list: the log keeps this one
         if self._new:
             rows = list(self._new.values())
             before = db.total_changes
@@ -264,24 +292,6 @@ class JournalBase(KeptWrites):
                 if not self._apply(f"UPDATE jobs SET {assignments} WHERE seq = ?", params):  # noqa: S608
                     return False
             self._changed.clear()
-        if self._gone or self._done:
-            # Removals and finished msgids stand or fall together: a failure between
-            # them would leave the removal alone in the log, and the replay (committed
-            # alone) would forget a finished job whose resend must not run again.
-            writes: list[tuple[str, Any]] = []
-            spans, lone = seq_spans(self._gone)
-            # A span of finished jobs (DONEs come back in hand-out order) is one
-            # range delete: ~1.5 us a job less than a statement per row.
-            if spans:
-                writes.append(("DELETE FROM jobs WHERE seq BETWEEN ? AND ?", spans))
-            if lone:
-                writes.append(("DELETE FROM jobs WHERE seq = ?", lone))
-            if self._done:
-                writes.append((INSERT_FINISHED, self._done))
-            if not self._apply_all(writes):
-                return False
-            self._gone.clear()
-            self._done = []  # a new list: the log keeps this one
         return True
 
     def _fail(self, exc: BaseException) -> None:
@@ -317,6 +327,13 @@ class JournalBase(KeptWrites):
                 self.pending,
             )
         self.failure = cause
+
+    def _lost(self) -> None:
+        """SQLite ended the open transaction itself, on an error of a statement
+        that is not ours to catch (a read's I/O error rolls it back): taken as a
+        failed write, so its logged writes are replayed and nothing is written
+        outside a transaction (each statement would commit on its own)."""
+        self._fail(sqlite3.OperationalError("the open transaction was rolled back by an error"))
 
     def commit(self) -> bool:
         """Make every change so far durable (one sync); False if there was none, or

@@ -314,6 +314,14 @@ class PgJournalBase(KeptWrites):
         """Apply the writes kept in memory inside the open transaction (see the module doc)."""
         if self._new_parcels:
             self._flush_parcels()
+        # Deletes first: a new row may reuse the msgid of a deleted one (commit.py's doc).
+        if self._gone:
+            self._now("DELETE FROM jobs WHERE seq = ANY(%s)", (list(self._gone),))
+            self._gone.clear()
+        if self._done:
+            done = [(seq, msgid.encode(), at) for seq, msgid, at in self._done]
+            self._now("INSERT INTO finished (seq, msgid, at) VALUES (%s, %s, %s)", done, many=True)
+            self._done = []
         if self._new:
             rows = list(self._new.values())
             stored = self._insert_jobs(rows)
@@ -349,13 +357,6 @@ class PgJournalBase(KeptWrites):
                 )
                 self._now(query, arrays_of)
             self._changed.clear()
-        if self._gone:
-            self._now("DELETE FROM jobs WHERE seq = ANY(%s)", (list(self._gone),))
-            self._gone.clear()
-        if self._done:
-            done = [(seq, msgid.encode(), at) for seq, msgid, at in self._done]
-            self._now("INSERT INTO finished (seq, msgid, at) VALUES (%s, %s, %s)", done, many=True)
-            self._done = []
 
     def _fresh(self) -> None:
         """Before a read whose answer must include the kept writes."""

@@ -23,6 +23,7 @@ from django_eventmq.router.journal.schema import (
     new_row,
 )
 from tests.router.journal_pg.conftest import Opener, add, crash
+from tests.router.test_journal import reuse_freed_msgids
 
 pytestmark = pytest.mark.postgres
 
@@ -418,3 +419,11 @@ def test_sync_sets_synchronous_commit(open_journal: Opener, sync: str, setting: 
     assert journal.conn.execute("SHOW synchronous_commit").fetchone() == (setting,)
     add(journal, 1)
     assert journal.commit() is True
+
+
+def test_a_msgid_freed_in_the_same_commit_is_stored_again_kept_or_at_once(
+    open_journal: Opener, other: psycopg.Connection[Any]
+) -> None:
+    reuse_freed_msgids(open_journal())
+    rows = other.execute("SELECT seq, msgid FROM jobs ORDER BY seq").fetchall()
+    assert rows == [(3, b"m1"), (4, b"m2")]
