@@ -92,3 +92,37 @@ def test_the_worker_children_apply_the_configured_body_limits(
         assert (done.status, payload(done)["error"]["type"]) == ("refused", "InvalidJob")
         assert router.expect(Done, job_msgid=shallow)[1].status == "ok"
     assert [line.split()[0] for line in ran.read_text().splitlines()] == ["shallow"]
+
+
+def test_a_job_over_our_body_limit_is_refused_unrun(router: FakeRouter, tmp_path: Path) -> None:
+    """A router with looser limits than ours hands out a job over our MAX_BODY_BYTES:
+    it never runs, and it is answered (not dropped: the router counts it in flight);
+    the worker child refuses it as it parses it."""
+    ran = tmp_path / "ran.txt"
+    with running(settings_for(router, max_body_bytes=300)):
+        identity, _ = router.handshake(features=True)
+        big = router.request(identity, body("record", str(ran), "x" * 400), reply=True)
+        _, done = router.expect(Done, job_msgid=big)
+        assert done.status == "refused"
+        error = payload(done)["error"]
+        assert error["type"] == "InvalidJob" and "300" in error["message"]
+        small = router.request(identity, body("record", str(ran), "small"))
+        assert router.expect(Done, job_msgid=small)[1].status == "ok"
+    assert [line.split()[0] for line in ran.read_text().splitlines()] == ["small"]
+
+
+def test_with_a_reference_router_a_job_over_our_limit_frees_its_slot_again(
+    router: FakeRouter, tmp_path: Path
+) -> None:
+    ran = tmp_path / "ran.txt"
+    with running(settings_for(router, concurrency=1, max_body_bytes=300)):
+        identity, _ = router.handshake()
+        router.wait_count(Ready, 1, identity)
+        big = router.request(identity, body("record", str(ran), "x" * 400), reply=True)
+        _, reply = router.expect(Reply, reply_to=big)
+        assert payload(reply)["error"]["type"] == "InvalidJob"
+        router.wait_count(Ready, 2, identity)  # the slot it took is offered again
+        small = router.request(identity, body("record", str(ran), "small"), reply=True)
+        router.expect(Reply, reply_to=small)
+        router.wait_count(Ready, 3, identity)
+    assert [line.split()[0] for line in ran.read_text().splitlines()] == ["small"]
