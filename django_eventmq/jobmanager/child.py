@@ -261,10 +261,11 @@ def child_main(
     the pipe back (None: ``conn`` both ways), ``records`` the read end of
     the records pipe.
     """
-    # Ctrl-C reaches the whole process group; only the job manager decides.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # SIGHUP is the job manager's (a warm restart): a group-wide one must not kill us.
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # Signals sent to the whole process group (Ctrl-C, systemd's KillMode=control-group
+    # SIGTERM, a group-wide SIGHUP) are the job manager's to act on: it lets our job
+    # finish, then tells us to exit, and SIGKILLs us when its grace is over.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
     fd = conn.fileno()
     out = fd if results is None else results.fileno()
     try:

@@ -63,7 +63,7 @@ RECORDS_PIPE_SIZE = 256 * 1024
 #: Longest wait before restarting children that keep failing to start.
 MAX_START_DELAY = 10.0
 
-#: Seconds between SIGTERM and SIGKILL when a child is stopped mid-job.
+#: Seconds after which a child stopped mid-job that has not exited is sent SIGKILL again.
 KILL_GRACE = 1.0
 
 
@@ -376,7 +376,7 @@ class Pool:
 
     # -- stopping one child mid-job ------------------------------------------
     def kill(self, child: Child, now: float | None = None) -> Taken:
-        """Stop ``child`` now (SIGTERM, SIGKILL after :data:`KILL_GRACE`).
+        """Stop ``child`` now (SIGKILL: children ignore SIGTERM, see :func:`.child.child_main`).
 
         Its running job is the caller's to report; the jobs queued behind it
         and its unhandled records are handed back so nothing is lost.
@@ -393,7 +393,7 @@ class Pool:
         child.kill_at = _now(now) + KILL_GRACE
         self._stop_watching(child)
         with contextlib.suppress(OSError):
-            os.kill(child.pid, signal.SIGTERM)
+            os.kill(child.pid, signal.SIGKILL)
         return taken
 
     # -- supervising ---------------------------------------------------------
@@ -465,7 +465,7 @@ class Pool:
 
     # -- stopping ------------------------------------------------------------
     def close(self, timeout: float = 2.0) -> None:
-        """Stop every child: ask politely, then terminate, then kill."""
+        """Stop every child: ask politely, then kill (children ignore SIGTERM)."""
         children = list(self.children.values())
         for child in children:
             if child.status not in (Status.DEAD, Status.KILLING):
@@ -477,12 +477,9 @@ class Pool:
                 child.process.join(max(0.0, deadline - time.monotonic()))
         for child in children:
             if child.process.exitcode is None:
-                child.process.terminate()
+                child.process.kill()
         for child in children:
             child.process.join(1.0)
-            if child.process.exitcode is None:
-                child.process.kill()
-                child.process.join(1.0)
             self._mark_dead(child)
             child.close_pipes()
         self.children.clear()
