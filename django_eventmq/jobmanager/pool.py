@@ -330,7 +330,11 @@ class Pool:
                 if entry is not None and status not in NOT_RUN:  # refused or skipped: not timed
                     # A result read together with the one before it ran in between: 0 s.
                     self.prefetch.observe(at - child.head_since)
-                if entry is not None and inflight:
+                if entry is not None and entry[1]:
+                    # A job queued behind the head, skipped (a cancel): its bytes left
+                    # the pipe; the running job stays the head.
+                    child.queued_bytes -= entry[1]
+                elif entry is not None and inflight:
                     # The next job is now running, no longer queued in the pipe.
                     first = next(iter(inflight))
                     msgid, size = inflight[first]

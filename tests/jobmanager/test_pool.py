@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from django_eventmq.jobmanager import child as worker
-from django_eventmq.jobmanager.pool import Child, Pool, Status
+from django_eventmq.jobmanager.pool import PIPE_BUDGET, Child, Pool, Status
 from django_eventmq.protocol.status import JobStatus
 from django_eventmq.runtime.settings import Settings
 from tests.fake_router import SAMPLE, body
@@ -313,3 +313,40 @@ def test_a_job_read_goes_at_once_only_to_an_idle_child() -> None:
     finally:
         for end in ends:
             end.close()
+
+
+def test_a_cancel_deeper_in_the_queue_frees_its_bytes_and_leaves_the_head(
+    pool_factory: Any, tmp_path: Path
+) -> None:
+    gated = "tests.jobs_fixtures.gated"
+    pool = pool_factory(prefetch=2, prefetch_budget=0, job_modules=(SAMPLE, gated))  # depth 3
+    child = up(pool)
+    log, gates = tmp_path / "log.txt", [tmp_path / "gate1", tmp_path / "gate2"]
+    for seq, gate in zip((1, 2), gates, strict=True):
+        pool.assign(child, seq, f"m{seq}", body("gated", str(log), seq, str(gate), path=gated), 0.0)
+    big = body("echo", "x" * (PIPE_BUDGET * 2 // 3))
+    assert pool.pick(len(big)) is child
+    pool.assign(child, 3, "m3", big, 0.0)
+    pool.flush(child)
+    wait_for(lambda: log.exists(), 20, "job 1 started")
+    pool.cancel(child, 3)  # read by the child between jobs 1 and 2: job 3 is skipped
+    results: list[tuple[int, str, str]] = []
+    turn = iter(range(100, 10**9))
+    at: dict[int, float] = {}
+
+    def read() -> bool:
+        now = float(next(turn))
+        for result in pool.receive(child, now):
+            results.append(result)
+            at[result[0]] = now
+        return len(results) == 2
+
+    gates[0].touch()
+    wait_for(read, 20, "job 1's result and job 3's cancel")
+    assert [(seq, status) for seq, status, _ in results] == [(1, "ok"), (3, "cancelled")]
+    assert list(child.inflight) == [2] and child.queued_bytes == 0
+    assert child.head_since == at[1]  # job 2 runs since job 1 ended, not since the cancel
+    assert pool.pick(len(big)) is child  # it takes a prefetched job again
+    gates[1].touch()
+    wait_for(lambda: collect(pool, child, results) and len(results) == 3, 20, "job 2's result")
+    assert (child.inflight, child.queued_bytes) == ({}, 0)
