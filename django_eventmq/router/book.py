@@ -4,8 +4,10 @@
 (:mod:`.journal`). It sends nothing itself: it calls ``deliver(worker, job)``
 to hand a job to a worker (the router sends it by the end of its loop
 iteration, or calls :meth:`Book.undo` if it cannot) and
-``to_client(identity, message)`` for messages that the router sends once the
-journal is committed (ACKs, replies, REJECTs). Its parts are mixins:
+``to_client(identity, message)`` for what it tells clients (replies, REJECTs),
+and ``after_commit(identity, message)`` for what must wait for the journal
+commit holding the change it tells of (a cancelled job's answer, a poisoned
+job's REJECT: a crash before that commit would run the job again). Its parts are mixins:
 :mod:`.book_reports` (what job managers report), :mod:`.book_outcomes` (what
 becomes of a job handed out) and :mod:`.book_held` (delayed, parked,
 cancelled and poisoned jobs).
@@ -123,12 +125,20 @@ class Book(BookReports, BookHeld):
     """Every job the router holds, in memory (bounded) and in the journal."""
 
     def __init__(
-        self, settings: Settings, journal: JournalLike, deliver: Deliver, to_client: ToClient
+        self,
+        settings: Settings,
+        journal: JournalLike,
+        deliver: Deliver,
+        to_client: ToClient,
+        after_commit: ToClient | None = None,
     ) -> None:
+        """``after_commit``: sends what tells a client of a change the journal must
+        hold first (by default ``to_client``: a book alone, in tests)."""
         self.settings = settings
         self.journal = journal
         self.deliver = deliver
         self.to_client = to_client
+        self.after_commit = after_commit or to_client
         self.routing = Routing(settings.queue_window, self._load)
         #: Rate limits per queue (RATE_LIMITS) and per rate key (headers); docs/rate-limits.md.
         self.rate_limits = RateLimits(queue_rates(settings.rate_limits))

@@ -63,7 +63,9 @@ class BookHeld:
 
         def _open_parcel(self, seq: int) -> None: ...
 
-        def _finish(self, job: RoutedJob, payload: str | None) -> None: ...
+        def _finish(
+            self, job: RoutedJob, payload: str | None, *, committed: bool = False
+        ) -> None: ...
 
     # -- delayed jobs ------------------------------------------------------------------
     def next_due(self) -> float | None:
@@ -158,7 +160,7 @@ class BookHeld:
             elif state == POISONED:
                 self.poisoned[row.queue] -= 1
         self.stats.finish(job.queue, JobStatus.CANCELLED)
-        self._finish(job, CANCELLED_PAYLOAD)
+        self._finish(job, CANCELLED_PAYLOAD, committed=True)  # "never runs": once stored
         job_debug(log, "cancelled before it ran", msgid, job.queue)
         return None
 

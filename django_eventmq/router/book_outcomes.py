@@ -36,6 +36,7 @@ class BookOutcomes:
     settings: Settings
     journal: JournalLike
     to_client: ToClient
+    after_commit: ToClient
     routing: Routing
     stats: Stats
     finished: FinishedWindow
@@ -94,8 +95,8 @@ class BookOutcomes:
                 reason,
                 extra=job_fields(job.msgid, job.queue),
             )
-            if job.client:
-                self.to_client(
+            if job.client:  # once the journal holds it poisoned
+                self.after_commit(
                     job.client, Reject(msgid=new_msgid(), job_msgid=job.msgid, reason=reason)
                 )
             return
@@ -120,12 +121,12 @@ class BookOutcomes:
         n, of = job.attempts, job.retry_count
         job_debug(log, "retry %d of %d in %.1fs", job.msgid, job.queue, n, of, pause)
 
-    def _finish(self, job: RoutedJob, payload: str | None) -> None:
+    def _finish(self, job: RoutedJob, payload: str | None, *, committed: bool = False) -> None:
+        """``committed``: the client's answer waits for the commit holding the removal."""
         self._forget_finished(job)
         if job.reply and job.client and payload is not None:
-            self.to_client(
-                job.client, Reply(msgid=new_msgid(), payload=payload, reply_to=job.msgid)
-            )
+            send = self.after_commit if committed else self.to_client
+            send(job.client, Reply(msgid=new_msgid(), payload=payload, reply_to=job.msgid))
 
     def _refused(self, job: RoutedJob, payload: str) -> None:
         """A job manager refused the job (not registered, not allowed, bad body): the

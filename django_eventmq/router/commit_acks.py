@@ -15,7 +15,7 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from django_eventmq.protocol import new_msgid
+from django_eventmq.protocol import Message, new_msgid
 from django_eventmq.protocol.bundle import MAX_BUNDLE_MESSAGES, ack_bundle, bundle, runs
 from django_eventmq.protocol.packed import pack
 from django_eventmq.protocol.views import ack_frames
@@ -50,6 +50,10 @@ class CommitAcks:
     #: (client identity, REQUEST or SCHEDULE msgid, packed) to ACK once the journal
     #: is committed; ``packed``: the ACK goes in the form the REQUEST came in.
     _acks: list[tuple[bytes, bytes, bool]]
+    #: Messages to clients that tell of a change the journal must hold first (a
+    #: cancelled job's answer, a poisoned job's REJECT): like ACKs, they force a
+    #: commit and are sent once it returned.
+    _after_commit: list[tuple[bytes, Message]]
     #: Jobs handed out and not sent yet (see the backend's ``_deliver``).
     _outbox: list[tuple[JobManagerPeer, RoutedJob]]
     #: When the journal was last committed (monotonic seconds).
@@ -79,6 +83,7 @@ class CommitAcks:
         if (journal.pending or journal.failure is not None) and (
             self._acks
             or self._outbox
+            or self._after_commit
             or force
             or t - self._last_commit >= COMMIT_INTERVAL
             or journal.pending > 50_000
@@ -105,6 +110,10 @@ class CommitAcks:
         if self._acks:
             acks, self._acks = self._acks, []
             self._send_acks(acks)
+        if self._after_commit:
+            told, self._after_commit = self._after_commit, []
+            for identity, message in told:
+                self.outbox.send(identity, message)
 
     def reads_bundles(self, identity: bytes, max_bytes: int) -> None:
         """The client ``identity`` said (in its FEATURES) that it reads bundles of

@@ -159,6 +159,7 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
         #: The ZAP policies of our three sockets (CURVE keys, admin local-only), from start().
         self._guard: security.Guard | None = None
         self._acks = []
+        self._after_commit = []
         #: Clients whose FEATURES said they read bundles: the ACKs one commit
         #: releases to one of them go as one (:meth:`reads_bundles`, :meth:`_send_acks`).
         #: Each with the largest frame it takes (its FEATURES' "bundle" value).
@@ -218,7 +219,7 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
             self.close()
             raise
         self.outbox = Outbox(self.frontend, s.outbox_budget, s.outbox_peer_bytes)
-        self.book = Book(s, journal, self._deliver, self._to_client)
+        self.book = Book(s, journal, self._deliver, self._to_client, self._tell_after_commit)
         try:
             self.book.recover()
         except JournalUnavailable as exc:
@@ -516,6 +517,9 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
     # -- sending to clients ----------------------------------------------------------
     def _to_client(self, identity: bytes, message: Message) -> None:
         self.outbox.send(identity, message)
+
+    def _tell_after_commit(self, identity: bytes, message: Message) -> None:
+        self._after_commit.append((identity, message))
 
     # -- heartbeats, leases ----------------------------------------------------------
     def _housekeeping(self, now: float) -> None:

@@ -566,3 +566,41 @@ def test_a_read_that_ends_the_transaction_is_a_failure_and_its_writes_come_back(
         assert restart_view(path) == ({"m2", "m3"}, {"m1"})
     finally:
         journal.close()
+
+
+def test_a_cancelled_jobs_answer_waits_for_the_commit_that_drops_it(
+    zctx: zmq.Context[Any], tmp_path: Path
+) -> None:
+    """CANCEL drops a queued job, and its client is told "cancelled" (it never runs):
+    told only once the journal holds the drop, or a router killed before that
+    commit would run the job after its restart."""
+    path = tmp_path / "journal.sqlite3"
+    router = Router(make_settings(journal=True, journal_path=str(path)))
+    router.start()
+    client = Peer(zctx, router.frontend_address, b"client")
+    try:
+        msgid = client.send("REQUEST", "default", "reply-requested,guarantee", JOB)
+        assert answer(router, client, msgid) == "ACK"
+        faulty = install(router.book.journal, FullAtCommit(router.book.journal.db, {}))
+        faulty.full = True
+        client.send("CANCEL", msgid)
+        wait_for(lambda: router.loop_once(timeout_ms=1) or faulty.points > 0, what="a commit")
+        for _ in range(5):
+            router.loop_once(timeout_ms=1)
+        assert not client.pending(), "told cancelled before the journal held it"
+        assert msgid in restart_view(path)[0]
+        faulty.full = False
+
+        def told() -> bool:
+            router.loop_once(timeout_ms=10)
+            return client.pending()
+
+        wait_for(told, what="the cancelled job's answer")
+        frames = client.recv_raw()
+        # REPLY: its own msgid, the payload, the job's msgid (reply_to).
+        assert frames[2] == b"REPLY" and frames[5].decode() == msgid
+        assert b"cancelled before it ran" in frames[4]
+        assert msgid not in restart_view(path)[0]
+    finally:
+        client.close()
+        router.close()
