@@ -67,7 +67,7 @@ class Child:
     renewed: bool = False
     #: monotonic time it last had no job (it is idle while ``inflight`` is empty).
     idle_since: float = 0.0
-    kill_at: float = 0.0  # when SIGTERM turns into SIGKILL
+    kill_at: float = 0.0  # when SIGKILL is sent again if it has not exited
 
     def __post_init__(self) -> None:
         self.readable = select.poll()
