@@ -68,6 +68,10 @@ class Child:
     #: monotonic time it last had no job (it is idle while ``inflight`` is empty).
     idle_since: float = 0.0
     kill_at: float = 0.0  # when SIGKILL is sent again if it has not exited
+    #: DEAD and not exited yet: when it is sent SIGKILL (again); 0.0 until reaping first saw it.
+    exit_by: float = 0.0
+    #: It was SIGKILLed for not exiting once DEAD (its warning is logged then).
+    forced: bool = False
 
     def __post_init__(self) -> None:
         self.readable = select.poll()

@@ -66,6 +66,14 @@ MAX_START_DELAY = 10.0
 #: Seconds after which a child stopped mid-job that has not exited is sent SIGKILL again.
 KILL_GRACE = 1.0
 
+#: Seconds a child told to exit (or whose pipe closed) gets before SIGKILL: exiting takes
+#: well under one, and a non-daemon thread a job left running would hold it forever.
+EXIT_GRACE = 3.0
+
+#: Longest one reaping pass waits for children that just closed their pipe to exit
+#: (the rest are seen at the next pass): it blocks the job manager's loop.
+REAP_WAIT = 0.05
+
 
 class Pool:
     """Worker children of one job manager."""
@@ -418,20 +426,30 @@ class Pool:
                 self._mark_dead(child)
 
     def reap(self, now: float | None = None) -> list[Lost]:
-        """Collect children that exited; returns the jobs they still held."""
+        """Collect children that exited (SIGKILL those that do not within EXIT_GRACE);
+        returns the jobs they still held."""
         lost: list[Lost] = []
+        at = _now(now)
+        wait_until = time.monotonic() + REAP_WAIT
         for fd, child in list(self.children.items()):
             if child.status is not Status.DEAD:
                 continue
-            # Its pipe closed, so it is exiting: wait briefly, or reap it next pass.
-            child.process.join(timeout=0.5)
+            if not child.exit_by:
+                # Its pipe just closed, so it is exiting: wait a little (once, and
+                # REAP_WAIT for all of them), else see it at a later pass.
+                child.exit_by = at + EXIT_GRACE
+                child.process.join(timeout=max(0.0, wait_until - time.monotonic()))
             if child.process.exitcode is None:
+                if at >= child.exit_by:
+                    self._force(child, at)
                 continue
             del self.children[fd]
             child.close_pipes()
             code = child._exitcode = child.process.exitcode
             if not child.was_up and not child.retired:
-                self._start_failed(child, _now(now))
+                self._start_failed(child, at)
+            elif child.forced:  # warned when it was killed
+                logger.debug("worker child pid=%d killed for not exiting, reaped", child.pid)
             elif child.kill_at or (child.retired and not child.inflight):
                 logger.debug("worker child pid=%d stopped after %d jobs", child.pid, child.jobs_run)
             else:
@@ -445,6 +463,24 @@ class Pool:
             )
             child.process.close()
         return lost
+
+    def _force(self, child: Child, now: float) -> None:
+        """SIGKILL a DEAD child that did not exit in its grace (again each KILL_GRACE)."""
+        if not child.forced:
+            child.forced = True
+            why = "was told to exit" if child.retired else "closed its pipe"
+            held = f"; it held {len(child.inflight)} job(s)" if child.inflight else ""
+            logger.warning(
+                "worker child pid=%d %s %.1fs ago and has not exited (a job's non-daemon"
+                " thread?); killing it with SIGKILL%s",
+                child.pid,
+                why,
+                EXIT_GRACE,
+                held,
+            )
+        child.exit_by = now + KILL_GRACE
+        with contextlib.suppress(OSError):
+            os.kill(child.pid, signal.SIGKILL)
 
     def orphan_records(self) -> list[bytes]:
         """Records batches held by children that died before handling them."""

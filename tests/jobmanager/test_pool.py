@@ -125,6 +125,33 @@ def test_child_is_recycled_after_max_jobs(
     assert list(pool.children.values()) == [replacement]
 
 
+def test_retired_child_held_alive_by_a_job_thread_is_killed_and_replaced(
+    pool_factory: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    lingering = "tests.jobs_fixtures.lingering"
+    pool = pool_factory(max_jobs_per_child=1, job_modules=(SAMPLE, lingering))
+    child = up(pool)
+    assert run_one(pool, child, 1, body("linger", path=lingering))[1] == JobStatus.OK
+    assert status(child) is Status.RETIRING
+    (replacement,) = pool.respawn()
+
+    def gone() -> bool:
+        pool.check()
+        assert pool.reap() == []  # it held no job
+        return child not in pool.children.values()
+
+    with caplog.at_level(logging.DEBUG, "django_eventmq.pool"):
+        # Told to exit, it cannot (the job's thread): after its grace it is killed.
+        wait_for(gone, 30, "the stuck child killed and reaped")
+    assert child.exitcode == -signal.SIGKILL
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1
+    assert f"pid={child.pid} was told to exit" in warnings[0] and "SIGKILL" in warnings[0]
+    assert list(pool.children.values()) == [replacement]
+    wait_up(pool, replacement)
+    assert run_one(pool, replacement, 2, body("add", 1, 2)) == (2, JobStatus.OK, '{"value":3}')
+
+
 def test_child_that_cannot_start_is_logged_once_and_retried_later(
     pool_factory: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
