@@ -55,18 +55,21 @@ class SchedulerHandlers:
             self.book.reject(identity, msg.msgid, _cannot_store(journal.failure))
             return
         peers = self.schedulers
-        if unschedule and peers.stored and job_key:
-            dropped = journal.drop_schedules(job_key, timing_key)
-            peers.stored -= dropped
-            if dropped:
-                log.info("UNSCHEDULE %s dropped %d kept SCHEDULE(s)", msg.msgid, dropped)
-        # Kept ones go first, so a scheduler sees the messages in the order sent.
+        # Kept ones go first, so a scheduler sees the messages in the order sent (a
+        # kept SCHEDULE this UNSCHEDULE names, then the UNSCHEDULE: unscheduled).
         self._flush_schedules(now)
         if peers.stored or not self._to_schedulers(unschedule, frames, now):
-            journal.add_schedule(
-                frames, unschedule=unschedule, job_key=job_key, timing_key=timing_key
-            )
-            peers.stored += 1
+            dropped = 0
+            if unschedule and peers.stored and job_key:
+                # Kept, it drops the kept SCHEDULEs it names in the same write.
+                dropped = journal.keep_unschedule(frames, job_key, timing_key)
+            else:
+                journal.add_schedule(
+                    frames, unschedule=unschedule, job_key=job_key, timing_key=timing_key
+                )
+            peers.stored += 1 - dropped
+            if dropped:
+                log.info("UNSCHEDULE %s dropped %d kept SCHEDULE(s)", msg.msgid, dropped)
             log.debug("no scheduler took %s %s: kept in the journal", msg.command, msg.msgid)
         # The ACK goes once the journal is committed.
         self._acks.append((identity, msg.msgid.encode(), False))

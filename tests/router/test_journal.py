@@ -274,8 +274,8 @@ def test_kept_schedules_come_back_whole_in_order_and_unschedule_drops_its_job(
         journal.add_schedule(frames_b, unschedule=False, job_key="B", timing_key="cron")
         journal.add_schedule(frames_b, unschedule=False, job_key="B", timing_key="other")
         assert journal.drop_schedules("B", "cron") == 1  # one timing of job B
-        assert journal.drop_schedules("B", "") == 1  # every timing of job B
-        journal.add_schedule(frames_u, unschedule=True, job_key="B", timing_key="")
+        # Kept, an UNSCHEDULE drops every timing of its job left, in the same write.
+        assert journal.keep_unschedule(frames_u, "B", "") == 1
         journal.commit()
     finally:
         journal.close()

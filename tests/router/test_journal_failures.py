@@ -29,6 +29,7 @@ from django_eventmq.protocol import new_msgid
 from django_eventmq.protocol.batch import pack_jobs, unpack_jobs
 from django_eventmq.router.journal import commit as journal_module
 from django_eventmq.router.journal.commit import JournalBase
+from django_eventmq.router.journal.schedules import unpack_frames
 from django_eventmq.router.journal.schema import INSERT_CHUNK, INSERT_JOB, INSERT_JOBS
 from django_eventmq.router.journal.store import Journal, JournalUnavailable
 from django_eventmq.router.router import Router
@@ -601,6 +602,52 @@ def test_a_cancelled_jobs_answer_waits_for_the_commit_that_drops_it(
         assert frames[2] == b"REPLY" and frames[5].decode() == msgid
         assert b"cancelled before it ran" in frames[4]
         assert msgid not in restart_view(path)[0]
+    finally:
+        client.close()
+        router.close()
+
+
+def kept_schedules(path: Path) -> list[tuple[str, str]]:
+    """The SCHEDULE/UNSCHEDULE messages committed in the journal: (command, msgid)."""
+    reader = sqlite3.connect(path)
+    try:
+        rows = reader.execute("SELECT frames FROM schedules ORDER BY seq").fetchall()
+    finally:
+        reader.close()
+    return [(f[2].decode(), f[3].decode()) for f in (unpack_frames(row[0]) for row in rows)]
+
+
+def test_an_unschedule_and_the_kept_schedules_it_drops_are_committed_together(
+    zctx: zmq.Context[Any], tmp_path: Path
+) -> None:
+    """With no scheduler connected, an UNSCHEDULE drops the kept SCHEDULEs of its job
+    and is kept itself. Its INSERT failing must not leave the drop to be committed
+    alone by the replay: the schedulers would never hear of the UNSCHEDULE."""
+    path = tmp_path / "journal.sqlite3"
+    router = Router(make_settings(journal=True, journal_path=str(path)))
+    router.start()
+    client = Peer(zctx, router.frontend_address, b"client")
+    schedule = [b"", V, b"SCHEDULE", b"id-s", b"q", b"", b"60", BODY, b""]
+    unschedule = [b"", V, b"UNSCHEDULE", b"id-u", b"q", b"", BODY]
+    try:
+        client.send_raw(schedule)
+        assert answer(router, client, "id-s") == "ACK"
+        faulty = install(router.book.journal, FaultyDB(router.book.journal.db, {}))
+        faulty.plan = {2: "full"}  # the UNSCHEDULE's INSERT, after the DELETE
+        client.send_raw(unschedule)
+
+        def recovered() -> bool:  # the failure, then the retries; the same after each
+            router.loop_once(timeout_ms=1)
+            kept = kept_schedules(path)
+            assert kept in ([("SCHEDULE", "id-s")], [("UNSCHEDULE", "id-u")]), kept
+            return faulty.points > 2 and router.book.journal.failure is None
+
+        wait_for(recovered, what="the journal written again")
+        client.send_raw(unschedule)  # unanswered: the client sends it again
+        while client.pending():
+            client.recv_raw()
+        assert answer(router, client, "id-u") == "ACK"
+        assert kept_schedules(path) == [("UNSCHEDULE", "id-u")]
     finally:
         client.close()
         router.close()

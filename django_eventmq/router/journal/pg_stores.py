@@ -165,6 +165,13 @@ class PgScheduleStore(PgJournalBase):
             "DELETE FROM schedules WHERE NOT unschedule AND job_key = %s", (job_key.encode(),)
         )
 
+    def keep_unschedule(self, frames: list[bytes], job_key: str, timing_key: str) -> int:
+        """Keep an UNSCHEDULE and drop the kept SCHEDULEs it names, in one transaction
+        (any failure here kills it whole). Returns how many it dropped."""
+        dropped = self.drop_schedules(job_key, timing_key)
+        self.add_schedule(frames, unschedule=True, job_key=job_key, timing_key=timing_key)
+        return dropped
+
     def schedules(self, limit: int = 1000) -> list[tuple[int, bool, list[bytes]]]:
         """The oldest ``limit`` kept messages, oldest first: ``(seq, is UNSCHEDULE, frames)``."""
         return [

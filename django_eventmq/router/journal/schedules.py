@@ -24,12 +24,19 @@ class ScheduleStore(JournalBase):
     def drop_schedules(self, job_key: str, timing_key: str) -> int:
         """An UNSCHEDULE's effect on kept SCHEDULEs: drop the job's (all timings if
         ``timing_key`` is empty). Returns how many were dropped."""
-        if timing_key:
-            return self._write(
-                "DELETE FROM schedules WHERE unschedule = 0 AND job_key = ? AND timing_key = ?",
-                (job_key, timing_key),
-            )
-        return self._write("DELETE FROM schedules WHERE unschedule = 0 AND job_key = ?", (job_key,))
+        return self._write(*_drop_statement(job_key, timing_key))
+
+    def keep_unschedule(self, frames: list[bytes], job_key: str, timing_key: str) -> int:
+        """Keep an UNSCHEDULE and drop the kept SCHEDULEs it names (:meth:`drop_schedules`)
+        in the same write: neither is committed without the other (a failed write's
+        replay is committed alone). Returns how many it dropped."""
+        drop = (*_drop_statement(job_key, timing_key), False)
+        keep = (
+            "INSERT INTO schedules (unschedule, job_key, timing_key, frames) VALUES (1, ?, ?, ?)",
+            (job_key, timing_key, pack_frames(frames)),
+            False,
+        )
+        return int(self._now_all([drop, keep], changes=2)[0].rowcount)
 
     def schedules(self, limit: int = 1000) -> list[tuple[int, bool, list[bytes]]]:
         """The oldest ``limit`` kept messages, oldest first: ``(seq, is UNSCHEDULE, frames)``."""
@@ -45,6 +52,16 @@ class ScheduleStore(JournalBase):
 
     def schedule_count(self) -> int:
         return int(self._execute("SELECT COUNT(*) FROM schedules").fetchone()[0])
+
+
+def _drop_statement(job_key: str, timing_key: str) -> tuple[str, tuple[str, ...]]:
+    """The DELETE of :meth:`ScheduleStore.drop_schedules`."""
+    if timing_key:
+        return (
+            "DELETE FROM schedules WHERE unschedule = 0 AND job_key = ? AND timing_key = ?",
+            (job_key, timing_key),
+        )
+    return "DELETE FROM schedules WHERE unschedule = 0 AND job_key = ?", (job_key,)
 
 
 def pack_frames(frames: list[bytes]) -> bytes:
