@@ -478,6 +478,11 @@ class Lifecycle:
 
     def lost(self, now: float) -> int:
         """Reap children that exited: report the job each was running, requeue the rest."""
+        for child in self.pool.died():
+            # What it wrote before it died is its jobs' outcome (supervision may see
+            # the exit before the pipe is read): read it, or those jobs run again.
+            while self.receive(child, now):
+                pass
         lost = self.pool.reap(now)
         requeue: list[int] = []
         for item in lost:

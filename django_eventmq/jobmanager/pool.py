@@ -376,6 +376,15 @@ class Pool:
         self._start_failures = 0
         self._failure_logged = False
 
+    def died(self) -> list[Child]:
+        """Children that exited (or closed their pipe) unasked, not reaped yet; not
+        those :meth:`kill` stopped (their jobs were settled then)."""
+        return [
+            child
+            for child in self.children.values()
+            if child.status is Status.DEAD and not child.kill_at
+        ]
+
     def _mark_dead(self, child: Child) -> None:
         if child.status is not Status.DEAD:
             child.status = Status.DEAD

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from django_eventmq.jobmanager import child as worker
+from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
+from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import PIPE_BUDGET, Child, Pool, Status
 from django_eventmq.protocol.status import JobStatus
 from django_eventmq.runtime.settings import Settings
@@ -297,8 +299,6 @@ def test_a_job_read_goes_at_once_only_to_an_idle_child() -> None:
     import multiprocessing
     from types import SimpleNamespace
 
-    from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
-    from django_eventmq.jobmanager.outcomes import Recorder
     from django_eventmq.jobmanager.pipe import FrameReader
 
     pool = make_pool(concurrency=2, prefetch=2, prefetch_budget=0)
@@ -377,3 +377,32 @@ def test_a_cancel_deeper_in_the_queue_frees_its_bytes_and_leaves_the_head(
     gates[1].touch()
     wait_for(lambda: collect(pool, child, results) and len(results) == 3, 20, "job 2's result")
     assert (child.inflight, child.queued_bytes) == ({}, 0)
+
+
+def test_a_result_written_just_before_its_child_died_is_taken_not_reported_lost(
+    pool_factory: Any,
+) -> None:
+    """A child writes a job's result and dies before the job manager reads its pipe
+    (killed, out of memory): supervision sees the exit first. The result in the
+    pipe is the job's outcome; reporting the job lost would run it again."""
+    pool = pool_factory()
+    child = up(pool)
+    reported: list[tuple[str, str]] = []
+    life = Lifecycle(
+        Settings(concurrency=1),
+        pool,
+        Recorder("jm-test"),
+        report=lambda job, status, payload: reported.append((job.msgid, status)),
+        nack=lambda job, reason: None,
+        router_retries=lambda: True,
+    )
+    life.accept(ManagedJob("a", "q", body("add", 1, 2), False))
+    life.dispatch(1.0)
+    assert child.msgids == ["a"]
+    wait_for(lambda: bool(child.readable.poll(0)), 20, "the result in the pipe")
+    os.kill(child.pid, signal.SIGKILL)
+    wait_for(lambda: child.process.exitcode is not None, 20, "the child's exit")
+    pool.check(2.0)  # it exited: DEAD, its pipe not read yet
+    assert child.status is Status.DEAD
+    life.lost(2.0)
+    assert reported == [("a", JobStatus.OK)]
