@@ -651,3 +651,22 @@ def test_an_unschedule_and_the_kept_schedules_it_drops_are_committed_together(
     finally:
         client.close()
         router.close()
+
+
+def test_a_job_in_the_failed_transaction_is_still_held_for_its_resend(tmp_path: Path) -> None:
+    """While the journal cannot be written, a resend of a job stored on disk only is a
+    duplicate (acknowledged once the journal is written), not refused. A job whose
+    row the failed transaction had written (rolled back, kept for the replay) is
+    such a job too: neither kept nor committed, it must still be found."""
+    path = tmp_path / "journal.sqlite3"
+    journal, faulty = one_job_stored(path, FaultyDB)
+    try:
+        add(journal, 2)
+        add(journal, 3)
+        faulty.plan = {faulty.points + 2: "full"}  # the COMMIT, after the rows' INSERT
+        assert not journal.commit()
+        assert journal.failure is not None
+        assert all(journal.holds_row(m) for m in ("m1", "m2", "m3"))
+        assert not journal.holds_row("m4")
+    finally:
+        journal.close()

@@ -55,6 +55,9 @@ from django_eventmq.router.journal.schema import (
     to_row,
 )
 
+#: Values per job row in INSERT_JOB (a chunked INSERT's rows are end to end).
+_ROW_WIDTH = INSERT_JOB.count("?")
+
 #: The columns of a :class:`Row`, in its order.
 _ROW = "seq, msgid, queue, nprio, guarantee, headers, body, client, accepted, deaths, attempts"
 # Statements, built once: the states from JobState (no bare numbers in SQL).
@@ -141,10 +144,25 @@ class Journal(ParcelStore, FinishedStore, ScheduleStore):
         return stored
 
     def holds_row(self, msgid: str) -> bool:
-        """True if a job row (not a parcel's job) has ``msgid``: one index lookup."""
+        """True if a job row (not a parcel's job) has ``msgid``: one index lookup. While
+        the journal cannot be written, the rows a failed transaction had written
+        count too (rolled back, but its replay writes them first)."""
         if msgid in self._new_msgids:
             return True
+        if self.failure is not None and msgid in self._logged_msgids():
+            return True
         return self._execute("SELECT 1 FROM jobs WHERE msgid = ?", (msgid,)).fetchone() is not None
+
+    def _logged_msgids(self) -> set[str]:
+        """The msgids of the new job rows in the log of writes to replay (rare: only
+        asked while the journal cannot be written)."""
+        found: set[str] = set()
+        for sql, params, many in self._log:
+            if sql.startswith(INSERT_JOB):  # INSERT_JOBS starts with it too
+                # Each row's values end to end (one row, or a chunk of them a statement).
+                for values in params if many else [params]:
+                    found.update(values[1::_ROW_WIDTH])
+        return found
 
     # -- reads -----------------------------------------------------------------
     def waiting(self, queue: str, after: tuple[int, int] | None, limit: int) -> list[Row]:
