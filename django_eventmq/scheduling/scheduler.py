@@ -272,7 +272,8 @@ class Scheduler(Service):
             options=self._options,
             watch_peer=self.addresses.several,
         )
-        self._inform(mono)
+        if not self._inform(mono):
+            return
         self.liveness = Liveness(
             now=mono,
             interval=self.settings.heartbeat_interval,
@@ -280,11 +281,29 @@ class Scheduler(Service):
         )
         logger.debug("scheduler: INFORM sent to %s", self.addresses.current)
 
-    def _inform(self, mono: float) -> None:
+    def _inform(self, mono: float) -> bool:
+        """Send INFORM; False (the connection dropped, tried again later) if it cannot go."""
         assert self.channel is not None
         self._inform_id = new_msgid()
-        self.channel.send(Inform(msgid=self._inform_id, peer_type=C.PEER_SCHEDULER))
+        if not self._send_now(Inform(msgid=self._inform_id, peer_type=C.PEER_SCHEDULER)):
+            return False
         self._inform_sent = mono
+        return True
+
+    def _send_now(self, message: Message) -> bool:
+        """Send without waiting; False, and the connection dropped, if the socket has
+        no connection to queue it for (a refused CURVE handshake can leave it so: a
+        send would then wait for ever)."""
+        assert self.channel is not None
+        try:
+            self.channel.send(message, flags=transport.NOBLOCK)
+        except transport.Again:
+            self._lost(
+                f"router at {self.addresses.current} takes no message (no connection: "
+                "is it up, and does it take our CURVE key?)"
+            )
+            return False
+        return True
 
     def _lost(self, why: str) -> None:
         """Drop the connection and try again (the next address, if several) after a
@@ -333,11 +352,12 @@ class Scheduler(Service):
                 "(it forgot this scheduler?): INFORM again",
                 forgotten,
             )
-            self._inform(mono)
-            self._known_at = mono  # one more window for its ACK
+            if self._inform(mono):
+                self._known_at = mono  # one more window for its ACK
             return
         if self.liveness.due(mono):
-            self._send(Heartbeat(msgid=new_msgid(), timestamp=time.time()))
+            if not self._send_now(Heartbeat(msgid=new_msgid(), timestamp=time.time())):
+                return
             # Only a HEARTBEAT counts as sent, unlike the spec's rule (REQUESTs are
             # not HEARTBEATs): a REQUEST looks like any client's, so a router that
             # forgot us (it dropped us, or restarted) knows us again only by a
@@ -390,9 +410,8 @@ class Scheduler(Service):
         elif isinstance(message, Reject):
             _refused(message)
         elif isinstance(message, Disconnect):
-            try:
-                self._send(Kbai(msgid=new_msgid()))
-            finally:
+            self._send_now(Kbai(msgid=new_msgid()))
+            if self.channel is not None:
                 self._lost("router sent DISCONNECT")
         elif isinstance(message, Kbai):
             self._lost("router said goodbye")

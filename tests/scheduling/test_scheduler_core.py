@@ -25,6 +25,7 @@ from django_eventmq.protocol import (
     parse_headers,
 )
 from django_eventmq.protocol import constants as C
+from django_eventmq.runtime import transport
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.scheduling.identity import ScheduleSpec
 from django_eventmq.scheduling.scheduler import Scheduler
@@ -418,3 +419,23 @@ def test_daily_berlin_job_fires_once_per_day_across_dst_in_the_loop(
     # The last REQUEST may still be on its way over loopback: wait for all of them.
     sent = router.wait_for(Request, count=len(store.fired))
     assert [m.msgid for _, m in sent] == [msgid for _, _, msgid in store.fired]
+
+
+def test_a_socket_with_no_connection_to_queue_for_is_dropped_not_waited_on(
+    router: FakeRouter, store: MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refused CURVE handshake can leave the scheduler's socket with no connection to
+    queue a message for: a send would then wait for ever (a scheduler with the
+    wrong key hung in its INFORM). The scheduler drops the connection, says why,
+    and tries again later. Played here with a socket that queues only toward a
+    completed connection (IMMEDIATE) and a router that does not read yet."""
+    caplog.set_level(logging.DEBUG, "django_eventmq.scheduler")
+    sched = Scheduler(settings_for(router), store, poll_interval=0.05)
+    sched._options = {**sched._options, transport.IMMEDIATE: 1}
+    router.close()  # nothing listens: no connection completes
+    try:
+        sched.loop_once(now=T0, timeout=0)
+        assert sched.channel is None
+        assert any("takes no message" in r.getMessage() for r in caplog.records)
+    finally:
+        sched.close()
