@@ -386,9 +386,15 @@ class JobManager(Service, Supervision, Credit, Shutdown):
 
     def _holding(self, index: int = 0) -> list[str]:
         """The msgids of the jobs of group ``index`` we hold and have not reported
-        (for a new connection to that group)."""
+        (for a new connection to that group): those running or waiting here, and
+        those finished while no router was connected, whose outcome waits to go."""
         msgids = [job.msgid for job in self.jobs.values() if job.link == index]
         self._held_at_connect[index] = set(msgids)
+        msgids += [
+            item.job.msgid
+            for item in self.links[index].session.peek_held()
+            if isinstance(item, _HeldDone)
+        ]
         return msgids
 
     def _runs_here(self, msgid: str, index: int = 0) -> bool:

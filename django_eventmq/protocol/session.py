@@ -259,6 +259,10 @@ class JobManagerSession(Generic[_T]):
             raise _illegal("job manager", "holding an outcome", self.state)
         self._held.append(item)
 
+    def peek_held(self) -> list[_T]:
+        """The held outcomes, left held (a new connection names their jobs)."""
+        return list(self._held)
+
     def take_held(self) -> list[_T]:
         """The held outcomes, once the mode is settled (then report each)."""
         if not self.settled:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from django_eventmq.protocol import Done, Features, Inform, Ready
+from django_eventmq.protocol import Disconnect, Done, Features, Inform, Ready, new_msgid
 from django_eventmq.protocol.session import HOLDING
 from django_eventmq.runtime.addresses import HANDSHAKE_WAIT
 from django_eventmq.runtime.settings import Settings
@@ -131,3 +131,36 @@ def test_a_scheduler_skips_an_address_where_nothing_listens() -> None:
     finally:
         scheduler.close()
         router.close()
+
+
+def test_a_job_finished_while_no_router_was_connected_is_named_as_held(
+    tmp_path: Path,
+) -> None:
+    """A job that finishes between two connections has its DONE waiting in the job
+    manager: the next router is told it holds the job (its outcome comes), so it
+    does not hand it out again."""
+    old, new = FakeRouter(), FakeRouter()
+    log, gate = tmp_path / "log.txt", tmp_path / "gate"
+    gated = "tests.jobs_fixtures.gated"
+    try:
+        settings = settings_for(
+            old, worker_addr=f"{old.addr},{new.addr}", job_modules=(gated,), **FAST
+        )
+        with running(settings) as jm:
+            identity, _ = old.handshake(features=True)
+            old.expect(Features)
+            old.wait_count(Ready, 1, identity)
+            msgid = old.request(identity, body("gated", str(log), "j", str(gate), path=gated))
+            wait_for(lambda: _lines(log), 20, "the job to start")
+            old.send(identity, Disconnect(msgid=new_msgid()))
+            wait_for(lambda: jm.link.addr == new.addr, 20, "the job manager to leave")
+            gate.touch()  # it finishes while the job manager reconnects (0.1 s later)
+            new.handshake(features=True)
+            _, answer = new.expect(Features)
+            assert answer.features[HOLDING] == [msgid]
+            [(_, done)] = new.wait_for(Done, timeout=20)
+            assert done.job_msgid == msgid and done.status == "ok"
+        assert [line.split()[0] for line in _lines(log)] == ["start", "done"]
+    finally:
+        old.close()
+        new.close()
