@@ -247,6 +247,10 @@ def _error_payload(
 
 
 # -- the child process --------------------------------------------------------
+def _not_ours(signum: int, frame: object) -> None:
+    """A signal sent to the whole process group: the job manager's to act on."""
+
+
 def child_main(
     conn: Connection,
     settings: Settings,
@@ -263,9 +267,11 @@ def child_main(
     """
     # Signals sent to the whole process group (Ctrl-C, systemd's KillMode=control-group
     # SIGTERM, a group-wide SIGHUP) are the job manager's to act on: it lets our job
-    # finish, then tells us to exit, and SIGKILLs us when its grace is over.
+    # finish, then tells us to exit, and SIGKILLs us when its grace is over. A handler
+    # that does nothing, not SIG_IGN: a program a job starts gets the defaults back
+    # at exec (an ignored signal stays ignored there: its terminate() would not work).
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, signal.SIG_IGN)
+        signal.signal(signum, _not_ours)
     fd = conn.fileno()
     out = fd if results is None else results.fileno()
     try:

@@ -406,3 +406,13 @@ def test_a_result_written_just_before_its_child_died_is_taken_not_reported_lost(
     assert child.status is Status.DEAD
     life.lost(2.0)
     assert reported == [("a", JobStatus.OK)]
+
+
+def test_a_program_a_job_starts_stops_on_sigterm(pool_factory: Any) -> None:
+    """Children do not act on SIGINT, SIGTERM or SIGHUP (the job manager does), but a
+    program their job starts gets the default back: its terminate() stops it."""
+    programs = "tests.jobs_fixtures.programs"
+    pool = pool_factory(job_modules=(SAMPLE, programs))
+    child = up(pool)
+    _, status, payload = run_one(pool, child, 1, body("stop_a_program", path=programs))
+    assert (status, payload) == (JobStatus.OK, f'{{"value":{-signal.SIGTERM}}}')
