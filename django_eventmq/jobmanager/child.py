@@ -269,7 +269,7 @@ def child_main(
     # SIGTERM, a group-wide SIGHUP) are the job manager's to act on: it lets our job
     # finish, then tells us to exit, and SIGKILLs us when its grace is over. A handler
     # that does nothing, not SIG_IGN: a program a job starts gets the defaults back
-    # at exec (an ignored signal stays ignored there: its terminate() would not work).
+    # (an ignored signal stays ignored in it: its terminate() would not work).
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _not_ours)
     fd = conn.fileno()
