@@ -52,7 +52,13 @@ class ConfigurationError(ValueError, EventMQError):
 
 
 class BrokerUnavailable(ConnectionError, EventMQError):
-    """The router could not be reached (or did not acknowledge) in time."""
+    """The router could not be reached (or did not acknowledge) in time.
+
+    ``msgid``: the job's, when a guaranteed send got no ACK after sending it (it
+    may be stored: send it again with this msgid); empty otherwise.
+    """
+
+    msgid: str = ""
 
 
 class RouterFull(BrokerUnavailable):
@@ -84,11 +90,13 @@ class ResultTimeout(TimeoutError, EventMQError):
 
 
 class JobRejected(EventMQError):
-    """The router or a job manager refused the job; ``reason`` says why."""
+    """The router or a job manager refused the job; ``reason`` says why, ``msgid``
+    names the job (when the refusal answered its send)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, msgid: str = "") -> None:
         super().__init__(reason)
         self.reason = reason
+        self.msgid = msgid
 
 
 class SoftTimeLimitExceeded(EventMQError):
@@ -112,8 +120,7 @@ class JobNotUnique(JobRejected):
     """
 
     def __init__(self, reason: str, *, msgid: str, holder: str) -> None:
-        super().__init__(reason)
-        self.msgid = msgid
+        super().__init__(reason, msgid=msgid)
         self.holder = holder
 
 

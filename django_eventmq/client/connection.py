@@ -45,7 +45,7 @@ from django_eventmq.client import bulk as pipeline
 from django_eventmq.client import exit as client_exit
 from django_eventmq.client.inbox import Inbox
 from django_eventmq.client.shards import ShardedClient
-from django_eventmq.errors import BrokerUnavailable, JobNotUnique, ProtocolError
+from django_eventmq.errors import BrokerUnavailable, JobNotUnique, JobRejected, ProtocolError
 from django_eventmq.protocol import (
     EMPTY_HEADERS,
     Ack,
@@ -130,8 +130,8 @@ class Client(Inbox):
         #: msgids of guarantee jobs sent and not yet acknowledged.
         self._awaiting_ack: set[str] = set()
         self._acked: set[str] = set()
-        #: REJECT reasons of awaited unique jobs refused as not unique (raised by the send).
-        self._not_unique: dict[str, str] = {}
+        #: REJECT reasons of awaited guarantee jobs (raised by their send).
+        self._refused: dict[str, str] = {}
         #: The FEATURES handshake: what the router answered (packed, batch), and
         #: whether it sent anything else first (then it is the reference).
         self.session = ClientSession(pipeline.CLIENT_FEATURES)
@@ -273,17 +273,19 @@ class Client(Inbox):
                     break  # the router went away: what it took before may be stored
                 sends += 1
                 deadline = time.monotonic() + ack_timeout
-                while key not in self._acked and key not in self._not_unique:
+                while key not in self._acked and key not in self._refused:
                     left = deadline - time.monotonic()
                     if left <= 0 or not self.channel.poll(max(1, int(left * 1000))):
                         break
                     self._receive_one()
                 if key in self._acked:
                     return
-                if key in self._not_unique:
-                    reason = self._not_unique[key]
-                    holder = holder_of(reason) or ""
-                    raise JobNotUnique(reason, msgid=key, holder=holder)
+                if key in self._refused:  # not stored; sent again, it would be refused again
+                    reason = self._refused[key]
+                    holder = holder_of(reason)
+                    if holder:
+                        raise JobNotUnique(reason, msgid=key, holder=holder)
+                    raise JobRejected(reason, msgid=key)
                 logger.warning(
                     "no ACK from the router at %s for msgid=%s within %ss; sending again",
                     self.addr,
@@ -293,16 +295,18 @@ class Client(Inbox):
         finally:
             self._awaiting_ack.discard(key)
             self._acked.discard(key)
-            self._not_unique.pop(key, None)
+            self._refused.pop(key, None)
         # Maybe not the router that answered our FEATURES: plain REQUESTs until
         # whoever serves the address now answers again.
         self._ask_features()
-        raise BrokerUnavailable(
+        unacknowledged = BrokerUnavailable(
             f"the router at {self.addr} did not acknowledge job {key} after {sends} "
             "send(s) (is emq_router running? does its log say its journal cannot be "
             "written?); it may be stored: sending it again with "
             "the same msgid is safe"
         )
+        unacknowledged.msgid = key
+        raise unacknowledged
 
     def send_many(
         self,
@@ -423,8 +427,8 @@ class Client(Inbox):
             self._keep_partial(message)
         elif isinstance(message, Reject):
             logger.info("router rejected msgid=%s: %s", message.job_msgid, message.reason)
-            if message.job_msgid in self._awaiting_ack and holder_of(message.reason):
-                self._not_unique[message.job_msgid] = message.reason  # its send raises
+            if message.job_msgid in self._awaiting_ack:
+                self._refused[message.job_msgid] = message.reason  # its send raises
             else:
                 self._keep(message.job_msgid, message)
         # FEATURES (the answer to ours, or to a send_many's after it returned): the

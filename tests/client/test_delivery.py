@@ -22,8 +22,8 @@ import pytest
 import zmq
 
 from django_eventmq.client.connection import Client
-from django_eventmq.errors import BrokerUnavailable
-from django_eventmq.protocol import Reply, new_msgid
+from django_eventmq.errors import BrokerUnavailable, JobRejected
+from django_eventmq.protocol import Reject, Reply, new_msgid
 from django_eventmq.runtime import transport
 from tests.support import ROOT, clean_environ, receive_request, tcp_addr, wait_for
 from tests.system.chaos.jobs import RECORD_ENV
@@ -275,6 +275,41 @@ def test_a_guaranteed_job_whose_router_went_away_after_taking_it_may_be_stored()
     assert len(raised) == 1, raised
     assert "did not acknowledge job m-sure after 1 send(s)" in str(raised[0])
     assert "sending it again with the same msgid is safe" in str(raised[0])
+    assert raised[0].msgid == "m-sure"  # to send it again with (job.send(..., msgid=...))
+
+
+def test_a_guaranteed_job_the_router_refuses_raises_its_reason_at_once() -> None:
+    """A REJECT (high-water mark under HWM_POLICY "reject", a journal that cannot be
+    written, a limit) answers a guaranteed send: it raises JobRejected with the
+    router's reason, not BrokerUnavailable after every retry; the job is not sent
+    again."""
+    addr = tcp_addr()
+    router = transport.Channel(transport.ROUTER, bind=addr)
+    raised: list[BaseException] = []
+    reason = "router is full: over its high-water mark (10 jobs waiting)"
+
+    def send() -> None:
+        sender = Client(addr, send_timeout=5.0)
+        try:
+            sender.send_request_guaranteed(
+                b"m-no", b"default", b"guarantee", b"[]", ack_timeout=30.0, retries=3
+            )
+        except (JobRejected, BrokerUnavailable) as exc:
+            raised.append(exc)
+        finally:
+            sender.close()
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    try:
+        identity, request = receive_request(router)
+        router.send_to(identity, Reject(msgid=new_msgid(), job_msgid=request.msgid, reason=reason))
+        thread.join(20)
+        assert not router.poll(0), "sent again after the REJECT"
+    finally:
+        router.close()
+    assert len(raised) == 1 and isinstance(raised[0], JobRejected), raised
+    assert (raised[0].reason, raised[0].msgid) == (reason, "m-no")
 
 
 def test_a_long_running_process_s_exit_finds_the_router_s_unread_answer(start_router) -> None:
