@@ -245,27 +245,36 @@ def test_a_script_says_at_exit_when_the_router_did_not_take_its_jobs() -> None:
     assert "within SEND_TIMEOUT=0.5s" in warnings[0]
 
 
-def test_a_guaranteed_job_whose_router_went_away_after_taking_it_may_be_stored() -> None:
-    # The router read the job and went before acknowledging it: the resend finds
-    # no router connected within SEND_TIMEOUT. The error must not say nothing
-    # was queued, since the job may be stored: it says to send it again.
-    addr = tcp_addr()
-    router = transport.Channel(transport.ROUTER, bind=addr)
+def guaranteed_send(
+    addr: str, msgid: bytes, *, send_timeout: float, ack_timeout: float
+) -> tuple[threading.Thread, list[BaseException]]:
+    """A guaranteed send of job ``msgid`` (3 retries) in a thread started here; the
+    list gets what it raised (JobRejected or BrokerUnavailable)."""
     raised: list[BaseException] = []
 
     def send() -> None:
-        sender = Client(addr, send_timeout=0.3)
+        sender = Client(addr, send_timeout=send_timeout)
         try:
             sender.send_request_guaranteed(
-                b"m-sure", b"default", b"guarantee", b"[]", ack_timeout=0.3, retries=3
+                msgid, b"default", b"guarantee", b"[]", ack_timeout=ack_timeout, retries=3
             )
-        except BrokerUnavailable as exc:
+        except (JobRejected, BrokerUnavailable) as exc:
             raised.append(exc)
         finally:
             sender.close()
 
     thread = threading.Thread(target=send)
     thread.start()
+    return thread, raised
+
+
+def test_a_guaranteed_job_whose_router_went_away_after_taking_it_may_be_stored() -> None:
+    # The router read the job and went before acknowledging it: the resend finds
+    # no router connected within SEND_TIMEOUT. The error must not say nothing
+    # was queued, since the job may be stored: it says to send it again.
+    addr = tcp_addr()
+    router = transport.Channel(transport.ROUTER, bind=addr)
+    thread, raised = guaranteed_send(addr, b"m-sure", send_timeout=0.3, ack_timeout=0.3)
     try:
         _identity, request = receive_request(router)
     finally:
@@ -285,22 +294,8 @@ def test_a_guaranteed_job_the_router_refuses_raises_its_reason_at_once() -> None
     again."""
     addr = tcp_addr()
     router = transport.Channel(transport.ROUTER, bind=addr)
-    raised: list[BaseException] = []
     reason = "router is full: over its high-water mark (10 jobs waiting)"
-
-    def send() -> None:
-        sender = Client(addr, send_timeout=5.0)
-        try:
-            sender.send_request_guaranteed(
-                b"m-no", b"default", b"guarantee", b"[]", ack_timeout=30.0, retries=3
-            )
-        except (JobRejected, BrokerUnavailable) as exc:
-            raised.append(exc)
-        finally:
-            sender.close()
-
-    thread = threading.Thread(target=send)
-    thread.start()
+    thread, raised = guaranteed_send(addr, b"m-no", send_timeout=5.0, ack_timeout=30.0)
     try:
         identity, request = receive_request(router)
         router.send_to(identity, Reject(msgid=new_msgid(), job_msgid=request.msgid, reason=reason))
