@@ -99,10 +99,11 @@ class BookReports(BookOutcomes):
             if self._expiry.expired:
                 self.settle_expired()
         else:
-            job = self.routing.release_msgid(msgid)
+            job = self.routing.release_from(identity, msgid)
         if job is None:
             job = waited
             if job is None:
+                self._stale(identity, msgid, f"DONE {status}")
                 return
         job_debug(log, "DONE %s from %s", msgid, job.queue, status, show(identity))
         if status == JobStatus.DIED:
@@ -139,7 +140,7 @@ class BookReports(BookOutcomes):
             log.info("worker %s is stopping: no more jobs for it", show(identity))
             self.routing.stop_dispatching(identity)
         if worker is None:
-            job = self.routing.release_msgid(msgid)
+            job = self.routing.release_from(identity, msgid)
         else:
             job, nxt = self.routing.done(identity, msgid, now)
             if nxt is not None:
@@ -147,12 +148,26 @@ class BookReports(BookOutcomes):
             if self._expiry.expired:
                 self.settle_expired()
         if job is None:
+            self._stale(identity, msgid, "NACK")
             return
         job_debug(log, "NACK (%s), waits again", msgid, job.queue, reason)
         self.journal.requeue(job.seq, job.deaths)
         self.routing.requeued += 1
         self.routing.waiting.push(job)
         self.pump(now, [job.queue])
+
+    def _stale(self, identity: bytes, msgid: str, report: str) -> None:
+        """Say so when a report was not applied because another worker holds the job."""
+        holder = self.routing.held_elsewhere(identity, msgid)
+        if holder is not None:
+            log.info(
+                "%s for msgid %s from %s not applied: %s runs it now (handed out again "
+                "after its lease ran out there)",
+                report,
+                msgid,
+                show(identity),
+                show(holder),
+            )
 
     def _reported_waiting(self, msgid: str, report: str) -> RoutedJob | None:
         """A report (DONE, REPLY) for a job not in flight: if it waits (requeued

@@ -255,7 +255,7 @@ class Routing:
         """
         worker = self.workers[identity]
         session = worker.session
-        job = self.release_msgid(msgid)
+        job = self.release_from(identity, msgid)
         if worker.stopping:
             session.reported()  # it still speaks our extensions; no slot it frees is used
             return job, None
@@ -314,6 +314,23 @@ class Routing:
         self.release(job)
         self._count(job, identity)
         return job
+
+    def release_from(self, identity: bytes, msgid: str) -> RoutedJob | None:
+        """:meth:`release_msgid` for a report from ``identity``: None, the job left
+        where it is, if another worker holds it now (its lease ran out on
+        ``identity``, or ``identity`` left, and it was handed out again): that
+        report is about a run that is over."""
+        job = self.inflight.get(msgid)
+        if job is None or job.worker not in (None, identity):
+            return None
+        self.release(job)
+        return job
+
+    def held_elsewhere(self, identity: bytes, msgid: str) -> bytes | None:
+        """The worker other than ``identity`` that holds ``msgid`` now, if one does."""
+        job = self.inflight.get(msgid)
+        holder = job.worker if job is not None else None
+        return holder if holder not in (None, identity) else None
 
     def release_msgid(self, msgid: str) -> RoutedJob | None:
         job = self.inflight.get(msgid)

@@ -239,3 +239,39 @@ def test_a_done_for_a_job_on_disk_while_the_journal_cannot_be_read_keeps_the_job
     worker.send("DONE", got[0], "ok", "{}")
     got.append(worker.expect("REQUEST")[1])
     assert got == sent[1:]  # the unmatched one runs again: at least once
+
+
+@pytest.mark.parametrize(
+    "report",
+    [("NACK", "stopping"), ("DONE", "died", "{}"), ("DONE", "retry", "{}")],
+    ids=["nack", "died", "retry"],
+)
+def test_a_report_from_a_job_manager_that_no_longer_holds_the_job_leaves_its_holder(
+    start_router: Callable[..., Harness], report: tuple[str, ...]
+) -> None:
+    """A job outlives its lease on one job manager and is handed to another. A late
+    report from the first (it stops, its worker died, it asks for a retry) is
+    about a run that is over: the job stays with the job manager running it
+    now, no death is counted, and that one's DONE finishes it."""
+    # Leases of 2 s: the second one runs out too, long after the checks below.
+    h = start_router(job_lease=2.0, lease_grace=0.0)
+    client = h.peer("frontend", "client")
+    first = modern_worker(h, "first")
+    msgid = h.request(client, headers="reply-requested,retry-count:3")
+    assert first.expect("REQUEST")[1] == msgid
+    wait_for(lambda: monitor(h)["expired"] == 1, what="the lease to run out")
+    second = modern_worker(h, "second")
+    assert second.expect("REQUEST")[1] == msgid
+    first.send(report[0], msgid, *report[1:])
+
+    def taken() -> bool:  # a DONE frees the first one's slot; NACK stopping stops it
+        info = shown(h, first) or {}
+        return bool(info.get("stopping") or info.get("available_slots") == 1)
+
+    wait_for(taken, what="the report taken")
+    info = shown(h, second)
+    assert info is not None and info["inflight"] == 1  # still running there
+    assert not second.pending()  # not handed out again
+    second.send("DONE", msgid, "ok", '{"value": 2}')
+    assert client.expect("REPLY")[2:] == ['{"value": 2}', msgid]
+    assert monitor(h)["in_flight"] == 0
