@@ -30,7 +30,12 @@ from django_eventmq.client.job_headers import expiry_time as expiry_time
 from django_eventmq.client.job_headers import merged_headers as merged_headers
 from django_eventmq.client.job_headers import rate_headers as rate_headers
 from django_eventmq.client.workflows import Signature
-from django_eventmq.errors import ConfigurationError, ProtocolError, SerializationError
+from django_eventmq.errors import (
+    ConfigurationError,
+    EventMQError,
+    ProtocolError,
+    SerializationError,
+)
 from django_eventmq.protocol import Headers, JobBody, new_msgid
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.payload import compact_json
@@ -41,6 +46,22 @@ from django_eventmq.runtime.logs import job_debug
 from django_eventmq.scheduling.timing import Periodic, crontab
 
 logger = logging.getLogger("django_eventmq.client")
+
+
+def unsent_at_commit(what: str, exc: BaseException, then: str) -> None:
+    """Say that a send queued for a transaction's commit failed there (it is not
+    raised: the transaction is committed, and later callbacks must still run);
+    ``then``: what to do about it."""
+    logger.error(
+        "%s was not sent when its transaction committed: %s: %s. The transaction's "
+        "writes are committed; %s",
+        what,
+        type(exc).__name__,
+        exc,
+        then,
+        exc_info=not isinstance(exc, EventMQError),
+    )
+
 
 _declared_lock = threading.Lock()
 #: Schedules declared with ``@job(schedule=...)`` / ``@job(cron=...)``, in
@@ -240,16 +261,29 @@ class Job(Generic[P, R]):
         on_commit = hooks.on_commit()
         body_text = self.encode_body(args, kwargs)  # TypeError now, not at commit
         msgid = new_msgid()
-        on_commit(
-            lambda: self._send_encoded(
-                body_text,
-                args,
-                kwargs,
-                None,
-                self.unique_headers(self._expiring(), args, kwargs),
-                msgid,
-            )
-        )
+        at_once = True  # on_commit runs it before returning when no transaction is open
+
+        def send() -> None:
+            try:
+                self._send_encoded(
+                    body_text,
+                    args,
+                    kwargs,
+                    None,
+                    self.unique_headers(self._expiring(), args, kwargs),
+                    msgid,
+                )
+            except Exception as exc:
+                if at_once:
+                    raise  # no transaction: the caller's error, as for .delay()
+                # Raised at commit, it would end Django's run of the transaction's
+                # callbacks: the jobs queued after this one would never be sent.
+                unsent_at_commit(
+                    f"job {self.name} msgid={msgid}", exc, "send it again (the same msgid is safe)"
+                )
+
+        on_commit(send)
+        at_once = False
         return self._handle_cls(msgid)
 
     def send(

@@ -84,3 +84,53 @@ def test_without_the_django_app_it_says_what_is_missing(broker, monkeypatch):
     monkeypatch.setattr(integration._installed, "on_commit", None)
     with pytest.raises(ConfigurationError, match="INSTALLED_APPS"):
         jobs.add.delay_on_commit(1, 2)
+
+
+def test_a_send_that_fails_at_commit_is_said_and_the_next_ones_still_go(thread_router, caplog):
+    """Three jobs queued in one transaction; at commit the router refuses the first.
+    That one is said in the log, with its msgid and the reason; the two after it
+    are sent all the same (a raise out of the first callback dropped them
+    silently, and every later on-commit callback of the transaction with them)."""
+    from django_eventmq.protocol import Ack, Reject, new_msgid
+
+    refused: list[str] = []
+
+    def answer(request, count):
+        if not refused:
+            refused.append(request.msgid)
+            return [Reject(msgid=new_msgid(), job_msgid=request.msgid, reason="router is full")]
+        return [Ack(msgid=new_msgid(), ack_msgid=request.msgid)]
+
+    router = thread_router(answer)
+    caplog.set_level("ERROR", "django_eventmq")
+    with transaction.atomic():
+        handles = [jobs.important.delay_on_commit(n) for n in range(3)]
+    assert [r.msgid for r in router.requests()] == handles
+    assert refused == [handles[0]]
+    said = [r.getMessage() for r in caplog.records if handles[0] in r.getMessage()]
+    assert len(said) == 1 and "router is full" in said[0], said
+
+
+def test_a_workflow_whose_first_stage_fails_at_commit_is_failed_and_the_rest_still_go(
+    thread_router, caplog
+):
+    from django_eventmq import chain
+    from django_eventmq.models import Workflow
+    from django_eventmq.protocol import Ack, Reject, new_msgid
+    from tests.system.e2e import workflow_jobs as wj
+
+    def answer(request, count):
+        if request.queue == "default" and "workflow" in request.body_text:
+            return [Reject(msgid=new_msgid(), job_msgid=request.msgid, reason="router is full")]
+        return [Ack(msgid=new_msgid(), ack_msgid=request.msgid)]
+
+    router = thread_router(answer)
+    caplog.set_level("ERROR", "django_eventmq")
+    with transaction.atomic():
+        flow = chain(wj.add.s(1, 2), wj.double.s()).delay()
+        after = jobs.important.delay_on_commit(7)
+    assert after in [r.msgid for r in router.requests()]
+    row = Workflow.objects.get(workflow_id=flow.workflow_id)
+    assert row.status == "failed" and "router is full" in row.exc_message
+    said = [r.getMessage() for r in caplog.records if flow.workflow_id in r.getMessage()]
+    assert len(said) == 1 and "its row says FAILED" in said[0], said
