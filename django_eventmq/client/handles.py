@@ -234,6 +234,36 @@ class EagerHandle(JobHandle):
 
     _value: Any
     _partials: list[Any]
+    #: False until a job queued for its transaction's commit ran (:meth:`at_commit`).
+    _ran: bool = True
+    #: What the job raised when it ran at the commit (re-raised by :meth:`wait`).
+    _error: BaseException | None = None
+
+    @classmethod
+    def at_commit(cls, msgid: str) -> EagerHandle:
+        """The handle of a job that runs inline when its transaction commits
+        (``delay_on_commit`` with ``EAGER``): :meth:`took` or :meth:`failed` settle it."""
+        handle = cls(msgid)
+        handle._ran, handle._partials, handle._value = False, [], None
+        return handle
+
+    def took(self, ran: EagerHandle) -> None:
+        """The commit ran the job: ``ran`` is what it returned."""
+        self._value, self._partials, self._ran = ran._value, ran._partials, True
+
+    def failed(self, error: BaseException) -> None:
+        """The commit ran the job and it raised ``error``."""
+        self._error, self._ran = error, True
+
+    def _settled(self) -> None:
+        if not self._ran:
+            raise ResultTimeout(
+                f"job {self.msgid} runs when its transaction commits, which it has not "
+                "(in a TestCase, run the commit's callbacks with "
+                "captureOnCommitCallbacks(execute=True))"
+            )
+        if self._error is not None:
+            raise self._error
 
     @classmethod
     def ran(cls, msgid: str, value: Any) -> EagerHandle:
@@ -251,19 +281,25 @@ class EagerHandle(JobHandle):
         return handle
 
     def wait(self, timeout: float | None = None) -> Any:
+        self._settled()
         return self._value
 
     @property
     def status(self) -> str:
-        """``succeeded``: it ran in ``.delay()`` (a failure raised there)."""
-        return JobStatus.SUCCEEDED
+        """``succeeded``: it ran in ``.delay()`` (a failure raised there), or at its
+        transaction's commit; ``queued`` before that commit, ``failed`` if it raised there."""
+        if not self._ran:
+            return JobStatus.QUEUED
+        return JobStatus.FAILED if self._error is not None else JobStatus.SUCCEEDED
 
     @property
     def result(self) -> Any:
+        self._settled()
         return self._value
 
     def stream(self, timeout: float | None = None) -> Iterator[Any]:
         """The values a generator job yielded (``progress()`` reports are not kept inline)."""
+        self._settled()
         return iter(self._partials)
 
 

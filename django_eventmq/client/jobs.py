@@ -262,10 +262,12 @@ class Job(Generic[P, R]):
         body_text = self.encode_body(args, kwargs)  # TypeError now, not at commit
         msgid = new_msgid()
         at_once = True  # on_commit runs it before returning when no transaction is open
+        # EAGER: the job runs at the commit; its handle gets the value then.
+        eager = EagerHandle.at_commit(msgid) if get_settings().run_inline else None
 
         def send() -> None:
             try:
-                self._send_encoded(
+                sent = self._send_encoded(
                     body_text,
                     args,
                     kwargs,
@@ -274,6 +276,8 @@ class Job(Generic[P, R]):
                     msgid,
                 )
             except Exception as exc:
+                if eager is not None:
+                    eager.failed(exc)
                 if at_once:
                     raise  # no transaction: the caller's error, as for .delay()
                 # Raised at commit, it would end Django's run of the transaction's
@@ -281,10 +285,13 @@ class Job(Generic[P, R]):
                 unsent_at_commit(
                     f"job {self.name} msgid={msgid}", exc, "send it again (the same msgid is safe)"
                 )
+                return
+            if eager is not None and isinstance(sent, EagerHandle):
+                eager.took(sent)
 
         on_commit(send)
         at_once = False
-        return self._handle_cls(msgid)
+        return eager if eager is not None else self._handle_cls(msgid)
 
     def send(
         self,

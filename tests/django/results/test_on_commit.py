@@ -134,3 +134,19 @@ def test_a_workflow_whose_first_stage_fails_at_commit_is_failed_and_the_rest_sti
     assert row.status == "failed" and "router is full" in row.exc_message
     said = [r.getMessage() for r in caplog.records if flow.workflow_id in r.getMessage()]
     assert len(said) == 1 and "its row says FAILED" in said[0], said
+
+
+def test_with_eager_the_handle_gets_the_value_when_the_transaction_commits(eventmq_settings):
+    """EAGER runs a delay_on_commit job at the commit: its handle's .wait() gives the
+    value then (it polled a router that is not there, for ever); before the commit
+    it says why there is nothing yet."""
+    from django_eventmq.errors import ResultTimeout
+
+    eventmq_settings(EAGER=True)
+    with transaction.atomic():
+        handle = jobs.add.delay_on_commit(2, 3)
+        assert handle.status == "queued"
+        with pytest.raises(ResultTimeout, match="captureOnCommitCallbacks"):
+            handle.wait(timeout=0.1)
+    assert handle.wait(timeout=5) == 5
+    assert handle.status == "succeeded"
