@@ -222,16 +222,27 @@ class BookReports(BookOutcomes):
         """The job manager ``identity`` said (FEATURES ``holding``) it holds these jobs:
         those that wait here (recovered as waiting by a restart or a failover) stay
         in flight on it, their lease starting ``now``, and are not handed to
-        another. Others are ignored: unknown, finished, or handed out already.
-        Returns how many it keeps."""
+        another. Those in flight on another identity move to it: most likely its own
+        before it reconnected (a new socket is a new identity), whose timeout would
+        count a death and hand them out again while they run here. Others are
+        ignored: unknown or finished. Returns how many it keeps."""
         if identity not in self.routing.workers:
             return 0
         kept: list[str] = []
         for msgid in msgids:
-            if msgid in self.routing.inflight:
-                log.debug(
-                    "worker %s holds msgid %s, handed out already: ignored", show(identity), msgid
-                )
+            running = self.routing.inflight.get(msgid)
+            if running is not None:
+                if running.worker != identity:
+                    log.info(
+                        "worker %s holds msgid %s, in flight on %s: moved to it",
+                        show(identity),
+                        msgid,
+                        show(running.worker or b""),
+                    )
+                    self.routing.release(running)
+                    self.routing.adopt(identity, running, now)
+                    self.lease(running, now)
+                    kept.append(msgid)
                 continue
             try:
                 job = self._take_waiting(msgid, now)
