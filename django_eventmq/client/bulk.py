@@ -129,6 +129,7 @@ class Pipeline:
         on_reject: Callable[[bytes, str], object] | None = None,
         on_answer: Callable[[bytes], object] | None = None,
         logger: logging.Logger = log,
+        send_timeout: float | None = None,
     ) -> None:
         check_window(window, ack_timeout, give_up, batch)
         self.channel = channel
@@ -136,6 +137,9 @@ class Pipeline:
         self.window = window
         self.ack_timeout = ack_timeout
         self.give_up = give_up
+        #: With nothing in flight, how long a job may wait for a connection to take
+        #: it (``SEND_TIMEOUT``, as ``.delay()``); None: ``give_up``.
+        self.send_timeout = send_timeout
         self.batch = batch
         self._clock = clock
         #: Called whenever the pipeline waits for answers (progress reports).
@@ -361,11 +365,21 @@ class Pipeline:
         self._read()
 
     def _send(self, frames: Sequence[bytes]) -> None:
-        deadline = self._clock() + self.give_up
+        # Nothing in flight and the socket takes nothing: no router is connected
+        # (it queues only toward one), not a busy one: SEND_TIMEOUT, as .delay().
+        send_timeout = self.send_timeout
+        unconnected = send_timeout is not None and not self._pending and not self._batches
+        wait = send_timeout if send_timeout is not None and unconnected else self.give_up
+        deadline = self._clock() + wait
         while not self._try_send(frames):
             # The pipe to the router is full: it is not reading. Wait for
             # answers (or give up) instead of blocking for ever.
             if self._clock() > deadline:
+                if unconnected:
+                    raise BrokerUnavailable(
+                        f"no router connected at {self.addr} within "
+                        f"SEND_TIMEOUT={self.send_timeout:g}s (is emq_router running?)"
+                    )
                 self._raise_if_full("took no message from us")
                 raise BrokerUnavailable(
                     f"the router at {self.addr} took no message for {self.give_up:g}s"

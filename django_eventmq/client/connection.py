@@ -143,6 +143,7 @@ class Client(Inbox):
         # ends the thread that called .delay() (closing its socket when the
         # thread-local goes) maybe before the connection is even up, and the
         # job must still go out. Bounded by SEND_TIMEOUT, in ZeroMQ's I/O thread.
+        self.send_timeout = send_timeout
         self.linger_ms = int(send_timeout * 1000)
         self._curve = transport.CURVE_SERVERKEY in (options or {})
         self.channel = transport.Channel(
@@ -347,6 +348,7 @@ class Client(Inbox):
             router_features=self.router_features,
             on_other=self._file,  # outcomes for handles are kept as usual
             on_reject=result.reject,
+            send_timeout=self.send_timeout,
         )
         if self._features_unsent:
             # Waits for the router's connection (as .delay() does), so that our

@@ -147,3 +147,26 @@ def test_without_guarantee_nothing_is_waited_for(client_for) -> None:
 def test_a_bad_window_is_refused(client_for) -> None:
     with pytest.raises(ValueError, match="window must be at least 1"):
         client_for(tcp_addr()).send_many(encoded(1), window=0)
+
+
+def test_with_the_router_gone_send_many_raises_after_send_timeout_not_give_up() -> None:
+    """A client that talked to a router before (its FEATURES known), the router gone:
+    no connection takes a job, so send_many says so after SEND_TIMEOUT, as .delay()
+    does; it waited give_up (default 120 s), then blamed a silent router."""
+    with ScriptedRouter(lambda frames, n: [ack(frames)]) as peer:
+        client = Client(peer.addr, send_timeout=0.5, watch_peer=True)
+        try:
+            assert client.send_many(encoded(3)).acked == 3
+            peer_addr = peer.addr
+        except BaseException:
+            client.close()
+            raise
+    try:
+        # Gone for good: its connection is down (a job sent into it while it drops
+        # is in flight, and waits give_up like any unanswered one).
+        wait_for(lambda: client.channel.peer_connected() is False, what="the connection down")
+        with pytest.raises(BrokerUnavailable, match=r"within SEND_TIMEOUT=0\.5s"):
+            client.send_many(encoded(3, prefix="k"), give_up=600)
+        assert client.addr == peer_addr
+    finally:
+        client.close()
