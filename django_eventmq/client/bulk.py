@@ -368,7 +368,12 @@ class Pipeline:
         # Nothing in flight and the socket takes nothing: no router is connected
         # (it queues only toward one), not a busy one: SEND_TIMEOUT, as .delay().
         send_timeout = self.send_timeout
-        unconnected = send_timeout is not None and not self._pending and not self._batches
+        unconnected = (
+            send_timeout is not None
+            and not self._pending
+            and not self._batches
+            and self.channel.peer_connected() is not True  # up and full: RouterFull below
+        )
         wait = send_timeout if send_timeout is not None and unconnected else self.give_up
         deadline = self._clock() + wait
         while not self._try_send(frames):

@@ -264,6 +264,7 @@ class Client(Inbox):
         key = msgid.decode()
         self._awaiting_ack.add(key)
         sends = 0
+        refused_copy = ""  # the reason a copy was refused, when later ones were sent
         try:
             for _attempt in range(retries + 1):
                 try:
@@ -274,19 +275,28 @@ class Client(Inbox):
                     break  # the router went away: what it took before may be stored
                 sends += 1
                 deadline = time.monotonic() + ack_timeout
-                while key not in self._acked and key not in self._refused:
+                refusal = None
+                while key not in self._acked:
+                    if key in self._refused:
+                        reason = self._refused.pop(key)
+                        # After a resend a REJECT may answer an earlier copy while a
+                        # later one is stored: final only for the one copy sent, or
+                        # for a unique job (another job holds its key).
+                        if sends == 1 or holder_of(reason):
+                            refusal = reason
+                            break
+                        refused_copy = reason
                     left = deadline - time.monotonic()
                     if left <= 0 or not self.channel.poll(max(1, int(left * 1000))):
                         break
                     self._receive_one()
                 if key in self._acked:
                     return
-                if key in self._refused:  # not stored; sent again, it would be refused again
-                    reason = self._refused[key]
-                    holder = holder_of(reason)
+                if refusal is not None:  # not stored; sent again, it would be refused again
+                    holder = holder_of(refusal)
                     if holder:
-                        raise JobNotUnique(reason, msgid=key, holder=holder)
-                    raise JobRejected(reason, msgid=key)
+                        raise JobNotUnique(refusal, msgid=key, holder=holder)
+                    raise JobRejected(refusal, msgid=key)
                 logger.warning(
                     "no ACK from the router at %s for msgid=%s within %ss; sending again",
                     self.addr,
@@ -300,10 +310,11 @@ class Client(Inbox):
         # Maybe not the router that answered our FEATURES: plain REQUESTs until
         # whoever serves the address now answers again.
         self._ask_features()
+        refused = f"; a copy was refused: {refused_copy}" if refused_copy else ""
         unacknowledged = BrokerUnavailable(
             f"the router at {self.addr} did not acknowledge job {key} after {sends} "
             "send(s) (is emq_router running? does its log say its journal cannot be "
-            "written?); it may be stored: sending it again with "
+            f"written?{refused}); it may be stored: sending it again with "
             "the same msgid is safe"
         )
         unacknowledged.msgid = key

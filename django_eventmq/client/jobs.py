@@ -278,8 +278,10 @@ class Job(Generic[P, R]):
             except Exception as exc:
                 if eager is not None:
                     eager.failed(exc)
-                if at_once:
-                    raise  # no transaction: the caller's error, as for .delay()
+                if at_once or eager is not None:
+                    # No transaction: the caller's error, as for .delay(); EAGER: the
+                    # job itself ran and failed, which reaches the caller (retries.md).
+                    raise
                 # Raised at commit, it would end Django's run of the transaction's
                 # callbacks: the jobs queued after this one would never be sent.
                 unsent_at_commit(

@@ -23,7 +23,7 @@ import zmq
 
 from django_eventmq.client.connection import Client
 from django_eventmq.errors import BrokerUnavailable, JobRejected
-from django_eventmq.protocol import Reject, Reply, new_msgid
+from django_eventmq.protocol import Ack, Reject, Reply, new_msgid
 from django_eventmq.runtime import transport
 from tests.support import ROOT, clean_environ, receive_request, tcp_addr, wait_for
 from tests.system.chaos.jobs import RECORD_ENV
@@ -321,3 +321,24 @@ def test_a_long_running_process_s_exit_finds_the_router_s_unread_answer(start_ro
         assert sender.confirm_read(time.monotonic() + 10) is True
     finally:
         sender.close()
+
+
+def test_a_refusal_of_an_earlier_copy_does_not_undo_a_later_copy_s_ack() -> None:
+    """The router stalled past ACK_TIMEOUT, so the job was sent again; it refuses the
+    first copy (its journal could not be written then) and stores the second. The
+    REJECT may answer either copy: the send waits for the ACK and returns (it raised
+    JobRejected, and a caller sending the job anew would run it twice)."""
+    addr = tcp_addr()
+    router = transport.Channel(transport.ROUTER, bind=addr)
+    thread, raised = guaranteed_send(addr, b"m-two", send_timeout=5.0, ack_timeout=0.3)
+    try:
+        identity, first = receive_request(router)
+        _identity, second = receive_request(router)  # sent again: no answer in time
+        assert first.msgid == second.msgid == "m-two"
+        reason = "router cannot store jobs now (its journal: disk full); send it again later"
+        router.send_to(identity, Reject(msgid=new_msgid(), job_msgid="m-two", reason=reason))
+        router.send_to(identity, Ack(msgid=new_msgid(), ack_msgid="m-two"))
+        thread.join(20)
+    finally:
+        router.close()
+    assert not thread.is_alive() and raised == []

@@ -150,3 +150,14 @@ def test_with_eager_the_handle_gets_the_value_when_the_transaction_commits(event
             handle.wait(timeout=0.1)
     assert handle.wait(timeout=5) == 5
     assert handle.status == "succeeded"
+
+
+def test_with_eager_a_job_that_raises_at_the_commit_raises_out_of_it(eventmq_settings):
+    """EAGER runs the job at the commit; a job that raises there reaches the caller, as
+    with .delay() (docs/retries.md), and is not said to be "not sent"."""
+    eventmq_settings(EAGER=True)
+    with pytest.raises(KeyError, match="boom"), transaction.atomic():
+        handle = jobs.explode.delay_on_commit("boom")
+    assert handle.status == "failed"
+    with pytest.raises(KeyError, match="boom"):
+        handle.wait(timeout=1)
