@@ -316,8 +316,8 @@ class Routing:
         return job
 
     def release_from(self, identity: bytes, msgid: str) -> RoutedJob | None:
-        """:meth:`release_msgid` for a report from ``identity``: None, the job left
-        where it is, if another worker holds it now (its lease ran out on
+        """Take ``msgid`` off its worker (:meth:`release`) on a report from ``identity``:
+        None, the job left where it is, if another worker holds it now (its lease ran out on
         ``identity``, or ``identity`` left, and it was handed out again): that
         report is about a run that is over."""
         job = self.inflight.get(msgid)
@@ -331,12 +331,6 @@ class Routing:
         job = self.inflight.get(msgid)
         holder = job.worker if job is not None else None
         return holder if holder not in (None, identity) else None
-
-    def release_msgid(self, msgid: str) -> RoutedJob | None:
-        job = self.inflight.get(msgid)
-        if job is not None:
-            self.release(job)
-        return job
 
     def release(self, job: RoutedJob) -> None:
         """Take a handed-out job off its worker and out of :attr:`inflight`."""

@@ -177,8 +177,6 @@ class JournalBase(KeptWrites):
 
     # -- transactions ------------------------------------------------------
     def _begin(self, changes: int = 1) -> None:
-        if self._in_tx and not self.db.in_transaction:
-            self._lost()
         if not self._in_tx and self.failure is None:
             self._execute("BEGIN")
             self._in_tx = True
@@ -193,10 +191,9 @@ class JournalBase(KeptWrites):
 
     def _now_all(self, writes: list[tuple[str, Any, bool]], changes: int) -> list[sqlite3.Cursor]:
         """:meth:`_now` for writes that stand or fall together."""
-        if self.failure is None:
-            self._begin(0)
-        if self.failure is not None:
-            raise JournalUnavailable(self.failure)
+        if self.failure is not None or self._transaction_lost():
+            raise JournalUnavailable(self.failure or "cannot be written")
+        self._begin(0)
         cursors = []
         try:
             for sql, params, many in writes:
@@ -221,8 +218,7 @@ class JournalBase(KeptWrites):
         try:
             return self._execute(sql, params).fetchall()
         except sqlite3.Error as exc:
-            if self._in_tx and not self.db.in_transaction:
-                self._fail(exc)  # SQLite rolled the transaction back with it (I/O error)
+            self._transaction_lost(exc)
             raise JournalUnavailable(self.failure or describe(exc)) from None
 
     def _write(self, sql: str, params: tuple[Any, ...]) -> int:
@@ -249,10 +245,9 @@ class JournalBase(KeptWrites):
         all of them still kept, if the journal cannot be written."""
         if self.failure is not None:
             return False
-        db = self.db
-        if self._in_tx and not db.in_transaction:
-            self._lost()  # nothing more is written outside a transaction
+        if self._transaction_lost():
             return False
+        db = self.db
         if self._gone or self._done:
             # Removals and finished msgids stand or fall together: a failure between
             # them would leave the removal alone in the log, and the replay (committed
@@ -328,12 +323,15 @@ class JournalBase(KeptWrites):
             )
         self.failure = cause
 
-    def _lost(self) -> None:
-        """SQLite ended the open transaction itself, on an error of a statement
-        that is not ours to catch (a read's I/O error rolls it back): taken as a
-        failed write, so its logged writes are replayed and nothing is written
-        outside a transaction (each statement would commit on its own)."""
-        self._fail(sqlite3.OperationalError("the open transaction was rolled back by an error"))
+    def _transaction_lost(self, cause: BaseException | None = None) -> bool:
+        """True if SQLite ended our open transaction itself, on an error of a statement
+        (a read's I/O error rolls it back; ``cause``, when known): taken as a failed
+        write, so its logged writes are replayed and nothing is written outside a
+        transaction (each statement would commit on its own). Asked before writes."""
+        if not self._in_tx or self.db.in_transaction:
+            return False
+        self._fail(cause or sqlite3.OperationalError("the transaction was rolled back by an error"))
+        return True
 
     def commit(self) -> bool:
         """Make every change so far durable (one sync); False if there was none, or
