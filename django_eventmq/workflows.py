@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from django_eventmq.client import handles
 from django_eventmq.client.connection import get_client
-from django_eventmq.client.jobs import unsent_at_commit
+from django_eventmq.client.jobs import send_at_commit
 from django_eventmq.client.workflows import (
     RUNNER,
     Signature,
@@ -115,21 +115,12 @@ class _Plan:
             updated=now,
         )
         # At once outside a transaction (errors raise here), else at its commit.
-        at_once = True
-
-        def send_first() -> None:
-            try:
-                self._send_first(row)
-            except EventMQError as exc:
-                if at_once:
-                    raise
-                # Raised at commit, it would end the run of the transaction's callbacks.
-                unsent_at_commit(
-                    f"the first stage of workflow {workflow_id}", exc, "its row says FAILED"
-                )
-
-        transaction.on_commit(send_first)
-        at_once = False
+        send_at_commit(
+            transaction.on_commit,
+            lambda: self._send_first(row),
+            f"the first stage of workflow {workflow_id}",
+            "its row says FAILED",
+        )
         return WorkflowHandle(workflow_id)
 
     def _send_first(self, row: Workflow) -> None:

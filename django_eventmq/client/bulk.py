@@ -365,16 +365,14 @@ class Pipeline:
         self._read()
 
     def _send(self, frames: Sequence[bytes]) -> None:
-        # Nothing in flight and the socket takes nothing: no router is connected
-        # (it queues only toward one), not a busy one: SEND_TIMEOUT, as .delay().
-        send_timeout = self.send_timeout
-        unconnected = (
-            send_timeout is not None
-            and not self._pending
-            and not self._batches
-            and self.channel.peer_connected() is not True  # up and full: RouterFull below
-        )
-        wait = send_timeout if send_timeout is not None and unconnected else self.give_up
+        if self._try_send(frames):
+            return
+        # Nothing in flight and the socket takes nothing: no router is connected (it
+        # queues only toward one), not a busy one: SEND_TIMEOUT, as .delay().
+        unconnected = self.send_timeout is not None and not self._pending and not self._batches
+        if unconnected and self.channel.peer_connected() is True:
+            unconnected = False  # up and full: RouterFull below, after give_up
+        wait = self.send_timeout if unconnected and self.send_timeout is not None else self.give_up
         deadline = self._clock() + wait
         while not self._try_send(frames):
             # The pipe to the router is full: it is not reading. Wait for
@@ -383,7 +381,7 @@ class Pipeline:
                 if unconnected:
                     raise BrokerUnavailable(
                         f"no router connected at {self.addr} within "
-                        f"SEND_TIMEOUT={self.send_timeout:g}s (is emq_router running?)"
+                        f"SEND_TIMEOUT={wait:g}s (is emq_router running?)"
                     )
                 self._raise_if_full("took no message from us")
                 raise BrokerUnavailable(

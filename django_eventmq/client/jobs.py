@@ -48,19 +48,37 @@ from django_eventmq.scheduling.timing import Periodic, crontab
 logger = logging.getLogger("django_eventmq.client")
 
 
-def unsent_at_commit(what: str, exc: BaseException, then: str) -> None:
-    """Say that a send queued for a transaction's commit failed there (it is not
-    raised: the transaction is committed, and later callbacks must still run);
-    ``then``: what to do about it."""
-    logger.error(
-        "%s was not sent when its transaction committed: %s: %s. The transaction's "
-        "writes are committed; %s",
-        what,
-        type(exc).__name__,
-        exc,
-        then,
-        exc_info=not isinstance(exc, EventMQError),
-    )
+def send_at_commit(
+    on_commit: Callable[[Callable[[], object]], None],
+    send: Callable[[], object],
+    what: str,
+    then: str,
+) -> None:
+    """Call ``send`` when the open transaction commits (``on_commit``); at once with
+    none open, its error then the caller's. At the commit an error is logged, with
+    ``what`` was not sent and ``then`` what to do, not raised: raised there it would
+    end Django's run of the transaction's callbacks, and what was queued after it
+    would never be sent."""
+    at_once = True  # on_commit calls it before returning when no transaction is open
+
+    def run() -> None:
+        try:
+            send()
+        except Exception as exc:
+            if at_once:
+                raise
+            logger.error(
+                "%s was not sent when its transaction committed: %s: %s. The "
+                "transaction's writes are committed; %s",
+                what,
+                type(exc).__name__,
+                exc,
+                then,
+                exc_info=not isinstance(exc, EventMQError),
+            )
+
+    on_commit(run)
+    at_once = False
 
 
 _declared_lock = threading.Lock()
@@ -261,39 +279,34 @@ class Job(Generic[P, R]):
         on_commit = hooks.on_commit()
         body_text = self.encode_body(args, kwargs)  # TypeError now, not at commit
         msgid = new_msgid()
-        at_once = True  # on_commit runs it before returning when no transaction is open
-        # EAGER: the job runs at the commit; its handle gets the value then.
-        eager = EagerHandle.at_commit(msgid) if get_settings().run_inline else None
 
-        def send() -> None:
+        def send() -> JobHandle:
+            headers = self.unique_headers(self._expiring(), args, kwargs)
+            return self._send_encoded(body_text, args, kwargs, None, headers, msgid)
+
+        if not get_settings().run_inline:
+            send_at_commit(
+                on_commit,
+                send,
+                f"job {self.name} msgid={msgid}",
+                "send it again (the same msgid is safe)",
+            )
+            return self._handle_cls(msgid)
+        # EAGER: the job runs at the commit, its handle settled then; what it raises
+        # reaches the caller, as from .delay() (docs/retries.md).
+        eager = EagerHandle.at_commit(msgid)
+
+        def run() -> None:
             try:
-                sent = self._send_encoded(
-                    body_text,
-                    args,
-                    kwargs,
-                    None,
-                    self.unique_headers(self._expiring(), args, kwargs),
-                    msgid,
-                )
+                ran = send()
             except Exception as exc:
-                if eager is not None:
-                    eager.failed(exc)
-                if at_once or eager is not None:
-                    # No transaction: the caller's error, as for .delay(); EAGER: the
-                    # job itself ran and failed, which reaches the caller (retries.md).
-                    raise
-                # Raised at commit, it would end Django's run of the transaction's
-                # callbacks: the jobs queued after this one would never be sent.
-                unsent_at_commit(
-                    f"job {self.name} msgid={msgid}", exc, "send it again (the same msgid is safe)"
-                )
-                return
-            if eager is not None and isinstance(sent, EagerHandle):
-                eager.took(sent)
+                eager.failed(exc)
+                raise
+            if isinstance(ran, EagerHandle):
+                eager.took(ran)
 
-        on_commit(send)
-        at_once = False
-        return eager if eager is not None else self._handle_cls(msgid)
+        on_commit(run)
+        return eager
 
     def send(
         self,
