@@ -47,6 +47,11 @@ class JobNotFound(LookupError, EventMQError):
     """A registered job module or callable could not be imported."""
 
 
+class AdminRefused(PermissionError, EventMQError):
+    """The router refused a state-changing admin command (DISCONNECT, POISONED_*): it
+    carried no admin token, or not the router's; nothing was changed."""
+
+
 class ConfigurationError(ValueError, EventMQError):
     """A setting has a value that cannot work; the message says how to fix it."""
 

@@ -25,7 +25,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from django_eventmq import dead_letters
-from django_eventmq.errors import EventMQError
+from django_eventmq.errors import AdminRefused, EventMQError
 from django_eventmq.models.dead_letters import DeadLetter, DeadLetterReason
 from django_eventmq.protocol import constants as C
 
@@ -182,6 +182,9 @@ class DeadLetterAdmin(_ModelAdmin):
             return HttpResponseRedirect(back)
         try:
             done = dead_letters.act_on_poisoned(command, pairs)
+        except AdminRefused as exc:  # no admin token here (docs/security.md)
+            self.message_user(request, f"Not done: {exc}", messages.ERROR)
+            return HttpResponseRedirect(back)
         except EventMQError as exc:
             self.message_user(request, f"The router did not answer: {exc}", messages.ERROR)
             return HttpResponseRedirect(back)

@@ -17,10 +17,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django_eventmq.errors import BrokerUnavailable
-from django_eventmq.protocol import AdminRequest, Reply, new_msgid
+from django_eventmq.errors import AdminRefused, BrokerUnavailable
+from django_eventmq.protocol import Ack, AdminRequest, Message, Reply, new_msgid
 from django_eventmq.protocol import constants as C
-from django_eventmq.runtime import config, security, transport
+from django_eventmq.runtime import admin_token, config, security, transport
 from django_eventmq.runtime.addresses import parse_groups
 from django_eventmq.runtime.settings import Settings
 
@@ -67,14 +67,52 @@ def ask(
 
     Speaks CURVE when ``settings`` (default: this process's) give the router's
     public key. Raises :class:`BrokerUnavailable` when no answer comes within
-    ``timeout`` or, sooner, when the router refuses the connection.
+    ``timeout`` or, sooner, when the router refuses the connection, and
+    :class:`AdminRefused` when it refuses a state-changing command.
     """
     s = config.get_settings() if settings is None else settings
+    message, sent_token = _exchange(admin_addr, command, timeout, s, arguments)
+    if not isinstance(message, Reply):
+        raise BrokerUnavailable(f"unexpected {message.command} from {admin_addr}")
+    answer = json.loads(message.payload)
+    if not isinstance(answer, dict):
+        raise BrokerUnavailable(f"{command} answer from {admin_addr} is not an object")
+    _check_refused(answer, admin_addr, sent_token)
+    return answer
+
+
+def stop_router(admin_addr: str, timeout: float = 5.0, *, settings: Settings | None = None) -> None:
+    """DISCONNECT: the router says KBAI to its peers and stops (``status --stop``).
+    Raises :class:`AdminRefused` without the router's admin token."""
+    s = config.get_settings() if settings is None else settings
+    message, sent_token = _exchange(admin_addr, C.DISCONNECT, timeout, s, ())
+    if isinstance(message, Reply):  # a refusal; an ACK says it is stopping
+        answer = json.loads(message.payload)
+        _check_refused(answer if isinstance(answer, dict) else {}, admin_addr, sent_token)
+    if not isinstance(message, Ack):
+        raise BrokerUnavailable(f"unexpected {message.command} from {admin_addr}")
+
+
+def _check_refused(answer: Mapping[str, Any], admin_addr: str, sent_token: str) -> None:
+    if "refused" in answer:
+        raise AdminRefused(f"the router at {admin_addr} {answer.get('error')} ({sent_token})")
+
+
+def _exchange(
+    admin_addr: str, command: str, timeout: float, s: Settings, arguments: Sequence[str]
+) -> tuple[Message, str]:
+    """Send ``command`` and wait for the answer; with it, what was said about the token
+    (a state-changing command carries the router's admin token when it can be read)."""
+    token, sent_token = "", "no admin token needed"
+    if command in C.ADMIN_STATE_CHANGING:
+        token, sent_token = admin_token.read_token(s, admin_addr)
     options = security.secure_channel_options(s, security.ADMIN, security.CLIENT)
     channel = transport.Channel(
         transport.DEALER, connect=admin_addr, options=options, watch_handshake=True
     )
-    request = AdminRequest(msgid=new_msgid(), action=command, arguments=tuple(arguments))
+    request = AdminRequest(
+        msgid=new_msgid(), action=command, arguments=tuple(arguments), token=token
+    )
     try:
         deadline = time.monotonic() + timeout
         failures: list[str] = []
@@ -93,12 +131,7 @@ def ask(
                     f"no answer to {command} from {admin_addr} within {timeout}s"
                 )
         _identity, _frames, message = channel.recv()
-        if not isinstance(message, Reply):
-            raise BrokerUnavailable(f"unexpected {message.command} from {admin_addr}")
-        answer = json.loads(message.payload)
-        if not isinstance(answer, dict):
-            raise BrokerUnavailable(f"{command} answer from {admin_addr} is not an object")
-        return answer
+        return message, sent_token
     finally:
         channel.close()
 

@@ -478,6 +478,13 @@ STATUS = (
         action="store_true",
     ),
     Option(
+        ("--stop",),
+        "stop the router instead (admin command DISCONNECT: it says KBAI to its peers and "
+        "exits); sends the router's admin token, read from the ADMIN_TOKEN_FILE setting's "
+        "file (run as the router's user), or with CURVE uses the admin key",
+        action="store_true",
+    ),
+    Option(
         ("--timeout",),
         "how long to wait for each answer of the router (default: 2)",
         type=seconds(0, inclusive=False),

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from django_eventmq.cli import admin_client, status_groups
-from django_eventmq.cli.status import CLEAR, Ask, Snapshot, fetch, render, summarize
-from django_eventmq.errors import ConfigurationError
+from django_eventmq.cli.status import CLEAR, Ask, Snapshot, connectable, fetch, render, summarize
+from django_eventmq.errors import ConfigurationError, EventMQError
 from django_eventmq.runtime import config
 from django_eventmq.runtime.settings import Settings
 
@@ -119,6 +119,8 @@ def run_options(
     except ConfigurationError as exc:
         (err or sys.stderr).write(f"emq_status: {exc}\n")
         return 2
+    if options.get("stop"):
+        return stop(admin, out, err or sys.stderr, float(options.get("timeout") or 2.0), settings)
     return run(
         admin,
         out,
@@ -128,3 +130,18 @@ def run_options(
         interval=float(options.get("interval") or 2.0),
         timeout=float(options.get("timeout") or 2.0),
     )
+
+
+def stop(admin: str, out: TextIO, err: TextIO, timeout: float, settings: Settings | None) -> int:
+    """``--stop``: DISCONNECT one router (with its admin token); 1 when it did not stop."""
+    if admin_client.is_admin_list(admin):
+        err.write("emq_status: --stop stops one router: name its admin address (--admin)\n")
+        return 2
+    addr = connectable(admin)
+    try:
+        admin_client.stop_router(addr, timeout, settings=settings)
+    except EventMQError as exc:
+        err.write(f"emq_status: {exc}\n")
+        return 1
+    out.write(f"router at {addr} is stopping\n")
+    return 0

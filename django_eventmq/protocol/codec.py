@@ -161,7 +161,10 @@ def _decode(frames: Sequence[bytes], admin: bool) -> Message:
         _check_count(command, body, Kbai.body_frames)
         return Kbai(msgid=msgid, kbye=True)
     if admin and command in C.ADMIN_COMMANDS:
-        return AdminRequest(msgid=msgid, action=command, arguments=tuple(body))
+        token = ""
+        if body and body[0].startswith(C.ADMIN_TOKEN_PREFIX):
+            token, body = body[0][len(C.ADMIN_TOKEN_PREFIX) :], body[1:]
+        return AdminRequest(msgid=msgid, action=command, arguments=tuple(body), token=token)
     cls = MESSAGE_TYPES.get(command)
     if cls is None:
         raise ProtocolError(f"unknown command {describe(frames[2])}")

@@ -48,9 +48,24 @@ MONITOR: Final = "MONITOR"
 POISONED_RETRY: Final = "POISONED_RETRY"
 POISONED_PURGE: Final = "POISONED_PURGE"
 
+#: On the admin socket DISCONNECT stops the router: it is an admin command there.
 ADMIN_COMMANDS: Final = frozenset(
-    {STATUS, ROUTER_SHOW_WORKERS, ROUTER_SHOW_SCHEDULERS, MONITOR, POISONED_RETRY, POISONED_PURGE}
+    {
+        STATUS,
+        ROUTER_SHOW_WORKERS,
+        ROUTER_SHOW_SCHEDULERS,
+        MONITOR,
+        POISONED_RETRY,
+        POISONED_PURGE,
+        DISCONNECT,
+    }
 )
+#: The admin commands that change the router. Without CURVE they must carry the
+#: router's admin token (docs/security.md); the others only read.
+ADMIN_STATE_CHANGING: Final = frozenset({DISCONNECT, POISONED_RETRY, POISONED_PURGE})
+#: Ours: an admin command's first frame after the msgid, when it starts with this,
+#: is the admin token (the rest of the frame), not an argument.
+ADMIN_TOKEN_PREFIX: Final = "admin-token:"  # noqa: S105 - a frame's label, no secret
 
 #: Peer types named in the last frame of INFORM.
 PEER_WORKER: Final = "worker"

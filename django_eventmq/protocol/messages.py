@@ -377,12 +377,16 @@ def parse_queue_spec(text: str) -> QueueSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AdminRequest(Message):
-    """An administrative command (STATUS, ROUTER_SHOW_WORKERS, ...)."""
+    """An administrative command (STATUS, ROUTER_SHOW_WORKERS, ..., DISCONNECT)."""
 
     body_frames: ClassVar[tuple[int, int]] = (0, 0)
     action: str
     #: Frames after the msgid (POISONED_RETRY / POISONED_PURGE: the jobs' msgids).
     arguments: tuple[str, ...] = ()
+    #: The router's admin token, the proof a state-changing command carries
+    #: (``C.ADMIN_TOKEN_PREFIX`` + token, the first frame after the msgid); "": none.
+    #: Kept out of ``repr``, so no log line shows it.
+    token: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         Message.__post_init__(self)
@@ -396,6 +400,8 @@ class AdminRequest(Message):
         return self.action
 
     def body(self) -> list[str]:
+        if self.token:
+            return [C.ADMIN_TOKEN_PREFIX + self.token, *self.arguments]
         return list(self.arguments)
 
 

@@ -29,12 +29,13 @@ import time
 from typing import Any
 
 from django_eventmq.errors import ConfigurationError, ProtocolError
-from django_eventmq.protocol import Ack, AdminRequest, Disconnect, Reply, decode, new_msgid
+from django_eventmq.protocol import Ack, AdminRequest, Reply, decode, new_msgid
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.views import after_identity, identity_of
 from django_eventmq.router.leadership import LeaderInfo, LeadershipLost, Lease, fence
 from django_eventmq.router.router import Router
 from django_eventmq.runtime import security, transport
+from django_eventmq.runtime.admin_token import AdminGate
 from django_eventmq.runtime.outbox import WarnOnce, send, show
 from django_eventmq.runtime.service import Service
 from django_eventmq.runtime.settings import Settings
@@ -78,6 +79,8 @@ class GroupMember(Service):
         self.admin_address = ""
         self._admin: Channel | None = None
         self._guard: security.Guard | None = None
+        #: The admin token of this member's admin socket (its leader's router uses it too).
+        self._gate = AdminGate(settings)
         self._lease: Lease | None = None
         self._info: LeaderInfo | None = None
         #: (epoch, member) of the leader last named in the standby log line.
@@ -108,6 +111,7 @@ class GroupMember(Service):
             bind_option="--admin",
         )
         self.admin_address = self._admin.address
+        self._gate.open(self.admin_address)
         self._lease = Lease(s.journal_url, self.group, self.member, lease_seconds=s.lease_seconds)
         log.info(
             "router group %s: member %s started (admin=%s, lease %gs); standing by",
@@ -160,6 +164,7 @@ class GroupMember(Service):
         if self._guard is not None:
             self._guard.stop()
             self._guard = None
+        self._gate.close()
 
     def summary(self) -> str:
         return f" (group {self.group}, member {self.member})"
@@ -186,6 +191,7 @@ class GroupMember(Service):
             journal=open_journal,
             lease_seconds=lease_seconds,
             admin=self._admin,
+            admin_gate=self._gate,
             status_extra=self.group_status,
             fatal=(LeadershipLost,),
         )
@@ -274,13 +280,15 @@ class GroupMember(Service):
         except ProtocolError as exc:
             self._warn("admin", identity, exc.reason, "dropped malformed message")
             return
-        if isinstance(message, Disconnect):
+        if not isinstance(message, AdminRequest):
+            self._warn("admin", identity, f"unexpected command {message.command or 'admin'}")
+            return
+        if self._gate.turn_away(admin, identity, message, self._warn):
+            return
+        if message.action == C.DISCONNECT:
             log.info("DISCONNECT from the admin socket: stopping (standby, %s)", show(identity))
             send(admin, identity, Ack(msgid=new_msgid(), ack_msgid=message.msgid))
             self.stop()
-            return
-        if not isinstance(message, AdminRequest):
-            self._warn("admin", identity, f"unexpected command {message.command or 'admin'}")
             return
         body: dict[str, Any] = self.group_status()
         if message.action == C.ROUTER_SHOW_WORKERS:

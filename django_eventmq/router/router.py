@@ -29,7 +29,6 @@ from django_eventmq.errors import ConfigurationError, ProtocolError
 from django_eventmq.protocol import (
     Ack,
     AdminRequest,
-    Disconnect,
     Heartbeat,
     Kbai,
     Message,
@@ -58,6 +57,7 @@ from django_eventmq.router.lease_keeper import LeasedJournal, LeaseKeeper
 from django_eventmq.router.routing import Routing, Schedulers
 from django_eventmq.router.unserved import UnservedQueues
 from django_eventmq.runtime import security, transport
+from django_eventmq.runtime.admin_token import AdminGate
 from django_eventmq.runtime.outbox import CLIENT_SNDHWM, Handler, Outbox, WarnOnce, send, show
 from django_eventmq.runtime.service import Service
 from django_eventmq.runtime.settings import Settings
@@ -110,6 +110,7 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
         journal: Callable[[], JournalLike] | None = None,
         lease_seconds: float = 0.0,
         admin: Channel | None = None,
+        admin_gate: AdminGate | None = None,
         status_extra: Callable[[], dict[str, Any]] | None = None,
         fatal: tuple[type[BaseException], ...] = (),
     ) -> None:
@@ -117,7 +118,8 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
         (:mod:`.group`): ``journal`` opens its journal (else the SQLite journal of
         the settings), whose lease (``lease_seconds``) is checked before anything is
         handled and renewed while idle; ``admin`` is an admin socket bound by the
-        caller (used, never closed); ``status_extra`` adds to STATUS and MONITOR;
+        caller (used, never closed) with its token (``admin_gate``, opened and closed by
+        the caller); ``status_extra`` adds to STATUS and MONITOR;
         ``fatal`` are exceptions (``LeadershipLost``) that end :meth:`loop_once`
         instead of being logged by a handler."""
         super().__init__()
@@ -129,6 +131,9 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
         #: The group leader's lease checks (None: the SQLite journal, no lease).
         self._lease: LeaseKeeper | None = None
         self._borrowed_admin = admin
+        #: What state-changing admin commands must carry (see runtime.admin_token).
+        self._gate = admin_gate or AdminGate(settings)
+        self._own_gate = admin_gate is None
         self._status_extra = status_extra
         #: What a handler re-raises rather than logs: the loop must end (see __init__).
         self.fatal: tuple[type[BaseException], ...] = (transport.ContextTerminated, *fatal)
@@ -201,6 +206,8 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
             self.frontend_address = self.frontend.address
             self.backend_address = self.backend.address
             self.admin_address = self.admin.address
+            if self._own_gate:
+                self._gate.open(self.admin_address)
             if self._journal_factory is not None:
                 journal = self._journal_factory()
                 self.journal_path = journal.path
@@ -315,6 +322,8 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
         if self._guard is not None:
             self._guard.stop()
             self._guard = None
+        if self._own_gate:
+            self._gate.close()
         if book is not None and not book.journal.closed and self.lost:
             book.journal.close()  # never commits, never raises (a lost journal)
         elif book is not None and not book.journal.closed:
@@ -472,10 +481,15 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
 
     # -- admin -------------------------------------------------------------------
     def _admin_handlers(self) -> dict[type, Handler]:
-        return {AdminRequest: self._on_admin, Disconnect: self._on_admin_disconnect}
+        return {AdminRequest: self._on_admin}
 
     def _on_admin(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
         assert isinstance(msg, AdminRequest)
+        if self._gate.turn_away(self.admin, identity, msg, self._warn):
+            return
+        if msg.action == C.DISCONNECT:
+            self._on_admin_disconnect(identity, msg)
+            return
         if msg.action == C.STATUS:
             body = admin_json.status(self.routing, now)
             body["poisoned_messages"] = admin_json.poisoned(self.book)
@@ -503,9 +517,7 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
             body = admin_json.show_schedulers(self.schedulers)
         send(self.admin, identity, Reply(msgid=new_msgid(), payload=json.dumps(body)))
 
-    def _on_admin_disconnect(
-        self, identity: bytes, frames: list[bytes], msg: Message, now: float
-    ) -> None:
+    def _on_admin_disconnect(self, identity: bytes, msg: Message) -> None:
         log.info("DISCONNECT from the admin socket: saying KBAI to every peer and stopping")
         send(self.admin, identity, Ack(msgid=new_msgid(), ack_msgid=msg.msgid))
         for worker_id in list(self.routing.workers):

@@ -240,6 +240,16 @@ class Settings:
     cancel_policy: str = "owner"
     #: Router: accept admin connections from loopback and ``ipc://`` only.
     admin_local_only: bool = True
+    #: Router without CURVE: the file it writes its admin token to at start (mode 0600),
+    #: which DISCONNECT, POISONED_RETRY and POISONED_PURGE must carry; admin tools read
+    #: it. ``{admin}`` stands for the admin port (``tcp-47293``; an ``ipc://`` path made
+    #: a name). Empty: ``admin-{admin}.token`` in ``$XDG_RUNTIME_DIR/django-eventmq``,
+    #: else in ``<temp dir>/django-eventmq-<uid>`` (a directory only this user may use).
+    admin_token_file: str = ""
+    #: Router without CURVE: False lets DISCONNECT and POISONED_* in without the admin
+    #: token (from any local process), as the reference eventmq 0.3.13's admin tools send
+    #: them. With CURVE on, the admin key is the proof and no token is asked.
+    admin_token_required: bool = True
     #: Every socket: bytes in one frame; a peer sending a bigger one is disconnected.
     max_message_bytes: int = 64 * 1024 * 1024
     #: Every socket: frames in one message; longer messages are drained and refused.

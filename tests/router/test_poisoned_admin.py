@@ -20,7 +20,7 @@ DIED = "worker process exited with signal 9"
 
 
 def admin(h: Harness, command: str, *msgids: str) -> dict[str, Any]:
-    h.admin.send(command, *msgids)
+    h.admin.send(command, h.token_frame(), *msgids)
     return json.loads(h.admin.expect("REPLY")[2])  # type: ignore[no-any-return]
 
 

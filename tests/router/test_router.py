@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 import zmq
 
+from django_eventmq.protocol import constants as C
 from django_eventmq.protocol import new_msgid
 from django_eventmq.router.router import Router
+from django_eventmq.runtime import admin_token
 from django_eventmq.runtime.settings import Settings
 from tests.support import wait_for
 
@@ -109,6 +111,13 @@ class Harness:
         reply = self.admin.expect("REPLY")
         assert reply[1] != msgid
         return json.loads(reply[2])  # type: ignore[no-any-return]
+
+    def token_frame(self) -> str:
+        """The frame that proves a state-changing admin command (the router's token,
+        read from its file as the admin tools read it)."""
+        token, why = admin_token.read_token(self.router.settings, self.router.admin_address)
+        assert token, why
+        return C.ADMIN_TOKEN_PREFIX + token
 
     def slots(self, worker: Peer) -> int | None:
         info = self.ask("ROUTER_SHOW_WORKERS")["connected_workers"].get(worker.identity.decode())
@@ -518,7 +527,7 @@ def test_admin_disconnect_says_kbai_to_everyone_and_stops(h: Harness) -> None:
     scheduler = h.peer("frontend", "sched")
     scheduler.send("INFORM", "", "scheduler")
     scheduler.expect("ACK")
-    msgid = h.admin.send("DISCONNECT")
+    msgid = h.admin.send("DISCONNECT", h.token_frame())
     assert h.admin.expect("ACK")[2] == msgid
     worker.expect("KBAI")
     scheduler.expect("KBAI")

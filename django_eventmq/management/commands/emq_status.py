@@ -40,6 +40,11 @@ class Command(BaseCommand):
         code = status_command.run_options(
             options, settings.admin_addr, out, settings=settings, err=err
         )
+        if options.get("stop"):
+            if code:
+                message = err.getvalue().strip().removeprefix("emq_status: ")
+                raise CommandError(message, returncode=code)
+            return
         if not code and not options.get("json") and not options.get("watch"):
             self._dead_letters(out)
         if code == 2:  # a bad --admin list given to call_command (the parser checks the CLI's)

@@ -315,3 +315,16 @@ def test_a_purged_poisoned_job_is_gone_from_the_router(
 def test_only_the_sites_own_routers_are_asked(admin_client: Any, poisoning: Poisoning) -> None:
     page = admin_client.post(POISONED, {"do": "purge", "job": [f"{tcp_addr()} m"]}, follow=True)
     assert "is not one of this site&#x27;s routers" in page.content.decode()
+
+
+def test_a_site_without_the_routers_admin_token_is_refused_and_nothing_changes(
+    admin_client: Any, poisoning: Poisoning, eventmq_settings: Callable[..., Any], tmp_path: Any
+) -> None:
+    """The dashboard sends the token it can read; a router it cannot prove itself to
+    refuses the purge, the page says why, and the job stays set aside."""
+    h, _worker, msgid = poisoning
+    elsewhere = str(tmp_path / "not-the-routers.token")
+    eventmq_settings(ADMIN_ADDR=h.router.admin_address, ADMIN_TOKEN_FILE=elsewhere)
+    page = on_poisoned(admin_client, "purge", h, msgid)
+    assert "Not done" in page and "without the admin token" in page, page
+    assert h.ask("STATUS")["poisoned_messages_total"] == 1

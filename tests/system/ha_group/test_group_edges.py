@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import zmq
 
+from django_eventmq.cli import admin_client
+from django_eventmq.runtime.settings import Settings
 from tests.pg_support import pg_dsn, pg_group  # noqa: F401 - fixtures
 from tests.support import free_port, wait_for
 from tests.system.chaos.support import admin_call
@@ -92,7 +94,11 @@ def test_without_postgresql_a_member_stands_by_says_so_once_and_stops_on_disconn
         # Several polls later, still one line about it.
         wait_for(lambda: m.status().get("role") == "standby", 5, "STATUS")
         assert m.proc.output().count("PostgreSQL at") == 1
-        assert _disconnect(m.admin)[2] == b"ACK"
+        # Without the admin token a standby stays up too; the shipped tool sends it.
+        refused = _disconnect(m.admin)
+        assert refused[2] == b"REPLY" and b"without the admin token" in refused[4]
+        assert m.status().get("role") == "standby"
+        admin_client.stop_router(m.admin, 20, settings=Settings())
         assert m.proc.popen.wait(20) == 0
     finally:
         m.proc.stop()
