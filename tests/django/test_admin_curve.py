@@ -136,15 +136,20 @@ def test_the_routers_own_key_opens_its_admin_socket(keys: Keys, router: tuple[st
     assert "queued" in answer
 
 
-def test_emq_status_and_the_metrics_collector_take_keys_from_the_settings(
-    keys: Keys, router: tuple[str, Proc], eventmq_settings: Any
-) -> None:
-    admin, _proc = router
+def with_admin_key(eventmq_settings: Any, keys: Keys, admin: str) -> None:
+    """The site's settings: this router, its public key and the admin key pair."""
     eventmq_settings(
         ADMIN_ADDR=admin,
         CURVE_SERVER_PUBLIC_KEY=keys.server[0],
         CURVE_ADMIN_SECRET_KEY=keys.admin[1],
     )
+
+
+def test_emq_status_and_the_metrics_collector_take_keys_from_the_settings(
+    keys: Keys, router: tuple[str, Proc], eventmq_settings: Any
+) -> None:
+    admin, _proc = router
+    with_admin_key(eventmq_settings, keys, admin)
     out = io.StringIO()
     call_command("emq_status", json=True, timeout=float(DEADLINE), stdout=out)
     assert json.loads(out.getvalue())["reachable"] is True
@@ -262,3 +267,18 @@ def test_a_curve_routers_metrics_endpoint_reads_its_admin_socket_with_its_own_ke
         assert samples[("emq_router_up", ())] == 1
     finally:
         router.stop()
+
+
+def test_with_curve_the_admin_key_is_the_proof_emq_status_stop_needs(
+    keys: Keys, tmp_path: Any, eventmq_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No admin token is written or asked with CURVE on: ``emq_status --stop`` with the
+    admin key (and no token file to read) stops the router, as before."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # the router's and ours
+    with curve_router(keys, tmp_path / "journal.sqlite3") as (admin, proc):
+        assert not list(tmp_path.glob("django-eventmq/*.token"))
+        with_admin_key(eventmq_settings, keys, admin)
+        out = io.StringIO()
+        call_command("emq_status", stop=True, timeout=float(DEADLINE), stdout=out)
+        assert f"router at {admin} is stopping" in out.getvalue()
+        assert proc.popen.wait(30) == 0
