@@ -42,6 +42,18 @@ def test_sigterm_of_the_leader_releases_the_lease_to_the_standby(group: Group) -
     assert group.b.status()["epoch"] == 2
 
 
+def test_a_leader_refuses_disconnect_without_the_admin_token_and_stops_with_it(
+    group: Group,
+) -> None:
+    """The leader's router answers on the member's admin socket with the member's token."""
+    refused = _disconnect(group.a.admin)
+    assert refused[2] == b"REPLY" and b"without the admin token" in refused[4]
+    assert group.a.role() == "leader" and group.a.proc.popen.poll() is None
+    admin_client.stop_router(group.a.admin, 20, settings=Settings())
+    assert group.a.proc.popen.wait(30) == 0
+    assert "released epoch 1" in group.a.proc.output()
+
+
 def test_a_member_that_wins_but_cannot_bind_gives_the_lease_back(group: Group) -> None:
     assert group.b.proc.stop() == 0  # only C may take over from A
     with socket.socket() as taken:
