@@ -26,10 +26,14 @@ import zmq
 from django_eventmq.client.connection import Client
 from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.protocol import new_msgid
+from django_eventmq.router.journal import commit as journal_commit
+from django_eventmq.router.journal.commit import WAL_SIZE_LIMIT
+from django_eventmq.router.journal.store import Journal
 from tests.router.test_crash import RouterProcess, worker
+from tests.router.test_journal import add
 from tests.router.test_router import JOB, Peer
 from tests.support import Proc, python_module, tcp_addr, wait_for
-from tests.system.chaos.support import admin_call
+from tests.system.chaos.support import admin_call, body, start_jobmanager
 
 #: Heartbeats often enough that a few of them pass while the journal is blocked.
 FAST = {"EMQ_HEARTBEAT_INTERVAL": "0.2", "EMQ_HEARTBEAT_TIMEOUT": "10"}
@@ -213,6 +217,120 @@ def test_a_full_disk_rejects_new_jobs_with_the_reason_and_recovers_when_space_re
     assert admin_call(r.admin, "STATUS")["journal_failure"] is None
     assert again in stored(r.journal)
     assert "Traceback" not in r.proc.output()
+
+
+class GuaranteedSender(threading.Thread):
+    """Sends guaranteed jobs one at a time until halted, each again with its msgid
+    until it is acknowledged (as a caller of ``.delay()`` that retries would);
+    ``acked`` lists the msgids acknowledged."""
+
+    def __init__(self, frontend: str) -> None:
+        super().__init__(name="guaranteed-sender")
+        self.frontend = frontend
+        self.acked: list[str] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        client = Client(self.frontend)
+        try:
+            while not self.halt.is_set():
+                msgid = new_msgid()
+                while not self.halt.is_set():
+                    with contextlib.suppress(BrokerUnavailable):
+                        client.send_request_guaranteed(
+                            msgid.encode(), b"default", b"guarantee", body(msgid),
+                            ack_timeout=1.0, retries=0,
+                        )  # fmt: skip
+                        self.acked.append(msgid)
+                        break
+        finally:
+            client.close()
+
+
+@pytest.mark.timeout(300)
+def test_a_full_disk_recovers_within_seconds_once_space_returns_and_every_acknowledged_job_runs(
+    start: Callable[..., RouterProcess], small_disk: Path, tmp_path: Path
+) -> None:
+    """Issue 30: the disk filled while a guaranteed sender ran; once the filler was
+    removed the journal's WAL (never checkpointed: SQLite waits for 4 MiB of it)
+    took all the freed space within some 120 commits, and the router said "disk
+    full" for good. Now it recovers once, keeps its files small and every job
+    acknowledged runs."""
+    r = start(small_disk)
+    ran = tmp_path / "ran"
+    jm = start_jobmanager(r.backend, 2, EMQ_CHAOS_RECORD=str(ran))
+    sender = GuaranteedSender(r.frontend)
+    sender.start()
+    try:
+        wait_for(lambda: len(sender.acked) >= 20, 60, "20 jobs acknowledged")
+        filler = fill(small_disk)
+        r.proc.wait_output(r"journal .* cannot be written: disk full", timeout=60)
+        filler.unlink()
+        r.proc.wait_output(r"journal .* can be written again", timeout=30)
+        # One job a commit: 500 would fill the 2 MiB again with a WAL never checkpointed.
+        target = len(sender.acked) + 500
+        wait_for(
+            lambda: len(sender.acked) >= target,
+            60,
+            f"{target} jobs acknowledged, space back (so far {len(sender.acked)})",
+        )
+    finally:
+        sender.halt.set()
+        sender.join(30)
+    try:
+
+        def runs() -> set[str]:
+            return set(ran.read_text().split()) if ran.exists() else set()
+
+        acked = set(sender.acked)
+        wait_for(lambda: acked <= runs(), 60, "every acknowledged job to run")
+    finally:
+        jm.stop()
+    out = r.proc.output()
+    # One episode: said once when it began and once when it ended, no reminder.
+    assert out.count("cannot be written: disk full") == 1, out
+    assert out.count("can be written again") == 1, out
+    assert "still cannot be written" not in out
+    assert admin_call(r.admin, "STATUS")["journal_failure"] is None
+    # The WAL is cut back once checkpointed (it had taken the whole disk).
+    assert Path(f"{r.journal}-wal").stat().st_size <= WAL_SIZE_LIMIT + (256 << 10)
+
+
+def test_on_a_full_disk_the_journal_gives_back_its_wal_and_writes_again(
+    small_disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retry on a full disk first copies the WAL into the journal file (into pages
+    freed by finished jobs) and cuts it to nothing: the room it held takes the
+    write, with the filler still there."""
+    monkeypatch.setattr(journal_commit, "RETRY_INTERVAL", 0.0)
+    journal = Journal(str(small_disk / "journal.sqlite3"))
+    try:
+        padded = b'["run", {"pad": "' + b"x" * 3000 + b'"}]'
+        # 150 jobs finished: free pages in the journal file, an empty WAL.
+        for seq in range(1, 151):
+            add(journal, seq, body=padded)
+        assert journal.commit()
+        for seq in range(1, 151):
+            journal.delete(seq)
+        assert journal.commit()
+        journal.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        # 40 commits of a job: below the checkpoint's pages, all in the WAL.
+        for seq in range(151, 191):
+            add(journal, seq, body=padded)
+            assert journal.commit()
+        fill(small_disk)
+        seq = 191
+        while journal.failure is None:
+            add(journal, seq, body=padded)
+            journal.commit()
+            seq += 1
+        assert journal.failure == "disk full"
+        assert journal.commit()
+        assert journal.failure is None
+        assert Path(f"{journal.path}-wal").stat().st_size < 256 << 10
+    finally:
+        journal.close()
+    assert {f"m{n}" for n in range(151, seq)} <= stored(small_disk / "journal.sqlite3")
 
 
 @pytest.fixture

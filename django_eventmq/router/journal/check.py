@@ -26,11 +26,15 @@ class JournalDamaged(ConfigurationError):
     """The journal failed its checks at start-up; the message says what to do."""
 
 
+#: :func:`describe`'s cause for a full disk.
+DISK_FULL = "disk full"
+
+
 def describe(exc: BaseException) -> str:
     """A short cause for a SQLite or OS error, for the one log line an operator reads."""
     name = getattr(exc, "sqlite_errorname", "") or ""
     if name.startswith("SQLITE_FULL") or getattr(exc, "errno", None) == 28:
-        return "disk full"
+        return DISK_FULL
     if name.startswith("SQLITE_BUSY") or name.startswith("SQLITE_LOCKED"):
         return "locked by another connection (an sqlite3 shell, a backup, a VACUUM?)"
     if (

@@ -29,7 +29,10 @@ router releases an ACK or a hand-out only after that. Meanwhile
 :attr:`Journal.failure` says why, kept writes go on piling up in memory, a
 write that must happen at once raises :class:`JournalUnavailable`, and so do
 the reads whose answer would miss the kept writes (the router then hands out
-only what it holds in memory). A retry runs at most every ``RETRY_INTERVAL``.
+only what it holds in memory). A retry runs at most every ``RETRY_INTERVAL``;
+on a full disk it first checkpoints the WAL and truncates it (:meth:`_empty_wal`).
+The WAL is checkpointed every ``WAL_CHECKPOINT_PAGES`` so that it never takes
+the room the journal file needs to take its pages back.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from typing import IO, Any
 from django_eventmq.errors import ConfigurationError, EventMQError
 from django_eventmq.router.journal.api import KeptWrites
 from django_eventmq.router.journal.check import (
+    DISK_FULL,
     JournalDamaged,
     check_file,
     create_private,
@@ -77,6 +81,13 @@ RETRY_INTERVAL = 1.0
 REMIND_INTERVAL = 60.0
 #: Seconds between two writes of the mark file (PATH.mark).
 MARK_INTERVAL = 2.0
+#: WAL pages after which a commit copies them into the journal file (SQLite's
+#: default, 1,000 pages = 4 MiB, is more than a small disk has: the WAL was never
+#: checkpointed, took every byte freed and could then never be copied back).
+WAL_CHECKPOINT_PAGES = 256
+#: Bytes the WAL file is cut back to once checkpointed (a burst's big WAL is given
+#: back to the file system instead of being kept at its largest).
+WAL_SIZE_LIMIT = 1 << 20
 
 
 #: A write that changes nothing, to find out whether the journal can be written.
@@ -137,6 +148,8 @@ class JournalBase(KeptWrites):
             else:
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.execute("PRAGMA synchronous=" + ("FULL" if sync == "full" else "NORMAL"))
+                self.db.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
+                self.db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             self.db.execute("PRAGMA temp_store=MEMORY")
             self.db.executescript(SCHEMA)
             add_owner_column(self.db)
@@ -402,6 +415,8 @@ class JournalBase(KeptWrites):
     def _replay(self) -> bool:
         """After a failure: a new transaction with the writes the failed one had applied."""
         self.failure, cause = None, self.failure
+        if cause == DISK_FULL:
+            self._empty_wal()
         try:
             self._execute("BEGIN")
             self._in_tx = True
@@ -417,6 +432,13 @@ class JournalBase(KeptWrites):
             self._fail(exc)
             return False
         return True
+
+    def _empty_wal(self) -> None:
+        """On a full disk, before a retry: copy the committed WAL into the journal file
+        and cut the WAL to nothing, giving its space back (a WAL holds many copies of
+        a page; the file, one). Needs room for the file's new pages: fails until then."""
+        with contextlib.suppress(sqlite3.Error):
+            self._execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def close(self) -> None:
         """Commit and close (idempotent). Changes that cannot be written are lost
