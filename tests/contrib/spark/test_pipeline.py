@@ -29,6 +29,7 @@ import pyarrow.parquet as pq  # noqa: E402
 from example_project.pipeline import digest_export  # noqa: E402
 
 
+@pytest.mark.timeout(300)  # Spark on a loaded machine (2 cores shared) passes 120 s
 def test_events_become_an_export_and_one_digest_job_per_user_and_day(spark, stack, tmp_path):
     events = tmp_path / "events.parquet"
     done = subprocess.run(
