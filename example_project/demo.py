@@ -50,15 +50,22 @@ def say(text: str) -> None:
     print(f"==> {text}", flush=True)
 
 
-def wait_until(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    """Poll ``check`` until it returns something truthy; exit with a message if it never does."""
+def wait_until(
+    check: Callable[[], Any],
+    what: str | Callable[[], str],
+    timeout: float = 60.0,
+    logs: Path = LOG_DIR,
+) -> Any:
+    """Poll ``check`` until it returns something truthy; exit with a message if it never
+    does (``what`` may be a callable: what is still missing, said when giving up)."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() > deadline:
-            sys.exit(f"demo: gave up after {timeout:.0f}s waiting for {what} (logs in {LOG_DIR})")
+            said = what() if callable(what) else what
+            sys.exit(f"demo: gave up after {timeout:.0f}s waiting for {said} (logs in {logs})")
         time.sleep(0.1)
 
 
@@ -88,7 +95,8 @@ class Service:
                 sys.exit(f"demo: {self.name} exited early; its log:\n{self.output()}")
             return re.search(pattern, self.output())
 
-        return wait_until(check, f"{self.name} to print {pattern!r}", timeout)  # type: ignore[no-any-return]
+        what = f"{self.name} to print {pattern!r}"
+        return wait_until(check, what, timeout, self.log_path.parent)  # type: ignore[no-any-return]
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import django
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -230,6 +231,9 @@ class DashboardAdmin(_ModelAdmin):
             "data_url": reverse(f"{self.admin_site.name}:django_eventmq_dashboard_data"),
             "several_routers": _several_routers(),
             "poll_ms": 2000,
+            # The admin styles its breadcrumbs as <ol class="breadcrumbs"> from Django 6 on
+            # (a <div> before): ours take the form this Django's stylesheet knows.
+            "breadcrumbs_list": django.VERSION >= (6, 0),
         }
         return TemplateResponse(request, "django_eventmq/dashboard.html", context)
 

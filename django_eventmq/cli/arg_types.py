@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from django_eventmq.cli.admin_client import is_admin_list, parse_admin_groups
 from django_eventmq.errors import ConfigurationError
+from django_eventmq.runtime.setting_values import QUEUES_FORMAT
 from django_eventmq.runtime.settings import (
     Settings,
     check_address,
@@ -72,9 +73,10 @@ def queues(text: str) -> tuple[tuple[int, str], ...]:
         parsed = parse_queues(text)
         Settings(queues=parsed)  # checks names and that at least one is given
     except ConfigurationError as exc:
-        raise argparse.ArgumentTypeError(
-            f"{_strip_key(str(exc))} (expected 'name:weight,...', e.g. 'email:30,default:10')"
-        ) from None
+        message = _strip_key(str(exc))
+        if QUEUES_FORMAT not in message:
+            message += " (expected 'name:weight,...', e.g. 'email:30,default:10')"
+        raise argparse.ArgumentTypeError(message) from None
     return parsed
 
 

@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from django_eventmq.cli.arg_types import LOG_LEVELS as LOG_LEVELS
@@ -56,6 +57,7 @@ __all__ = [
     "admin_addresses",
     "configure_logging",
     "log_level",
+    "metrics_module",
     "module",
     "seconds",
     "settings_from_options",
@@ -63,6 +65,8 @@ __all__ = [
 ]
 
 _DEFAULTS = Settings()
+#: What to install for ``--metrics`` (the ``metrics`` extra of pyproject.toml).
+METRICS_EXTRA = "pip install 'django-eventmq[metrics]'"
 
 
 class OptionError(ConfigurationError):
@@ -166,9 +170,24 @@ LOG_LEVEL = Option(
 
 METRICS = Option(
     ("--metrics",),
-    "serve Prometheus metrics at http://ADDR/metrics (HOST:PORT or :PORT; default: none)",
+    "serve Prometheus metrics at http://ADDR/metrics (HOST:PORT or :PORT; default: none; "
+    f"needs the metrics extra: {METRICS_EXTRA})",
     metavar="ADDR",
 )
+
+
+def metrics_module() -> ModuleType:
+    """:mod:`.metrics`, for ``--metrics``; an :class:`OptionError` saying which extra to
+    install when prometheus-client (which it is built on) does not import."""
+    try:
+        from django_eventmq.cli import metrics
+    except ImportError as exc:
+        raise OptionError(
+            f"--metrics needs prometheus-client, which does not import here ({exc}): "
+            f"{METRICS_EXTRA}"
+        ) from None
+    return metrics
+
 
 ROUTER = (
     Option(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Mapping
@@ -79,15 +80,17 @@ def run(
     tty = watch and not as_json and out.isatty()
     previous: Previous = {}
     shown = 0
+    code = 0
     try:
         while True:
             text, previous, healthy = frame(
                 admin_addr, previous, as_json=as_json, monitor=monitor, timeout=timeout, ask=ask
             )
             if not watch:
+                code = 0 if healthy else 1
                 out.write(text)
                 out.flush()
-                return 0 if healthy else 1
+                return code
             out.write((CLEAR + text) if tty else text + ("" if as_json else "\n"))
             out.flush()
             shown += 1
@@ -96,6 +99,24 @@ def run(
             time.sleep(interval)  # the refresh period, not a wait for an event
     except KeyboardInterrupt:
         return 0
+    except BrokenPipeError:
+        # The reader left (emq_status | head): stop quietly, as a pipe's writer does.
+        _discard(out)
+        return code
+
+
+def _discard(out: TextIO) -> None:
+    """Point ``out``'s file at /dev/null: what is still buffered, what the command writes
+    after, and Python's flush at exit go nowhere instead of raising BrokenPipeError again."""
+    try:
+        fd = out.fileno()
+    except (OSError, ValueError):
+        return  # not a file (a StringIO): nothing is flushed at exit
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def run_options(

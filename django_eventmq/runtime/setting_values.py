@@ -117,13 +117,28 @@ def _positive(name: str, value: object, *, whole: bool = False, allow_zero: bool
         raise ConfigurationError(f"{name.upper()}: expected {kind} {bound}, got {value!r}")
 
 
+#: How a queue list is written, for the errors that refuse one.
+QUEUES_FORMAT = "write queues as 'name:weight,name:weight', e.g. 'email:30,default:10'"
+
+
+def _queue_text(item: str) -> tuple[str, str, str]:
+    """``name``, ``:``, ``weight`` of one ``name:weight`` entry, refusing the two
+    misreadings of a weight: 'email 30' (a space) and 'email,30' (a name of digits)."""
+    if any(c.isspace() for c in item):
+        raise ConfigurationError(f"QUEUES: {item!r} holds a space: {QUEUES_FORMAT}")
+    name, sep, weight = item.partition(":")
+    if name.isdigit():
+        raise ConfigurationError(f"QUEUES: {name!r} is a number, not a queue name: {QUEUES_FORMAT}")
+    return name, sep, weight
+
+
 def parse_queues(value: object) -> QueueList:
     """Parse a queue list: ``"email:30,default:10"``, ``["email", "default"]`` or
     ``[(30, "email"), ...]`` / ``[["email", 30], ...]``. A name without a weight
-    gets the default weight."""
+    gets the default weight. Spaces only around the commas."""
     items: list[Any]
     if isinstance(value, str):
-        items = [part.strip() for part in value.replace(" ", ",").split(",") if part.strip()]
+        items = [part.strip() for part in value.split(",") if part.strip()]
     elif isinstance(value, list | tuple):
         items = list(value)
     else:
@@ -131,7 +146,7 @@ def parse_queues(value: object) -> QueueList:
     queues: list[tuple[int, str]] = []
     for item in items:
         if isinstance(item, str):
-            name, sep, weight_text = item.partition(":")
+            name, sep, weight_text = _queue_text(item)
             try:
                 weight = int(weight_text) if sep else C.DEFAULT_QUEUE_WEIGHT
             except ValueError:

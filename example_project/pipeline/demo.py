@@ -4,9 +4,10 @@ Migrates the example site's SQLite database, starts ``emq_router`` and
 ``emq_jobmanager`` (recording every job's outcome in ``JobResult``), writes
 the events with ``manage.py generate_events``, runs the PySpark job
 (``digest_export``: digests, Parquet export, one ``send_digest`` job per
-row on the ``email`` queue), waits until the job manager has run every job,
-and prints what the jobs recorded: the ``DigestSent`` rows and the
-``JobResult`` rows you also see in the admin.
+row on the ``email`` queue), waits until the job manager has run every job
+and written its ``JobResult`` row, and prints what the jobs recorded: the
+``DigestSent`` rows and the ``JobResult`` rows you also see in the admin. The
+router takes free ports when its default ones are taken, as ``make demo``'s does.
 
 Running it again with the same ``--run-id`` sends the same msgids, so the
 router starts none of the jobs a second time (the summary says so).
@@ -19,9 +20,11 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
-from example_project.demo import ROOT, Service, say, wait_until
+from example_project.demo import ROOT, Service, router_addresses, say, wait_until
 
 LOG_DIR = ROOT / "var" / "pipeline"
 
@@ -54,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     env.setdefault("DATABASE_URL", f"sqlite:///{ROOT / 'var' / 'demo' / 'db.sqlite3'}")
     # Every outcome lands in JobResult, so the digests show as finished jobs in the admin.
     env.setdefault("EMQ_RECORD_ALL_RESULTS", "true")
+    # Free router ports when the defaults are taken (another router), as `make demo` does;
+    # the Spark job reads EMQ_BROKER_ADDR.
+    env.update(router_addresses(env))
     os.environ.update(env)
 
     say("migrating the SQLite database " + env["DATABASE_URL"])
@@ -115,19 +121,24 @@ def main(argv: list[str] | None = None) -> int:
         expected = _export_rows(export)
         say(f"the export has {expected:,} digests; waiting for the job manager to run them")
 
-        def all_recorded() -> bool:
-            return DigestSent.objects.filter(run_id=options.run_id).count() >= expected
+        def counts() -> Counts:
+            digests = DigestSent.objects.filter(run_id=options.run_id).count()
+            succeeded = JobResult.objects.filter(
+                job=SEND_DIGEST, status=JobStatus.SUCCEEDED, msgid__startswith=f"{options.run_id}:"
+            ).count()
+            return Counts(digests, succeeded)
 
-        wait_until(all_recorded, f"{expected:,} send_digest jobs", options.timeout)
+        # The job manager writes JobResult rows in batches after the jobs wrote their
+        # digests: the summary waits for both, not the digests alone.
+        recorded = wait_for_jobs(
+            counts, expected, _truthy(env["EMQ_RECORD_ALL_RESULTS"]), options.timeout
+        )
         seconds = time.monotonic() - started
         digests = DigestSent.objects.filter(run_id=options.run_id)
-        new = digests.count() - before
-        finished = JobResult.objects.filter(
-            job=SEND_DIGEST, status=JobStatus.SUCCEEDED, msgid__startswith=f"{options.run_id}:"
-        ).count()
         say(
-            f"done in {seconds:.1f}s: {digests.count():,} digests recorded ({new:,} new this run), "
-            f"{finished:,} send_digest jobs succeeded in JobResult"
+            f"done in {seconds:.1f}s: {recorded.digests:,} digests recorded "
+            f"({recorded.digests - before:,} new this run), "
+            f"{recorded.succeeded:,} send_digest jobs succeeded in JobResult"
         )
         twice = digests.filter(deliveries__gt=1).count()
         print(f"    digests delivered more than once: {twice}")
@@ -144,6 +155,40 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for service in reversed(services):
             service.stop()
+
+
+class Counts(NamedTuple):
+    """What the jobs of a run recorded: DigestSent rows, succeeded JobResult rows."""
+
+    digests: int
+    succeeded: int
+
+
+def wait_for_jobs(
+    counts: Callable[[], Counts], expected: int, results: bool, timeout: float
+) -> Counts:
+    """Wait until ``expected`` digests are recorded and, with ``results`` (every outcome
+    recorded), as many succeeded ``send_digest`` rows are in JobResult; returns the counts,
+    or exits saying what is missing after ``timeout`` seconds."""
+    last = Counts(0, 0)
+
+    def done() -> bool:
+        nonlocal last
+        last = counts()
+        return last.digests >= expected and (not results or last.succeeded >= expected)
+
+    def missing() -> str:
+        said = f"{expected:,} send_digest jobs: {last.digests:,} of {expected:,} digests recorded"
+        if results:
+            said += f", {last.succeeded:,} of {expected:,} succeeded in JobResult"
+        return said
+
+    wait_until(done, missing, timeout, LOG_DIR)
+    return last
+
+
+def _truthy(text: str) -> bool:
+    return text.strip().lower() in ("1", "true", "yes", "on")
 
 
 def _export_rows(path: Path) -> int:

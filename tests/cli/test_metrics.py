@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import tomllib
 import urllib.request
 
 import pytest
@@ -14,6 +18,7 @@ from django_eventmq.cli import metrics, status
 from django_eventmq.errors import BrokerUnavailable, ConfigurationError
 from django_eventmq.runtime import stats
 from tests.cli.test_status_render import SCHEDULERS, STATUS, WORKERS
+from tests.support import ROOT, clean_environ
 
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -197,6 +202,51 @@ def test_a_taken_port_is_a_clear_error():
             metrics.start_metrics_server(f"127.0.0.1:{server.port}", CollectorRegistry())
     finally:
         server.close()
+
+
+#: A prometheus_client that does not import, as when the metrics extra is not installed.
+NO_PROMETHEUS = (
+    "raise ModuleNotFoundError(\"No module named 'prometheus_client'\", name='prometheus_client')\n"
+)
+ANY = "tcp://127.0.0.1:*"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("emq_router", "--no-journal", "--frontend", ANY, "--backend", ANY, "--admin", ANY),
+        ("emq_jobmanager", "--broker", "tcp://127.0.0.1:9"),
+    ],
+    ids=["emq_router", "emq_jobmanager"],
+)
+def test_metrics_without_prometheus_client_says_which_extra_to_install(command, tmp_path):
+    (tmp_path / "prometheus_client").mkdir()
+    (tmp_path / "prometheus_client" / "__init__.py").write_text(NO_PROMETHEUS)
+    done = subprocess.run(
+        [sys.executable, "manage.py", *command, "--metrics", "127.0.0.1:0"],
+        cwd=ROOT,
+        env={
+            **clean_environ(),
+            "PYTHONPATH": os.pathsep.join((str(tmp_path), str(ROOT))),
+            "DJANGO_SETTINGS_MODULE": "example_project.settings",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr, done.stderr
+    # One line, before anything started.
+    assert done.stderr == (
+        "CommandError: --metrics needs prometheus-client, which does not import here "
+        "(No module named 'prometheus_client'): pip install 'django-eventmq[metrics]'\n"
+    )
+    assert done.stdout == ""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert any(
+        d.startswith("prometheus-client") for d in extras["optional-dependencies"]["metrics"]
+    )
 
 
 def test_router_families_of_the_bounds_on_clients():

@@ -9,7 +9,6 @@ import io
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 from django.core.management import call_command, load_command_class
@@ -19,7 +18,6 @@ from django_eventmq.__main__ import build_parser
 from django_eventmq.cli import options as cli_options
 from django_eventmq.runtime import config
 from tests.support import ROOT, clean_environ, free_port, python_module
-from tests.system.ops.conftest import start_router
 
 A, B, C = (f"tcp://127.0.0.1:{port}" for port in (1001, 1002, 2001))
 
@@ -74,16 +72,6 @@ def test_a_bad_value_is_refused_alike_by_both(value, message, capsys):
     with pytest.raises(CommandError, match="argument --admin: ") as refused:
         manage_py_status().parse_args(["--admin", value])
     assert said in str(refused.value)
-
-
-@pytest.fixture(scope="module")
-def router_admin() -> Iterator[str]:
-    """The admin address of a real router (no group: it leads its shard alone)."""
-    router, (_frontend, _backend, admin) = start_router()
-    try:
-        yield admin
-    finally:
-        router.stop()
 
 
 def rows(text: str) -> dict[str, list[str]]:

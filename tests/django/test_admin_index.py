@@ -44,3 +44,25 @@ def test_staff_without_any_permission_see_only_the_dashboard(client):
     assert dashboard_link(html) == reverse("admin:django_eventmq_dashboard")
     assert reverse("admin:django_eventmq_jobresult_changelist") not in html
     assert client.get(dashboard_link(html)).status_code == 200
+
+
+def breadcrumbs(html: str) -> str:
+    """The opening tag inside the admin's breadcrumbs <nav> (``<ol class="breadcrumbs">``
+    from Django 6 on, ``<div class="breadcrumbs">`` before)."""
+    nav = re.search(r'<nav aria-label="Breadcrumbs">\s*(<\w+ class="breadcrumbs">)', html)
+    assert nav is not None, html
+    return nav.group(1)
+
+
+def test_the_dashboard_breadcrumbs_take_the_admins_own_form(admin_client):
+    # The admin's stylesheet styles only the form its own pages use: a <div> under
+    # Django 6 was an unstyled bar (no background, links in a column).
+    admins = breadcrumbs(admin_client.get(reverse("admin:password_change")).content.decode())
+    html = admin_client.get(reverse("admin:django_eventmq_dashboard")).content.decode()
+    assert breadcrumbs(html) == admins
+    crumbs = html[html.index(admins) : html.index("</nav>", html.index(admins))]
+    assert re.findall(r'<a href="([^"]+)">', crumbs) == [
+        reverse("admin:index"),
+        reverse("admin:app_list", args=["django_eventmq"]),
+    ]
+    assert "Dashboard" in crumbs

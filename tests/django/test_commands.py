@@ -99,6 +99,11 @@ def test_python_m_does_not_import_django():
     [
         (["router", "--frontend", "localhost:1"], "argument --frontend: 'localhost:1' is not a"),
         (["jobmanager", "-Q", "email:x"], "argument --queues/-Q: weight of 'email'"),
+        (
+            ["jobmanager", "--queues", "email 30"],
+            "argument --queues/-Q: 'email 30' holds a space: write queues as "
+            "'name:weight,name:weight', e.g. 'email:30,default:10'\n",
+        ),
         (["jobmanager", "-c", "0"], "argument --concurrency/-c: expected a whole number >= 1"),
         (["nonsense"], "invalid choice: 'nonsense'"),
     ],
@@ -110,21 +115,42 @@ def test_python_m_bad_option_is_a_clear_error(args, message):
     assert "Traceback" not in done.stderr
 
 
-def test_python_m_bad_environment_is_a_clear_error():
-    done = run(python_module("router"), EMQ_CONCURRENCY="zero")
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"EMQ_CONCURRENCY": "zero"},
+            "environment variable EMQ_CONCURRENCY: expected a whole number",
+        ),
+        (
+            {"EMQ_QUEUES": "email 30"},
+            "environment variable EMQ_QUEUES: 'email 30' holds a space: write queues as "
+            "'name:weight,name:weight'",
+        ),
+    ],
+)
+def test_python_m_bad_environment_is_a_clear_error(env, message):
+    done = run(python_module("jobmanager"), **env)
     assert done.returncode == 2
-    assert "environment variable EMQ_CONCURRENCY: expected a whole number" in done.stderr
+    assert message in done.stderr
     assert "Traceback" not in done.stderr
 
 
-def test_manage_py_bad_option_is_a_clear_error():
+@pytest.mark.parametrize(
+    ("queues", "message"),
+    [
+        ("email:x", "weight of 'email'"),
+        ("email 30", "'email 30' holds a space: write queues as 'name:weight,name:weight'"),
+    ],
+)
+def test_manage_py_bad_option_is_a_clear_error(queues, message):
     done = run(
-        [sys.executable, "manage.py", "emq_jobmanager", "--queues", "email:x"],
+        [sys.executable, "manage.py", "emq_jobmanager", "--queues", queues],
         DJANGO_SETTINGS_MODULE="example_project.settings",
     )
     assert done.returncode != 0
     assert "--queues" in done.stderr
-    assert "weight of 'email'" in done.stderr
+    assert message in done.stderr
     assert "Traceback" not in done.stderr
 
 

@@ -7,6 +7,10 @@ import pytest
 from django_eventmq.errors import ConfigurationError
 from django_eventmq.runtime.settings import Settings, from_mapping, parse_queues
 
+FORMAT = r"write queues as 'name:weight,name:weight', e.g. 'email:30,default:10'$"
+QUEUE_SPACE = r"^QUEUES: 'email 30' holds a space: " + FORMAT
+QUEUE_NUMBER = r"^QUEUES: '30' is a number, not a queue name: " + FORMAT
+
 
 def test_defaults_match_the_reference():
     s = Settings()
@@ -31,7 +35,7 @@ def test_environment_beats_the_mapping():
     ("value", "queues"),
     [
         ("email:30,default:10", ((30, "email"), (10, "default"))),
-        ("email default", ((10, "email"), (10, "default"))),
+        (" email:30 , default ", ((30, "email"), (10, "default"))),
         (["email", "default"], ((10, "email"), (10, "default"))),
         ([(30, "email")], ((30, "email"),)),
         ([["email", 30]], ((30, "email"),)),
@@ -48,7 +52,13 @@ def test_queue_forms(value, queues):
         ({"BROKER_ADDR": "localhost:47291"}, "not a ZeroMQ address"),
         ({"QUEUES": "email:lots"}, "weight of 'email' must be a whole number"),
         ({"QUEUES": "email,email"}, "named twice"),
-        ({"QUEUES": "bad name!"}, "may only hold"),
+        ({"QUEUES": "bad!"}, "may only hold"),
+        # A weight after a space or a comma is no queue: the error says how to write one.
+        ({"QUEUES": "email 30"}, QUEUE_SPACE),
+        ({"QUEUES": "email: 30"}, r"QUEUES: 'email: 30' holds a space: write queues as"),
+        ({"QUEUES": "email default"}, r"QUEUES: 'email default' holds a space"),
+        ({"QUEUES": ["email 30"]}, QUEUE_SPACE),
+        ({"QUEUES": "email,30"}, QUEUE_NUMBER),
         ({"QUEUES": ""}, "QUEUES is empty"),
         ({"CONCURRENCY": 0}, "CONCURRENCY: expected a whole number > 0"),
         ({"CONCURRENCY": "four"}, "CONCURRENCY: expected a whole number"),
@@ -67,6 +77,12 @@ def test_queue_forms(value, queues):
 def test_bad_values_say_what_to_fix(mapping, message):
     with pytest.raises(ConfigurationError, match=message):
         from_mapping(mapping, environ={})
+
+
+@pytest.mark.parametrize(("text", "message"), [("email 30", QUEUE_SPACE), ("30", QUEUE_NUMBER)])
+def test_emq_queues_with_a_stray_weight_is_refused(text, message):
+    with pytest.raises(ConfigurationError, match=message):
+        from_mapping({}, environ={"EMQ_QUEUES": text})
 
 
 def test_every_unknown_key_is_reported_at_once_with_a_suggestion():

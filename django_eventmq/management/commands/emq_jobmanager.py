@@ -30,6 +30,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             settings = conf.settings_with_options(options)
+            # Before anything starts: --metrics without its extra is one line, not a traceback.
+            metrics = cli.metrics_module() if options.get("metrics") else None
         except EventMQError as exc:
             raise CommandError(str(exc)) from None
         cli.configure_logging(options["log_level"])
@@ -40,9 +42,7 @@ class Command(BaseCommand):
 
         manager = JobManager(settings, hooks=options["hooks"])
         server = None
-        if options.get("metrics"):
-            from django_eventmq.cli import metrics
-
+        if metrics is not None:
             try:
                 server = metrics.start_metrics_server(
                     options["metrics"], metrics.jobmanager_registry(manager)

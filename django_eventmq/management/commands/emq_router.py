@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -31,6 +32,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             settings = conf.settings_with_options(options)
+            # Before anything starts: --metrics without its extra is one line, not a traceback.
+            metrics = cli.metrics_module() if options.get("metrics") else None
         except EventMQError as exc:
             raise CommandError(str(exc)) from None
         cli.configure_logging(options["log_level"])
@@ -41,7 +44,7 @@ class Command(BaseCommand):
             router = router_service(settings, journal_recover=bool(options.get("journal_recover")))
         except EventMQError as exc:
             raise CommandError(str(exc)) from None
-        server = self._start_metrics(options.get("metrics"), router, settings.admin_addr)
+        server = self._start_metrics(metrics, options.get("metrics"), router, settings.admin_addr)
         try:
             router.run()
         except EventMQError as exc:
@@ -50,11 +53,11 @@ class Command(BaseCommand):
             if server is not None:
                 server.close()
 
-    def _start_metrics(self, addr: str | None, router: Any, admin_addr: str) -> Any:
-        if not addr:
+    def _start_metrics(
+        self, metrics: ModuleType | None, addr: str | None, router: Any, admin_addr: str
+    ) -> Any:
+        if metrics is None or not addr:
             return None
-        from django_eventmq.cli import metrics
-
         # The router binds its admin address in run(); ask for it on each scrape.
         registry = metrics.router_registry(lambda: getattr(router, "admin_address", admin_addr))
         try:

@@ -164,6 +164,14 @@ LIVE = """() => {
 }"""
 
 
+#: How the breadcrumbs bar is drawn: its computed background, padding and text colour.
+BREADCRUMBS = """() => {
+  const style = getComputedStyle(
+    document.querySelector('nav[aria-label="Breadcrumbs"] .breadcrumbs'));
+  return {background: style.backgroundColor, padding: style.padding, color: style.color};
+}"""
+
+
 def test_the_dashboard_shows_live_numbers_in_a_real_browser(example_site):
     base, client = example_site
     for n in range(20):
@@ -195,10 +203,16 @@ def test_the_dashboard_shows_live_numbers_in_a_real_browser(example_site):
             assert schedules.index("cache warm-up") < schedules.index("nightly digest")
             page.screenshot(path=str(shot), full_page=True)
             print(f"dashboard screenshot: {shot}")
+            crumbs = page.evaluate(BREADCRUMBS)
             # The failure links to its result row in the admin.
             failure.click()
             page.wait_for_url("**/admin/django_eventmq/jobresult/*/change/")
             assert "ValueError" in page.text_content("#content")
+            # The dashboard's breadcrumbs bar is drawn as the admin's own (an unstyled
+            # one was transparent, with no padding, in the page's text colour).
+            admins = page.evaluate(BREADCRUMBS)
+            assert admins["background"] not in ("rgba(0, 0, 0, 0)", "transparent"), admins
+            assert crumbs == admins
         finally:
             browser.close()
     assert shot.stat().st_size > 10_000

@@ -33,6 +33,8 @@ from tests.support import ROOT, Proc, clean_environ, run_checked, tcp_addr, wait
 pytestmark = pytest.mark.slow
 
 README = ROOT / "README.md"
+#: How the README names the reader's checkout in its pip commands.
+CHECKOUT = "/path/to/checkout"
 #: What the wheel is built from (see pyproject.toml), copied: the build never writes into ROOT.
 WHEEL_SOURCES = ("pyproject.toml", "README.md", "LICENSE", "django_eventmq")
 
@@ -78,7 +80,7 @@ def build_wheel(tmp: Path) -> Path:
     [command] = [
         c for c in console_commands(block_with(QUICKSTART, "console", "pip wheel")) if "wheel" in c
     ]
-    ours = {"./django-eventmq": str(source), "dist": str(dist)}
+    ours = {CHECKOUT: str(source), "dist": str(dist)}
     args = [ours.get(arg, arg) for arg in shlex.split(command)]
     assert args[:2] == ["pip", "wheel"] and str(source) in args and str(dist) in args, command
     run_checked([sys.executable, "-m", *args], timeout=180)
