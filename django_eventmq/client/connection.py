@@ -67,6 +67,7 @@ from django_eventmq.protocol import (
 )
 from django_eventmq.protocol.bundle import is_bundle, unbundle
 from django_eventmq.protocol.codec import reply_of
+from django_eventmq.protocol.constants import HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT
 from django_eventmq.protocol.packed import pack_request
 from django_eventmq.protocol.session import ClientSession
 from django_eventmq.protocol.unique import holder_of
@@ -78,6 +79,7 @@ from django_eventmq.runtime.addresses import (
     parse_addresses,
     parse_groups,
 )
+from django_eventmq.runtime.settings import Settings
 
 logger = logging.getLogger("django_eventmq.client")
 
@@ -118,7 +120,9 @@ class Client(Inbox):
     ) -> None:
         """Connect to ``addr`` (one address, or several separated by commas: every
         member of a router group); ``options`` are extra socket options (CURVE keys,
-        from :func:`~.security.secure_channel_options`). ``watch_peer``: the channel
+        from :func:`~.security.secure_channel_options`; ZMTP heartbeats, by default
+        every ``HEARTBEAT_INTERVAL``, see :func:`~.transport.heartbeat_options`).
+        ``watch_peer``: the channel
         knows whether a router is connected (a client of several groups,
         :mod:`.shards`, skips a group without one)."""
         self.addr = addr
@@ -159,6 +163,9 @@ class Client(Inbox):
                 # fails (BrokerUnavailable), rather than queueing a job that a
                 # short script would take with it when it exits.
                 transport.IMMEDIATE: 1,
+                # A router that stopped answering (half-open connection) counts as
+                # not connected after HEARTBEAT_TIMEOUT, as IMMEDIATE needs.
+                **transport.heartbeat_options(HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT),
                 **(options or {}),
             },
             ctx=client_exit.context(),
@@ -619,13 +626,21 @@ def get_client(addr: str, *, send_timeout: float = 5.0) -> Client | ShardedClien
             client = connect(
                 addr,
                 send_timeout=send_timeout,
-                options=security.secure_channel_options(
-                    settings, security.FRONTEND, security.CLIENT
-                ),
+                options=client_options(settings),
                 shard_by=settings.shard_by,
             )
         clients[addr] = client
     return client
+
+
+def client_options(settings: Settings) -> dict[int, Any]:
+    """Socket options of a client of the router's frontend as ``settings`` say:
+    CURVE keys, and heartbeats every ``HEARTBEAT_INTERVAL`` (dead after
+    ``HEARTBEAT_TIMEOUT``)."""
+    return {
+        **transport.heartbeat_options(settings.heartbeat_interval, settings.heartbeat_timeout),
+        **security.secure_channel_options(settings, security.FRONTEND, security.CLIENT),
+    }
 
 
 def connect(
