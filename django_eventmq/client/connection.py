@@ -553,11 +553,12 @@ _idle_lock = threading.Lock()
 
 
 def _forked() -> None:
-    global _pid, _idle
+    global _pid, _idle, _idle_lock
     _pid = os.getpid()
     # The parent's sockets: never used here, only forgotten (pyzmq closes
-    # nothing it made in another process).
-    _idle = {}
+    # nothing it made in another process). The lock may have been held by
+    # another of the parent's threads, which the child does not have.
+    _idle, _idle_lock = {}, threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forked)

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import gc
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 import zmq
 
 from django_eventmq.client.connection import close_clients, get_client
@@ -65,7 +67,10 @@ def test_jobs_queued_by_a_thread_that_ended_are_delivered_once_the_router_reads(
     assert received == [b"m-%d" % i for i in range(JOBS)]
 
 
-def test_every_job_sent_by_threads_that_end_runs_once(tmp_path: Path, eventmq_settings) -> None:
+@pytest.mark.parametrize("threads_of", ["Thread", "ThreadPoolExecutor"])
+def test_every_job_sent_by_threads_that_end_runs_once(
+    tmp_path: Path, eventmq_settings, threads_of: str
+) -> None:
     # 8 threads each send 2,500 plain jobs (no guarantee) and end while the router
     # is still reading them; the process goes on. Before, over half never ran.
     threads, per_thread = 8, 2_500
@@ -79,13 +84,18 @@ def test_every_job_sent_by_threads_that_end_runs_once(tmp_path: Path, eventmq_se
         for i in range(per_thread):
             record.delay(f"{index}-{i}")
 
-    senders = [threading.Thread(target=send, args=(n,)) for n in range(threads)]
     try:
-        for sender in senders:
-            sender.start()
-        for sender in senders:
-            sender.join(60)
-        assert not any(sender.is_alive() for sender in senders)
+        if threads_of == "Thread":
+            senders = [threading.Thread(target=send, args=(n,)) for n in range(threads)]
+            for sender in senders:
+                sender.start()
+            for sender in senders:
+                sender.join(60)
+            assert not any(sender.is_alive() for sender in senders)
+        else:
+            # Its threads end at shutdown, after the last job was queued.
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(send, range(threads)))
         gc.collect()  # nothing of the ended threads is left to close later
         expected = {f"{n}-{i}" for n in range(threads) for i in range(per_thread)}
         try:
