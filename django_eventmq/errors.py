@@ -104,6 +104,17 @@ class JobRejected(EventMQError):
         self.msgid = msgid
 
 
+class JobNotSent(EventMQError):
+    """A job queued with ``delay_on_commit()`` that no router will ever see: its
+    transaction rolled back (so it was dropped), or its send at the commit failed
+    (the message says why). ``msgid`` names the job."""
+
+    def __init__(self, reason: str, *, msgid: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.msgid = msgid
+
+
 class SoftTimeLimitExceeded(EventMQError):
     """Raised inside a running job when its ``soft_timeout`` passes, so it can clean up.
 

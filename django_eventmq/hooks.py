@@ -15,9 +15,17 @@ from django.db import transaction
 from django_eventmq.runtime import hooks as runtime_hooks
 
 
-def _on_commit(callback: Callable[[], object]) -> None:
+def _on_commit(callback: Callable[[], object]) -> Callable[[], bool]:
     # The default database's transaction: the one a view's writes are in.
+    connection = transaction.get_connection()
     transaction.on_commit(callback)
+
+    def pending() -> bool:
+        # Django keeps a transaction's callbacks in run_on_commit until its commit
+        # runs them (taking each out first) or a rollback drops them.
+        return any(entry[1] is callback for entry in connection.run_on_commit)
+
+    return pending
 
 
 def _record_cancel(msgid: str) -> None:

@@ -14,7 +14,7 @@ without a query (the table is written in batches, so it may lag).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import GeneratorType
 from typing import Any, ClassVar
 
@@ -23,6 +23,7 @@ from django_eventmq.errors import (
     EventMQError,
     JobError,
     JobExpired,
+    JobNotSent,
     JobRejected,
     ProtocolError,
     ResultTimeout,
@@ -43,6 +44,10 @@ class ResultNotReady(LookupError, EventMQError):
 # which only a handle that read the router's REJECT reports (no row is written
 # for it, so it is no JobStatus).
 REJECTED = "rejected"
+# The status of a delay_on_commit job that no router will see (CommitHandle):
+# its transaction rolled back, or its send at the commit failed. No row either.
+ROLLED_BACK = "rolled_back"
+NOT_SENT = "not_sent"
 
 
 def outcome_status(outcome: Outcome) -> str:
@@ -226,6 +231,92 @@ class NoReplyHandle(JobHandle):
     """Handle of a job sent without ``reply_requested`` (``.wait()`` refuses)."""
 
     __slots__ = ()
+    expects_reply: ClassVar[bool] = False
+
+
+class CommitHandle(JobHandle):
+    """Handle of a job sent when its transaction commits (``delay_on_commit``).
+
+    Until it is sent there is nothing to wait for, so ``.wait()``, ``.stream()``
+    and ``.result`` raise at once instead of timing out: :class:`ResultTimeout`
+    while the transaction is still open (its commit cannot come while this
+    thread waits), :class:`JobNotSent` once it rolled back or the send at the
+    commit failed; ``.status`` is then ``rolled_back`` or ``not_sent``.
+    """
+
+    #: True while the job waits for its transaction's commit (None: not asked
+    #: yet, as when no transaction was open and it was sent at once).
+    pending: Callable[[], bool] | None = None
+    _sent = False
+    #: Why its send at the commit failed ("" if it did not).
+    _failure = ""
+
+    @classmethod
+    def of(cls, msgid: str, sent_as: type[JobHandle]) -> CommitHandle:
+        """The handle of ``msgid``, a job that ``.delay()`` would give a ``sent_as``."""
+        return cls(msgid) if sent_as.expects_reply else NoReplyCommitHandle(msgid)
+
+    def sent(self) -> None:
+        self._sent = True
+
+    def not_sent(self, error: Exception) -> None:
+        """The send at the commit raised ``error``."""
+        self._failure = f"{type(error).__name__}: {error}"
+
+    def _unsent(self) -> EventMQError | None:
+        """Why nothing can come for this job (None: it was sent)."""
+        if self._sent:
+            return None
+        if self._failure:
+            return JobNotSent(
+                f"job {self} was not sent when its transaction committed ({self._failure}); "
+                "sending it again with the same msgid is safe",
+                msgid=str(self),
+            )
+        if self.pending is not None and self.pending():
+            return ResultTimeout(
+                f"job {self} is sent when its transaction commits, which it has not yet: "
+                "nothing can come while this thread waits inside it (in a TestCase, run "
+                "the commit's callbacks with captureOnCommitCallbacks(execute=True))"
+            )
+        return JobNotSent(
+            f"job {self} was never sent: the transaction it was queued in with "
+            "delay_on_commit() rolled back",
+            msgid=str(self),
+        )
+
+    def wait(self, timeout: float | None = None) -> Any:
+        error = self._unsent()
+        if error is not None:
+            raise error
+        return super().wait(timeout)
+
+    def stream(self, timeout: float | None = None) -> Iterator[Any]:
+        error = self._unsent()
+        if error is not None:
+            raise error
+        return super().stream(timeout)
+
+    @property
+    def status(self) -> str | None:
+        """As :attr:`JobHandle.status`; ``rolled_back`` / ``not_sent`` for a job no
+        router will see (None still while its transaction is open: nothing is recorded)."""
+        error = self._unsent()
+        if isinstance(error, JobNotSent):
+            return NOT_SENT if self._failure else ROLLED_BACK
+        return super().status
+
+    @property
+    def result(self) -> Any:
+        error = self._unsent()
+        if isinstance(error, JobNotSent):
+            raise error
+        return super().result
+
+
+class NoReplyCommitHandle(CommitHandle):
+    """A :class:`CommitHandle` of a job sent without ``reply_requested``."""
+
     expects_reply: ClassVar[bool] = False
 
 

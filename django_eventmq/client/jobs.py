@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, Unpack, overload
 
 from django_eventmq.client.connection import get_client
-from django_eventmq.client.handles import EagerHandle, JobHandle, NoReplyHandle
+from django_eventmq.client.handles import CommitHandle, EagerHandle, JobHandle, NoReplyHandle
 from django_eventmq.client.job_headers import HeaderChanges as HeaderChanges
 from django_eventmq.client.job_headers import JobOptions as JobOptions
 from django_eventmq.client.job_headers import _unique_option
@@ -46,19 +46,21 @@ from django_eventmq.runtime.logs import job_debug
 from django_eventmq.scheduling.timing import Periodic, crontab
 
 logger = logging.getLogger("django_eventmq.client")
+T = TypeVar("T")
 
 
 def send_at_commit(
-    on_commit: Callable[[Callable[[], object]], None],
+    on_commit: Callable[[Callable[[], object]], T],
     send: Callable[[], object],
     what: str,
     then: str,
-) -> None:
-    """Call ``send`` when the open transaction commits (``on_commit``); at once with
-    none open, its error then the caller's. At the commit an error is logged, with
-    ``what`` was not sent and ``then`` what to do, not raised: raised there it would
-    end Django's run of the transaction's callbacks, and what was queued after it
-    would never be sent."""
+    failed: Callable[[Exception], None] | None = None,
+) -> T:
+    """Call ``send`` when the open transaction commits (``on_commit``, whose answer
+    is returned); at once with none open, its error then the caller's. At the commit
+    an error is logged, with ``what`` was not sent and ``then`` what to do, and
+    given to ``failed``, not raised: raised there it would end Django's run of the
+    transaction's callbacks, and what was queued after it would never be sent."""
     at_once = True  # on_commit calls it before returning when no transaction is open
 
     def run() -> None:
@@ -67,6 +69,8 @@ def send_at_commit(
         except Exception as exc:
             if at_once:
                 raise
+            if failed is not None:
+                failed(exc)
             logger.error(
                 "%s was not sent when its transaction committed: %s: %s. The "
                 "transaction's writes are committed; %s",
@@ -77,8 +81,9 @@ def send_at_commit(
                 exc_info=not isinstance(exc, EventMQError),
             )
 
-    on_commit(run)
+    answer = on_commit(run)
     at_once = False
+    return answer
 
 
 _declared_lock = threading.Lock()
@@ -274,7 +279,9 @@ class Job(Generic[P, R]):
 
         Nothing is sent if it rolls back. Outside a transaction it is sent
         at once. The arguments are checked now; the handle (msgid) is usable
-        at once, its ``.wait()`` after the commit.
+        at once, its ``.wait()`` after the commit: before it, or once the
+        transaction rolled back, ``.wait()`` raises at once (see
+        :class:`~.handles.CommitHandle`).
         """
         on_commit = hooks.on_commit()
         body_text = self.encode_body(args, kwargs)  # TypeError now, not at commit
@@ -285,13 +292,20 @@ class Job(Generic[P, R]):
             return self._send_encoded(body_text, args, kwargs, None, headers, msgid)
 
         if not get_settings().run_inline:
-            send_at_commit(
+            handle = CommitHandle.of(msgid, self._handle_cls)
+
+            def send_now() -> None:
+                send()
+                handle.sent()
+
+            handle.pending = send_at_commit(
                 on_commit,
-                send,
+                send_now,
                 f"job {self.name} msgid={msgid}",
                 "send it again (the same msgid is safe)",
+                failed=handle.not_sent,
             )
-            return self._handle_cls(msgid)
+            return handle
         # EAGER: the job runs at the commit, its handle settled then; what it raises
         # reaches the caller, as from .delay() (docs/retries.md).
         eager = EagerHandle.at_commit(msgid)

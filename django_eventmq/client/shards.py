@@ -318,6 +318,16 @@ class ShardedClient:
         """The first group's router's FEATURES (see :attr:`.Client.router_features`)."""
         return self.clients[0].router_features
 
+    @property
+    def closed(self) -> bool:
+        return all(client.closed for client in self.clients)
+
+    def take_over(self) -> None:
+        """Used from now on by the calling thread (the one that used it ended)."""
+        self.thread = threading.current_thread()
+        for client in self.clients:
+            client.take_over()
+
     def close(self) -> None:
         for client in self.clients:
             client.close()

@@ -15,6 +15,11 @@ from typing import Any, Protocol
 
 from django_eventmq.errors import ConfigurationError
 
+#: Runs a callback once the current transaction commits (at once outside one), and
+#: returns a function that is True while the callback still waits for that commit
+#: (False once it ran, or a rollback dropped it).
+OnCommit = Callable[[Callable[[], object]], Callable[[], bool]]
+
 
 class ResultsReader(Protocol):
     """Reads one job's row of the results table."""
@@ -26,7 +31,7 @@ class ResultsReader(Protocol):
 
 @dataclass
 class _Installed:
-    on_commit: Callable[[Callable[[], object]], None] | None = None
+    on_commit: OnCommit | None = None
     results: ResultsReader | None = None
     record_cancel: Callable[[str], None] | None = None
     record_expired: Callable[[str, str], None] | None = None
@@ -37,7 +42,7 @@ _installed = _Installed()
 
 def install(
     *,
-    on_commit: Callable[[Callable[[], object]], None] | None = None,
+    on_commit: OnCommit | None = None,
     results: ResultsReader | None = None,
     record_cancel: Callable[[str], None] | None = None,
     record_expired: Callable[[str, str], None] | None = None,
@@ -53,7 +58,7 @@ def install(
         _installed.record_expired = record_expired
 
 
-def on_commit() -> Callable[[Callable[[], object]], None]:
+def on_commit() -> OnCommit:
     """The function that runs a callback after the current transaction commits."""
     if _installed.on_commit is None:
         raise ConfigurationError(

@@ -102,7 +102,8 @@ class Settings:
     prefetch_budget: float = 0.05
     #: A worker process is replaced after running this many jobs (0: never).
     max_jobs_per_child: int = 0
-    #: Seconds between heartbeats, and of silence after which a peer is dead.
+    #: Seconds between heartbeats, and of silence after which a peer is dead (eMQP
+    #: HEARTBEATs of job managers and schedulers; ZMTP heartbeats on clients' sockets).
     heartbeat_interval: float = C.HEARTBEAT_INTERVAL
     heartbeat_timeout: float = C.HEARTBEAT_TIMEOUT
     #: Seconds a stopping job manager lets running jobs finish.

@@ -69,6 +69,29 @@ def context() -> zmq.Context[Any]:
     return _context
 
 
+#: ZeroMQ's largest HEARTBEAT_TTL (it travels in tenths of a second in 16 bits).
+_MAX_HEARTBEAT_TTL_MS = 6_553_500
+
+
+def heartbeat_options(interval: float, timeout: float) -> dict[int, int]:
+    """Socket options for ZMTP heartbeats on a connecting socket (seconds in).
+
+    ZeroMQ PINGs the peer every ``interval`` and drops the connection when
+    nothing came back for ``timeout`` (then reconnects as usual); the peer is
+    told to drop it after ``timeout`` without a word from us (TTL). Without
+    them a half-open connection (a peer frozen, its host gone, a network that
+    drops packets) looks up until TCP gives up, hours later, and a DEALER
+    keeps queueing toward it. The I/O thread answers PINGs, so a peer that is
+    only busy (its Python code not reading) is not taken for dead.
+    """
+    timeout_ms = int(timeout * 1000)
+    return {
+        zmq.HEARTBEAT_IVL: int(interval * 1000),
+        zmq.HEARTBEAT_TIMEOUT: timeout_ms,
+        zmq.HEARTBEAT_TTL: min(timeout_ms, _MAX_HEARTBEAT_TTL_MS),
+    }
+
+
 def new_identity(prefix: str = "") -> bytes:
     """A printable, unique routing identity."""
     return f"{prefix}{uuid.uuid4()}".encode()

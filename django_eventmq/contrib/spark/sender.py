@@ -35,7 +35,8 @@ from django_eventmq.client.bulk import (
     QueueCounts,
     check_window,
 )
-from django_eventmq.runtime import security, transport
+from django_eventmq.client.connection import client_options
+from django_eventmq.runtime import transport
 from django_eventmq.runtime.settings import Settings, from_mapping
 
 __all__ = [
@@ -83,11 +84,7 @@ class PipelinedSender(Pipeline):
             identity=transport.new_identity(identity_prefix),
             # Connected but unanswered for give_up: the router is full, not gone.
             watch_peer=True,
-            options=security.secure_channel_options(
-                settings if settings is not None else from_mapping(),
-                security.FRONTEND,
-                security.CLIENT,
-            ),
+            options=client_options(settings if settings is not None else from_mapping()),
         )
         super().__init__(
             channel,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from django_eventmq.errors import ConfigurationError, SerializationError
+from django_eventmq.errors import ConfigurationError, JobNotSent, ResultTimeout, SerializationError
 from django_eventmq.models.results import JobResult
 from django_eventmq.runtime import hooks as integration
 from tests.django.results import jobs
@@ -43,6 +43,42 @@ def test_never_sent_when_rolled_back(broker):
     _identity, request = receive_request(broker)
     assert request.msgid == sentinel != doomed
     assert not broker.poll(200)
+
+
+def test_the_handle_of_a_job_its_rollback_dropped_says_it_was_never_sent(broker):
+    # Its .wait() waited out its timeout (or for ever) for a job no router saw.
+    with pytest.raises(Rollback), transaction.atomic():
+        doomed = jobs.add.delay_on_commit(1, 2)
+        quiet = jobs.fire_and_forget.delay_on_commit(3)
+        raise Rollback
+    with pytest.raises(JobNotSent, match=r"never sent: the transaction .* rolled back") as exc:
+        doomed.wait(timeout=60)
+    assert exc.value.msgid == doomed
+    with pytest.raises(JobNotSent):
+        list(doomed.stream(timeout=60))
+    with pytest.raises(JobNotSent):
+        doomed.result  # noqa: B018 - the property raises
+    assert doomed.status == quiet.status == "rolled_back"
+    with pytest.raises(JobNotSent):
+        quiet.wait(timeout=60)  # no reply_requested: the lost send matters more
+    assert not broker.poll(100)
+
+
+def test_in_an_open_transaction_wait_says_the_commit_has_not_come(broker):
+    # A savepoint's rollback drops its job; the outer transaction's job waits for
+    # the commit, which cannot come while this thread waits: both raise at once.
+    with transaction.atomic():
+        kept = jobs.add.delay_on_commit(1, 1)
+        with pytest.raises(Rollback), transaction.atomic():
+            dropped = jobs.add.delay_on_commit(2, 2)
+            raise Rollback
+        with pytest.raises(ResultTimeout, match="which it has not yet"):
+            kept.wait(timeout=60)
+        with pytest.raises(JobNotSent, match="rolled back"):
+            dropped.wait(timeout=60)
+        assert kept.status is None and dropped.status == "rolled_back"
+    _identity, request = receive_request(broker)
+    assert request.msgid == kept and kept.status is None  # sent: the table's word
 
 
 def test_nested_savepoint_rollback_drops_only_its_jobs(broker):
@@ -109,6 +145,9 @@ def test_a_send_that_fails_at_commit_is_said_and_the_next_ones_still_go(thread_r
     assert refused == [handles[0]]
     said = [r.getMessage() for r in caplog.records if handles[0] in r.getMessage()]
     assert len(said) == 1 and "router is full" in said[0], said
+    assert [handle.status for handle in handles] == ["not_sent", None, None]
+    with pytest.raises(JobNotSent, match=r"not sent when its transaction committed \(JobRej"):
+        handles[0].wait(timeout=60)
 
 
 def test_a_workflow_whose_first_stage_fails_at_commit_is_failed_and_the_rest_still_go(
