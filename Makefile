@@ -10,6 +10,7 @@ demo:
 test:
 	scripts/test.sh
 
+# .venv with the test and lint tools (make demo installs only what the site runs).
 venv:
 	scripts/setup-venv.sh
 

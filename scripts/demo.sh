@@ -3,5 +3,5 @@
 # jobs from its views and show them run (see example_project/demo.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup-venv.sh
+scripts/setup-venv.sh demo
 exec .venv/bin/python -m example_project.demo "$@"

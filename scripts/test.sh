@@ -30,14 +30,7 @@ if [ "$#" -gt 0 ]; then
     exec .venv/bin/python -m pytest "$@"
 fi
 # The suite in EMQ_TEST_WORKERS processes (pytest-xdist; every Spark test in one
-# of them, see tests/conftest.py), then alone the tests marked serial (one
-# restarts PostgreSQL under everything else). Both run; either failing fails.
+# of them, see tests/conftest.py). Nothing needs to run alone: a test that
+# restarts PostgreSQL restarts a server of its own (tests/pg_support.py).
 workers=${EMQ_TEST_WORKERS:-3}  # 3 beat 2 on 2 cores: 6.0 vs 8.5-9.7 min
-status=0
-.venv/bin/python -m pytest -n "$workers" --dist loadgroup -m "not serial" || status=$?
-echo "==> pytest, the tests that must run alone (-m serial)"
-serial=0
-.venv/bin/python -m pytest -m serial || serial=$?
-[ "$serial" = 5 ] && serial=0  # 5: none collected
-[ "$status" = 0 ] && status=$serial
-exit "$status"
+exec .venv/bin/python -m pytest -n "$workers" --dist loadgroup

@@ -8,7 +8,6 @@ cannot leak into the next one. Client sockets a test opened are closed after it.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,19 +21,6 @@ from tests.keys import keys as keys
 from tests.router_harness import start_router as start_router
 from tests.router_harness import zctx as zctx
 
-SERIAL_SKIP = (
-    "marked serial (it must run alone: it restarts PostgreSQL under the other workers); "
-    "run it without -n: pytest -m serial (scripts/test.sh does, after the parallel run)"
-)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "serial: must run alone, no other test meanwhile (it restarts PostgreSQL): "
-        "skipped under pytest -n; scripts/test.sh runs these after the parallel run",
-    )
-
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -45,15 +31,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from tests.parallel import SuiteScheduling
 
     return SuiteScheduling(config, log)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under ``pytest -n N`` the tests marked ``serial`` are skipped, saying how to run them."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return
-    for item in items:
-        if item.get_closest_marker("serial"):
-            item.add_marker(pytest.mark.skip(reason=SERIAL_SKIP))
 
 
 @pytest.fixture(autouse=True)

@@ -1,7 +1,9 @@
 """Fixtures of the Spark tests: one local Spark session and one router + job manager.
 
 Both are shared by every test of this directory (a Spark session takes 10-20 s
-to start here): tests tell their jobs apart by run id. The router and the
+to start here): tests tell their jobs apart by run id. A test that breaks the
+session (a timeout inside a Py4J call, a dead JVM) gets it replaced for the
+next test (``sessions.py``). The router and the
 job manager are the example site's ``manage.py emq_router`` /
 ``emq_jobmanager`` processes, on loopback, with a temporary SQLite database
 and journal; the ``send_digest`` jobs they run write ``DigestSent`` rows that
@@ -24,6 +26,7 @@ from typing import Any
 import pytest
 import zmq
 
+from tests.contrib.spark.sessions import SparkSessions
 from tests.support import ROOT, Proc, wait_for
 
 PYSPARK_MISSING = "pyspark is not installed (pip install pyspark 'pandas<3' pyarrow)"
@@ -145,9 +148,22 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             proc.stop()
 
 
+#: The exception the test's own code raised (None if none), for the ``spark`` fixture.
+CALL_ERROR = pytest.StashKey[BaseException | None]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if call.when == "call":
+        item.stash[CALL_ERROR] = call.excinfo.value if call.excinfo else None
+    return report
+
+
 @pytest.fixture(scope="package")
-def spark() -> Iterator[Any]:
-    """One local Spark session for every Spark test: 2 threads, 2 attempts per task.
+def spark_sessions() -> Iterator[SparkSessions]:
+    """One local Spark session for every Spark test: 2 threads, 2 attempts per task,
+    started again after a test that broke it (tests/contrib/spark/sessions.py).
 
     Stopped after this directory, and the environment it set for its Python
     workers (PYTHONPATH, PYSPARK_*, SPARK_*) put back: the tests that run after
@@ -157,15 +173,26 @@ def spark() -> Iterator[Any]:
     from django_eventmq.contrib.spark import local_session
 
     saved = dict(os.environ)
-    session = local_session(
-        "django-eventmq-tests",
-        "local[2,2]",
-        conf={"spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "2"},
-        python_path=[ROOT],
-    )
+
+    def start() -> Any:
+        return local_session(
+            "django-eventmq-tests",
+            "local[2,2]",
+            conf={"spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "2"},
+            python_path=[ROOT],
+        )
+
+    sessions = SparkSessions(start)
     try:
-        yield session
+        yield sessions
     finally:
-        session.stop()
+        sessions.close()
         os.environ.clear()
         os.environ.update(saved)
+
+
+@pytest.fixture
+def spark(spark_sessions: SparkSessions, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The shared Spark session, checked after the test (and replaced if it broke)."""
+    yield spark_sessions.get(request.node.nodeid)
+    spark_sessions.after(request.node.nodeid, request.node.stash.get(CALL_ERROR, None))

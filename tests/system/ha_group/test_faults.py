@@ -9,7 +9,8 @@
   itself, stays standby, and leads when the leader is then stopped.
 - A restart of PostgreSQL itself with a leader and a standby running and no job in
   flight: one of them leads again and a guaranteed job sent afterwards runs; no
-  process exited. PostgreSQL is started again even when the test fails.
+  process exited. The server restarted is one of the test's own
+  (:class:`tests.pg_support.PrivateServer`), never the machine's.
 
 Every job appends its msgid to a file (``tests.system.chaos.jobs``): a job ran when
 its msgid is there, and ran twice when it is there twice.
@@ -18,9 +19,7 @@ its msgid is there, and ran twice when it is there twice.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -32,6 +31,8 @@ import psycopg
 import pytest
 
 from django_eventmq.client.connection import Client
+from tests.pg_support import DSN, PrivateServer, started_at
+from tests.pg_support import private_pg as private_pg
 from tests.support import Proc, python_module, wait_for
 from tests.system.chaos.support import JOB_PATH, LOG_LEVEL, body, recorded, wait_recorded
 from tests.system.ha_group.conftest import running_group
@@ -246,22 +247,6 @@ def test_a_standby_whose_connection_is_killed_reconnects_and_still_takes_over(
 # -- 3. PostgreSQL restarted under the group ---------------------------------------------
 
 
-def postgres_version() -> str:
-    """The cluster's major version (``/etc/postgresql/<version>``), e.g. ``15``."""
-    versions = sorted(os.listdir("/etc/postgresql"), key=lambda v: float(v))
-    return versions[-1]
-
-
-def pg_ctlcluster(action: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", postgres_version(), "main", action],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def postgres_ready(dsn: str) -> bool:
     try:
         with psycopg.connect(dsn, connect_timeout=2) as conn:
@@ -272,31 +257,27 @@ def postgres_ready(dsn: str) -> bool:
 
 
 @pytest.fixture
-def restartable_postgres(pg_dsn: str) -> Iterator[None]:
-    """Skip without pg_ctlcluster (not root, or no Debian cluster); afterwards the
-    server is started again and waited for, whatever the test did."""
-    if os.geteuid() != 0 or not os.path.isdir("/etc/postgresql"):
-        pytest.skip("restarting PostgreSQL needs root and pg_ctlcluster (/etc/postgresql)")
-    try:
-        yield
-    finally:
-        if not postgres_ready(pg_dsn):
-            pg_ctlcluster("start")
-        wait_for(lambda: postgres_ready(pg_dsn), 60, "PostgreSQL to accept connections again")
+def private_group(private_pg: PrivateServer, tmp_path: Path) -> Iterator[Group]:
+    """A group on a PostgreSQL server of this test's own: it restarts that one, never the
+    machine's (which the other tests, and whatever else runs here, share)."""
+    with running_group(private_pg.dsn, "restarted", tmp_path) as made:
+        yield made
 
 
-@pytest.mark.serial  # no other test may use PostgreSQL meanwhile
 def test_a_postgresql_restart_is_survived_by_leader_and_standby(
-    restartable_postgres: None, group: Group
+    private_pg: PrivateServer, private_group: Group
 ) -> None:
+    group = private_group
+    machines = started_at(DSN)  # None: no server here, nothing to compare
     jobmanager = start_jobmanager(group)
     send_guaranteed(frontends(group), ["before-restart"])
     wait_recorded(group.record, {"before-restart"}, timeout=20)  # nothing in flight now
     old_epoch = group.lease_row()[0]  # type: ignore[index]
+    first_start = started_at(group.dsn)
 
-    done = pg_ctlcluster("restart")
-    assert done.returncode == 0, done.stdout + done.stderr
+    private_pg.pg_ctl("restart")
     wait_for(lambda: postgres_ready(group.dsn), 60, "PostgreSQL to be up after its restart")
+    assert started_at(group.dsn) != first_start  # it did restart
 
     # The leader's journal connection died with the server: it steps down, and
     # whichever member polls first once the server is back wins a newer epoch.
@@ -314,3 +295,5 @@ def test_a_postgresql_restart_is_survived_by_leader_and_standby(
     assert other.role() == "standby"
     for proc in (group.a.proc, group.b.proc, jobmanager):
         assert proc.popen.poll() is None, proc.output()[-3000:]
+    # The machine's server was left alone.
+    assert started_at(DSN) == machines
