@@ -53,7 +53,12 @@ class Stack(ResultStack):
     """A router and a job manager; ``frontend`` is where clients connect."""
 
     def __init__(
-        self, env: dict[str, str], concurrency: int, journal: str, prefetch: int = 4
+        self,
+        env: dict[str, str],
+        concurrency: int,
+        journal: str,
+        prefetch: int = 4,
+        jobmanagers: int = 1,
     ) -> None:
         self.env = {**env, "EMQ_JOURNAL_PATH": journal}
         self.db = Path(env["EMQ_LIFECYCLE_DB"])
@@ -63,16 +68,16 @@ class Stack(ResultStack):
         )
         ready = router.wait_output(r"router ready: frontend=(\S+) backend=(\S+) admin=(\S+)")
         self.frontend, backend = ready.group(1), ready.group(2)
-        jobmanager = self._start(
-            "emq_jobmanager",
-            "--broker",
-            backend,
-            "--concurrency",
-            str(concurrency),
-            "--prefetch",
-            str(prefetch),
-        )
-        jobmanager.wait_output(r"jobmanager ready: ", timeout=60)
+        started = [
+            self._start(
+                "emq_jobmanager",
+                *("--broker", backend, "--concurrency", str(concurrency)),
+                *("--prefetch", str(prefetch)),
+            )
+            for _ in range(jobmanagers)
+        ]
+        for jobmanager in started:
+            jobmanager.wait_output(r"jobmanager ready: ", timeout=60)
 
     def _start(self, *args: str) -> Proc:
         proc = Proc(django_cmd(*args), env=self.env)
@@ -220,6 +225,28 @@ def test_retries_are_recorded_with_their_attempt_number(shared, use, tmp_path):
         failing.wait(timeout=60)
     assert shared.row_when(flaky, "succeeded")["attempts"] == 3
     assert shared.row_when(failing, "failed")["attempts"] == 2
+
+
+def test_every_retried_row_ends_failed_whichever_processes_ran_its_attempts(db_env, use, tmp_path):
+    """Two job managers of two worker processes each: a job's attempts run in any of the
+    four, one that ran an earlier attempt too, and each row must still end ``failed``
+    with its last attempt (it stayed ``retrying`` when the last attempt ran in a process
+    that had run an earlier one than the row's)."""
+    env = {**db_env, "EMQ_RETRY_BACKOFF_BASE": "0.05"}  # the retries come back quickly
+    stack = Stack(env, 2, str(tmp_path / "journal.sqlite3"), jobmanagers=2)
+    try:
+        use(stack)
+        log = tmp_path / "runs"
+        handles = [jobs.always_raises.delay(str(log), n) for n in range(40)]
+        wait_for(lambda: len(jobs.lines(log)) >= 160, 120, "4 runs of each of the 40 jobs")
+        runs = [line.split() for line in jobs.lines(log)]
+        assert sorted(int(n) for n, _ in runs) == sorted(list(range(40)) * 4)  # once each
+        assert len({pid for _, pid in runs}) > 1
+        for handle in handles:
+            row = stack.wait_row(handle, lambda r: r["status"] == "failed", "failed")
+            assert (row["attempts"], row["exc_type"]) == (4, "RuntimeError")
+    finally:
+        stack.stop()
 
 
 # -- timeout ---------------------------------------------------------------------------
