@@ -463,6 +463,23 @@ def test_enqueue_raises_when_the_router_is_down_and_leaves_no_row(db_env, tmp_pa
 
 
 @needs_django_tasks
+def test_a_task_whose_worker_dies_on_every_run_ends_failed(shared, tmp_path):
+    # The router sets it aside (poisoned) after POISON_AFTER (3) deaths; the job
+    # manager that reported the last one records its end (it stayed READY).
+    out = run_tasks_client(shared, "dies", tmp_path)
+    pids = [line.split()[1] for line in out["log"] if line.startswith("dies ")]
+    assert len(pids) == 3 and len(set(pids)) == 3, out  # three runs, each in a new process
+    done = out["done"]
+    assert done["status"] == "FAILED", (out, shared.logs())
+    assert done["errors"] == ["django_eventmq.tasks_backend.WorkerDied"]
+    assert [w.rsplit(":", 1)[1] for w in done["worker_ids"]] == pids
+    row = shared.row(done["id"])
+    assert row is not None and (row["status"], row["exc_type"]) == ("failed", "WorkerDied")
+    assert "exited with code 1" in row["exc_message"] and "set it aside" in row["exc_message"]
+    assert shared.row(done["id"], "django_eventmq_deadletter") is None  # the router lists it
+
+
+@needs_django_tasks
 def test_a_task_handed_out_again_shows_both_runs(shared, tmp_path):
     # The worker process running the task is killed; the router hands the task
     # out again and it runs in another process.
