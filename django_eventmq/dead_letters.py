@@ -55,7 +55,12 @@ _HEADER_FIELDS = frozenset(f.name for f in fields(Headers)) - {"extra", "delay_u
 def record_dead(rows: Iterable[Mapping[str, Any]]) -> int:
     """Keep a dead letter for each row of a job manager that says its job was given up;
     returns how many rows said so (a msgid kept already is not written again)."""
-    dead = [row for row in rows if row["status"] in _REASON_OF and row["jobmanager"]]
+    # A job a router set aside (poisoned) is listed from that router's journal.
+    dead = [
+        row
+        for row in rows
+        if row["status"] in _REASON_OF and row["jobmanager"] and not row.get("poisoned")
+    ]
     if not dead:
         return 0
     came_from = dict(

@@ -7,18 +7,21 @@ round trip per batch, not per job.
 
 Records can arrive late or twice (batches from different worker processes,
 a retry on another job manager), so the upsert only lets a record replace
-the row when it is *newer*: a higher attempt, or the same attempt further
-along (queued < running < retrying < finished). A row written by a job
-manager is never overwritten by one written by a client (the Tasks backend's
-``queued`` row, a cancellation of a queued job).
+the row when it is *newer*, ordered by attempt first: a higher attempt
+always wins and an earlier one never does, whichever process ran it (a
+retry may run in a process that ran an earlier attempt). Within one attempt
+a record of the same run wins when it is further along (queued < running <
+retrying < finished). A row written by a job manager is never overwritten by
+one written by a client (the Tasks backend's ``queued`` row, a cancellation
+of a queued job).
 
 Each run of a job has its worker process (``jobmanager:pid``), listed in
-``workers`` in order. A record of a run not listed yet (the job handed out
-again after its worker process or job manager died, which keeps its
-attempt number) replaces the row and is added to the list, unless it is of
-an earlier attempt or started before the row's run (the first run's job
-manager wrote late); a late record of a run that is no longer the last one
-is ignored.
+``workers`` in order (a process again when it differs from the last one
+listed). Within one attempt, a record of a process not listed yet (the job
+handed out again after its worker process or job manager died, which keeps
+its attempt number) replaces the row and is added to the list, unless it
+started before the row's run (the first run's job manager wrote late); a
+late record of a run that is no longer the last one is ignored.
 
 ``progress`` (a running job's last partial, :mod:`.jobmanager.progress`) arrives
 in ``running`` records of the same batches: such a record refreshes a
@@ -168,24 +171,43 @@ def normalise(record: Mapping[str, Any], now: datetime) -> dict[str, Any] | None
         "duration": duration,
         "created": now,
         "updated": now,
-        # Not a column: the job's options, kept by a dead letter (:mod:`.dead_letters`).
+        # Not columns: the job's options, kept by a dead letter (:mod:`.dead_letters`),
+        # and whether a router set it aside (its journal keeps it: no dead letter).
         "options": record.get("options") or {},
+        "poisoned": bool(record.get("poisoned")),
     }
 
 
 def _not_earlier(row: Mapping[str, Any], seen: Mapping[str, Any]) -> bool:
-    """``row``'s run is not older than ``seen``'s: attempt, then start time."""
+    """``row``'s run (of the same attempt) did not start before ``seen``'s."""
+    return row["started"] is None or seen["started"] is None or row["started"] >= seen["started"]
+
+
+def _supersedes(row: Mapping[str, Any], seen: Mapping[str, Any]) -> bool:
+    """``row`` is newer than ``seen`` (of the same msgid); the upsert's rules, in Python.
+
+    The attempt first; of one attempt, another run wins if it is a new one (a
+    redelivery), the same run if it is as far along (the later of two equal
+    records wins: a progress update).
+    """
     if row["attempts"] != seen["attempts"]:
         return bool(row["attempts"] > seen["attempts"])
-    return row["started"] is None or seen["started"] is None or row["started"] >= seen["started"]
+    ran, runs = row["workers"], seen["workers"]
+    if ran and runs and ran[-1] != runs[-1]:
+        return ran[-1] not in runs and _not_earlier(row, seen)
+    return _rank(row["status"]) >= _rank(seen["status"])
+
+
+def _runs_after(runs: list[str], ran: list[str]) -> list[str]:
+    """``runs`` then ``ran``, whose first run is ``runs``' last when they overlap."""
+    return runs + (ran[1:] if ran and runs and ran[0] == runs[-1] else ran)
 
 
 def _newest_per_msgid(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per msgid (an upsert may not touch a row twice), the newest winning.
 
-    Records come in the order they were made, so of two equally new ones the
-    later wins (a progress update); a winner without progress keeps the loser's.
-    The same rules as the upsert's: a new run wins, an earlier run's record loses.
+    Records come in the order they were made; a winner without progress keeps
+    the loser's.
     """
     best: dict[str, dict[str, Any]] = {}
     for row in rows:
@@ -193,15 +215,8 @@ def _newest_per_msgid(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         if seen is None:
             best[row["msgid"]] = row
             continue
-        ran, runs = row["workers"], seen["workers"]
-        new_run = any(worker not in runs for worker in ran) and _not_earlier(row, seen)
-        stale = bool(ran and runs) and not new_run and ran[-1] != runs[-1]
-        newer = new_run or (
-            not stale
-            and (row["attempts"], _rank(row["status"])) >= (seen["attempts"], _rank(seen["status"]))
-        )
-        if newer:
-            row["workers"] = runs + [worker for worker in ran if worker not in runs]
+        if _supersedes(row, seen):
+            row["workers"] = _runs_after(seen["workers"], row["workers"])
             if row["progress"] is None:
                 row["progress"] = seen["progress"]
             if row["started"] is None and row["attempts"] == seen["attempts"]:
@@ -275,28 +290,28 @@ def _upsert(rows: Sequence[dict[str, Any]]) -> None:
             cursor.execute(sql_head + ", ".join([row_sql] * len(chunk)) + sql_tail, params)
 
 
-#: The ``workers`` list in SQL, per database: ``new`` (the record names a run
-#: the row has not listed), ``last`` (the record is of the row's last run, or
-#: of none), ``merge`` (the row's list, then the record's runs it lacks).
+#: The ``workers`` list in SQL, per database: ``new`` (the record's last run is
+#: not in the row's list), ``last`` (the record is of the row's last run, or of
+#: none), ``merge`` (the row's list, then the record's, less its first run when
+#: that is the row's last).
 _RUNS_SQL = {
     "sqlite": {
-        "new": "EXISTS (SELECT 1 FROM json_each({x}) AS r"
-        " WHERE r.value NOT IN (SELECT value FROM json_each({t})))",
+        "new": "json_extract({x}, '$[#-1]') NOT IN (SELECT value FROM json_each({t}))",
         "last": "(json_array_length({x}) = 0 OR json_array_length({t}) = 0"
         " OR json_extract({x}, '$[#-1]') = json_extract({t}, '$[#-1]'))",
         "merge": "(SELECT json_group_array(value) FROM ("
         "SELECT 0 AS part, key, value FROM json_each({t})"
         " UNION ALL SELECT 1, r.key, r.value FROM json_each({x}) AS r"
-        " WHERE r.value NOT IN (SELECT value FROM json_each({t}))"
+        " WHERE NOT (r.key = 0 AND r.value IS json_extract({t}, '$[#-1]'))"
         " ORDER BY part, key))",
     },
     "postgresql": {
-        "new": "NOT ({t} @> {x})",
+        "new": "NOT ({t} @> jsonb_build_array({x} -> -1))",
         "last": "(jsonb_array_length({x}) = 0 OR jsonb_array_length({t}) = 0"
         " OR {x} -> -1 = {t} -> -1)",
         "merge": "({t} || COALESCE((SELECT jsonb_agg(r.value ORDER BY r.n)"
         " FROM jsonb_array_elements({x}) WITH ORDINALITY AS r(value, n)"
-        " WHERE NOT {t} @> jsonb_build_array(r.value)), '[]'::jsonb))",
+        " WHERE NOT (r.n = 1 AND r.value IS NOT DISTINCT FROM {t} -> -1)), '[]'::jsonb))",
     },
 }
 
@@ -317,17 +332,16 @@ def _upsert_sql(connection: Any) -> tuple[str, str]:
 
     runs = _RUNS_SQL[connection.vendor]
     running = f"'{JobStatus.RUNNING.value}'"
-    # A record of a run not in the row's workers yet, of no earlier attempt, and
-    # started no earlier: a new run (redelivery). A record of the run before it
-    # can arrive after the new run's (its job manager writes later).
-    new_run = (
-        f"({runs['new'].format(t=t('workers'), x=x('workers'))}"
-        f" AND ({x('attempts')} > {t('attempts')} OR ({x('attempts')} = {t('attempts')}"
-        f" AND ({x('started')} IS NULL OR {t('started')} IS NULL"
-        f" OR {x('started')} >= {t('started')}))))"
-    )
-    # A record of the row's last run (or of no particular run).
+    # Of one attempt: a record of the row's last run (or of no particular run) ...
     last_run = runs["last"].format(t=t("workers"), x=x("workers"))
+    # ... or of a run not listed yet that started no earlier: a new run (the job
+    # handed out again). A record of the run before it can arrive after the new
+    # run's (its job manager writes late).
+    new_run = (
+        f"(NOT {last_run} AND {runs['new'].format(t=t('workers'), x=x('workers'))}"
+        f" AND ({x('started')} IS NULL OR {t('started')} IS NULL"
+        f" OR {x('started')} >= {t('started')}))"
+    )
     # A client row (no job manager) never replaces a job manager's row; a
     # client row is otherwise only kept for the fields it knows.
     client = f"{x('jobmanager')} = ''"
@@ -352,16 +366,17 @@ def _upsert_sql(connection: Any) -> tuple[str, str]:
         "duration": x("duration"),
         "updated": x("updated"),
     }
+    # Attempts first (a retry may run in any process, one that ran an earlier
+    # attempt too), then, of one attempt, the run and how far along it is.
     newer = (
         f"({t('jobmanager')} = '' OR {x('jobmanager')} <> '') AND ("
         f"({t('jobmanager')} = '' AND {x('jobmanager')} <> '')"
-        f" OR {new_run} OR ({last_run} AND ("
-        f"{x('attempts')} > {t('attempts')}"
-        f" OR ({x('attempts')} = {t('attempts')}"
-        f" AND {rank(x('status'))} > {rank(t('status'))})"
+        f" OR {x('attempts')} > {t('attempts')}"
+        f" OR ({x('attempts')} = {t('attempts')} AND ({new_run} OR ({last_run} AND ("
+        f"{rank(x('status'))} > {rank(t('status'))}"
         # A progress update of a running job.
-        f" OR ({x('attempts')} = {t('attempts')} AND {x('progress')} IS NOT NULL"
-        f" AND {x('status')} = {running} AND {t('status')} = {running}))))"
+        f" OR ({x('progress')} IS NOT NULL"
+        f" AND {x('status')} = {running} AND {t('status')} = {running}))))))"
     )
     head = f"INSERT INTO {table} ({', '.join(q(c) for c in COLUMNS)}) VALUES "  # noqa: S608 - names are our constants, quoted
     tail = (

@@ -21,7 +21,7 @@ import json
 import logging
 import random
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,6 +41,9 @@ logger = logging.getLogger("django_eventmq.jobmanager")
 #: Why a job was asked to be skipped in its child.
 SKIP_CANCEL = "cancel"
 SKIP_NACK = "nack"
+#: Recorded jobs whose worker process died, kept (the latest) until the router says
+#: whether it set one aside (:meth:`Lifecycle.set_aside`); it says so right away.
+DIED_KEPT = 1000
 
 
 @dataclass(slots=True, eq=False)
@@ -125,6 +128,9 @@ class Lifecycle:
         self.wake_supervisor: Callable[[], None] = lambda: None
         #: Takes records batches back from a child that was stopped.
         self.resend_records: Callable[[list[bytes]], None] = lambda batches: None
+        #: Recorded ``retrying`` at their worker's death, as the router hands them out
+        #: again, unless it sets one aside (then :meth:`set_aside` records its end).
+        self.died: OrderedDict[str, tuple[ManagedJob, str]] = OrderedDict()
 
     # -- taking jobs in and handing them out ----------------------------------------
     def accept(self, job: ManagedJob) -> None:
@@ -381,10 +387,14 @@ class Lifecycle:
         *,
         value: object = None,
         error: dict[str, str] | None = None,
+        poisoned: bool = False,
     ) -> None:
         given_up = status in (JobStatus.FAILED, JobStatus.TIMED_OUT)
         options = _sent_options(job.headers) if given_up and job.headers is not None else None
-        self._add_record(job, status, time.time(), now, value=value, error=error, options=options)
+        finished = time.time()
+        self._add_record(
+            job, status, finished, now, value=value, error=error, options=options, poisoned=poisoned
+        )
 
     def _add_record(
         self,
@@ -397,6 +407,7 @@ class Lifecycle:
         error: dict[str, str] | None = None,
         progress: object = None,
         options: dict[str, object] | None = None,
+        poisoned: bool = False,
     ) -> None:
         self.recorder.add(
             msgid=job.msgid,
@@ -412,6 +423,7 @@ class Lifecycle:
             now=now,
             progress=progress,
             options=options,
+            poisoned=poisoned,
         )
 
     # -- supervision: retries due, timeouts, children that died -----------------------------
@@ -509,6 +521,8 @@ class Lifecycle:
                 status = JobStatus.RETRYING if redelivered else JobStatus.FAILED
                 error = outcomes.error_info("WorkerDied", message)
                 self._record(job, status, now, error=error)
+                if redelivered:
+                    self._keep_died(job, message)
             self._report(job, JobStatus.DIED, outcomes.error_payload("WorkerDied", message))
         self._hand_back(requeue)
         return len(lost)
@@ -543,6 +557,31 @@ class Lifecycle:
         self.stop_child(child, now)
         del self.jobs[seq]
         self._cancelled(job)
+
+    def _keep_died(self, job: ManagedJob, message: str) -> None:
+        self.died[job.msgid] = (job, message)
+        self.died.move_to_end(job.msgid)
+        if len(self.died) > DIED_KEPT:
+            self.died.popitem(last=False)
+
+    def set_aside(self, msgid: str, reason: str, now: float) -> None:
+        """The router set aside (poisoned) a job whose worker death we reported: it will
+        not run again, so its row ends ``failed`` (``WorkerDied``), not ``retrying``."""
+        found = self.died.pop(msgid, None)
+        if found is None:  # not recorded here, or long ago
+            logger.info("the router set aside job msgid=%s: %s", msgid, reason)
+            return
+        job, message = found
+        logger.warning(
+            "job failed msgid=%s queue=%s: %s; the router set it aside (%s)",
+            msgid,
+            job.queue,
+            message,
+            reason,
+            extra=job_fields(msgid, job.queue, job_name(job.body_text)),
+        )
+        error = outcomes.error_info("WorkerDied", f"{message}; the router set it aside ({reason})")
+        self._record(job, JobStatus.FAILED, now, error=error, poisoned=True)
 
     def _router_retries_job(self, job: ManagedJob) -> bool:
         """The router ``job`` came from retries it (our router, DONE mode)."""

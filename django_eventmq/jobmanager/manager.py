@@ -80,6 +80,7 @@ from django_eventmq.protocol import (
     Disconnect,
     Kbai,
     Message,
+    Reject,
     Request,
     parse_job,
 )
@@ -324,6 +325,8 @@ class JobManager(Service, Supervision, Credit, Shutdown):
                 self.lifecycle.dispatch(now, idle_only=True)
         elif isinstance(message, Cancel):
             self.lifecycle.cancel(message.job_msgid, now)
+        elif isinstance(message, Reject):  # a job whose death we reported is poisoned
+            self.lifecycle.set_aside(message.job_msgid, message.reason, now)
         elif isinstance(message, Disconnect):
             self._lose_router(now, "the router sent DISCONNECT", index)
         elif isinstance(message, Kbai):

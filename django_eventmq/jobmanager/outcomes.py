@@ -136,7 +136,9 @@ class Recorder:
         now: float,
         progress: Any = None,
         options: dict[str, Any] | None = None,
+        poisoned: bool = False,
     ) -> None:
+        """``poisoned``: a job the router set aside (its journal keeps it, not a dead letter)."""
         try:
             body = parse_job(body_text)
             name, args, kwargs = body.name, list(body.args), dict(body.kwargs)
@@ -165,6 +167,8 @@ class Recorder:
             self.records[-1]["progress"] = progress
         if options:
             self.records[-1]["options"] = options
+        if poisoned:
+            self.records[-1]["poisoned"] = True
         if len(self.records) > RECORD_BACKLOG:
             del self.records[: len(self.records) - RECORD_BACKLOG]
 

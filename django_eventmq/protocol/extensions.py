@@ -19,7 +19,9 @@ Commands (frames after the msgid):
   slot is free again.
 - ``CANCEL  JOB_MSGID``: client -> router, and router -> job manager.
 - ``REJECT  JOB_MSGID, REASON``: the router (or a job manager through it)
-  refuses a job; sent to the client that asked.
+  refuses a job; sent to the client that asked. Also router -> the job
+  manager that reported a job's last worker death (if its FEATURES said
+  ``"poisoned"``): the job is set aside as poisoned, so it records its end.
 - ``PARTIAL  JOB_MSGID, JSON``: a running job reported progress or yielded a
   partial result; job manager -> router (only to a router whose FEATURES
   said ``"partial"``), and router -> the client that asked (reply-requested
@@ -84,14 +86,20 @@ MAX_PARTIAL_BYTES = 1024 * 1024
 MAX_REASON_CHARS = 1000
 
 
-def refusal_reason(payload: str) -> str:
-    """The REJECT reason for a DONE ``refused`` payload (``{"error": {"message": ...}}``)."""
+def payload_error(payload: str, default: str) -> str:
+    """The error message of a DONE payload (``{"error": {"message": ...}}``), cut to a
+    REJECT reason's length; ``default`` when it has none."""
     try:
         error = json.loads(payload).get("error") or {}
         reason = str(error.get("message") or "")
     except (ValueError, AttributeError):
         reason = payload
-    return reason[:MAX_REASON_CHARS] or "refused by the job manager"
+    return reason[:MAX_REASON_CHARS] or default
+
+
+def refusal_reason(payload: str) -> str:
+    """The REJECT reason for a DONE ``refused`` payload."""
+    return payload_error(payload, "refused by the job manager")
 
 
 def _job_msgid(command: str, value: str) -> None:

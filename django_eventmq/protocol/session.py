@@ -36,6 +36,7 @@ from django_eventmq.protocol.extensions import (
     Features,
     Nack,
     Partial,
+    Reject,
     Unready,
 )
 from django_eventmq.protocol.ids import new_msgid
@@ -79,8 +80,13 @@ ROUTER_FEATURES: Mapping[str, int] = MappingProxyType(
 #: new router keeps them in flight on it instead of handing them out again.
 HOLDING = "holding"
 #: What a job manager of ours answers to its router's FEATURES.
+#: ``"poisoned"``: the job manager records a job the router sets aside after the death
+#: it reported (REJECT to it, see :meth:`RouterPeerSession.poisoned`).
 JOBMANAGER_FEATURES: Mapping[str, int] = MappingProxyType(
-    dict.fromkeys(("done", "nack", "cancel", "timeout", "retry", "partial", "unready", PACKED), 1)
+    dict.fromkeys(
+        ("done", "nack", "cancel", "timeout", "retry", "partial", "unready", "poisoned", PACKED),
+        1,
+    )
     | {BUNDLE: MAX_MESSAGE_BYTES}
 )
 
@@ -225,8 +231,8 @@ class JobManagerSession(Generic[_T]):
             self._on_ack(message, now)
         elif isinstance(message, Request):
             self._on_request()
-        elif isinstance(message, Cancel) and not self.extended:
-            raise _illegal("job manager", "CANCEL", self.state)
+        elif isinstance(message, (Cancel, Reject)) and not self.extended:
+            raise _illegal("job manager", message.command, self.state)
         elif isinstance(message, (Disconnect, Kbai)):
             self.close()
         return []
@@ -502,6 +508,14 @@ class RouterPeerSession:
         if not self.speaks("cancel"):
             raise _illegal("router", "CANCEL (the peer did not announce it)", self.state)
         return Cancel(msgid=new_msgid(), job_msgid=job_msgid)
+
+    def poisoned(self, job_msgid: str, reason: str) -> Reject | None:
+        """REJECT telling the peer that a job whose death it reported is set aside
+        (``reason``), so that it records the job's end; None if it did not announce
+        ``"poisoned"`` (it takes the death for one the job survives)."""
+        if not self.speaks("poisoned"):
+            return None
+        return Reject(msgid=new_msgid(), job_msgid=job_msgid, reason=reason)
 
     def _on_inform(self, message: Inform) -> list[Message]:
         if self.state is not _P.NEW:

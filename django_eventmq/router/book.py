@@ -21,7 +21,9 @@ Promises (README "Nothing lost"):
   leaves without reporting it, answers NACK, its lease runs out, or the
   router restarts: delivery is at-least-once for every accepted job.
 - A job whose worker died ``poison_after`` times is set aside (POISONED),
-  the client gets REJECT, and admin STATUS / MONITOR list it.
+  the client gets REJECT, and admin STATUS / MONITOR list it. The job
+  manager that reported the last death gets REJECT too (if it announced
+  ``poisoned``): it records the job's end, the router having no database.
 - A REQUEST whose msgid is held, or finished recently (``dedup_memory``
   msgids, ``dedup_window`` seconds; kept in the journal, so across a
   restart too), is acknowledged again and not run twice.
@@ -95,6 +97,9 @@ EXPIRED_PAYLOAD = (
 
 Deliver = Callable[[JobManagerPeer, RoutedJob], None]
 ToClient = Callable[[bytes, Message], None]
+#: Tells the job manager ``identity`` that the job ``msgid`` whose death it reported is
+#: set aside (``reason``), once the journal holds that (``Router._tell_set_aside``).
+SetAside = Callable[[bytes, str, str], None]
 #: A REQUEST to accept: its frames (as a DEALER sent them), msgid, queue and headers.
 Accepting = tuple[list[bytes], str, str, Headers]
 
@@ -131,14 +136,17 @@ class Book(BookReports, BookHeld):
         deliver: Deliver,
         to_client: ToClient,
         after_commit: ToClient | None = None,
+        set_aside: SetAside | None = None,
     ) -> None:
         """``after_commit``: sends what tells a client of a change the journal must
-        hold first (by default ``to_client``: a book alone, in tests)."""
+        hold first (by default ``to_client``: a book alone, in tests); ``set_aside``:
+        tells a job manager that a job whose death it reported is poisoned."""
         self.settings = settings
         self.journal = journal
         self.deliver = deliver
         self.to_client = to_client
         self.after_commit = after_commit or to_client
+        self.set_aside = set_aside
         self.routing = Routing(settings.queue_window, self._load)
         #: Rate limits per queue (RATE_LIMITS) and per rate key (headers); docs/rate-limits.md.
         self.rate_limits = RateLimits(queue_rates(settings.rate_limits))

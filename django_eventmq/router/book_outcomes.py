@@ -25,7 +25,7 @@ from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.stats import Stats
 
 if TYPE_CHECKING:
-    from django_eventmq.router.book import ToClient
+    from django_eventmq.router.book import SetAside, ToClient
 
 log = logging.getLogger("django_eventmq.router")
 
@@ -43,6 +43,7 @@ class BookOutcomes:
     unique: UniqueKeys
     delayed: Counter[str]
     poisoned: Counter[str]
+    set_aside: SetAside | None
     expired: int
     expired_by_queue: Counter[str]
     _next_due: float | None
@@ -79,7 +80,9 @@ class BookOutcomes:
             self._died(job, "its lease ran out")
 
     # -- outcomes ----------------------------------------------------------------------
-    def _died(self, job: RoutedJob, why: str) -> None:
+    def _died(self, job: RoutedJob, why: str, reporter: bytes | None = None) -> None:
+        """``job`` was lost (``why``): it waits again, or is set aside as poisoned.
+        ``reporter``: the job manager that saw its worker process die."""
         job_debug(log, "waits again (%s)", job.msgid, job.queue, why)
         job.deaths += 1
         self.routing.release(job)
@@ -99,6 +102,8 @@ class BookOutcomes:
                 self.after_commit(
                     job.client, Reject(msgid=new_msgid(), job_msgid=job.msgid, reason=reason)
                 )
+            if reporter is not None and self.set_aside is not None:
+                self.set_aside(reporter, job.msgid, reason)  # it records the job's end
             return
         self.journal.requeue(job.seq, job.deaths)
         self.routing.requeued += 1

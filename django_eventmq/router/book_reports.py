@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from django_eventmq.protocol.extensions import payload_error
 from django_eventmq.protocol.status import JobStatus, expired_reply
 from django_eventmq.router.book_outcomes import BookOutcomes
 from django_eventmq.router.dedup import FinishedWindow
@@ -107,7 +108,8 @@ class BookReports(BookOutcomes):
                 return
         job_debug(log, "DONE %s from %s", msgid, job.queue, status, show(identity))
         if status == JobStatus.DIED:
-            self._died(job, f"its worker process died ({payload[:200]})")
+            died = payload_error(payload, "no reason given")[:200]
+            self._died(job, f"its worker process died ({died})", identity)
         elif status == JobStatus.CANCELLED and expired_reply(payload):
             # The job manager held it past its expiry and did not start it.
             self.jobs_expired[job.queue] += 1

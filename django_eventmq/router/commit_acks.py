@@ -22,7 +22,7 @@ from django_eventmq.protocol.views import ack_frames
 from django_eventmq.router.book import Book
 from django_eventmq.router.lease_keeper import LeaseKeeper
 from django_eventmq.router.routing import JobManagerPeer, RoutedJob
-from django_eventmq.runtime.outbox import Outbox
+from django_eventmq.runtime.outbox import Outbox, send
 from django_eventmq.runtime.transport import Channel
 
 #: Clients remembered as reading bundles (:meth:`Router.reads_bundles`).
@@ -45,6 +45,7 @@ class CommitAcks:
 
     book: Book
     frontend: Channel
+    backend: Channel
     #: What clients are sent (the ACKs among it), counted and bounded.
     outbox: Outbox
     #: (client identity, REQUEST or SCHEDULE msgid, packed) to ACK once the journal
@@ -54,6 +55,8 @@ class CommitAcks:
     #: cancelled job's answer, a poisoned job's REJECT): like ACKs, they force a
     #: commit and are sent once it returned.
     _after_commit: list[tuple[bytes, Message]]
+    #: The same for job managers (a poisoned job's REJECT to the one that reported it).
+    _after_commit_workers: list[tuple[bytes, Message]]
     #: Jobs handed out and not sent yet (see the backend's ``_deliver``).
     _outbox: list[tuple[JobManagerPeer, RoutedJob]]
     #: When the journal was last committed (monotonic seconds).
@@ -84,6 +87,7 @@ class CommitAcks:
             self._acks
             or self._outbox
             or self._after_commit
+            or self._after_commit_workers
             or force
             or t - self._last_commit >= COMMIT_INTERVAL
             or journal.pending > 50_000
@@ -114,6 +118,10 @@ class CommitAcks:
             told, self._after_commit = self._after_commit, []
             for identity, message in told:
                 self.outbox.send(identity, message)
+        if self._after_commit_workers:
+            told, self._after_commit_workers = self._after_commit_workers, []
+            for identity, message in told:
+                send(self.backend, identity, message)
 
     def reads_bundles(self, identity: bytes, max_bytes: int) -> None:
         """The client ``identity`` said (in its FEATURES) that it reads bundles of

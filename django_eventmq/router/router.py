@@ -165,6 +165,7 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
         self._guard: security.Guard | None = None
         self._acks = []
         self._after_commit = []
+        self._after_commit_workers = []
         #: Clients whose FEATURES said they read bundles: the ACKs one commit
         #: releases to one of them go as one (:meth:`reads_bundles`, :meth:`_send_acks`).
         #: Each with the largest frame it takes (its FEATURES' "bundle" value).
@@ -227,6 +228,7 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
             raise
         self.outbox = Outbox(self.frontend, s.outbox_budget, s.outbox_peer_bytes)
         self.book = Book(s, journal, self._deliver, self._to_client, self._tell_after_commit)
+        self.book.set_aside = self._tell_set_aside
         try:
             self.book.recover()
         except JournalUnavailable as exc:
@@ -532,6 +534,14 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
 
     def _tell_after_commit(self, identity: bytes, message: Message) -> None:
         self._after_commit.append((identity, message))
+
+    def _tell_set_aside(self, identity: bytes, job_msgid: str, reason: str) -> None:
+        """REJECT, after the commit, to the job manager whose report poisoned the job:
+        it records the job's end (the router has no database)."""
+        worker = self.routing.workers.get(identity)
+        reject = worker.session.poisoned(job_msgid, reason) if worker is not None else None
+        if reject is not None:
+            self._after_commit_workers.append((identity, reject))
 
     # -- heartbeats, leases ----------------------------------------------------------
     def _housekeeping(self, now: float) -> None:

@@ -18,6 +18,7 @@ from django_eventmq.protocol import (
     Message,
     Nack,
     Ready,
+    Reject,
     Reply,
     Request,
     Unready,
@@ -192,6 +193,12 @@ def test_jm_cancel_only_from_a_router_of_ours() -> None:
     extended().receive(Cancel(msgid=new_msgid(), job_msgid="j1"), 0.0)
     with pytest.raises(ProtocolError, match="CANCEL"):
         reference().receive(Cancel(msgid=new_msgid(), job_msgid="j1"), 0.0)
+
+
+def test_jm_a_poisoned_jobs_reject_only_from_a_router_of_ours() -> None:
+    extended().receive(Reject(msgid=new_msgid(), job_msgid="j1", reason="poisoned"), 0.0)
+    with pytest.raises(ProtocolError, match="REJECT"):
+        reference().receive(Reject(msgid=new_msgid(), job_msgid="j1", reason="poisoned"), 0.0)
 
 
 def test_jm_done_and_nack_free_a_slot() -> None:
@@ -383,6 +390,19 @@ def test_router_cancel_only_to_a_peer_of_ours() -> None:
     peer = informed()
     peer.receive(Features(msgid=new_msgid(), features={"cancel": 1}))
     assert peer.cancel("j1").job_msgid == "j1"
+
+
+def test_router_tells_a_poisoned_job_only_to_a_peer_that_records_it() -> None:
+    """A job manager of ours records the end of a job set aside after the death it
+    reported; one that did not announce ``poisoned`` (a reference one) is told nothing."""
+    assert informed().poisoned("j1", "poisoned: 3 deaths") is None
+    peer = informed()
+    peer.receive(Features(msgid=new_msgid(), features={"done": 1, "cancel": 1}))
+    assert peer.poisoned("j1", "poisoned: 3 deaths") is None
+    peer = informed()
+    peer.receive(Features(msgid=new_msgid(), features=dict(JOBMANAGER_FEATURES)))
+    reject = peer.poisoned("j1", "poisoned: 3 deaths")
+    assert reject is not None and (reject.job_msgid, reject.reason) == ("j1", "poisoned: 3 deaths")
 
 
 def test_router_cancel_needs_the_peer_to_have_named_it() -> None:

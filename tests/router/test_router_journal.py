@@ -46,14 +46,16 @@ def stop(h: Harness) -> None:
     h.peers.clear()
 
 
-def modern_worker(h: Harness, name: str, queues: str = "", ready: int = 1) -> Peer:
-    """A job manager that answers FEATURES (reports jobs with DONE)."""
+def modern_worker(
+    h: Harness, name: str, queues: str = "", ready: int = 1, said: str = '{"done":1,"cancel":1}'
+) -> Peer:
+    """A job manager that answers FEATURES (``said``: reports jobs with DONE)."""
     peer = h.peer("backend", name)
     inform = peer.send("INFORM", queues, "worker")
     assert peer.expect("ACK")[2] == inform
     features = json.loads(peer.expect("FEATURES")[2])
     assert features["done"] == 1 and features["cancel"] == 1
-    peer.send("FEATURES", '{"done":1,"cancel":1}')
+    peer.send("FEATURES", said)
     for _ in range(ready):
         peer.send("READY")
 
@@ -284,6 +286,23 @@ def test_a_job_that_kills_its_worker_n_times_is_set_aside(
     client = h.peer("frontend", "client")
     client.send("CANCEL", msgid)  # a cancel clears it
     wait_for(lambda: monitor(h)["poisoned"] == 0, what="the poisoned job to be cleared")
+
+
+def test_the_job_manager_that_reported_the_last_death_is_told_the_job_is_set_aside(
+    start: Callable[..., Harness],
+) -> None:
+    """It records the job's end (the router has no database); the reason names the death."""
+    h = start(poison_after=2)
+    worker = modern_worker(h, "w", said='{"done":1,"cancel":1,"poisoned":1}')
+    client = h.peer("frontend", "client")
+    msgid = h.request(client)
+    died = json.dumps({"error": {"type": "WorkerDied", "message": "pid=7 exited with code 1"}})
+    for _ in range(2):
+        assert worker.expect("REQUEST")[1] == msgid
+        worker.send("DONE", msgid, "died", died)
+    reject = worker.expect("REJECT")
+    assert reject[2] == msgid
+    assert reject[3] == "poisoned: its worker process died (pid=7 exited with code 1), 2 time(s)"
 
 
 def test_retry_status_runs_the_job_again_until_its_retry_count_is_used(

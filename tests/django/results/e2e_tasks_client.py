@@ -97,6 +97,17 @@ def main(scenario: str, log: str, release: str) -> dict[str, Any]:
         return {"running": running, "seen": sorted(set(seen)), "done": describe(finished(waiting))}
     if scenario == "redelivery":
         return redelivery(log, release)
+    if scenario == "dies":
+        dying = tasks.dies.enqueue(log)
+        seen = set()
+
+        def over() -> bool:
+            dying.refresh()
+            seen.add(str(dying.status))
+            return bool(dying.is_finished)
+
+        until(over, 90)
+        return {"seen": sorted(seen), "done": describe(dying)}
     if scenario == "router_down":
         from django_eventmq.models.results import JobResult
 

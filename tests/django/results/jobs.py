@@ -62,6 +62,13 @@ def always_fails(path: str) -> None:
     raise RuntimeError("always")
 
 
+@job(reply_requested=True, retry_count=3)
+def always_raises(path: str, n: int) -> None:
+    """Raises on every run (four in all); each run notes ``n`` and its process in ``path``."""
+    note(path, f"{n} {os.getpid()}")
+    raise RuntimeError(f"always {n}")
+
+
 @job(reply_requested=True, timeout=1)
 def sleeps_too_long(path: str, seconds: float = 30.0) -> str:
     note(path, f"start {os.getpid()}")

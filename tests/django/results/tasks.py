@@ -52,6 +52,13 @@ def waits(path: str, release: str) -> str:
     return "released"
 
 
+@task
+def dies(path: str) -> None:
+    """Its worker process exits under it, on every run."""
+    note(path, f"dies {os.getpid()}")
+    os._exit(1)
+
+
 def _note_signal(name: str, task_result: Any) -> None:
     if task_result.task.module_path.startswith(__name__) and task_result.args:
         note(task_result.args[0], f"signal {name} {task_result.id} {task_result.status}")

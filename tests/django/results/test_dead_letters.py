@@ -93,6 +93,14 @@ def test_jobs_not_given_up_are_no_dead_letters() -> None:
     assert JobResult.objects.count() == 4 and not DeadLetter.objects.exists()
 
 
+def test_a_job_a_router_set_aside_is_failed_but_no_dead_letter() -> None:
+    """Its router's journal keeps it (poisoned): the page lists it from there, once."""
+    died = {"type": "WorkerDied", "message": "worker process pid=7 exited; set aside"}
+    record_results([result_record("p-1", "failed", job=ADD, args=[], error=died, poisoned=True)])
+    assert JobResult.objects.get(msgid="p-1").status == "failed"
+    assert not DeadLetter.objects.exists()
+
+
 def test_a_dead_letter_outlives_its_results_row() -> None:
     dead("d-1")
     JobResult.objects.all().delete()  # emq_purge_results

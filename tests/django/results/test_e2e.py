@@ -53,7 +53,12 @@ class Stack(ResultStack):
     """A router and a job manager; ``frontend`` is where clients connect."""
 
     def __init__(
-        self, env: dict[str, str], concurrency: int, journal: str, prefetch: int = 4
+        self,
+        env: dict[str, str],
+        concurrency: int,
+        journal: str,
+        prefetch: int = 4,
+        jobmanagers: int = 1,
     ) -> None:
         self.env = {**env, "EMQ_JOURNAL_PATH": journal}
         self.db = Path(env["EMQ_LIFECYCLE_DB"])
@@ -63,16 +68,16 @@ class Stack(ResultStack):
         )
         ready = router.wait_output(r"router ready: frontend=(\S+) backend=(\S+) admin=(\S+)")
         self.frontend, backend = ready.group(1), ready.group(2)
-        jobmanager = self._start(
-            "emq_jobmanager",
-            "--broker",
-            backend,
-            "--concurrency",
-            str(concurrency),
-            "--prefetch",
-            str(prefetch),
-        )
-        jobmanager.wait_output(r"jobmanager ready: ", timeout=60)
+        started = [
+            self._start(
+                "emq_jobmanager",
+                *("--broker", backend, "--concurrency", str(concurrency)),
+                *("--prefetch", str(prefetch)),
+            )
+            for _ in range(jobmanagers)
+        ]
+        for jobmanager in started:
+            jobmanager.wait_output(r"jobmanager ready: ", timeout=60)
 
     def _start(self, *args: str) -> Proc:
         proc = Proc(django_cmd(*args), env=self.env)
@@ -220,6 +225,28 @@ def test_retries_are_recorded_with_their_attempt_number(shared, use, tmp_path):
         failing.wait(timeout=60)
     assert shared.row_when(flaky, "succeeded")["attempts"] == 3
     assert shared.row_when(failing, "failed")["attempts"] == 2
+
+
+def test_every_retried_row_ends_failed_whichever_processes_ran_its_attempts(db_env, use, tmp_path):
+    """Two job managers of two worker processes each: a job's attempts run in any of the
+    four, one that ran an earlier attempt too, and each row must still end ``failed``
+    with its last attempt (it stayed ``retrying`` when the last attempt ran in a process
+    that had run an earlier one than the row's)."""
+    env = {**db_env, "EMQ_RETRY_BACKOFF_BASE": "0.05"}  # the retries come back quickly
+    stack = Stack(env, 2, str(tmp_path / "journal.sqlite3"), jobmanagers=2)
+    try:
+        use(stack)
+        log = tmp_path / "runs"
+        handles = [jobs.always_raises.delay(str(log), n) for n in range(40)]
+        wait_for(lambda: len(jobs.lines(log)) >= 160, 120, "4 runs of each of the 40 jobs")
+        runs = [line.split() for line in jobs.lines(log)]
+        assert sorted(int(n) for n, _ in runs) == sorted(list(range(40)) * 4)  # once each
+        assert len({pid for _, pid in runs}) > 1
+        for handle in handles:
+            row = stack.wait_row(handle, lambda r: r["status"] == "failed", "failed")
+            assert (row["attempts"], row["exc_type"]) == (4, "RuntimeError")
+    finally:
+        stack.stop()
 
 
 # -- timeout ---------------------------------------------------------------------------
@@ -433,6 +460,23 @@ def test_enqueue_raises_when_the_router_is_down_and_leaves_no_row(db_env, tmp_pa
     out = run_client(env, "router_down", tmp_path)
     assert out["raised"] == "django_eventmq.errors.BrokerUnavailable"
     assert out["rows_after"] == out["rows_before"]  # no READY row left behind
+
+
+@needs_django_tasks
+def test_a_task_whose_worker_dies_on_every_run_ends_failed(shared, tmp_path):
+    # The router sets it aside (poisoned) after POISON_AFTER (3) deaths; the job
+    # manager that reported the last one records its end (it stayed READY).
+    out = run_tasks_client(shared, "dies", tmp_path)
+    pids = [line.split()[1] for line in out["log"] if line.startswith("dies ")]
+    assert len(pids) == 3 and len(set(pids)) == 3, out  # three runs, each in a new process
+    done = out["done"]
+    assert done["status"] == "FAILED", (out, shared.logs())
+    assert done["errors"] == ["django_eventmq.tasks_backend.WorkerDied"]
+    assert [w.rsplit(":", 1)[1] for w in done["worker_ids"]] == pids
+    row = shared.row(done["id"])
+    assert row is not None and (row["status"], row["exc_type"]) == ("failed", "WorkerDied")
+    assert "exited with code 1" in row["exc_message"] and "set it aside" in row["exc_message"]
+    assert shared.row(done["id"], "django_eventmq_deadletter") is None  # the router lists it
 
 
 @needs_django_tasks

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
+import uuid
 
 import pytest
 
@@ -12,7 +14,8 @@ from django_eventmq.client.handles import JobHandle, ResultNotReady
 from django_eventmq.errors import JobError
 from django_eventmq.models.results import JobResult
 from django_eventmq.results import record_cancel, record_queued, record_results
-from tests.support import result_record
+from tests.pg_support import require_postgres
+from tests.support import ROOT, clean_environ, result_record, run_checked
 
 pytestmark = pytest.mark.django_db
 
@@ -287,3 +290,65 @@ def test_the_records_thread_looks_after_its_connection_as_a_job_does(monkeypatch
         assert thread.submit(backend).result() != ended
         thread.submit(connections.close_all).result()
     assert set(JobResult.objects.values_list("msgid", flat=True)) == {"c1", "c2", "c3"}
+
+
+@pytest.mark.parametrize("one_batch", [False, True])
+def test_a_retry_in_an_earlier_runs_process_is_recorded(one_batch):
+    """Attempts ran in processes 101, 102, then 101 again: the row follows the attempts."""
+    retried = [
+        rec("back", "retrying", attempt=1, pid=101, error=_error()),
+        rec("back", "retrying", attempt=2, pid=102, error=_error()),
+        rec("back", "running", attempt=3, pid=101),
+        rec("back", "failed", attempt=3, pid=101, error=_error()),
+    ]
+    if one_batch:
+        record_results(retried)
+    else:
+        for record in retried:
+            record_results([record])
+    stored = row("back")
+    assert (stored.status, stored.attempts, stored.pid) == ("failed", 3, 101)
+    assert stored.workers == ["jm-1:101", "jm-1:102", "jm-1:101"]
+    record_results([rec("back", "retrying", attempt=2, pid=102, error=_error())])  # late
+    assert (row("back").status, row("back").attempts) == ("failed", 3)
+
+
+@pytest.mark.postgres
+def test_the_rules_hold_on_postgresql():
+    """This module's tests again, on PostgreSQL (the upsert's SQL is written per database).
+
+    In a pytest of its own with ``EMQ_TEST_DB=postgres``: a database of its own
+    (``test_<name>``, which pytest-django creates and drops; dropped here too
+    if that run is cut short).
+    """
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        pytest.skip("this run is on PostgreSQL already")
+    import psycopg
+
+    dsn = require_postgres()
+    name = f"emq_results_{uuid.uuid4().hex[:10]}"
+    env = {k: v for k, v in clean_environ().items() if not k.startswith("PYTEST_")}
+    env.update(EMQ_TEST_DB="postgres", EMQ_TEST_PG_NAME=name, PYTHONPATH=str(ROOT))
+    try:
+        out = run_checked(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                __file__,
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-k",
+                "not test_the_rules_hold_on_postgresql",
+            ],
+            cwd=ROOT,
+            env=env,
+            timeout=300,
+        )
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "test_{name}" WITH (FORCE)')
+    assert " passed" in out and "skipped" not in out, out  # the PostgreSQL-only test ran too
