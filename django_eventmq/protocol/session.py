@@ -68,6 +68,7 @@ ROUTER_FEATURES: Mapping[str, int] = MappingProxyType(
             PACKED,
             "partial",
             "priority",
+            "queued",
             "reject",
             "unready",
         ),

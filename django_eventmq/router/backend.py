@@ -25,6 +25,7 @@ from django_eventmq.protocol import (
     Message,
     Nack,
     Partial,
+    Queued,
     Ready,
     Reply,
     Unready,
@@ -99,6 +100,7 @@ class BackendHandlers:
             Features: self._on_worker_message,
             Partial: self._on_worker_message,
             Unready: self._on_worker_message,
+            Queued: self._on_worker_message,
         }
 
     def _drain_backend(self, now: float) -> None:
@@ -238,6 +240,9 @@ class BackendHandlers:
         elif kind is Unready:
             assert isinstance(msg, Unready)
             self.book.routing.unready(identity, msg.count)
+        elif kind is Queued:
+            assert isinstance(msg, Queued)
+            self.book.still_queued(identity, msg.job_msgids, now)
         elif kind is Kbai:
             self.book.worker_left(identity, now)
             self._remember_departed(identity)
