@@ -80,8 +80,10 @@ from django_eventmq.protocol import (
     Disconnect,
     Kbai,
     Message,
+    Queued,
     Reject,
     Request,
+    new_msgid,
     parse_job,
 )
 from django_eventmq.protocol.headers import attempt_of
@@ -94,6 +96,11 @@ from django_eventmq.runtime.service import Service
 from django_eventmq.runtime.settings import Settings
 
 logger = logging.getLogger("django_eventmq.jobmanager")
+
+#: Seconds between two QUEUED messages naming the jobs we hold and have not
+#: started: the router starts their leases again, so a lease (a job's timeout +
+#: LEASE_GRACE, or JOB_LEASE) never runs out on a job waiting here.
+QUEUED_EVERY = 1.0
 
 #: ``JobManager.mode`` for each session state (for logs and tests).
 _MODES = {JobManagerState.EXTENDED: "done", JobManagerState.REFERENCE: "reference"}
@@ -180,6 +187,7 @@ class JobManager(Service, Supervision, Credit, Shutdown):
         #: Per link: msgids of the jobs we held when its current connection was made.
         self._held_at_connect: list[set[str]] = [set() for _ in groups]
         self._next_supervise = 0.0
+        self._next_queued = 0.0
         self._started = False
         #: ``(MIN, MAX)`` worker processes when autoscaling (AUTOSCALE), else None.
         self.autoscale = settings.autoscale_bounds
@@ -275,8 +283,23 @@ class JobManager(Service, Supervision, Credit, Shutdown):
             self._supervise(now)
         if self.recorder.waiting:
             self._send_records(now)
+        if now >= self._next_queued:
+            self._name_queued(now)
         self._keepalive(now)  # each link sends what waits before a HEARTBEAT
         self._flush()  # nothing this turn sent waits past its end
+
+    def _name_queued(self, now: float) -> None:
+        """QUEUED to each router that speaks it: the jobs of its group we hold and
+        have not started (prefetched behind another, or waiting for a child)."""
+        self._next_queued = now + QUEUED_EVERY
+        for index, link in enumerate(self.links):
+            if not link.session.router_speaks("queued"):
+                continue
+            waiting = tuple(
+                job.msgid for job in self.jobs.values() if job.link == index and not job.began
+            )
+            if waiting:
+                link.send(Queued(msgid=new_msgid(), job_msgids=waiting))
 
     def _flush(self) -> None:
         """Send what this turn sent so far to each router (one bundle each, see

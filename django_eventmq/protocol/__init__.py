@@ -12,6 +12,7 @@ from django_eventmq.protocol.extensions import (
     Features,
     Nack,
     Partial,
+    Queued,
     Reject,
     Unready,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "Partial",
     "Publish",
     "QueueSpec",
+    "Queued",
     "Ready",
     "Reject",
     "Reply",

@@ -33,6 +33,13 @@ Commands (frames after the msgid):
   jobs (its prefetch shrank because jobs run long). The router drops at most
   the free slots it still holds; jobs already on their way are the job
   manager's. Sent only to a router whose FEATURES said ``"unready"``.
+- ``QUEUED  JSON``: a job manager names the jobs it holds and has not started
+  (prefetched behind a running job, or waiting for a child), a JSON list of
+  msgids. The router starts the lease of each one it has in flight on that job
+  manager again: a job's lease counts from the last time it was named waiting,
+  not from its hand-out, so one prefetched behind a long job is not handed out
+  a second time while it waits. Sent about once a second while such jobs are
+  held, only to a router whose FEATURES said ``"queued"``.
 - ``BATCH  JOBS``: client -> router, many REQUESTs in one message (one JOBS
   frame, packed as :mod:`.batch` says; at most ``MAX_BATCH_JOBS`` jobs and
   the router's frame size). The router checks each job as it checks a
@@ -77,6 +84,7 @@ CANCEL = "CANCEL"
 REJECT = "REJECT"
 PARTIAL = "PARTIAL"
 UNREADY = "UNREADY"
+QUEUED = "QUEUED"
 
 #: Longest PARTIAL payload (characters): progress is small; results go in the reply.
 MAX_PARTIAL_BYTES = 1024 * 1024
@@ -102,6 +110,14 @@ def refusal_reason(payload: str) -> str:
     return payload_error(payload, "refused by the job manager")
 
 
+def _json_body(command: str, text: str) -> Any:
+    """A body frame that holds JSON, decoded (ProtocolError naming ``command`` if not)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise ProtocolError(f"{command}: body is not JSON") from None
+
+
 def _job_msgid(command: str, value: str) -> None:
     if not isinstance(value, str) or not value:
         raise ProtocolError(f"{command}: job msgid is empty")
@@ -125,11 +141,7 @@ class Features(Message):
 
     @classmethod
     def from_body(cls, msgid: str, body: list[str]) -> Features:
-        try:
-            value = json.loads(body[0])
-        except ValueError:
-            raise ProtocolError("FEATURES: body is not JSON") from None
-        return cls(msgid=msgid, features=value)
+        return cls(msgid=msgid, features=_json_body(cls.command, body[0]))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -279,5 +291,31 @@ class Unready(Message):
         return cls(msgid=msgid, count=int(text))
 
 
-for _cls in (Features, Done, Nack, Cancel, Reject, Partial, Unready):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Queued(Message):
+    """A job manager holds ``job_msgids`` and has not started them (their leases start again)."""
+
+    command: ClassVar[str] = QUEUED
+    body_frames: ClassVar[tuple[int, int]] = (1, 1)
+    job_msgids: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        Message.__post_init__(self)
+        if not isinstance(self.job_msgids, tuple) or not all(
+            isinstance(m, str) and m for m in self.job_msgids
+        ):
+            raise ProtocolError("QUEUED: job msgids must be non-empty strings")
+
+    def body(self) -> list[str]:
+        return [json.dumps(self.job_msgids, separators=(",", ":"))]
+
+    @classmethod
+    def from_body(cls, msgid: str, body: list[str]) -> Queued:
+        value = _json_body(cls.command, body[0])
+        if not isinstance(value, list):
+            raise ProtocolError("QUEUED: body must be a JSON list of msgids")
+        return cls(msgid=msgid, job_msgids=tuple(value))
+
+
+for _cls in (Features, Done, Nack, Cancel, Reject, Partial, Unready, Queued):
     MESSAGE_TYPES[_cls.command] = _cls

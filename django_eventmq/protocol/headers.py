@@ -365,6 +365,21 @@ def with_attempt(headers: bytes, attempt: int) -> bytes:
     return b",".join(items)
 
 
+_REPLY_REQUESTED_B = REPLY_REQUESTED.encode()
+
+
+def with_reply_requested(headers: bytes) -> bytes:
+    """The header frame asking for a reply (unchanged if it does already).
+
+    A router of ours hands a reference job manager every job this way: that job
+    manager answers a bare READY when a job ends without one, which does not say
+    which job ended; its REPLY names it.
+    """
+    if any(item.strip() == _REPLY_REQUESTED_B for item in headers.split(b",")):
+        return headers
+    return headers + b"," + _REPLY_REQUESTED_B if headers else _REPLY_REQUESTED_B
+
+
 def attempt_of(headers: Headers) -> int:
     """The attempt a REQUEST is, from its ``attempt:K`` header (1 without one)."""
     for item in headers.extra:

@@ -69,6 +69,7 @@ ROUTER_FEATURES: Mapping[str, int] = MappingProxyType(
             PACKED,
             "partial",
             "priority",
+            "queued",
             "reject",
             "unready",
         ),

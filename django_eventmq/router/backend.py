@@ -25,6 +25,7 @@ from django_eventmq.protocol import (
     Message,
     Nack,
     Partial,
+    Queued,
     Ready,
     Reply,
     Unready,
@@ -34,6 +35,7 @@ from django_eventmq.protocol import (
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.bundle import PREFIX as BUNDLE_PREFIX
 from django_eventmq.protocol.bundle import bundle, runs, unbundle
+from django_eventmq.protocol.headers import with_reply_requested
 from django_eventmq.protocol.packed import done_of, pack
 from django_eventmq.protocol.session import (
     ROUTER_FEATURES,
@@ -57,6 +59,12 @@ from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.transport import Channel
 
 log = logging.getLogger("django_eventmq.router")
+
+
+def _asking_reply(frames: list[bytes]) -> list[bytes]:
+    """A stored REQUEST's frames with ``reply-requested`` in its header frame."""
+    headers = with_reply_requested(frames[5])
+    return frames if headers is frames[5] else [*frames[:5], headers, *frames[6:]]
 
 
 class BackendHandlers:
@@ -99,6 +107,7 @@ class BackendHandlers:
             Features: self._on_worker_message,
             Partial: self._on_worker_message,
             Unready: self._on_worker_message,
+            Queued: self._on_worker_message,
         }
 
     def _drain_backend(self, now: float) -> None:
@@ -238,6 +247,9 @@ class BackendHandlers:
         elif kind is Unready:
             assert isinstance(msg, Unready)
             self.book.routing.unready(identity, msg.count)
+        elif kind is Queued:
+            assert isinstance(msg, Queued)
+            self.book.still_queued(identity, msg.job_msgids, now)
         elif kind is Kbai:
             self.book.worker_left(identity, now)
             self._remember_departed(identity)
@@ -376,8 +388,10 @@ class BackendHandlers:
                     send([identity, frame], flags=transport.NOBLOCK)
                 elif session.packed:
                     send([identity, pack(run[0].frames)], flags=transport.NOBLOCK)
-                else:
+                elif session.extended:
                     send([identity, *run[0].frames], flags=transport.NOBLOCK)
+                else:  # a reference job manager: its REPLY says which job ended
+                    send([identity, *_asking_reply(run[0].frames)], flags=transport.NOBLOCK)
             except transport.Again:
                 log.debug("worker %s is not taking messages; %d job(s) wait", show(identity), taken)
                 for job in run:

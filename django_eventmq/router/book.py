@@ -532,6 +532,17 @@ class Book(BookReports, BookHeld):
         else:
             job.lease_until = math.inf
 
+    def still_queued(self, identity: bytes, msgids: Iterable[str], now: float) -> None:
+        """QUEUED: the job manager ``identity`` holds these jobs and has not started
+        them (prefetched behind others): their leases start again from ``now``, so a
+        lease bounds a job's run, not its wait there. A job in flight elsewhere (or
+        no longer) is left alone."""
+        inflight = self.routing.inflight
+        for msgid in msgids:
+            job = inflight.get(msgid)
+            if job is not None and job.worker == identity and job.lease_until != math.inf:
+                self.lease(job, now)
+
     def pump(self, now: float, queues: list[str] | None = None) -> None:
         """Hand waiting jobs to free workers (sent at the end of the loop iteration)."""
         routing = self.routing

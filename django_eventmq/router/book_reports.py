@@ -60,12 +60,7 @@ class BookReports(BookOutcomes):
 
     # -- reports from workers ---------------------------------------------------------
     def ready(self, identity: bytes, now: float) -> None:
-        finished, job = self.routing.ready(identity, now)
-        for done in finished:
-            job_debug(log, "finished: READY from %s", done.msgid, done.queue, show(identity))
-            # A reference job manager does not say how it went.
-            self.stats.finish(done.queue, JobStatus.UNKNOWN)
-            self._forget_finished(done)
+        job = self.routing.ready(identity, now)
         if job is not None:
             self._hand_out(self.routing.workers[identity], job, now)
         if self._expiry.expired:
@@ -73,12 +68,16 @@ class BookReports(BookOutcomes):
 
     def reply(self, identity: bytes, msgid: str) -> bytes | None:
         """A worker's REPLY (the reference's way) finished ``msgid``; returns its client."""
-        job = self.routing.reply(msgid)
+        job = self.routing.reply(identity, msgid)
         if job is None:
+            if self.routing.held_elsewhere(identity, msgid) is not None:
+                self._stale(identity, msgid, "REPLY")
+                return None
             job = self._reported_waiting(msgid, "REPLY")
             if job is None:
                 return None
         job_debug(log, "finished: REPLY from %s", msgid, job.queue, show(identity))
+        # A reference job manager does not say how it went.
         self.stats.finish(job.queue, JobStatus.UNKNOWN)
         self._forget_finished(job)
         return job.client if job.reply else None

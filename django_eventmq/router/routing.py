@@ -35,10 +35,6 @@ from django_eventmq.router.waiting import Loader, RoutedJob, Waiting
 __all__ = ["JobManagerPeer", "RoutedJob", "Routing", "SchedulerPeer", "Schedulers"]
 
 _NEVER = float("-inf")
-#: Seconds after a worker's first READY during which its READYs announce slots
-#: (the start-up burst, one per process), never finished jobs: a job handed
-#: out on the first READY cannot have finished by the second one of the burst.
-READY_BURST = 0.5
 
 
 @dataclass(slots=True, eq=False)
@@ -56,14 +52,10 @@ class JobManagerPeer:
     order: tuple[str, ...]
     last_heard: float
     last_sent: float
-    #: Most free slots ever announced at once: our estimate of its concurrency.
-    capacity: int = 0
     last_dispatch: float = _NEVER
     inflight: deque[RoutedJob] = field(default_factory=deque)
     #: Changes whenever the worker's place in the LRU heaps changes.
     stamp: int = 0
-    #: When its first READY came (None: not yet).
-    first_ready: float | None = None
     #: It is shutting down (NACK "stopping"): no more jobs for it; it keeps its in-flight ones.
     stopping: bool = False
 
@@ -207,43 +199,22 @@ class Routing:
         self._dispatch(worker, job, now)
         return worker
 
-    def ready(self, identity: bytes, now: float) -> tuple[list[RoutedJob], RoutedJob | None]:
-        """A READY from a known worker: one more slot.
+    def ready(self, identity: bytes, now: float) -> RoutedJob | None:
+        """A READY from a known worker: one more slot. Returns a waiting job the
+        worker now runs.
 
-        Returns the jobs this READY implies finished (see below) and a waiting
-        job the worker now runs.
+        A READY never says a job finished. A reference job manager (no DONE) also
+        sends one for a worker process that replaced one that died, so taking it
+        for "the oldest job finished" credited the wrong job: the jobs it gets ask
+        for a reply (the router's backend adds ``reply-requested``), and its REPLY
+        names each job that ended (:meth:`reply`). A job whose process died is
+        never named: it stays in flight until its lease runs out or its job
+        manager is lost, then it is handed out again.
         """
         worker = self.workers[identity]
-        finished: list[RoutedJob] = []
-        if worker.stopping:
-            return finished, None
-        session = worker.session
-        if not session.free_slot():
-            return finished, None  # paid UNREADY debt: such a job manager reports each job
-        slots = session.credit
-        if worker.first_ready is None:
-            worker.first_ready = now
-        if now - worker.first_ready <= READY_BURST:
-            worker.capacity = max(worker.capacity, slots + len(worker.inflight))
-        elif slots > worker.capacity:
-            worker.capacity = slots
-        if not session.extended:
-            # APPROXIMATION for job managers without DONE (the reference's): a
-            # READY does not say which job finished. The worker's concurrency is
-            # taken to be its slots + in-flight during its start-up burst of
-            # READYs (READY_BURST), then the most free slots it ever announced
-            # at once, so slots + in-flight can never exceed it; in-flight
-            # beyond that finished, oldest first (FIFO). A READY may so mark the
-            # wrong job finished when jobs finish out of order; that job is then
-            # not handed out again if the worker dies. A REPLY names its job
-            # exactly and is used first (see :meth:`reply`).
-            excess = len(worker.inflight) - (worker.capacity - slots)
-            while excess > 0:
-                job = worker.inflight.popleft()
-                self._finished(job, identity)
-                finished.append(job)
-                excess -= 1
-        return finished, self._after_free_slot(worker, now)
+        if worker.stopping or not worker.session.free_slot():
+            return None  # stopping, or paid UNREADY debt
+        return self._after_free_slot(worker, now)
 
     def done(
         self, identity: bytes, msgid: str, now: float
@@ -261,8 +232,6 @@ class Routing:
             return job, None
         if not session.job_reported():
             return job, None  # paid UNREADY debt
-        if session.credit > worker.capacity:
-            worker.capacity = session.credit
         return job, self._after_free_slot(worker, now)
 
     def adopt(self, identity: bytes, job: RoutedJob, now: float) -> bool:
@@ -305,14 +274,14 @@ class Routing:
             self._push(worker)
         return job
 
-    def reply(self, msgid: str) -> RoutedJob | None:
-        """A worker replied for ``msgid``: that job finished (counted)."""
+    def reply(self, identity: bytes, msgid: str) -> RoutedJob | None:
+        """``identity`` replied for ``msgid``: that job finished (counted). None if it
+        is not in flight there (another worker holds it now: that run is over)."""
         job = self.inflight.get(msgid)
-        if job is None or job.worker is None:
+        if job is None or job.worker != identity:
             return None
-        identity = job.worker
         self.release(job)
-        self._count(job, identity)
+        self.count_finished(job, identity)
         return job
 
     def release_from(self, identity: bytes, msgid: str) -> RoutedJob | None:
@@ -437,15 +406,6 @@ class Routing:
             if job is not None:
                 return job
         return None
-
-    def _finished(self, job: RoutedJob, identity: bytes) -> None:
-        if self.inflight.get(job.msgid) is job:
-            del self.inflight[job.msgid]
-        self._count(job, identity)
-
-    def _count(self, job: RoutedJob, identity: bytes) -> None:
-        self.count_finished(job, identity)
-        job.worker = None
 
 
 @dataclass(slots=True, eq=False)

@@ -12,7 +12,12 @@ from django_eventmq.protocol import Ack, Ready, Request, decode
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.batch import BATCH, pack_jobs
 from django_eventmq.protocol.extensions import DONE
-from django_eventmq.protocol.headers import attempt_of, parse_headers, with_attempt
+from django_eventmq.protocol.headers import (
+    attempt_of,
+    parse_headers,
+    with_attempt,
+    with_reply_requested,
+)
 from django_eventmq.protocol.packed import pack
 from django_eventmq.protocol.views import (
     AckView,
@@ -195,3 +200,18 @@ def test_with_attempt_replaces_the_header(headers: bytes, attempt: int, expected
     written = with_attempt(headers, attempt)
     assert written == expected
     assert attempt_of(parse_headers(written.decode())) == attempt
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        (b"", b"reply-requested"),
+        (b"guarantee,timeout:3", b"guarantee,timeout:3,reply-requested"),
+        (b"reply-requested,guarantee", b"reply-requested,guarantee"),
+        (b"guarantee, reply-requested", b"guarantee, reply-requested"),
+    ],
+)
+def test_with_reply_requested_asks_for_a_reply_once(headers: bytes, expected: bytes) -> None:
+    written = with_reply_requested(headers)
+    assert written == expected
+    assert parse_headers(written.decode()).reply_requested

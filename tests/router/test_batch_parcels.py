@@ -99,10 +99,10 @@ def test_a_parcel_is_forwarded_byte_for_byte(start_router: Callable[..., Harness
     worker.send("INFORM", "email", "worker")
     worker.expect("ACK")
     worker.expect("FEATURES")
+    worker.send("FEATURES", '{"done": 1}')  # ours: a REQUEST goes as it was sent
     worker.send("READY")
     for _ in range(20):
-        worker.expect("REQUEST")
-        worker.send("READY")
+        worker.send("DONE", worker.expect("REQUEST")[1], "ok", '{"value": null}')
     frames = worker.recv_raw()
     assert frames[2:] == [b"REQUEST", b"snow-0", b"email", b"retry-count:2,guarantee", body]
 

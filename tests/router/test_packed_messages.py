@@ -43,13 +43,16 @@ def test_a_packed_request_is_stored_and_acked_packed_and_a_plain_one_plain(start
 
 def test_a_packed_request_is_the_same_request_to_the_worker_that_runs_it(start_router) -> None:
     h = start_router()
-    worker = h.worker("plain-jm")  # says nothing of packed: gets plain frames
+    # Says nothing of packed: gets plain frames (asking for a reply, as a job manager
+    # that does not speak DONE is asked: its REPLY names the job that ended).
+    worker = h.worker("plain-jm")
     client = h.peer("frontend", "client")
     client.send_raw([pack_request(b"m-1", b"default", b"guarantee", JOB_B)])
     frames = worker.recv_raw()
     while frames[2] != b"REQUEST":  # HEARTBEATs
         frames = worker.recv_raw()
-    assert frames == [b"", V, b"REQUEST", b"m-1", b"default", b"guarantee", JOB_B]
+    headers = b"guarantee,reply-requested"
+    assert frames == [b"", V, b"REQUEST", b"m-1", b"default", headers, JOB_B]
 
 
 def test_jobs_go_packed_to_a_worker_that_reads_them_and_its_packed_done_is_taken(

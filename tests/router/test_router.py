@@ -222,7 +222,9 @@ def test_higher_weight_first_then_least_recently_used(h: Harness) -> None:
     assert low.expect("REQUEST")[1] == sent[2]
 
 
-def test_request_is_forwarded_unchanged_with_the_clients_msgid(h: Harness) -> None:
+def test_request_is_forwarded_with_the_clients_msgid_and_headers(h: Harness) -> None:
+    # A worker that does not speak our extensions (the reference's) is asked for a
+    # reply to every job: its REPLY names the job that ended, a READY does not.
     worker = h.worker("w")
     client = h.peer("frontend", "client")
     msgid = h.request(client, headers="retry-count:3,timeout:30,x-extra")
@@ -233,7 +235,7 @@ def test_request_is_forwarded_unchanged_with_the_clients_msgid(h: Harness) -> No
         b"REQUEST",
         msgid.encode(),
         b"default",
-        b"retry-count:3,timeout:30,x-extra",
+        b"retry-count:3,timeout:30,x-extra,reply-requested",
         JOB.encode(),
     ]
 

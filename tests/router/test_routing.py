@@ -28,15 +28,15 @@ def run(routing: Routing, step: tuple[Any, ...], now: float) -> Any:
         routing.add_worker(name.encode(), tuple(queues), now)
         return None
     if op == "ready":
-        _finished, got = routing.ready(args[0].encode(), now)
+        got = routing.ready(args[0].encode(), now)
         return got.msgid if got else None
     if op == "submit":
         msgid, queue, *flags = args
         priority = next((int(f[1:]) for f in flags if f.startswith("p")), 0)
         worker = routing.submit(job(msgid, queue, "guarantee" in flags, now, priority), now)
         return worker.identity.decode() if worker else None
-    if op == "reply":
-        got = routing.reply(args[0])
+    if op == "reply":  # ("reply", worker, msgid)
+        got = routing.reply(args[0].encode(), args[1])
         return got.msgid if got else None
     if op == "fail":  # what the router's Book does when a worker dies
         released = routing.remove_worker(args[0].encode())
@@ -120,7 +120,9 @@ SCENARIOS: dict[str, list[tuple[tuple[Any, ...], Any]]] = {
         (("ready", "W"), "a1"),
         (("ready", "W"), "b1"),
     ],
-    "a READY beyond capacity finishes the oldest in-flight job": [
+    # A reference job manager's READY after a worker process of its died (the one
+    # that replaced it) is no finished job: a READY finishes none, a REPLY names it.
+    "a READY is a slot, never a finished job": [
         (("inform", "A", DEFAULT), None),
         (("ready", "A"), None),
         (("ready", "A"), None),
@@ -128,18 +130,21 @@ SCENARIOS: dict[str, list[tuple[tuple[Any, ...], Any]]] = {
         (("submit", "m2", "default"), "A"),
         (("inflight",), ["m1", "m2"]),
         (("ready", "A"), None),
-        (("inflight",), ["m2"]),
+        (("inflight",), ["m1", "m2"]),
+        (("slots", "A"), 1),
     ],
-    "a REPLY names the finished job; the READY after it pops nothing": [
+    "a REPLY names the finished job, from the worker that holds it": [
         (("inform", "A", DEFAULT), None),
+        (("inform", "B", DEFAULT), None),
         (("ready", "A"), None),
         (("ready", "A"), None),
         (("submit", "m1", "default"), "A"),
         (("submit", "m2", "default"), "A"),
-        (("reply", "m2"), "m2"),
+        (("reply", "B", "m2"), None),  # not B's: a run that is over
+        (("reply", "A", "m2"), "m2"),
         (("ready", "A"), None),
         (("inflight",), ["m1"]),
-        (("reply", "nope"), None),
+        (("reply", "A", "nope"), None),
     ],
     "a failed worker's jobs go back to the front, in their order": [
         (("inform", "A", DEFAULT), None),
@@ -202,7 +207,7 @@ def test_counts_and_queue_members() -> None:
     assert routing.queue_members("email") == [(50, b"B"), (30, b"A")]
     routing.ready(b"A", 1.0)
     routing.submit(job("m1"), 2.0)
-    routing.reply("m1")
+    routing.reply(b"A", "m1")
     routing.ready(b"A", 2.5)
     assert routing.submit(job("m2"), 3.0) is routing.workers[b"A"]
     assert [j.msgid for j in routing.remove_worker(b"A")] == ["m2"]
@@ -216,7 +221,8 @@ def test_undo_puts_the_job_back_first_and_keeps_the_slot() -> None:
     routing.add_worker(b"A", DEFAULT, 0.0)
     routing.ready(b"A", 1.0)
     routing.submit(job("w0"), 1.5)  # dispatched
-    routing.ready(b"A", 1.6)  # finishes w0, slot back
+    routing.reply(b"A", "w0")
+    routing.ready(b"A", 1.6)  # w0 finished: its slot back
     first = job("m1")
     assert routing.submit(first, 2.0) is not None
     routing.submit(job("m2"), 2.5)  # waits
@@ -259,21 +265,17 @@ def test_schedulers_round_robin() -> None:
     assert [peers.next(), peers.next()] == [peers.peers[b"s1"]] * 2
 
 
-def test_the_start_up_burst_of_ready_announces_slots_even_while_jobs_wait() -> None:
-    # A job manager connecting while jobs wait: each READY of its burst takes
-    # a job at once; none of them may be taken as finished by the next READY.
+def test_a_ready_while_jobs_wait_takes_one_and_finishes_none() -> None:
+    # A job manager connecting while jobs wait, or a reference one whose worker
+    # process was replaced: each READY takes a job, none is taken as finished.
     routing = Routing()
     for name in ("m1", "m2", "m3"):
         routing.submit(job(name), 0.0)
     routing.add_worker(b"A", DEFAULT, 1.0)
-    assert routing.ready(b"A", 1.00) == ([], routing.inflight["m1"])
-    assert routing.ready(b"A", 1.01)[0] == []
-    assert sorted(routing.inflight) == ["m1", "m2"]
-    assert routing.workers[b"A"].capacity == 2
-    # After the burst a READY means a job finished: the oldest, m1.
-    finished, started = routing.ready(b"A", 5.0)
-    assert [j.msgid for j in finished] == ["m1"] and started is not None
-    assert sorted(routing.inflight) == ["m2", "m3"]
+    assert routing.ready(b"A", 1.00) is routing.inflight["m1"]
+    assert routing.ready(b"A", 5.0) is routing.inflight["m2"]
+    assert routing.ready(b"A", 9.0) is routing.inflight["m3"]
+    assert sorted(routing.inflight) == ["m1", "m2", "m3"]
 
 
 def test_a_window_of_waiting_jobs_in_memory_the_rest_loaded_in_order() -> None:
@@ -293,12 +295,12 @@ def test_a_window_of_waiting_jobs_in_memory_the_rest_loaded_in_order() -> None:
     routing.add_worker(b"A", DEFAULT, 0.0)
     taken = []
     for step in range(10):
-        got = routing.dispatch_waiting("default", float(step)) or routing.ready(b"A", 9.0)[1]
+        got = routing.dispatch_waiting("default", float(step)) or routing.ready(b"A", 9.0)
         assert got is not None
         picked = got[1] if isinstance(got, tuple) else got
         on_disk.remove(picked)
         taken.append(picked.msgid)
-        routing.reply(picked.msgid)
+        routing.reply(b"A", picked.msgid)
     assert taken == [j.msgid for j in sorted(jobs, key=lambda j: j.key)]
     assert "default" not in routing.waiting
 
@@ -318,11 +320,11 @@ def test_a_stopping_worker_gets_nothing_more_and_keeps_its_jobs() -> None:
     # A slot it frees (DONE, READY, a failed send) is not used either.
     finished, nxt = routing.done(b"A", "m1", 4.0)
     assert finished is not None and finished.msgid == "m1" and nxt is None
-    assert routing.ready(b"A", 4.0) == ([], None)
+    assert routing.ready(b"A", 4.0) is None
     m2 = routing.inflight["m2"]
     routing.undo(m2)
     assert a.slots == 0 and sorted(j.msgid for j in routing.waiting["default"]) == ["m2", "m3"]
     # Another worker takes what waits; an INFORM again makes A a fresh worker.
-    assert routing.ready(b"B", 5.0)[1] is not None
+    assert routing.ready(b"B", 5.0) is not None
     routing.add_worker(b"A", DEFAULT, 6.0)
-    assert routing.ready(b"A", 6.0)[1] is not None
+    assert routing.ready(b"A", 6.0) is not None

@@ -46,12 +46,13 @@ class RouterStack:
         self.procs.append(proc)
         return proc
 
-    def start_jobmanager(self, concurrency: int = 2) -> None:
+    def start_jobmanager(self, concurrency: int = 2, queues: str = "") -> None:
+        """A job manager of ``concurrency`` children (serving ``queues``, default: the default)."""
         self.procs.append(
             Proc(
                 python_module(
                     "jobmanager", "--broker", self.backend, "--concurrency", str(concurrency),
-                    "--job-module", self.job_module,
+                    "--job-module", self.job_module, *(["--queues", queues] if queues else []),
                 ),
                 env=self.env,
             )

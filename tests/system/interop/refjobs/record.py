@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from django_eventmq.client.jobs import job
@@ -50,3 +51,13 @@ def record_then_wait(*args: Any, out: str, gate: str) -> None:
     deadline = time.monotonic() + 60
     while not os.path.exists(gate) and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+@job(timeout=3)
+def record_or_die(*args: Any, out: str, marker: str) -> None:
+    """The first run (no file ``marker`` yet) creates it and kills its worker process
+    (no outcome, no clean exit); a later run records the call in ``out``."""
+    if not os.path.exists(marker):
+        Path(marker).touch()
+        os._exit(1)
+    append_record(out, args, {})
