@@ -41,6 +41,8 @@ logger = logging.getLogger("django_eventmq.jobmanager")
 #: Why a job was asked to be skipped in its child.
 SKIP_CANCEL = "cancel"
 SKIP_NACK = "nack"
+#: Taken back from a child a reload replaces: it runs in a new one (the new code).
+SKIP_MOVE = "move"
 
 
 @dataclass(slots=True, eq=False)
@@ -244,11 +246,15 @@ class Lifecycle:
     def finish(self, results: list[tuple[int, str, str]], now: float) -> None:
         """Report the outcome of each finished job."""
         jobs = self.jobs
+        moved: list[int] = []
         for seq, status, payload in results:
             job = jobs.pop(seq, None)
             if job is None:
                 continue
-            if status == JobStatus.OK:
+            if status == JobStatus.CANCELLED and job.skip == SKIP_MOVE:
+                jobs[seq] = job  # not over: it waits for a new child
+                moved.append(seq)
+            elif status == JobStatus.OK:
                 if job.record:
                     value = json.loads(payload).get("value")
                     self._record(job, JobStatus.SUCCEEDED, now, value=value)
@@ -259,6 +265,24 @@ class Lifecycle:
                 self._retry(seq, job, payload, now, decision)
             else:
                 self._failed(job, status, payload, now)
+        if moved:
+            self._hand_back(moved)
+
+    def renew(self, now: float) -> int:
+        """Warm restart (SIGHUP): the pool's children are replaced; the jobs queued in
+        the old ones behind the job each runs are taken back for the new ones (old
+        code runs no job from now on), and idle old ones are told to exit at once.
+        How many children are replaced."""
+        old = self.pool.renew()
+        jobs = self.jobs
+        for child in old:
+            for seq in list(child.inflight)[1:]:
+                job = jobs.get(seq)
+                if job is not None and not job.skip:
+                    job.skip = SKIP_MOVE  # its child answers "cancelled" (not started)
+                    self.pool.cancel(child, seq)
+        self.pool.check(now)
+        return len(old)
 
     def refuse(self, job: ManagedJob, name: str, reason: str, now: float) -> None:
         """Answer a job that is not held (nor run) with ``refused``, as a child would."""
@@ -470,6 +494,8 @@ class Lifecycle:
             if job is None:
                 continue
             job.child = None
+            if job.skip == SKIP_MOVE:
+                job.skip = ""
             if job.skip:
                 del self.jobs[seq]
                 self._skipped(job)
@@ -560,9 +586,10 @@ class Lifecycle:
             if child is None:
                 del self.jobs[seq]
                 self._nack(job, "stopping")
-            elif child.head != seq and not job.skip:
+            elif child.head != seq and job.skip != SKIP_CANCEL:
+                if not job.skip:  # SKIP_MOVE: its cancel is on its way already
+                    self.pool.cancel(child, seq)
                 job.skip = SKIP_NACK
-                self.pool.cancel(child, seq)
         if which is None:
             self.pending.clear()
             self._retries.clear()

@@ -244,6 +244,8 @@ class JobManager(Service, Supervision, Credit, Shutdown):
         events = self._poller.poll(timeout_ms)
         now = time.monotonic() if now is None else now
         self._turn_at = now
+        if self._reload_asked and not self.stopping:
+            self._supervise(now)  # before this turn hands a job to an old child
         lifecycle, children = self.lifecycle, self.pool.children
         router_ready = finished = False
         # Results first: their DONE/READY lets the router send the next job

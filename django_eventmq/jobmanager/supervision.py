@@ -56,7 +56,7 @@ class Supervision:
         lifecycle.due_retries(now)
         if not self.stopping:
             if self._reload_asked:
-                self._renew()
+                self._renew(now)
             if self.autoscale is not None:
                 self._autoscale(now)
             pool.respawn(now)
@@ -64,9 +64,9 @@ class Supervision:
             lifecycle.dispatch(now)
         self._top_up()
 
-    def _renew(self) -> None:
+    def _renew(self, now: float) -> None:
         self._reload_asked = False
-        old = self.pool.renew()
+        old = self.lifecycle.renew(now)
         logger.info(
             "reload: starting %d new worker processes; %d old ones finish their jobs and exit",
             self.pool.size,
