@@ -139,6 +139,8 @@ class JobManager(Service, Supervision, Credit, Shutdown):
         self, settings: Settings, *, hooks: str | None = None, name: str | None = None
     ) -> None:
         super().__init__()
+        # A misspelt job module: refused here, not left to every worker that starts.
+        registry.check_job_modules(settings.job_modules)
         self.settings = settings
         self.hooks = hooks
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"

@@ -38,7 +38,10 @@ class Command(BaseCommand):
         connections.close_all()
         from django_eventmq.jobmanager.manager import JobManager
 
-        manager = JobManager(settings, hooks=options["hooks"])
+        try:
+            manager = JobManager(settings, hooks=options["hooks"])
+        except EventMQError as exc:
+            raise CommandError(str(exc)) from None
         server = None
         if options.get("metrics"):
             from django_eventmq.cli import metrics
