@@ -576,6 +576,26 @@ class Lifecycle:
             return self._retries_for(job)
         return self._router_retries()
 
+    def hand_back_waiting(self, reason: str, which: Callable[[ManagedJob], bool]) -> int:
+        """Give back (NACK ``reason``) the jobs no child holds, waiting for one or for
+        a local retry, of those ``which`` says yes to; how many."""
+        given = 0
+        for seq, job in list(self.jobs.items()):
+            if job.child is None and which(job):
+                del self.jobs[seq]
+                self._nack(job, reason)
+                given += 1
+        if given:
+            self._drop_stale_entries()
+        return given
+
+    def _drop_stale_entries(self) -> None:
+        """Keep in the pending queue and the retry heap only jobs still held."""
+        jobs = self.jobs
+        self.pending = deque(seq for seq in self.pending if seq in jobs)
+        self._retries = [(due, seq) for due, seq in self._retries if seq in jobs]
+        heapq.heapify(self._retries)
+
     def hand_back_unstarted(self, which: Callable[[ManagedJob], bool] | None = None) -> None:
         """Give back every job that has not started (graceful stop with our router);
         ``which``: only those it says yes to (the jobs of the groups that take them back)."""
@@ -594,10 +614,7 @@ class Lifecycle:
             self.pending.clear()
             self._retries.clear()
         else:
-            jobs = self.jobs
-            self.pending = deque(seq for seq in self.pending if seq in jobs)
-            self._retries = [(due, seq) for due, seq in self._retries if seq in jobs]
-            heapq.heapify(self._retries)
+            self._drop_stale_entries()
 
 
 #: The header options a dead letter keeps, so the admin's retry sends the job as it was sent.

@@ -84,7 +84,7 @@ from django_eventmq.protocol import (
     parse_job,
 )
 from django_eventmq.protocol.headers import attempt_of
-from django_eventmq.protocol.session import JobManagerState
+from django_eventmq.protocol.session import TROUBLE, JobManagerState
 from django_eventmq.protocol.status import JobStatus
 from django_eventmq.runtime import registry, tracing, transport
 from django_eventmq.runtime.addresses import parse_groups
@@ -186,6 +186,8 @@ class JobManager(Service, Supervision, Credit, Shutdown):
         self.autoscale = settings.autoscale_bounds
         #: Set by SIGHUP (or :meth:`reload`): renew the children at the next turn.
         self._reload_asked = False
+        #: Why we take no jobs now (no worker process can start; "": we take them).
+        self._trouble = ""
         self._saved_sighup: object = None
 
     # -- lifecycle (run(), stop() and stopping come from Service) ---------------
@@ -378,6 +380,9 @@ class JobManager(Service, Supervision, Credit, Shutdown):
         if self.stopping and self.links[index].session.extended:
             self._nack(job, "stopping")
             return
+        if self._trouble and self.links[index].session.extended:
+            self._nack(job, self._trouble)  # sent before it heard we take none
+            return
         if request.queue not in self._queue_names:
             logger.debug(
                 "job for queue %r that we do not serve: msgid=%s; running it",
@@ -472,6 +477,30 @@ class JobManager(Service, Supervision, Credit, Shutdown):
             self.lifecycle.accept(job)  # a reference router cannot take it back
         else:
             session.hold(_HeldNack(job, reason))
+
+    def _check_trouble(self) -> None:
+        """While no worker process can start, take no jobs and give back those held
+        (a router of ours runs them elsewhere), and tell the routers why (STATUS
+        shows it); once one is up, take jobs again."""
+        trouble = self.pool.trouble
+        if trouble == self._trouble:
+            return
+        self._trouble = trouble
+        for link in self.links:
+            features = link.session.restate(TROUBLE, trouble)
+            if features is not None:
+                link.send(features)
+        self._top_up()  # UNREADY first: the slots the NACKs free are not offered again
+        if not trouble:
+            logger.info("a worker process is up: jobmanager takes jobs again")
+            return
+        links = self.links
+        given = self.lifecycle.hand_back_waiting(
+            trouble, lambda job: links[job.link].session.extended
+        )
+        logger.error(
+            "jobmanager takes no jobs: %s; handed back %d job(s) to the router", trouble, given
+        )
 
     # -- records -----------------------------------------------------------------
     def _send_records(self, now: float, *, force: bool = False) -> None:

@@ -107,6 +107,7 @@ class Pool:
         self._start_failures = 0
         self._next_start = 0.0
         self._failure_logged = False
+        self._last_failure = ""
         #: A warm restart's children may still be here (:meth:`renewed_jobs`).
         self._renewing = False
         #: True/False once a child said whether the hooks record results.
@@ -165,6 +166,13 @@ class Pool:
             started.append(child)
             active.append(child)
         return started
+
+    @property
+    def trouble(self) -> str:
+        """Why no child can run jobs ("" while one is up, or none failed to start yet)."""
+        if not self._start_failures:
+            return ""
+        return self._last_failure
 
     def busy(self) -> int:
         """Active children running a job."""
@@ -533,6 +541,8 @@ class Pool:
         delay = min(0.5 * 2 ** (self._start_failures - 1), MAX_START_DELAY)
         self._next_start = now + delay
         why = child.failure or f"exit code {child.process.exitcode}"
+        # One line, bounded: it goes to the routers (FEATURES, NACK reasons) and emq_status.
+        self._last_failure = f"worker processes cannot start: {' '.join(why.split())[:400]}"
         if not self._failure_logged:
             logger.error("worker child pid=%d failed to start: %s", child.pid, why)
             self._failure_logged = True

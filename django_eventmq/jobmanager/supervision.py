@@ -45,6 +45,8 @@ class Supervision:
 
         def _top_up(self) -> None: ...
 
+        def _check_trouble(self) -> None: ...
+
     def _supervise(self, now: float) -> None:
         """Reap dead children, retire worn ones, time jobs out, start replacements."""
         self._next_supervise = now + SUPERVISE_EVERY
@@ -60,6 +62,7 @@ class Supervision:
             if self.autoscale is not None:
                 self._autoscale(now)
             pool.respawn(now)
+            self._check_trouble()
         if lifecycle.pending:
             lifecycle.dispatch(now)
         self._top_up()
