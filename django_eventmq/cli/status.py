@@ -166,6 +166,8 @@ def summarize(
                 "free_slots": info.get("available_slots"),
                 "in_flight": info.get("inflight"),
                 "heartbeat_ago_s": _heartbeat_ago(info.get("hb"), clock),
+                # Why it takes no jobs now (its worker processes cannot start...).
+                "trouble": str(info.get("trouble") or ""),
             }
         )
     schedulers = [
@@ -364,13 +366,19 @@ def managers_table(managers: Sequence[Mapping[str, Any]], *, by_shard: bool = Fa
     if not managers:
         return "no job managers connected"
     shard = ("SHARD",) if by_shard else ()
-    return table(
+    text = table(
         ("JOB MANAGER", *shard, "QUEUES (WEIGHT)", "FREE SLOTS", "IN FLIGHT", "LAST HEARTBEAT"),
         (
             (m["name"], *((m["shard"],) if by_shard else ()), *_manager_cells(m)[1:])
             for m in managers
         ),
     )
+    troubled = [
+        f"WARNING: job manager {m['name']} takes no jobs: {m['trouble']}"
+        for m in managers
+        if m.get("trouble")
+    ]
+    return "\n".join([text, *troubled])
 
 
 def totals_text(t: Mapping[str, Any]) -> str:

@@ -25,7 +25,9 @@ waits for the job the child is running.
 
 Child -> parent: ``U`` once ready (``Ur`` if the hooks module records
 results), ``F<why>`` when start-up failed (then it exits), ``A`` after a
-records batch, ``P<seq>\\n<{"value": ...} JSON>`` for a partial a running
+records batch, ``B<names>`` last, as it stops serving (``names``: the non-daemon
+threads a job left running, which keep the process from exiting; empty: none),
+``P<seq>\\n<{"value": ...} JSON>`` for a partial a running
 job reports (:mod:`.progress`; at most ``PARTIAL_RATE`` a second per job), and
 per job ``D<seq>\\n<status>\\n<payload JSON>`` where status
 is one of ``protocol.status.CHILD_STATUSES``: ``ok`` (payload is the reply
@@ -37,6 +39,7 @@ ends: the job manager times the next job from it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
@@ -74,6 +77,7 @@ FAIL = b"F"
 RESULT = b"D"
 PARTIAL = b"P"
 RECORDED = b"A"
+BYE = b"B"
 #: After UP: the hooks module has ``record_results``.
 CAN_RECORD = b"r"
 
@@ -300,6 +304,13 @@ def child_main(
         serve(fd, runner, records.fileno() if can_record else None, out)
     finally:
         invoke.close_loop()
+        # What is left is exiting, which a job's non-daemon thread can hold up for
+        # good: say which, so the job manager neither waits for it nor kills a
+        # child that is only slow to exit.
+        main = threading.main_thread()
+        lingering = [t.name for t in threading.enumerate() if not t.daemon and t is not main]
+        with contextlib.suppress(OSError):
+            write_all(out, frame(BYE + ",".join(lingering).encode()))
         conn.close()
         if results is not None:
             results.close()

@@ -72,6 +72,10 @@ class Child:
     exit_by: float = 0.0
     #: It was SIGKILLed for not exiting once DEAD (its warning is logged then).
     forced: bool = False
+    #: It said it is done (its last frame): it is only exiting now; ``lingering``
+    #: names the non-daemon threads a job left running then, which hold it.
+    said_bye: bool = False
+    lingering: str = ""
 
     def __post_init__(self) -> None:
         self.readable = select.poll()

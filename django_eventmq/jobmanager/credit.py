@@ -37,6 +37,7 @@ class Credit:
     links: list[RouterLink[_Held]]
     _turn_at: float
     _shrink_since: float | None
+    _trouble: str
 
     if TYPE_CHECKING:
 
@@ -59,12 +60,16 @@ class Credit:
         """
         if self.stopping:
             return
+        # No worker process can start: no slot (all taken back at once, below).
+        slots = 0 if self._trouble else self.slots
         # Jobs finishing in children a warm restart replaced hold no slot of the new ones.
-        free = self.slots - len(self.jobs) + self.pool.renewed_jobs()
+        free = slots - len(self.jobs) + self.pool.renewed_jobs()
         # Several groups: each may hold credit for every free slot (see the module
         # doc), and no UNREADY churn as the other groups' jobs come and go.
-        slack = self.prefetch.value // 4 if len(self.links) == 1 else self.slots
-        if self._shrink_waits(free, slack):
+        slack = self.prefetch.value // 4 if len(self.links) == 1 else slots
+        if self._trouble:
+            slack = 0
+        elif self._shrink_waits(free, slack):
             return
         for link in self.links:
             for message in link.session.top_up(free, slack=slack):

@@ -41,6 +41,8 @@ logger = logging.getLogger("django_eventmq.jobmanager")
 #: Why a job was asked to be skipped in its child.
 SKIP_CANCEL = "cancel"
 SKIP_NACK = "nack"
+#: Taken back from a child a reload replaces: it runs in a new one (the new code).
+SKIP_MOVE = "move"
 #: Recorded jobs whose worker process died, kept (the latest) until the router says
 #: whether it set one aside (:meth:`Lifecycle.set_aside`); it says so right away.
 DIED_KEPT = 1000
@@ -250,11 +252,15 @@ class Lifecycle:
     def finish(self, results: list[tuple[int, str, str]], now: float) -> None:
         """Report the outcome of each finished job."""
         jobs = self.jobs
+        moved: list[int] = []
         for seq, status, payload in results:
             job = jobs.pop(seq, None)
             if job is None:
                 continue
-            if status == JobStatus.OK:
+            if status == JobStatus.CANCELLED and job.skip == SKIP_MOVE:
+                jobs[seq] = job  # not over: it waits for a new child
+                moved.append(seq)
+            elif status == JobStatus.OK:
                 if job.record:
                     value = json.loads(payload).get("value")
                     self._record(job, JobStatus.SUCCEEDED, now, value=value)
@@ -265,6 +271,24 @@ class Lifecycle:
                 self._retry(seq, job, payload, now, decision)
             else:
                 self._failed(job, status, payload, now)
+        if moved:
+            self._hand_back(moved)
+
+    def renew(self, now: float) -> int:
+        """Warm restart (SIGHUP): the pool's children are replaced; the jobs queued in
+        the old ones behind the job each runs are taken back for the new ones (old
+        code runs no job from now on), and idle old ones are told to exit at once.
+        How many children are replaced."""
+        old = self.pool.renew()
+        jobs = self.jobs
+        for child in old:
+            for seq in list(child.inflight)[1:]:
+                job = jobs.get(seq)
+                if job is not None and not job.skip:
+                    job.skip = SKIP_MOVE  # its child answers "cancelled" (not started)
+                    self.pool.cancel(child, seq)
+        self.pool.check(now)
+        return len(old)
 
     def refuse(self, job: ManagedJob, name: str, reason: str, now: float) -> None:
         """Answer a job that is not held (nor run) with ``refused``, as a child would."""
@@ -482,6 +506,8 @@ class Lifecycle:
             if job is None:
                 continue
             job.child = None
+            if job.skip == SKIP_MOVE:
+                job.skip = ""
             if job.skip:
                 del self.jobs[seq]
                 self._skipped(job)
@@ -589,6 +615,26 @@ class Lifecycle:
             return self._retries_for(job)
         return self._router_retries()
 
+    def hand_back_waiting(self, reason: str, which: Callable[[ManagedJob], bool]) -> int:
+        """Give back (NACK ``reason``) the jobs no child holds, waiting for one or for
+        a local retry, of those ``which`` says yes to; how many."""
+        given = 0
+        for seq, job in list(self.jobs.items()):
+            if job.child is None and which(job):
+                del self.jobs[seq]
+                self._nack(job, reason)
+                given += 1
+        if given:
+            self._drop_stale_entries()
+        return given
+
+    def _drop_stale_entries(self) -> None:
+        """Keep in the pending queue and the retry heap only jobs still held."""
+        jobs = self.jobs
+        self.pending = deque(seq for seq in self.pending if seq in jobs)
+        self._retries = [(due, seq) for due, seq in self._retries if seq in jobs]
+        heapq.heapify(self._retries)
+
     def hand_back_unstarted(self, which: Callable[[ManagedJob], bool] | None = None) -> None:
         """Give back every job that has not started (graceful stop with our router);
         ``which``: only those it says yes to (the jobs of the groups that take them back)."""
@@ -599,17 +645,15 @@ class Lifecycle:
             if child is None:
                 del self.jobs[seq]
                 self._nack(job, "stopping")
-            elif child.head != seq and not job.skip:
+            elif child.head != seq and job.skip != SKIP_CANCEL:
+                if not job.skip:  # SKIP_MOVE: its cancel is on its way already
+                    self.pool.cancel(child, seq)
                 job.skip = SKIP_NACK
-                self.pool.cancel(child, seq)
         if which is None:
             self.pending.clear()
             self._retries.clear()
         else:
-            jobs = self.jobs
-            self.pending = deque(seq for seq in self.pending if seq in jobs)
-            self._retries = [(due, seq) for due, seq in self._retries if seq in jobs]
-            heapq.heapify(self._retries)
+            self._drop_stale_entries()
 
 
 #: The header options a dead letter keeps, so the admin's retry sends the job as it was sent.

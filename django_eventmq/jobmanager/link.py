@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol import (
@@ -49,6 +49,11 @@ logger = logging.getLogger("django_eventmq.jobmanager")
 RECONNECT_MIN_DELAY = 0.1
 #: Seconds between two looks at whether the connection dropped (several addresses).
 PEER_CHECK_EVERY = 0.1
+#: Seconds a connection that was up may still take, once closed, to deliver what was
+#: sent on it (the DONEs of jobs that ended as we stop or reconnect): a busy router
+#: may not read them at once, and dropped they were lost (the job ran again). At a
+#: stop, :meth:`RouterLink.close` waits up to this long for them.
+CLOSE_LINGER = 5.0
 
 T = TypeVar("T")
 
@@ -79,6 +84,9 @@ class RouterLink(Generic[T]):
         self._holding = holding
         self._poller = poller
         self.channel: transport.Channel | None = None
+        #: The link's own ZeroMQ context: terminating it at the end waits for what
+        #: its closed sockets still deliver (CLOSE_LINGER), and for nothing else's.
+        self._context: transport.Context[Any] | None = None
         #: The conversation on the current socket (a closed one until the first connect).
         self.session: JobManagerSession[T] = JobManagerSession()
         self.session.close()
@@ -110,8 +118,11 @@ class RouterLink(Generic[T]):
     def connect(self, now: float) -> None:
         """A new socket (new identity) to the current address, and an INFORM on it."""
         several = self.addresses.several
+        if self._context is None:
+            self._context = transport.Context()
         channel = transport.Channel(
             transport.DEALER,
+            ctx=self._context,
             connect=self.addr,
             watch_peer=several,
             identity=transport.new_identity("jm-"),
@@ -264,6 +275,16 @@ class RouterLink(Generic[T]):
         self._liveness.sent(time.monotonic())
 
     def close(self) -> None:
+        """Close the connection for good: what was sent on it goes first (waiting up to
+        :data:`CLOSE_LINGER` for a router that does not read it now)."""
+        self._drop()
+        context, self._context = self._context, None
+        if context is not None:
+            context.term()  # returns once every socket of it delivered, or its linger ran out
+
+    def _drop(self) -> None:
+        """Close the socket; ZeroMQ goes on delivering what was sent on a connection
+        that was up (at most CLOSE_LINGER), in the background."""
         channel, unsent = self.channel, len(self._unsent)
         if channel is not None and unsent:
             try:
@@ -272,10 +293,13 @@ class RouterLink(Generic[T]):
                 logger.debug("could not send %d message(s) to the router", unsent)
         self._unsent = []
         self.channel = None
+        # Never up: nothing of ours to deliver, only an INFORM (a router that came
+        # up later would see a peer that has left).
+        linger = CLOSE_LINGER if self.session.connected else 0.0
         self.session.close()
         if channel is not None:
             self._poller.unregister(channel.socket)
-            channel.close()
+            channel.close(linger_ms=int(linger * 1000))
 
     def lose(self, now: float, why: str) -> None:
         """Drop the socket and plan a reconnect with back-off (to the next address, if several)."""
@@ -291,7 +315,7 @@ class RouterLink(Generic[T]):
             then = f"trying {nxt}" if several else "retrying"
             logger.debug("no answer from the router at %s: %s; %s", lost, why, then)
             self.waiting.no_answer(now)
-        self.close()
+        self._drop()
         self._reconnect_at = now + self._backoff
         self._backoff = min(self._backoff * 2, self.settings.reconnect_max_delay)
 

@@ -87,7 +87,7 @@ from django_eventmq.protocol import (
     parse_job,
 )
 from django_eventmq.protocol.headers import attempt_of
-from django_eventmq.protocol.session import JobManagerState
+from django_eventmq.protocol.session import TROUBLE, JobManagerState
 from django_eventmq.protocol.status import JobStatus
 from django_eventmq.runtime import registry, tracing, transport
 from django_eventmq.runtime.addresses import parse_groups
@@ -147,6 +147,8 @@ class JobManager(Service, Supervision, Credit, Shutdown):
         self, settings: Settings, *, hooks: str | None = None, name: str | None = None
     ) -> None:
         super().__init__()
+        # A misspelt job module: refused here, not left to every worker that starts.
+        registry.check_job_modules(settings.job_modules)
         self.settings = settings
         self.hooks = hooks
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
@@ -193,6 +195,8 @@ class JobManager(Service, Supervision, Credit, Shutdown):
         self.autoscale = settings.autoscale_bounds
         #: Set by SIGHUP (or :meth:`reload`): renew the children at the next turn.
         self._reload_asked = False
+        #: Why we take no jobs now (no worker process can start; "": we take them).
+        self._trouble = ""
         self._saved_sighup: object = None
 
     # -- lifecycle (run(), stop() and stopping come from Service) ---------------
@@ -253,6 +257,8 @@ class JobManager(Service, Supervision, Credit, Shutdown):
         events = self._poller.poll(timeout_ms)
         now = time.monotonic() if now is None else now
         self._turn_at = now
+        if self._reload_asked and not self.stopping:
+            self._supervise(now)  # before this turn hands a job to an old child
         lifecycle, children = self.lifecycle, self.pool.children
         router_ready = finished = False
         # Results first: their DONE/READY lets the router send the next job
@@ -400,6 +406,9 @@ class JobManager(Service, Supervision, Credit, Shutdown):
         if self.stopping and self.links[index].session.extended:
             self._nack(job, "stopping")
             return
+        if self._trouble and self.links[index].session.extended:
+            self._nack(job, self._trouble)  # sent before it heard we take none
+            return
         if request.queue not in self._queue_names:
             logger.debug(
                 "job for queue %r that we do not serve: msgid=%s; running it",
@@ -494,6 +503,30 @@ class JobManager(Service, Supervision, Credit, Shutdown):
             self.lifecycle.accept(job)  # a reference router cannot take it back
         else:
             session.hold(_HeldNack(job, reason))
+
+    def _check_trouble(self) -> None:
+        """While no worker process can start, take no jobs and give back those held
+        (a router of ours runs them elsewhere), and tell the routers why (STATUS
+        shows it); once one is up, take jobs again."""
+        trouble = self.pool.trouble
+        if trouble == self._trouble:
+            return
+        self._trouble = trouble
+        for link in self.links:
+            features = link.session.restate(TROUBLE, trouble)
+            if features is not None:
+                link.send(features)
+        self._top_up()  # UNREADY first: the slots the NACKs free are not offered again
+        if not trouble:
+            logger.info("a worker process is up: jobmanager takes jobs again")
+            return
+        links = self.links
+        given = self.lifecycle.hand_back_waiting(
+            trouble, lambda job: links[job.link].session.extended
+        )
+        logger.error(
+            "jobmanager takes no jobs: %s; handed back %d job(s) to the router", trouble, given
+        )
 
     # -- records -----------------------------------------------------------------
     def _send_records(self, now: float, *, force: bool = False) -> None:

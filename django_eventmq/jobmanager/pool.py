@@ -66,9 +66,14 @@ MAX_START_DELAY = 10.0
 #: Seconds after which a child stopped mid-job that has not exited is sent SIGKILL again.
 KILL_GRACE = 1.0
 
-#: Seconds a child told to exit (or whose pipe closed) gets before SIGKILL: exiting takes
-#: well under one, and a non-daemon thread a job left running would hold it forever.
+#: Seconds a child whose pipe closed unasked, or that said a job's non-daemon thread
+#: still runs in it once it was done (which would hold it forever), gets before SIGKILL.
 EXIT_GRACE = 3.0
+
+#: Seconds a child told to exit gets before SIGKILL otherwise: exiting takes well under
+#: one, but on a loaded machine (a reload starts new children meanwhile) it can take
+#: seconds, and a child that is only slow is not to be killed.
+SLOW_EXIT_GRACE = 30.0
 
 #: Longest one reaping pass waits for children that just closed their pipe to exit
 #: (the rest are seen at the next pass): it blocks the job manager's loop.
@@ -102,6 +107,7 @@ class Pool:
         self._start_failures = 0
         self._next_start = 0.0
         self._failure_logged = False
+        self._last_failure = ""
         #: A warm restart's children may still be here (:meth:`renewed_jobs`).
         self._renewing = False
         #: True/False once a child said whether the hooks record results.
@@ -144,12 +150,29 @@ class Pool:
         return [c for c in self.children.values() if c.status in (Status.STARTING, Status.UP)]
 
     def respawn(self, now: float | None = None) -> list[Child]:
-        """Start children until ``concurrency`` are active (unless start-up keeps failing)."""
+        """Start children until ``concurrency`` are active (unless start-up keeps failing).
+
+        While none is up, one at a time: children starting together share the CPU
+        and all come up late (four on two cores: each after twice the time of one),
+        so the first job would wait for all of them; and a start that fails fails once.
+        """
         now = _now(now)
         started = []
-        while len(self.active()) < self.size and now >= self._next_start:
-            started.append(self.spawn(now))
+        active = self.active()
+        while len(active) < self.size and now >= self._next_start:
+            if active and not any(child.status is Status.UP for child in active):
+                break  # the one starting comes up first (or fails)
+            child = self.spawn(now)
+            started.append(child)
+            active.append(child)
         return started
+
+    @property
+    def trouble(self) -> str:
+        """Why no child can run jobs ("" while one is up, or none failed to start yet)."""
+        if not self._start_failures:
+            return ""
+        return self._last_failure
 
     def busy(self) -> int:
         """Active children running a job."""
@@ -178,15 +201,16 @@ class Pool:
             self.resize(max(keep, self.size - retired))
         return retired
 
-    def renew(self) -> int:
-        """Warm restart: every active child finishes what it holds and exits; new ones
-        (fresh imports of the job code) replace them at the next respawn. How many."""
+    def renew(self) -> list[Child]:
+        """Warm restart: every active child finishes the job it runs and exits; new ones
+        (fresh imports of the job code) replace them at the next respawn. The old ones
+        (the caller takes back the jobs queued behind their running one)."""
         old = self.active()
         for child in old:
             child.status = Status.RETIRING
             child.renewed = True
         self._renewing = self._renewing or bool(old)
-        return len(old)
+        return old
 
     def renewed_jobs(self) -> int:
         """Jobs still held by children a warm restart replaced (their slots are not
@@ -365,6 +389,11 @@ class Pool:
                 self._up(child, data[1:])
             elif kind == child_side.FAIL:
                 child.failure = data[1:].decode(errors="replace")
+            elif kind == child_side.BYE:
+                child.said_bye = True
+                child.lingering = data[1:].decode(errors="replace")
+                if child.lingering and child.exit_by:
+                    child.exit_by = min(child.exit_by, at + EXIT_GRACE)
         return results
 
     def _up(self, child: Child, caps: bytes) -> None:
@@ -446,7 +475,8 @@ class Pool:
             if not child.exit_by:
                 # Its pipe just closed, so it is exiting: wait a little (once, and
                 # REAP_WAIT for all of them), else see it at a later pass.
-                child.exit_by = at + EXIT_GRACE
+                slow = child.retired and not child.lingering
+                child.exit_by = at + (SLOW_EXIT_GRACE if slow else EXIT_GRACE)
                 child.process.join(timeout=max(0.0, wait_until - time.monotonic()))
             if child.process.exitcode is None:
                 if at >= child.exit_by:
@@ -477,15 +507,20 @@ class Pool:
         """SIGKILL a DEAD child that did not exit in its grace (again each KILL_GRACE)."""
         if not child.forced:
             child.forced = True
-            why = "was told to exit" if child.retired else "closed its pipe"
             held = f"; it held {len(child.inflight)} job(s)" if child.inflight else ""
+            if child.lingering:
+                # It said so itself as it finished: nothing else would end it.
+                why = (
+                    f"finished, but non-daemon thread(s) a job started ({child.lingering}) "
+                    f"still ran in it {EXIT_GRACE:.1f}s later"
+                )
+            elif child.retired:
+                done = "finished its work" if child.said_bye else "did not answer"
+                why = f"was told to exit {SLOW_EXIT_GRACE:.0f}s ago and has not exited ({done})"
+            else:
+                why = f"closed its pipe {EXIT_GRACE:.1f}s ago and has not exited"
             logger.warning(
-                "worker child pid=%d %s %.1fs ago and has not exited (a job's non-daemon"
-                " thread?); killing it with SIGKILL%s",
-                child.pid,
-                why,
-                EXIT_GRACE,
-                held,
+                "worker child pid=%d %s; killing it with SIGKILL%s", child.pid, why, held
             )
         child.exit_by = now + KILL_GRACE
         with contextlib.suppress(OSError):
@@ -506,6 +541,8 @@ class Pool:
         delay = min(0.5 * 2 ** (self._start_failures - 1), MAX_START_DELAY)
         self._next_start = now + delay
         why = child.failure or f"exit code {child.process.exitcode}"
+        # One line, bounded: it goes to the routers (FEATURES, NACK reasons) and emq_status.
+        self._last_failure = f"worker processes cannot start: {' '.join(why.split())[:400]}"
         if not self._failure_logged:
             logger.error("worker child pid=%d failed to start: %s", child.pid, why)
             self._failure_logged = True

@@ -45,6 +45,8 @@ class Supervision:
 
         def _top_up(self) -> None: ...
 
+        def _check_trouble(self) -> None: ...
+
     def _supervise(self, now: float) -> None:
         """Reap dead children, retire worn ones, time jobs out, start replacements."""
         self._next_supervise = now + SUPERVISE_EVERY
@@ -56,17 +58,18 @@ class Supervision:
         lifecycle.due_retries(now)
         if not self.stopping:
             if self._reload_asked:
-                self._renew()
+                self._renew(now)
             if self.autoscale is not None:
                 self._autoscale(now)
             pool.respawn(now)
+            self._check_trouble()
         if lifecycle.pending:
             lifecycle.dispatch(now)
         self._top_up()
 
-    def _renew(self) -> None:
+    def _renew(self, now: float) -> None:
         self._reload_asked = False
-        old = self.pool.renew()
+        old = self.lifecycle.renew(now)
         logger.info(
             "reload: starting %d new worker processes; %d old ones finish their jobs and exit",
             self.pool.size,

@@ -80,6 +80,10 @@ ROUTER_FEATURES: Mapping[str, int] = MappingProxyType(
 #: holds (still running, or not reported yet): after a failover or a reconnect its
 #: new router keeps them in flight on it instead of handing them out again.
 HOLDING = "holding"
+#: The key of a job manager's FEATURES that says why it takes no jobs now (none of
+#: its worker processes can start): sent again, without it, once it can. A router
+#: shows it (STATUS); it is no negotiation, so a FEATURES may restate it any time.
+TROUBLE = "trouble"
 #: What a job manager of ours answers to its router's FEATURES.
 #: ``"poisoned"``: the job manager records a job the router sets aside after the death
 #: it reported (REJECT to it, see :meth:`RouterPeerSession.poisoned`).
@@ -282,6 +286,19 @@ class JobManagerSession(Generic[_T]):
         self._require_extended("DONE")
         self.credit += 1
         return Done(msgid=new_msgid(), job_msgid=job_msgid, status=status, payload=payload)
+
+    def restate(self, key: str, value: object) -> Features | None:
+        """Our FEATURES again with ``key`` set to ``value`` (removed when falsy), for
+        a router of ours (None otherwise; the change is kept for the next connection).
+        Without ``holding``: that was said once, at the connection."""
+        features = {k: v for k, v in self.our_features.items() if k != key}
+        if value:
+            features[key] = value
+        self.our_features = features
+        if not self.extended:
+            return None
+        told = {k: v for k, v in features.items() if k != HOLDING}
+        return Features(msgid=new_msgid(), features=told)
 
     def nack(self, job_msgid: str, reason: str) -> Nack:
         """NACK: a job handed back unrun; it frees the slot at the router."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from django_eventmq.protocol.session import TROUBLE
 from django_eventmq.router.book import Book
 from django_eventmq.router.routing import Routing, Schedulers
 from django_eventmq.runtime.outbox import show
@@ -70,6 +71,8 @@ def show_workers(routing: Routing) -> dict[str, Any]:
                 "queues": [[weight, name] for weight, name in w.queues],
                 "inflight": len(w.inflight),
                 "stopping": w.stopping,
+                # Why it takes no jobs now, as its FEATURES said ("": it takes them).
+                "trouble": str(w.session.announced.get(TROUBLE) or ""),
             }
             for w in routing.workers.values()
         },

@@ -39,6 +39,7 @@ from django_eventmq.protocol.headers import with_reply_requested
 from django_eventmq.protocol.packed import done_of, pack
 from django_eventmq.protocol.session import (
     ROUTER_FEATURES,
+    TROUBLE,
     RouterPeerSession,
     with_bundle_bytes,
 )
@@ -240,7 +241,10 @@ class BackendHandlers:
             self.book.nack(identity, msg.job_msgid, msg.reason, now)
         elif kind is Features:
             session = worker.session
+            trouble = session.announced.get(TROUBLE)
             session.receive(msg)  # what it announced: packed, cancel, ...
+            if session.announced.get(TROUBLE) != trouble:
+                _say_trouble(identity, session.announced.get(TROUBLE))
             holding = session.holding()
             if holding:  # jobs it still runs: a failover or a reconnect
                 self.book.adopt(identity, holding, now)
@@ -445,3 +449,11 @@ class BackendHandlers:
             worker = self.book.routing.workers.get(identity)
             if worker is not None:
                 worker.last_sent = now
+
+
+def _say_trouble(identity: bytes, trouble: object) -> None:
+    """A job manager said it takes no jobs now, and why (or that it takes them again)."""
+    if trouble:
+        log.warning("worker %s takes no jobs: %s", show(identity), str(trouble)[:500])
+    else:
+        log.info("worker %s takes jobs again", show(identity))

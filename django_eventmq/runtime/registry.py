@@ -9,12 +9,13 @@ module is never imported because a message named it.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from django_eventmq.errors import JobNotAllowed, JobNotFound
+from django_eventmq.errors import ConfigurationError, JobNotAllowed, JobNotFound
 from django_eventmq.protocol import JobBody
 
 _lock = threading.Lock()
@@ -70,6 +71,33 @@ def import_job_modules(modules: Iterable[str]) -> list[str]:
             raise JobNotFound(f"job module {module!r} could not be imported: {exc}") from exc
         done.append(module)
     return done
+
+
+def check_job_modules(modules: Iterable[str]) -> None:
+    """Refuse job modules that do not exist, before any worker process starts.
+
+    Found, not imported: a module may need what only a worker's hooks set up
+    (Django), so one that fails as it imports is the worker's to report. A
+    misspelt one would otherwise leave every worker process failing to start.
+    Raises :class:`ConfigurationError` naming each missing module.
+    """
+    problems = []
+    for module in modules:
+        try:
+            found = importlib.util.find_spec(module) is not None
+            why = f"no module named {module!r}"
+        except ModuleNotFoundError as exc:  # a package on its path is missing
+            found, why = False, str(exc)
+        except (ImportError, ValueError):
+            continue  # it exists but does not import here: the workers say why
+        if not found:
+            problems.append(f"{module!r} ({why})")
+    if problems:
+        raise ConfigurationError(
+            f"job module(s) {', '.join(problems)} cannot be imported (--job-module or "
+            "JOB_MODULES): fix the name, or the Python path the job manager runs with "
+            "(PYTHONPATH, its working directory), or remove it"
+        )
 
 
 def _module_allowed(module: str, allowed: Iterable[str]) -> bool:

@@ -161,6 +161,28 @@ def test_render_shows_queues_job_managers_schedulers_and_totals():
     )
 
 
+def test_a_job_manager_that_takes_no_jobs_is_named_with_why():
+    workers = {"connected_workers": {**WORKERS["connected_workers"]}}
+    workers["connected_workers"]["jm-2"] = {
+        "hb": 99.0,
+        "available_slots": 0,
+        "queues": [[10, "default"]],
+        "inflight": 0,
+        "trouble": "worker processes cannot start: ImportError: no module named 'x'",
+    }
+    later = Snapshot(admin_addr="a", taken_at=2.0, status=STATUS, workers=workers)
+    summary = status.summarize(later)
+    assert [m["trouble"] for m in summary["job_managers"]] == [
+        "",
+        workers["connected_workers"]["jm-2"]["trouble"],
+    ]
+    warnings = [line for line in status.render(summary).splitlines() if "takes no jobs" in line]
+    assert warnings == [
+        "WARNING: job manager jm-2 takes no jobs: worker processes cannot start: "
+        "ImportError: no module named 'x'"
+    ]
+
+
 def test_an_older_routers_status_with_lost_messages_still_renders():
     # Earlier routers of ours sent "lost_messages" (always 0); emq_status ignores it.
     older = snap(taken_at=102.0, lost_messages=0)

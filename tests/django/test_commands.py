@@ -154,6 +154,27 @@ def test_manage_py_bad_option_is_a_clear_error(queues, message):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        python_module("jobmanager"),
+        [sys.executable, "manage.py", "emq_jobmanager"],
+    ],
+)
+def test_a_misspelt_job_module_is_refused_at_start(command):
+    """As JOB_MODULES is by check E004: it started and held the jobs it took, never run."""
+    done = run(
+        [*command, "--broker", "tcp://127.0.0.1:1", "--job-module", "example_project.shop.jbos"],
+        DJANGO_SETTINGS_MODULE="example_project.settings",
+    )
+    assert done.returncode == 1, done.stderr
+    error = flat(done.stderr)
+    assert "'example_project.shop.jbos' (no module named 'example_project.shop.jbos')" in error
+    assert "cannot be imported (--job-module or JOB_MODULES): fix the name" in error
+    assert "Traceback" not in done.stderr
+    assert "jobmanager ready" not in done.stderr  # no worker process was started
+
+
 def test_manage_py_bad_setting_fails_the_system_checks():
     done = run(
         [sys.executable, "manage.py", "emq_router"],

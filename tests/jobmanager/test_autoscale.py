@@ -8,7 +8,7 @@ from typing import Any
 from django_eventmq.jobmanager.pool import Status
 from django_eventmq.jobmanager.prefetch import Prefetch
 from tests.fake_router import body
-from tests.jobmanager.test_pool import collect, pool_factory, run_one, wait_up
+from tests.jobmanager.test_pool import collect, pool_factory, run_one, up_all, wait_up
 from tests.support import wait_for
 
 __all__ = ["pool_factory"]
@@ -31,10 +31,8 @@ def test_retire_idle_keeps_busy_children_and_the_minimum(pool_factory: Any) -> N
     pool = pool_factory(concurrency=3, autoscale="1,3")
     assert pool.size == 1  # starts at MIN
     pool.resize(3)
-    children = pool.respawn()
+    children = up_all(pool)
     assert len(children) == 3
-    for child in children:
-        wait_up(pool, child)
     busy, idle_a, idle_b = children
     pool.send(busy, 1, "m1", body("echo", "x"))  # runs and ends; then a slow one
     results: list[tuple[int, str, str]] = []
@@ -55,12 +53,28 @@ def test_retire_idle_keeps_busy_children_and_the_minimum(pool_factory: Any) -> N
     assert pool.retire_idle(1, keep=1, now=now + 100) == 0
 
 
+def test_with_no_child_up_children_start_one_at_a_time(pool_factory: Any) -> None:
+    """Children starting together share the CPU and all come up late: while none is up
+    (a start, a reload), one starts, and the rest once it is up."""
+    pool = pool_factory(concurrency=3)
+    (first,) = pool.respawn()
+    assert pool.respawn() == []  # the first is still starting
+    wait_up(pool, first)
+    assert len(pool.respawn()) == 2
+    old = pool.active()
+    assert pool.renew() == old  # a reload: the same again for the new ones
+    (new,) = pool.respawn()
+    assert pool.respawn() == []
+    wait_up(pool, new)
+    assert len(pool.respawn()) == 2
+
+
 def test_renew_replaces_every_child_and_the_old_ones_finish(pool_factory: Any) -> None:
     pool = pool_factory(concurrency=1)
     (old,) = pool.respawn()
     wait_up(pool, old)
     pool.send(old, 1, "m1", body("slow", 0.5))
-    assert pool.renew() == 1
+    assert pool.renew() == [old]
     assert (old.status, old.renewed, pool.renewed_jobs()) == (Status.RETIRING, True, 1)
     (new,) = pool.respawn()
     wait_up(pool, new)

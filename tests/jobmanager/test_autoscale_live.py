@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import textwrap
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -211,48 +210,92 @@ def test_bad_autoscale_setting_says_how_to_fix() -> None:
     assert settings_from_options(Settings(), {"autoscale": "1,4"}).autoscale_bounds == (1, 4)
 
 
-MODULE = """
-import os, time
+#: Job code whose version a reload changes; each child notes when it imported it.
+STAMPED = """
+import atexit, os, time
 from pathlib import Path
 from django_eventmq.client.jobs import job
 
 VERSION = {version}
 
+with open({log!r}, "a") as f:
+    f.write(f"import - {{os.getpid()}} {{VERSION}} {{time.monotonic()}}\\n")
+
+if {slow_exit}:
+    # Its processes take longer to exit than the job manager's EXIT_GRACE: slow,
+    # held by no thread.
+    atexit.register(time.sleep, 5.0)
+
 @job
 def gated(log, msgid, gate):
     pid = os.getpid()
     with open(log, "a") as f:
-        f.write(f"start {{msgid}} {{pid}} {{VERSION}}\\n")
+        f.write(f"start {{msgid}} {{pid}} {{VERSION}} {{time.monotonic()}}\\n")
     deadline = time.monotonic() + 120
     while not Path(gate).exists() and time.monotonic() < deadline:
         time.sleep(0.01)
     with open(log, "a") as f:
-        f.write(f"done {{msgid}} {{pid}} {{VERSION}}\\n")
+        f.write(f"done {{msgid}} {{pid}} {{VERSION}} {{time.monotonic()}}\\n")
     return VERSION
 """
 
 
-def test_sighup_restarts_the_children_warm(stack: Stack, tmp_path: Path) -> None:
+@dataclass(frozen=True)
+class Line:
+    """A line of the stamped jobs' log: ``import``, ``start`` or ``done``."""
+
+    kind: str
+    msgid: str
+    pid: int
+    version: int
+    at: float
+
+
+def stamped(stack: Stack) -> list[Line]:
+    if not stack.log.exists():
+        return []
+    return [
+        Line(kind, msgid, int(pid), int(version), float(at))
+        for kind, msgid, pid, version, at in (
+            line.split() for line in stack.log.read_text().splitlines()
+        )
+    ]
+
+
+def write_stamped(module: Path, stack: Stack, version: int, *, slow_exit: bool = False) -> None:
+    module.write_text(STAMPED.format(version=version, log=str(stack.log), slow_exit=slow_exit))
+    for stale in module.parent.glob("__pycache__/*"):
+        stale.unlink()
+
+
+def reloadable(
+    stack: Stack, tmp_path: Path, concurrency: int, *args: str, slow_exit: bool = False
+) -> tuple[Path, Proc]:
+    """A job manager running the ``stampjobs`` module (version 1), and the module's file."""
     code = tmp_path / "code"
     code.mkdir()
-    module = code / "reloadjobs.py"
-    module.write_text(textwrap.dedent(MODULE.format(version=1)))
+    module = code / "stampjobs.py"
+    write_stamped(module, stack, 1, slow_exit=slow_exit)
     jm = stack.jobmanager(
-        "--concurrency", "1", "--job-module", "reloadjobs", env={"PYTHONPATH": str(code)}
-    )
-    long = stack.send("gated", "reloadjobs")
+        "--concurrency", str(concurrency), "--job-module", "stampjobs", *args,
+        env={"PYTHONPATH": str(code)},
+    )  # fmt: skip
+    return module, jm
+
+
+def test_sighup_restarts_the_children_warm(stack: Stack, tmp_path: Path) -> None:
+    module, jm = reloadable(stack, tmp_path, 1)
+    long = stack.send("gated", "stampjobs")
     wait_for(lambda: stack.lines("start"), 60, "the long job started")
     ((_, old_pid),) = stack.lines("start")
     # New code on disk, then SIGHUP while the long job runs.
-    module.write_text(textwrap.dedent(MODULE.format(version=2)))
-    for stale in code.glob("__pycache__/*"):
-        stale.unlink()
+    write_stamped(module, stack, 2)
     jm.signal(signal.SIGHUP)
     jm.wait_output(r"reload: starting 1 new worker processes; 1 old ones finish", 30)
     # A job sent meanwhile runs at once in a new child, with the new code.
     opened = tmp_path / "open"
     opened.touch()
-    after = stack.send("gated", "reloadjobs", gate=opened)
+    after = stack.send("gated", "stampjobs", gate=opened)
     wait_for(lambda: after in dict(stack.lines("done")), 60, "the new job done")
     assert long not in dict(stack.lines("done"))  # the long job still runs
     stack.gate.touch()
@@ -277,3 +320,70 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_idle_reload_runs_new_jobs_in_the_first_new_child_up(stack: Stack, tmp_path: Path) -> None:
+    """Idle, 4 processes, SIGHUP: the new children start one first (four starting
+    together come up together, late), and jobs sent after the SIGHUP run at once in
+    it, with the new code; none in an old child."""
+    module, jm = reloadable(stack, tmp_path, 4)
+    wait_for(lambda: len(stamped(stack)) == 4, 60, "4 children imported the job code")
+    old = {line.pid for line in stamped(stack)}
+    write_stamped(module, stack, 2)
+    jm.signal(signal.SIGHUP)
+    jm.wait_output(r"reload: starting 4 new worker processes; 4 old ones finish", 30)
+    stack.gate.touch()
+    msgids = [stack.send("gated", "stampjobs") for _ in range(4)]
+    wait_for(lambda: len([x for x in stamped(stack) if x.kind == "done"]) == 4, 60, "4 jobs")
+    lines = stamped(stack)
+    starts = [x for x in lines if x.kind == "start"]
+    assert Counter(x.msgid for x in starts) == Counter(msgids)  # each once
+    assert {x.version for x in starts} == {2} and not {x.pid for x in starts} & old
+    imports = [x for x in lines if x.kind == "import" and x.version == 2]
+    first = imports[0]
+    # The first new child imported alone (the next ones started once it was up), and
+    # the jobs ran in it before the next one had even imported the job code.
+    assert starts[0].pid == first.pid
+    assert len(imports) == 1 or imports[1].at > starts[0].at
+    wait_for(lambda: not any(_alive(pid) for pid in old), 30, "the old children exited")
+    wait_for(lambda: stack.processed() == 4, 30, "4 jobs processed")
+    assert "SIGKILL" not in jm.output()
+
+
+def test_reload_under_load_runs_no_job_in_an_old_child(stack: Stack, tmp_path: Path) -> None:
+    """Busy, with jobs prefetched behind the running ones, SIGHUP: the prefetched jobs
+    are taken back from the old children and run in new ones (new code); the running
+    ones end in their old children, which then exit, slowly, and are not killed."""
+    module, jm = reloadable(
+        stack, tmp_path, 2, "--prefetch", "4", "--prefetch-budget", "0", "--log-level", "DEBUG",
+        slow_exit=True,
+    )  # fmt: skip
+    wait_for(lambda: len(stamped(stack)) == 2, 60, "2 children imported the job code")
+    old = {line.pid for line in stamped(stack)}
+    before = [stack.send("gated", "stampjobs") for _ in range(6)]
+    # Two run (the gate is shut), four wait in the children's pipes (depth 3 each).
+    wait_for(lambda: len([x for x in stamped(stack) if x.kind == "start"]) == 2, 60, "2 run")
+    wait_for(lambda: jm.output().count(" received, attempt 1") == 6, 30, "6 jobs received")
+    running = {x.msgid for x in stamped(stack) if x.kind == "start"}
+    write_stamped(module, stack, 2)
+    jm.signal(signal.SIGHUP)
+    jm.wait_output(r"reload: starting 2 new worker processes; 2 old ones finish", 30)
+    after = [stack.send("gated", "stampjobs") for _ in range(2)]
+    stack.gate.touch()
+    wait_for(lambda: stack.processed() == 8, 90, "8 jobs processed")
+    done = [x for x in stamped(stack) if x.kind == "done"]
+    assert Counter(x.msgid for x in done) == Counter(before + after)  # each once
+    for line in done:
+        if line.msgid in running:
+            assert (line.version, line.pid in old) == (1, True), line
+        else:  # prefetched before the SIGHUP, or sent after it: new code, new child
+            assert (line.version, line.pid in old) == (2, False), line
+    # The old children take 5 s to exit (more than EXIT_GRACE): slow, not stuck.
+    wait_for(lambda: all(_reaped(jm, pid) for pid in old), 60, "the old children reaped")
+    assert "SIGKILL" not in jm.output()
+    assert all(f"pid={pid} stopped after" in jm.output() for pid in old)
+
+
+def _reaped(jm: Proc, pid: int) -> bool:
+    output = jm.output()
+    return f"pid={pid} stopped after" in output or f"pid={pid} killed for not exiting" in output

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from django_eventmq.jobmanager import child as worker
+from django_eventmq.jobmanager import pool as pool_module
 from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import PIPE_BUDGET, Child, Pool, Status
@@ -59,6 +60,20 @@ def up(pool: Pool) -> Child:
     (child,) = pool.respawn()
     wait_up(pool, child)
     return child
+
+
+def up_all(pool: Pool) -> list[Child]:
+    """Start ``pool.size`` children (the pool starts one at a time while none is up)."""
+    children: list[Child] = []
+
+    def all_up() -> bool:
+        children.extend(pool.respawn())
+        for child in children:
+            collect(pool, child, [])
+        return len(children) == pool.size and all(c.status is Status.UP for c in children)
+
+    wait_for(all_up, 30, f"{pool.size} children up")
+    return children
 
 
 def run_one(pool: Pool, child: Child, seq: int, text: str) -> tuple[int, str, str]:
@@ -139,6 +154,8 @@ def test_retired_child_held_alive_by_a_job_thread_is_killed_and_replaced(
 
     def gone() -> bool:
         pool.check()
+        for dead in pool.died():  # as the job manager does: what it said last
+            pool.receive(dead)
         assert pool.reap() == []  # it held no job
         return child not in pool.children.values()
 
@@ -148,10 +165,37 @@ def test_retired_child_held_alive_by_a_job_thread_is_killed_and_replaced(
     assert child.exitcode == -signal.SIGKILL
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1
-    assert f"pid={child.pid} was told to exit" in warnings[0] and "SIGKILL" in warnings[0]
+    assert f"pid={child.pid} finished, but non-daemon thread(s)" in warnings[0]
+    assert "(lingering)" in warnings[0] and "SIGKILL" in warnings[0]
     assert list(pool.children.values()) == [replacement]
     wait_up(pool, replacement)
     assert run_one(pool, replacement, 2, body("add", 1, 2)) == (2, JobStatus.OK, '{"value":3}')
+
+
+def test_retired_child_that_is_only_slow_to_exit_is_given_its_time(
+    pool_factory: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child told to exit that said it is done and no thread holds it is only slow
+    (a loaded machine, a slow shutdown): it is not killed after EXIT_GRACE, it exits."""
+    monkeypatch.setattr(pool_module, "EXIT_GRACE", 0.2)
+    slow = "tests.jobs_fixtures.slow_exit"
+    pool = pool_factory(max_jobs_per_child=1, job_modules=(SAMPLE, slow))
+    child = up(pool)
+    assert run_one(pool, child, 1, body("slow_exit", 1.5, path=slow))[1] == JobStatus.OK
+    assert status(child) is Status.RETIRING
+
+    def gone() -> bool:
+        pool.check()
+        for dead in pool.died():
+            pool.receive(dead)
+        assert pool.reap() == []
+        return child not in pool.children.values()
+
+    with caplog.at_level(logging.DEBUG, "django_eventmq.pool"):
+        wait_for(gone, 30, "the slow child exited and was reaped")
+    assert child.said_bye and child.lingering == ""
+    assert child.exitcode == 0  # exited by itself, after its 1.5 s
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_child_that_cannot_start_is_logged_once_and_retried_later(
@@ -170,9 +214,7 @@ def test_child_that_cannot_start_is_logged_once_and_retried_later(
 def test_pick_prefers_idle_children_and_respects_depth(pool_factory: Any) -> None:
     pool = pool_factory(concurrency=2, prefetch=2, prefetch_budget=0)  # depth 2 per child
     assert pool.depth == 2
-    children = pool.respawn()
-    for child in children:
-        wait_up(pool, child)
+    children = up_all(pool)
     text = body("slow", 30)
     first = pool.pick(len(text))
     assert first is not None
@@ -238,9 +280,7 @@ def test_records_go_to_an_idle_child_or_are_written_while_a_job_runs(
     pool = make_pool(concurrency=2)
     pool.hooks = "tests.jobs_fixtures.record_hooks"
     try:
-        busy, idle = pool.respawn()
-        for child in (busy, idle):
-            wait_up(pool, child)
+        busy, idle = up_all(pool)
         assert pool.can_record is True
         pool.send(busy, 1, "m1", body("slow", 30))
         batch = worker.encode_records([{"msgid": "m0", "status": "succeeded"}])

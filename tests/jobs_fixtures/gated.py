@@ -28,3 +28,10 @@ def gated(log: str, msgid: str, gate: str) -> int:
         time.sleep(0.01)  # the job's own pace, not a test waiting
     note(log, f"done {msgid} {pid}")
     return pid
+
+
+@job
+def gated_value(log: str, msgid: str, gate: str, size: int) -> str:
+    """:func:`gated`, returning ``size`` characters (a big reply takes a while to send)."""
+    gated(log, msgid, gate)
+    return "x" * size

@@ -28,8 +28,10 @@ from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.packed import PACKED
 from django_eventmq.protocol.session import (
     FEATURES_WAIT,
+    HOLDING,
     JOBMANAGER_FEATURES,
     ROUTER_FEATURES,
+    TROUBLE,
     ClientSession,
     ClientState,
     JobManagerSession,
@@ -525,3 +527,17 @@ def test_client_heard_settles_only_an_open_question() -> None:
 def test_client_receiving_before_asking_is_illegal() -> None:
     with pytest.raises(ProtocolError, match="IDLE"):
         ClientSession({}).receive(Features(msgid=new_msgid(), features={}))
+
+
+def test_jm_restates_its_features_to_our_router_only_and_keeps_them() -> None:
+    session = extended()
+    session.our_features = {**session.our_features, HOLDING: ["m1"]}
+    said = session.restate(TROUBLE, "worker processes cannot start: boom")
+    assert isinstance(said, Features)
+    assert said.features[TROUBLE] == "worker processes cannot start: boom"
+    assert HOLDING not in said.features  # said once, at the connection
+    cleared = session.restate(TROUBLE, "")
+    assert isinstance(cleared, Features) and TROUBLE not in cleared.features
+    old = reference()
+    assert old.restate(TROUBLE, "boom") is None  # a reference router is never told
+    assert old.our_features[TROUBLE] == "boom"  # the next connection's answer says it

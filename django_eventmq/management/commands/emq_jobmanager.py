@@ -40,7 +40,10 @@ class Command(BaseCommand):
         connections.close_all()
         from django_eventmq.jobmanager.manager import JobManager
 
-        manager = JobManager(settings, hooks=options["hooks"])
+        try:
+            manager = JobManager(settings, hooks=options["hooks"])
+        except EventMQError as exc:
+            raise CommandError(str(exc)) from None
         server = None
         if metrics is not None:
             try:
