@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from django_eventmq.client.jobs import job
 
 def _note(path: str, what: str) -> None:
     with Path(path).open("a") as fh:
-        fh.write(f"{what} {time.time()!r}\n")
+        fh.write(f"{what} {time.time()!r} {os.getpid()}\n")
 
 
 @job(guarantee=True, reply_requested=True)
