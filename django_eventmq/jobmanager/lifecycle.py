@@ -16,6 +16,7 @@ arrives (or when it was handed to an idle child).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import json
 import logging
@@ -29,9 +30,9 @@ from django_eventmq.jobmanager import outcomes
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import Child, Pool, Status
 from django_eventmq.jobmanager.progress import Coalescer
-from django_eventmq.protocol.headers import Headers
+from django_eventmq.protocol.headers import EMPTY_HEADERS, Headers
 from django_eventmq.protocol.status import NOT_RUN, JobStatus
-from django_eventmq.runtime import retry_policy
+from django_eventmq.runtime import job_context, retry_policy
 from django_eventmq.runtime.logs import job_debug, job_fields, job_name
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.stats import Stats
@@ -75,6 +76,18 @@ class ManagedJob:
     trace: bytes = b""
     #: The headers it was sent with: a dead letter keeps their options (timeout, priority...).
     headers: Headers | None = None
+
+
+def context_line(job: ManagedJob) -> bytes:
+    """What the child is told about ``job`` for ``current_job()`` (runtime/job_context.py)."""
+    headers = job.headers
+    text = "" if headers is None or headers is EMPTY_HEADERS else _header_text(headers)
+    return job_context.encode_line(job.msgid, job.queue, job.attempt, text)
+
+
+#: Headers come parsed (one object per distinct header frame, parse_headers caches them):
+#: their text is made once for all the jobs that share them.
+_header_text = functools.lru_cache(maxsize=256)(Headers.encode)
 
 
 #: Reports a job's outcome: ``(job, DONE status, reply payload)``.
@@ -160,7 +173,10 @@ class Lifecycle:
             seq = pending.popleft()
             job.child = child
             idle = not child.inflight
-            pool.assign(child, seq, job.msgid, job.body_text, now, job.soft_timeout, job.trace)
+            context = context_line(job)
+            pool.assign(
+                child, seq, job.msgid, job.body_text, now, job.soft_timeout, job.trace, context
+            )
             self.stats.dispatched[job.queue] += 1
             if len(child.outgoing) == 1:
                 touched.append(child)
