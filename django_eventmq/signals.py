@@ -48,8 +48,13 @@ def _sender(name: str) -> Any:
 def _send(signal: Signal, job: Running | Lazy, **extra: Any) -> None:
     if not signal.receivers:  # the common case: nobody connected to this one
         return
-    context = job.context()
-    for receiver, answer in signal.send_robust(_sender(context.name), context=context, **extra):
+    try:
+        context = job.context()
+        answers = signal.send_robust(_sender(context.name), context=context, **extra)
+    except Exception:  # the job's outcome is its own, whatever happens here
+        logger.exception("a job signal could not be sent")
+        return
+    for receiver, answer in answers:
         if isinstance(answer, Exception):
             logger.error(
                 "a receiver of a job signal raised (msgid=%s job=%s): %r: %s",

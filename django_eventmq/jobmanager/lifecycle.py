@@ -16,7 +16,6 @@ arrives (or when it was handed to an idle child).
 
 from __future__ import annotations
 
-import functools
 import heapq
 import json
 import logging
@@ -85,9 +84,22 @@ def context_line(job: ManagedJob) -> bytes:
     return job_context.encode_line(job.msgid, job.queue, job.attempt, text)
 
 
-#: Headers come parsed (one object per distinct header frame, parse_headers caches them):
-#: their text is made once for all the jobs that share them.
-_header_text = functools.lru_cache(maxsize=256)(Headers.encode)
+#: Headers come parsed, one object per distinct header frame (parse_headers caches
+#: them): their text is made once for all the jobs that share them, found by the
+#: object's id (hashing a Headers costs more than making its text); the entry
+#: holds the object, so its id is not reused while it is there.
+_header_texts: dict[int, tuple[Headers, str]] = {}
+
+
+def _header_text(headers: Headers) -> str:
+    found = _header_texts.get(id(headers))
+    if found is not None and found[0] is headers:
+        return found[1]
+    text = headers.encode()
+    if len(_header_texts) >= 256:
+        _header_texts.clear()
+    _header_texts[id(headers)] = (headers, text)
+    return text
 
 
 #: Reports a job's outcome: ``(job, DONE status, reply payload)``.

@@ -85,3 +85,18 @@ def test_a_retried_job_sees_its_attempt_and_retries_left(
         (str(handle), 3, 0),
     ]
     assert final["attempt"] == 3 and final["retry_count"] == 2
+
+
+def test_an_eager_job_sees_its_context_too(eventmq_settings: Any) -> None:
+    eventmq_settings(EAGER=True, ROUTES={f"{context_jobs.MODULE}.*": "routed"})
+    handle = context_jobs.plain.delay(5)
+    seen = handle.wait(timeout=0)
+    assert seen is not None
+    assert (seen["msgid"], seen["queue"], seen["attempt"], seen["args"]) == (
+        str(handle),
+        "routed",
+        1,
+        [5],
+    )
+    assert context_jobs.napping.delay(0).wait(timeout=0)["queue"] == "routed"  # async too
+    assert current_job() is None
