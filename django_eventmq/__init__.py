@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     )
     from django_eventmq.jobmanager.progress import progress
     from django_eventmq.pubsub.api import publish, subscriber
+    from django_eventmq.runtime.job_context import JobContext, current_job
     from django_eventmq.scheduling.api import schedule, unschedule
     from django_eventmq.scheduling.timing import crontab, every
     from django_eventmq.workflows import WorkflowCancelled, WorkflowHandle, chain, chord, group
@@ -57,6 +58,9 @@ _LAZY = {
     "publish": ("django_eventmq.pubsub.api", "publish"),
     "subscriber": ("django_eventmq.pubsub.api", "subscriber"),
     "progress": ("django_eventmq.jobmanager.progress", "progress"),
+    # The running job's own context (loads neither zmq nor Django).
+    "current_job": ("django_eventmq.runtime.job_context", "current_job"),
+    "JobContext": ("django_eventmq.runtime.job_context", "JobContext"),
     # Workflows keep their state in the database: Django's app must be set up.
     "chain": ("django_eventmq.workflows", "chain"),
     "group": ("django_eventmq.workflows", "group"),
@@ -69,6 +73,7 @@ __all__ = [
     "BrokerUnavailable",
     "EventMQError",
     "Job",
+    "JobContext",
     "JobError",
     "JobExpired",
     "JobHandle",
@@ -86,6 +91,7 @@ __all__ = [
     "chain",
     "chord",
     "crontab",
+    "current_job",
     "every",
     "group",
     "job",

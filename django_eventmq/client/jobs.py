@@ -40,9 +40,18 @@ from django_eventmq.protocol import Headers, JobBody, new_msgid
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.payload import compact_json
 from django_eventmq.protocol.unique import unique_key
-from django_eventmq.runtime import hooks, registry, retry_policy, tracing
+from django_eventmq.runtime import (
+    hooks,
+    job_context,
+    job_events,
+    registry,
+    retry_policy,
+    routes,
+    tracing,
+)
 from django_eventmq.runtime.config import get_settings
 from django_eventmq.runtime.logs import job_debug
+from django_eventmq.runtime.settings import Settings
 from django_eventmq.scheduling.timing import Periodic, crontab
 
 logger = logging.getLogger("django_eventmq.client")
@@ -92,6 +101,15 @@ _declared_lock = threading.Lock()
 _declared: dict[str, tuple[Job[Any, Any], tuple[Periodic, ...]]] = {}
 
 
+#: Every ``@job`` of this process by its name (the signals' sender).
+_jobs: dict[str, Job[Any, Any]] = {}
+
+
+def registered_job(name: str) -> Job[Any, Any] | None:
+    """The :class:`Job` ``@job`` made for job ``name`` in this process, if any."""
+    return _jobs.get(name)
+
+
 def declared_schedules() -> list[tuple[Job[Any, Any], Periodic]]:
     """Every ``(job, periodic)`` declared in code so far."""
     with _declared_lock:
@@ -134,7 +152,7 @@ class Job(Generic[P, R]):
         self,
         func: Callable[P, R],
         *,
-        queue: str = C.DEFAULT_QUEUE_NAME,
+        queue: str | None = None,
         schedule: Periodic | Sequence[Periodic] | None = None,
         cron: str | None = None,
         **options: Unpack[JobOptions],
@@ -149,10 +167,13 @@ class Job(Generic[P, R]):
                 f"@job function {func.__name__!r} is defined in __main__, which a job manager "
                 "cannot import; move it into a module"
             )
-        if not queue:
+        if queue is not None and not queue:
             raise ConfigurationError("@job queue name is empty")
         self.func = func
-        self.queue = queue
+        #: The queue ``@job`` named (None: ``ROUTES`` say, else ``default``).
+        self.given_queue = queue
+        #: ``(settings, queue, its bytes)``: what ``ROUTES`` said under these settings.
+        self._routed: tuple[Settings, str, bytes] | None = None
         self.path = func.__module__
         self.callable_name = func.__name__
         unknown = sorted(set(options) - JobOptions.__optional_keys__)
@@ -189,6 +210,7 @@ class Job(Generic[P, R]):
         except ProtocolError as exc:
             raise ConfigurationError(f"@job {qualname}: {exc}") from exc
         self.name = registry.register(func, self.path, self.callable_name)
+        _jobs[self.name] = self
         #: How a failure is retried (None: any exception, the global back-off).
         self.retry_policy = policy
         retry_policy.register(self.name, policy)
@@ -204,13 +226,29 @@ class Job(Generic[P, R]):
         self._body_head = (
             f'["run",{{"callable":{_encode(self.callable_name)},"path":{_encode(self.path)},'
         )
-        self._queue_b = queue.encode()
+        self._queue_b = queue.encode() if queue is not None else b""
         self._headers_b = self.headers.encode().encode()
         self._guarantee = self.headers.guarantee
         self._handle_cls = _handle_class(self.headers)
         #: The body of a call without arguments (a periodic job's usual call).
         self._body_bare = self.encode_body((), {})
         functools.update_wrapper(self, func)
+
+    @property
+    def queue(self) -> str:
+        """The queue ``.delay()`` sends to: ``@job(queue=)``, else the first matching
+        ``ROUTES`` glob's, else ``default``."""
+        if self.given_queue is not None:
+            return self.given_queue
+        return self._route(get_settings())[0]
+
+    def _route(self, settings: Settings) -> tuple[str, bytes]:
+        """``(queue, its bytes)`` ``ROUTES`` give this job, worked out once per settings."""
+        routed = self._routed
+        if routed is None or routed[0] is not settings:
+            queue = routes.route(self.name, settings.routes) or C.DEFAULT_QUEUE_NAME
+            routed = self._routed = (settings, queue, queue.encode())
+        return routed[1], routed[2]
 
     def encode_body(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         """The JSON job body for these arguments; ``TypeError`` if they are not JSON."""
@@ -425,13 +463,23 @@ class Job(Generic[P, R]):
         msgid: str,
     ) -> JobHandle:
         settings = get_settings()
+        if queue is not None:
+            queue_b = queue.encode()
+        elif self.given_queue is not None:
+            queue, queue_b = self.given_queue, self._queue_b
+        else:
+            queue, queue_b = self._route(settings)
         if settings.run_inline:
-            value = self.func(*args, **kwargs)
-            if inspect.iscoroutine(value):  # an async job: run it here, as a worker would
-                value = asyncio.run(value)
+            context = self._context(msgid, queue, headers, args, kwargs)
+            token = job_context.enter(job_context.Lazy(context))
+            try:
+                value = self.func(*args, **kwargs)
+                if inspect.iscoroutine(value):  # an async job: run it here, as a worker would
+                    value = asyncio.run(value)
+            finally:
+                job_context.leave(token)
             return EagerHandle.ran(msgid, value)
         client = get_client(settings.broker_addr, send_timeout=settings.send_timeout)
-        queue_b = self._queue_b if queue is None else queue.encode()
         if headers is None:
             headers_b, guarantee, handle_cls = self._headers_b, self._guarantee, self._handle_cls
         else:
@@ -440,7 +488,7 @@ class Job(Generic[P, R]):
             # A unique job waits for the router's answer: an ACK, or JobNotUnique.
             guarantee = guarantee or headers.unique_key is not None
         # The send span (None: tracing off); its trace context goes in the headers.
-        span = tracing.send_span(queue or self.queue, msgid, self.name)
+        span = tracing.send_span(queue, msgid, self.name)
         if span is not None:
             headers_b = tracing.stamped(headers_b, span.stamp)
         try:
@@ -463,8 +511,35 @@ class Job(Generic[P, R]):
             if span is not None:
                 span.end()
         if logger.isEnabledFor(logging.DEBUG):
-            job_debug(logger, "sent", msgid, queue or self.queue, job=self.name)
+            job_debug(logger, "sent", msgid, queue, job=self.name)
+        events = job_events.listener  # None: nobody listens (the Django signals)
+        if events is not None:
+            events.sent(job_context.Lazy(self._context(msgid, queue, headers, args, kwargs)))
         return handle_cls(msgid)
+
+    def _context(
+        self,
+        msgid: str,
+        queue: str,
+        headers: Headers | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Callable[[], job_context.JobContext]:
+        """What makes the context of this job as sent (its first attempt)."""
+
+        def build() -> job_context.JobContext:
+            sent = self.headers if headers is None else headers
+            return job_context.JobContext(
+                msgid=msgid,
+                name=self.name,
+                queue=queue,
+                retries_left=sent.retry_count,
+                headers=sent,
+                args=tuple(args),
+                kwargs=dict(kwargs),
+            )
+
+        return build
 
     def __repr__(self) -> str:
         return f"<Job {self.name} queue={self.queue!r}>"
@@ -481,7 +556,7 @@ def job(func: Callable[P, R], /) -> Job[P, R]: ...
 @overload
 def job(
     *,
-    queue: str = ...,
+    queue: str | None = ...,
     schedule: Periodic | Sequence[Periodic] | None = ...,
     cron: str | None = ...,
     **options: Unpack[JobOptions],
@@ -492,12 +567,15 @@ def job(
     func: Callable[P, R] | None = None,
     /,
     *,
-    queue: str = C.DEFAULT_QUEUE_NAME,
+    queue: str | None = None,
     schedule: Periodic | Sequence[Periodic] | None = None,
     cron: str | None = None,
     **options: Unpack[JobOptions],
 ) -> Job[P, R] | Callable[[Callable[P, R]], Job[P, R]]:
     """Register a module-level function as a job: ``@job`` or ``@job(queue="email")``.
+
+    Without ``queue=`` the ``ROUTES`` setting picks the queue by the job's dotted
+    name (``default`` when no glob matches); ``.send(queue=)`` wins over both.
 
     The :class:`JobOptions` become the job's headers, kept however it is
     sent: ``reply_requested``, ``guarantee``, ``retry_count``, ``timeout``

@@ -13,7 +13,10 @@ Frames, parent -> child (first byte says what):
   ``soft-timeout`` header; :mod:`.invoke` raises ``SoftTimeLimitExceeded``
   inside the job when it passes); a traced job's head ends with
   ``\\t<msgid>\\t<queue>\\t<traceparent>\\t<tracestate>`` (its ``run`` span's
-  parent, :mod:`..runtime.tracing`);
+  parent, :mod:`..runtime.tracing`); the head ends with ``\\x1e<context>``,
+  what the job manager knows of the job (attempt, msgid, queue, headers:
+  ``runtime.job_context.encode_line``, which never holds ``\\x1e`` or a line
+  break), for ``current_job()`` and the job signals;
 - ``C<seq>``: cancel job ``seq`` if it has not started (answered with a
   ``cancelled`` result; ignored when it already ran);
 - ``X``: exit once the jobs before it are done.
@@ -59,10 +62,10 @@ from typing import Any
 from django_eventmq.errors import InvalidJob, JobNotAllowed, SerializationError
 from django_eventmq.jobmanager import invoke, progress
 from django_eventmq.jobmanager.pipe import FrameReader, frame, write_all
-from django_eventmq.protocol import encode_json, parse_job
+from django_eventmq.protocol import JobBody, encode_json, parse_job
 from django_eventmq.protocol.payload import MAX_JSON_BYTES, MAX_JSON_DEPTH
 from django_eventmq.protocol.status import JobStatus
-from django_eventmq.runtime import registry, retry_policy, tracing
+from django_eventmq.runtime import job_context, job_events, registry, retry_policy, tracing
 from django_eventmq.runtime.settings import Settings
 
 logger = logging.getLogger("django_eventmq.worker")
@@ -78,6 +81,8 @@ RESULT = b"D"
 PARTIAL = b"P"
 RECORDED = b"A"
 BYE = b"B"
+#: Before a job's context line, last in the head of its ``J`` frame.
+CONTEXT = b"\x1e"
 #: After UP: the hooks module has ``record_results``.
 CAN_RECORD = b"r"
 
@@ -112,13 +117,18 @@ def load_hooks(path: str | None) -> Hooks:
 
 # -- frame codec (used by both sides) -------------------------------------------
 def encode_job(
-    seq: int, body_text: str, soft_timeout: int | None = None, trace: bytes = b""
+    seq: int,
+    body_text: str,
+    soft_timeout: int | None = None,
+    trace: bytes = b"",
+    context: bytes = b"",
 ) -> bytes:
-    """A ``J`` frame; ``trace``: the trace carrier of a traced job (runtime/tracing.py)."""
+    """A ``J`` frame; ``trace``: the trace carrier of a traced job (runtime/tracing.py);
+    ``context``: its context line (``job_context.encode_line``)."""
     head = b"J%d:%d" % (seq, soft_timeout) if soft_timeout else b"J%d" % seq
     if trace:
         head += b"\t" + trace
-    return b"%s\n%s" % (head, body_text.encode())
+    return b"%s%s%s\n%s" % (head, CONTEXT if context else b"", context, body_text.encode())
 
 
 def decode_job(data: bytes) -> tuple[bytes, int | None, bytes]:
@@ -128,10 +138,19 @@ def decode_job(data: bytes) -> tuple[bytes, int | None, bytes]:
 
 def decode_traced_job(data: bytes) -> tuple[bytes, int | None, bytes, bytes]:
     """``(seq, soft timeout or None, body, trace carrier or b"")`` from a ``J`` frame."""
+    return decode_job_frame(data)[:4]
+
+
+def decode_job_frame(data: bytes) -> tuple[bytes, int | None, bytes, bytes, bytes]:
+    """``(seq, soft timeout or None, body, trace carrier or b"", context line or b"")``
+    from a ``J`` frame."""
     head, _, body = data[1:].partition(b"\n")
+    head, mark, context = head.rpartition(CONTEXT)
+    if not mark:  # no context: rpartition put it all last
+        head, context = context, b""
     head, _, trace = head.partition(b"\t")
     seq, _, soft = head.partition(b":")
-    return seq, int(soft) if soft else None, body, trace
+    return seq, int(soft) if soft else None, body, trace, context
 
 
 def encode_result(seq: bytes, status: str, payload: str) -> bytes:
@@ -182,13 +201,15 @@ class JobRunner:
         body: bytes | str,
         report: Callable[[str], object] | None = None,
         soft_timeout: float | None = None,
+        context: bytes = b"",
     ) -> tuple[JobStatus, str]:
         """Run one job; returns ``(status, payload JSON)``. Never raises.
 
         ``report`` takes each partial the job reports (:func:`.progress.progress`,
         or each value of a generator job, whose ``return`` value is the result).
         ``soft_timeout``: seconds after which ``SoftTimeLimitExceeded`` is raised
-        inside the job (:mod:`.invoke`; async jobs run there too).
+        inside the job (:mod:`.invoke`; async jobs run there too). ``context``: the
+        job's context line (``current_job()`` while it runs).
         """
         name = "?"
         try:
@@ -201,10 +222,30 @@ class JobRunner:
             return JobStatus.REFUSED, _error_payload(name, exc, with_traceback=False)
         except Exception as exc:  # JobNotFound, or a class constructor that raised
             return JobStatus.FAILED, _error_payload(name, exc)
+        # current_job() while it runs (an async job's task copies it when made).
+        running = job_context.Running(context, job)
+        token = job_context.enter(running)
+        try:
+            return self._call(func, job, running, report, soft_timeout)
+        finally:
+            job_context.leave(token)
+
+    def _call(
+        self,
+        func: Callable[..., Any],
+        job: JobBody,
+        running: job_context.Running,
+        report: Callable[[str], object] | None,
+        soft_timeout: float | None,
+    ) -> tuple[JobStatus, str]:
+        name = job.name
+        events = job_events.listener  # None: nobody listens (the Django signals)
         try:
             self.hooks.before_job()
             progress.set_reporter(report)
             try:
+                if events is not None:
+                    events.started(running)
                 value = invoke.call(func, job.args, job.kwargs, soft_timeout)
             finally:
                 progress.set_reporter(None)
@@ -216,15 +257,35 @@ class JobRunner:
             # itself; it fails that job, as any exception does, not the child.
             # The job's retry policy is known here only: its advice goes with it.
             advice = retry_policy.advice(name, exc, time.time())
+            if events is not None:
+                _failed(events, running, exc, advice)
             return JobStatus.FAILED, _error_payload(name, exc, retry=advice)
         try:
-            return JobStatus.OK, encode_json({"value": value})
+            payload = encode_json({"value": value})
         except SerializationError as exc:
-            return JobStatus.FAILED, _error_payload(
-                name,
-                SerializationError(f"return value of {name} is not JSON-serialisable: {exc}"),
-                with_traceback=False,
-            )
+            error = SerializationError(f"return value of {name} is not JSON-serialisable: {exc}")
+            if events is not None:
+                _failed(events, running, error, {})
+            return JobStatus.FAILED, _error_payload(name, error, with_traceback=False)
+        if events is not None:
+            events.succeeded(running, value)
+        return JobStatus.OK, payload
+
+
+def _failed(
+    events: job_events.Listener,
+    running: job_context.Running,
+    exc: BaseException,
+    advice: dict[str, Any],
+) -> None:
+    """Tell ``events`` the job failed: for good, or to be retried (the job manager
+    decides the same way, from the same advice: retry_policy.given_up)."""
+    context = running.context()
+    retry_count = context.headers.retry_count
+    if retry_policy.given_up(context.attempt, retry_count, advice):
+        events.failed(running, exc)
+    else:
+        events.retrying(running, exc)
 
 
 def _error_payload(
@@ -316,8 +377,9 @@ def child_main(
             results.close()
 
 
-#: A job waiting in the child: (seq, soft time limit or None, body, trace carrier).
-_Queued = tuple[bytes, int | None, bytes, bytes]
+#: A job waiting in the child: (seq, soft time limit or None, body, trace carrier,
+#: context line).
+_Queued = tuple[bytes, int | None, bytes, bytes, bytes]
 
 
 def serve(
@@ -387,13 +449,13 @@ def _serve(
         item = jobs.popleft()
         if item is None:
             return
-        seq, soft, body, trace = item
+        seq, soft, body, trace, context = item
         gate.start(seq)
         if trace:
             with tracing.running(trace):  # the job's run span
-                status, payload = runner.run(body, gate.report, soft)
+                status, payload = runner.run(body, gate.report, soft, context)
         else:  # untraced: no context manager to enter and leave
-            status, payload = runner.run(body, gate.report, soft)
+            status, payload = runner.run(body, gate.report, soft, context)
         gate.finish()
         if not send(encode_result(seq, status, payload)):
             return
@@ -403,7 +465,7 @@ def _take(data: bytes, jobs: deque[_Queued | None], send: Callable[[bytes], bool
     """Handle one frame from the job manager; False when the child should stop."""
     kind = data[:1]
     if kind == JOB:
-        jobs.append(decode_traced_job(data))
+        jobs.append(decode_job_frame(data))
     elif kind == CANCEL:
         seq = data[1:]
         for item in jobs:

@@ -29,9 +29,9 @@ from django_eventmq.jobmanager import outcomes
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import Child, Pool, Status
 from django_eventmq.jobmanager.progress import Coalescer
-from django_eventmq.protocol.headers import Headers
+from django_eventmq.protocol.headers import EMPTY_HEADERS, Headers
 from django_eventmq.protocol.status import NOT_RUN, JobStatus
-from django_eventmq.runtime import retry_policy
+from django_eventmq.runtime import job_context, retry_policy
 from django_eventmq.runtime.logs import job_debug, job_fields, job_name
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.stats import Stats
@@ -80,6 +80,31 @@ class ManagedJob:
     trace: bytes = b""
     #: The headers it was sent with: a dead letter keeps their options (timeout, priority...).
     headers: Headers | None = None
+
+
+def context_line(job: ManagedJob) -> bytes:
+    """What the child is told about ``job`` for ``current_job()`` (runtime/job_context.py)."""
+    headers = job.headers
+    text = "" if headers is None or headers is EMPTY_HEADERS else _header_text(headers)
+    return job_context.encode_line(job.msgid, job.queue, job.attempt, text)
+
+
+#: Headers come parsed, one object per distinct header frame (parse_headers caches
+#: them): their text is made once for all the jobs that share them, found by the
+#: object's id (hashing a Headers costs more than making its text); the entry
+#: holds the object, so its id is not reused while it is there.
+_header_texts: dict[int, tuple[Headers, str]] = {}
+
+
+def _header_text(headers: Headers) -> str:
+    found = _header_texts.get(id(headers))
+    if found is not None and found[0] is headers:
+        return found[1]
+    text = headers.encode()
+    if len(_header_texts) >= 256:
+        _header_texts.clear()
+    _header_texts[id(headers)] = (headers, text)
+    return text
 
 
 #: Reports a job's outcome: ``(job, DONE status, reply payload)``.
@@ -168,7 +193,10 @@ class Lifecycle:
             seq = pending.popleft()
             job.child = child
             idle = not child.inflight
-            pool.assign(child, seq, job.msgid, job.body_text, now, job.soft_timeout, job.trace)
+            context = context_line(job)
+            pool.assign(
+                child, seq, job.msgid, job.body_text, now, job.soft_timeout, job.trace, context
+            )
             self.stats.dispatched[job.queue] += 1
             if len(child.outgoing) == 1:
                 touched.append(child)

@@ -260,14 +260,16 @@ class Pool:
         now: float,
         soft_timeout: int | None = None,
         trace: bytes = b"",
+        context: bytes = b"",
     ) -> None:
         """Queue one job for ``child``; :meth:`flush` writes it.
 
         ``soft_timeout``: seconds after which the child raises
         ``SoftTimeLimitExceeded`` inside the job (the hard timeout is the
-        lifecycle's to enforce). ``trace``: a traced job's carrier (runtime/tracing.py).
+        lifecycle's to enforce). ``trace``: a traced job's carrier (runtime/tracing.py);
+        ``context``: its context line (runtime/job_context.py).
         """
-        data = frame(child_side.encode_job(seq, body_text, soft_timeout, trace))
+        data = frame(child_side.encode_job(seq, body_text, soft_timeout, trace, context))
         if child.inflight:
             size = len(data)
             child.queued_bytes += size

@@ -206,6 +206,16 @@ class Decision(NamedTuple):
     custom: bool = False
 
 
+def given_up(attempt: int, retry_count: int, advice: Mapping[str, Any]) -> str:
+    """Why failed attempt ``attempt`` is not retried (:data:`NOT_RETRYABLE`,
+    :data:`EXHAUSTED`), or "" when it is (the child knows it too: ``job_retrying``)."""
+    if advice.get("allowed") is False:
+        return NOT_RETRYABLE
+    if attempt > retry_count:
+        return EXHAUSTED
+    return ""
+
+
 def decide(
     attempt: int,
     retry_count: int,
@@ -222,10 +232,9 @@ def decide(
     so a job that always asks again stops). ``base``/``cap``: the global
     back-off settings; ``rand``: a draw in [0, 1) for the jitter.
     """
-    if advice.get("allowed") is False:
-        return Decision(False, 0.0, NOT_RETRYABLE)
-    if attempt > retry_count:
-        return Decision(False, 0.0, EXHAUSTED)
+    why = given_up(attempt, retry_count, advice)
+    if why:
+        return Decision(False, 0.0, why)
     asked = _number(advice.get("in"))
     if asked is not None:
         return Decision(True, max(0.0, asked), RETRY, custom=True)

@@ -325,6 +325,48 @@ def _parse_queue_allowed_jobs(key: str, value: Any) -> tuple[tuple[str, tuple[st
     return tuple(pairs)
 
 
+#: ``((glob, queue), ...)`` in the order they are tried.
+Routes = tuple[tuple[str, str], ...]
+
+_ROUTES_EXAMPLE = '{"billing.jobs.*": "billing", "app.jobs.send_*": "email"}'
+
+
+def parse_routes(key: str, value: Any) -> Routes:
+    """``ROUTES`` as ``(glob, queue)`` pairs, order kept: a mapping, pairs, or JSON text
+    (``EMQ_ROUTES``); :class:`ConfigurationError` saying what is wrong otherwise."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except ValueError:
+            raise ConfigurationError(
+                f"{key}: expected a JSON object of job name globs to queue names such as "
+                f"{_ROUTES_EXAMPLE}, got {value!r}"
+            ) from None
+    if isinstance(value, Mapping):
+        value = list(value.items())
+    if not isinstance(value, list | tuple):
+        raise ConfigurationError(
+            f"{key}: expected a dict of job name globs to queue names such as {_ROUTES_EXAMPLE}, "
+            f"got {type(value).__name__}"
+        )
+    routes: list[tuple[str, str]] = []
+    for item in value:
+        if not (isinstance(item, list | tuple) and len(item) == 2):
+            raise ConfigurationError(f"{key}: entry {item!r} is not (job name glob, queue name)")
+        pattern, queue = item
+        if not isinstance(pattern, str) or not pattern.strip():
+            raise ConfigurationError(
+                f"{key}: {pattern!r} is not a job name glob; write e.g. 'billing.jobs.*'"
+            )
+        if not isinstance(queue, str) or not _QUEUE_NAME.match(queue):
+            raise ConfigurationError(
+                f"{key}[{pattern!r}]: {queue!r} is not a queue name (letters, digits, '_', '.' "
+                "and '-')"
+            )
+        routes.append((pattern, queue))
+    return tuple(routes)
+
+
 _SECURITY_PARSERS: dict[str, Any] = {
     "curve_frontend_clients": _parse_key_list,
     "curve_backend_workers": _parse_key_list,
@@ -332,4 +374,5 @@ _SECURITY_PARSERS: dict[str, Any] = {
     "curve_publisher_clients": _parse_key_list,
     "queue_allowed_jobs": _parse_queue_allowed_jobs,
     "rate_limits": lambda key, value: parse_rate_limits(value),
+    "routes": parse_routes,
 }

@@ -23,6 +23,7 @@ from django_eventmq.runtime.setting_values import (
     _QUEUE_NAME,
     JOURNAL_URL_SCHEMES,
     QueueList,
+    Routes,
     _check_group,
     _check_security,
     _check_status_admin_addrs,
@@ -33,6 +34,7 @@ from django_eventmq.runtime.setting_values import (
     parse_autoscale,
     parse_queues,
     parse_rate_limits,
+    parse_routes,
 )
 
 # The parsers and checks moved to setting_values.py; importers of them here keep working.
@@ -263,6 +265,11 @@ class Settings:
     max_retry_count: int = 100
     #: Router: highest ``timeout`` header accepted, in seconds (7 days).
     max_timeout: int = 604800
+    #: Clients: the queue of a job whose ``@job`` names none, by its dotted name
+    #: (``module.function``): ``{"billing.jobs.*": "billing", "app.jobs.send_*": "email"}``,
+    #: globs tried in order, the first match wins; none matches: ``default``.
+    #: ``.send(queue=)`` wins over both. From ``EMQ_ROUTES``: the same as JSON.
+    routes: Routes = ()
     #: Job manager: per queue, the jobs that may run on it, e.g.
     #: ``{"email": ["app.jobs.send", "app.mail.*"]}`` (``"*"`` for queues not
     #: named). Jobs must be registered as well.
@@ -358,6 +365,10 @@ class Settings:
         if self.rate_limits != parse_rate_limits(self.rate_limits):
             raise ConfigurationError(
                 "RATE_LIMITS: pass it through from_mapping()/replace(), which accept a mapping"
+            )
+        if not isinstance(self.routes, tuple) or self.routes != parse_routes("ROUTES", self.routes):
+            raise ConfigurationError(
+                "ROUTES: pass it through from_mapping()/replace(), which accept a mapping"
             )
         if not isinstance(self.record_all_results, bool):
             raise ConfigurationError(

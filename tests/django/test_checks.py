@@ -140,3 +140,10 @@ def test_manage_check_fails_on_an_error(settings):
     settings.EVENTMQ = {"QUEUES": "email:x"}
     with pytest.raises(SystemCheckError, match=r"django_eventmq\.E002"):
         call_command("check", tags=["eventmq"])
+
+
+def test_e001_a_route_to_a_bad_queue_name(settings):
+    settings.EVENTMQ = {"ROUTES": {"billing.jobs.*": "billing queue"}}
+    [error] = check_settings()
+    assert error.id == "django_eventmq.E001"
+    assert "ROUTES['billing.jobs.*']: 'billing queue' is not a queue name" in error.msg

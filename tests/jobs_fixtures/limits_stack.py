@@ -12,13 +12,17 @@ from tests.system.streaming.conftest import start_router
 
 
 @contextmanager
-def router_and_jobmanager(journal: Path, concurrency: int) -> Iterator[tuple[str, Proc]]:
-    """``(frontend address, router process)``; both processes stopped on exit."""
+def router_and_jobmanager(
+    journal: Path, concurrency: int, job_module: str = limits.MODULE, *options: str
+) -> Iterator[tuple[str, Proc]]:
+    """``(frontend address, router process)``; both processes stopped on exit.
+    ``job_module``: the jobs it serves (:mod:`.limits` unless told); ``options``: more
+    of the job manager's."""
     env = {**clean_environ(), "PYTHONPATH": str(ROOT)}
     router, front, backend = start_router(journal, env=env)
     procs = [router]
     try:
-        serving = ("--job-module", limits.MODULE, "--concurrency", str(concurrency))
+        serving = ("--job-module", job_module, "--concurrency", str(concurrency), *options)
         jobmanager = Proc(python_module("jobmanager", "--broker", backend, *serving), env=env)
         procs.append(jobmanager)
         jobmanager.wait_output(r"jobmanager ready: ", timeout=60)
