@@ -214,7 +214,7 @@ class Scheduler(Service):
         self.waiting = RouterWait(logger, "scheduler", self.addresses.label)
         self._refreshed_at = -1e18
         self._pruned_at = -1e18
-        self._store_failing = False
+        self._stores_failing: set[str] = set()
         self.sent = 0
 
     # -- lifecycle (run() and stop() come from Service) ----------------------
@@ -266,7 +266,7 @@ class Scheduler(Service):
             self._guarded(lambda: self.fire_due(current))
         if self.relay is not None:
             relay, send = self.relay, self._send if self.connected else None
-            self._guarded(lambda: relay.turn(send, current, mono))
+            self._guarded(lambda: relay.turn(send, current, mono), "outbox table")
         if mono - self._pruned_at >= 3600:
             self._pruned_at = mono
             self._guarded(lambda: self.store.prune(current - timedelta(seconds=self.retention)))
@@ -470,20 +470,21 @@ class Scheduler(Service):
         logger.debug("scheduler: SCHEDULE %s (msgid %s) stored", spec.body.name, message.msgid)
 
     # -- the store ----------------------------------------------------------
-    def _guarded(self, action: Callable[[], T]) -> T | None:
-        """Run a store call; a failing store is logged once and retried next turn."""
+    def _guarded(self, action: Callable[[], T], store: str = "schedule store") -> T | None:
+        """Run a call of ``store``; a failing store is logged once and retried next turn.
+        Each store is said apart: one failing does not make the other's calls flap."""
         try:
             result = action()
         except transport.ContextTerminated:
             raise
         except Exception as exc:
-            if not self._store_failing:
-                logger.warning("scheduler: schedule store failed: %s: %s", type(exc).__name__, exc)
-            self._store_failing = True
+            if store not in self._stores_failing:
+                logger.warning("scheduler: %s failed: %s: %s", store, type(exc).__name__, exc)
+            self._stores_failing.add(store)
             return None
-        if self._store_failing:
-            logger.warning("scheduler: schedule store works again")
-        self._store_failing = False
+        if store in self._stores_failing:
+            logger.warning("scheduler: %s works again", store)
+            self._stores_failing.discard(store)
         return result
 
     def refresh(self) -> None:

@@ -97,3 +97,24 @@ def test_a_row_that_cannot_be_sent_is_said_once_and_left(store, relay, caplog):
     said = [r.getMessage() for r in caplog.records if "broken" in r.getMessage()]
     assert len(said) == 1 and "left in the outbox table" in said[0], said
     assert "broken" in store.rows
+
+
+def test_a_failing_outbox_table_is_said_once_and_the_schedule_store_not_blamed(caplog):
+    # A site not migrated for the outbox yet: the relay's every turn fails. Said with
+    # the schedule store's failures, the two flapped "failed" / "works again" each turn.
+    from django_eventmq.runtime.settings import Settings
+    from django_eventmq.scheduling.scheduler import Scheduler
+    from tests.scheduling.fakes import MemoryStore
+
+    def missing() -> None:
+        raise LookupError("no such table: django_eventmq_outboxjob")
+
+    scheduler = Scheduler(Settings(broker_addr="tcp://127.0.0.1:9"), MemoryStore(), outbox=Store())
+    caplog.set_level(logging.WARNING, "django_eventmq.scheduler")
+    for _ in range(3):
+        assert scheduler._guarded(lambda: 1) == 1
+        assert scheduler._guarded(missing, "outbox table") is None
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        "scheduler: outbox table failed: LookupError: no such table: django_eventmq_outboxjob"
+    ], said
