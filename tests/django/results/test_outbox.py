@@ -118,3 +118,20 @@ def test_the_outbox_option_takes_a_bool():
     f.__module__, f.__qualname__ = __name__, "f"
     with pytest.raises(ConfigurationError, match="outbox= takes True, False or None"):
         job(outbox="yes")(f)  # type: ignore[call-overload]
+
+
+def test_the_admin_lists_a_row_left_and_may_delete_it_but_not_change_it(admin_client):
+    from django.urls import reverse
+    from django.utils import timezone
+
+    OutboxJob.objects.create(
+        msgid="left-behind", queue="email", headers="guarantee", body="[]", created=timezone.now()
+    )
+    page = admin_client.get(reverse("admin:django_eventmq_outboxjob_changelist"))
+    assert page.status_code == 200 and "left-behind" in page.content.decode()
+    assert "/admin/django_eventmq/outboxjob/add/" not in page.content.decode()
+    change = reverse("admin:django_eventmq_outboxjob_change", args=["left-behind"])
+    assert admin_client.post(change, {"queue": "other"}).status_code == 403
+    delete = reverse("admin:django_eventmq_outboxjob_delete", args=["left-behind"])
+    assert admin_client.post(delete, {"post": "yes"}).status_code == 302
+    assert not OutboxJob.objects.exists()
