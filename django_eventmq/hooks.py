@@ -2,8 +2,9 @@
 
 Core never imports Django; it asks :mod:`django_eventmq.runtime.hooks`
 for these instead: ``transaction.on_commit`` for ``.delay_on_commit()``,
-the results table for ``handle.status`` / ``handle.result``, and the
-recording of a cancellation and of a job the router dropped as expired.
+the results table for ``handle.status`` / ``handle.result``, the
+recording of a cancellation and of a job the router dropped as expired, and
+the outbox table (``@job(outbox=True)``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def _record_expired(msgid: str, message: str) -> None:
 
 def install() -> None:
     """Point core at Django's transactions and our results table."""
+    from django_eventmq.outbox import TableOutbox
     from django_eventmq.results import TableReader
 
     runtime_hooks.install(
@@ -49,4 +51,5 @@ def install() -> None:
         results=TableReader(),
         record_cancel=_record_cancel,
         record_expired=_record_expired,
+        outbox=TableOutbox(),
     )

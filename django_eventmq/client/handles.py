@@ -241,7 +241,10 @@ class CommitHandle(JobHandle):
     and ``.result`` raise at once instead of timing out: :class:`ResultTimeout`
     while the transaction is still open (its commit cannot come while this
     thread waits), :class:`JobNotSent` once it rolled back or the send at the
-    commit failed; ``.status`` is then ``rolled_back`` or ``not_sent``.
+    commit failed; ``.status`` is then ``rolled_back`` or ``not_sent``. A job
+    whose outbox row a relay sends instead (``outbox``: the send at the commit
+    failed) has ``.status`` and ``.result`` from the results table; ``.wait()``
+    raises :class:`ResultTimeout` (its reply goes to the relay).
     """
 
     #: True while the job waits for its transaction's commit (None: not asked
@@ -263,10 +266,23 @@ class CommitHandle(JobHandle):
         """The send at the commit raised ``error``."""
         self._failure = f"{type(error).__name__}: {error}"
 
+    def kept(self, error: Exception) -> None:
+        """The send at the commit raised ``error``; the outbox keeps the job for a relay."""
+        self._kept = f"{type(error).__name__}: {error}"
+
+    #: Why the send at the commit failed, for a job its outbox row keeps ("" if none).
+    _kept = ""
+
     def _unsent(self) -> EventMQError | None:
         """Why nothing can come for this job (None: it was sent)."""
         if self._sent:
             return None
+        if self._kept:
+            return ResultTimeout(
+                f"job {self} was not sent at its commit ({self._kept}); its outbox row is "
+                "sent by a scheduler, whose reply this thread cannot read: read "
+                "handle.status / handle.result"
+            )
         if self._failure:
             return JobNotSent(
                 f"job {self} was not sent when its transaction committed ({self._failure}); "

@@ -49,6 +49,9 @@ class JobOptions(TypedDict, total=False):
     retry_backoff: float | None
     retry_jitter: bool | str
     retry_max_delay: float | None
+    #: ``.delay_on_commit()`` writes the job to the outbox table in the caller's
+    #: transaction first (None: the ``OUTBOX`` setting decides; docs/durability.md).
+    outbox: bool | None
 
 
 def rate_headers(name: str, rate: str | int | None, key: str | None) -> tuple[str, ...]:

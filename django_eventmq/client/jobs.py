@@ -33,12 +33,14 @@ from django_eventmq.client.workflows import Signature
 from django_eventmq.errors import (
     ConfigurationError,
     EventMQError,
+    JobRejected,
     ProtocolError,
     SerializationError,
 )
 from django_eventmq.protocol import Headers, JobBody, new_msgid
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.payload import compact_json
+from django_eventmq.protocol.status import refused_for_now
 from django_eventmq.protocol.unique import unique_key
 from django_eventmq.runtime import (
     hooks,
@@ -183,6 +185,11 @@ class Job(Generic[P, R]):
                 f"schedule, cron, {', '.join(sorted(JobOptions.__optional_keys__))}"
             )
         fields: dict[str, Any] = dict(options)
+        outbox = fields.pop("outbox", None)
+        if outbox is not None and not isinstance(outbox, bool):
+            raise ConfigurationError(f"@job {qualname}: outbox= takes True, False or None")
+        #: Whether ``.delay_on_commit()`` goes through the outbox table (None: ``OUTBOX``).
+        self.outbox: bool | None = outbox
         #: (seconds, key callable) of a unique job (None: not unique).
         self.unique = _unique_option(qualname, fields.pop("unique_for", None), fields)
         try:
@@ -329,8 +336,12 @@ class Job(Generic[P, R]):
             headers = self.unique_headers(self._expiring(), args, kwargs)
             return self._send_encoded(body_text, args, kwargs, None, headers, msgid)
 
-        if not get_settings().run_inline:
+        settings = get_settings()
+        if not settings.run_inline:
             handle = CommitHandle.of(msgid, self._handle_cls)
+            if settings.outbox if self.outbox is None else self.outbox:
+                self._through_outbox(on_commit, body_text, args, kwargs, msgid, handle)
+                return handle
 
             def send_now() -> None:
                 send()
@@ -359,6 +370,71 @@ class Job(Generic[P, R]):
 
         on_commit(run)
         return eager
+
+    def _through_outbox(
+        self,
+        on_commit: hooks.OnCommit,
+        body_text: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        msgid: str,
+        handle: CommitHandle,
+    ) -> None:
+        """``delay_on_commit`` with the outbox: the job's row is written now, in the
+        caller's transaction; at the commit it is sent, guaranteed, and its row deleted
+        once the router acknowledged it. A row left (this process died, the router was
+        down) is sent by a scheduler (``scheduling/relay.py``); the router takes its
+        msgid once."""
+        box = hooks.outbox()
+        headers = (self.unique_headers(self._expiring(), args, kwargs) or self.headers).with_(
+            guarantee=True
+        )
+        box.keep(msgid, self.queue, headers.encode(), body_text)
+
+        def kept(exc: Exception) -> None:
+            # Not raised, even with no transaction open: the row is committed and will
+            # be sent; a caller that sent the job again would send it twice.
+            handle.kept(exc)
+            logger.warning(
+                "job %s msgid=%s was not sent (%s: %s); its outbox row stays and a "
+                "scheduler (emq_scheduler) sends it",
+                self.name,
+                msgid,
+                type(exc).__name__,
+                exc,
+            )
+
+        def send_now() -> None:
+            try:
+                self._send_encoded(body_text, args, kwargs, None, headers, msgid)
+            except JobRejected as exc:
+                if not refused_for_now(exc.reason):
+                    box.sent(msgid)  # refused for good: a relay would be refused too
+                    raise
+                kept(exc)
+                return
+            except Exception as exc:
+                kept(exc)
+                return
+            handle.sent()
+            try:
+                box.sent(msgid)
+            except Exception as exc:  # sent: a relay sends it again, the router takes it once
+                logger.warning(
+                    "job %s msgid=%s was sent but its outbox row was not deleted (%s: %s)",
+                    self.name,
+                    msgid,
+                    type(exc).__name__,
+                    exc,
+                )
+
+        handle.pending = send_at_commit(
+            on_commit,
+            send_now,
+            f"job {self.name} msgid={msgid}",
+            "the router refused it, so it will not run",
+            failed=handle.not_sent,
+        )
 
     def send(
         self,

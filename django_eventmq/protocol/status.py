@@ -154,3 +154,15 @@ def expired_reply(payload: str) -> bool:
         return False
     error = reply.get("error") if isinstance(reply, dict) else None
     return isinstance(error, dict) and error.get("type") == EXPIRED_ERROR
+
+
+#: How the router's REJECT reasons begin for a job it can take later, not now:
+#: above its high-water mark (``HWM_POLICY = "reject"``), its journal failing.
+FULL_REFUSAL: Final = "router is full"
+CANNOT_STORE_REFUSAL: Final = "router cannot store jobs now"
+
+
+def refused_for_now(reason: str) -> bool:
+    """True if a REJECT with ``reason`` passes: the job is to be sent again later
+    (same msgid), not given up (an outbox row is kept for its relay)."""
+    return reason.startswith((FULL_REFUSAL, CANNOT_STORE_REFUSAL))

@@ -62,6 +62,7 @@ from django_eventmq.protocol.headers import Headers
 from django_eventmq.protocol.limits import Limits, OverLimit
 from django_eventmq.protocol.packed import PACKED, request_of
 from django_eventmq.protocol.session import bundle_bytes
+from django_eventmq.protocol.status import FULL_REFUSAL
 from django_eventmq.protocol.unique import not_unique_reason
 from django_eventmq.protocol.views import (
     BatchFields,
@@ -290,7 +291,7 @@ class FrontendHandlers(SchedulerHandlers, QueueMarks):
             and self._over_high_water(coming)
         ):
             return (
-                f"router is full: over its high-water mark ({self.settings.high_water_mark} "
+                f"{FULL_REFUSAL}: over its high-water mark ({self.settings.high_water_mark} "
                 f"jobs waiting); start a job manager for queue {queue.decode()}, raise "
                 "HIGH_WATER_MARK, or send it again later with the same msgid (Spark: the "
                 "same run_id)"

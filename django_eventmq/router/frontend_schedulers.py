@@ -20,6 +20,7 @@ import logging
 
 from django_eventmq.protocol import Ack, Inform, Message, Schedule, Unschedule, new_msgid
 from django_eventmq.protocol import constants as C
+from django_eventmq.protocol.status import CANNOT_STORE_REFUSAL
 from django_eventmq.router.book import Book
 from django_eventmq.router.routing import SchedulerPeer, Schedulers
 from django_eventmq.runtime.outbox import WarnOnce, forward, send, show
@@ -159,7 +160,7 @@ class SchedulerHandlers:
 
 def _cannot_store(failure: str) -> str:
     """The REJECT reason while the journal cannot be written."""
-    return f"router cannot store jobs now (its journal: {failure}); send it again later"
+    return f"{CANNOT_STORE_REFUSAL} (its journal: {failure}); send it again later"
 
 
 def _schedule_keys(msg: Schedule | Unschedule) -> tuple[str, str]:

@@ -2,9 +2,9 @@
 
 The app's ``ready()`` installs them: how to defer work until the current
 database transaction commits (``.delay_on_commit()``), how to read the
-results table (``handle.status`` / ``handle.result``) and how to record a
-cancellation. Without Django they are absent and the features that need
-them say so.
+results table (``handle.status`` / ``handle.result``), how to record a
+cancellation and how to keep a job in the outbox table until it is sent.
+Without Django they are absent and the features that need them say so.
 """
 
 from __future__ import annotations
@@ -29,12 +29,25 @@ class ResultsReader(Protocol):
     def result(self, msgid: str) -> Any: ...
 
 
+class Outbox(Protocol):
+    """The outbox table: jobs written in the caller's transaction, deleted once sent."""
+
+    def keep(self, msgid: str, queue: str, headers: str, body: str) -> None:
+        """Write the job's row in the current transaction (at once outside one)."""
+        ...
+
+    def sent(self, msgid: str) -> None:
+        """The router acknowledged the job: delete its row."""
+        ...
+
+
 @dataclass
 class _Installed:
     on_commit: OnCommit | None = None
     results: ResultsReader | None = None
     record_cancel: Callable[[str], None] | None = None
     record_expired: Callable[[str, str], None] | None = None
+    outbox: Outbox | None = None
 
 
 _installed = _Installed()
@@ -46,6 +59,7 @@ def install(
     results: ResultsReader | None = None,
     record_cancel: Callable[[str], None] | None = None,
     record_expired: Callable[[str, str], None] | None = None,
+    outbox: Outbox | None = None,
 ) -> None:
     """Install (or with ``None`` keep) the Django-side hooks."""
     if on_commit is not None:
@@ -56,6 +70,8 @@ def install(
         _installed.record_cancel = record_cancel
     if record_expired is not None:
         _installed.record_expired = record_expired
+    if outbox is not None:
+        _installed.outbox = outbox
 
 
 def on_commit() -> OnCommit:
@@ -65,6 +81,15 @@ def on_commit() -> OnCommit:
             "delay_on_commit() needs the Django app: add 'django_eventmq' to INSTALLED_APPS"
         )
     return _installed.on_commit
+
+
+def outbox() -> Outbox:
+    """The outbox table (``@job(outbox=True)``, ``OUTBOX``)."""
+    if _installed.outbox is None:
+        raise ConfigurationError(
+            "the outbox is a table of the Django app: add 'django_eventmq' to INSTALLED_APPS"
+        )
+    return _installed.outbox
 
 
 def results_reader() -> ResultsReader:

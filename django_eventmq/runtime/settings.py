@@ -129,6 +129,13 @@ class Settings:
     scheduler_misfire_grace: float = 60.0
     #: Seconds run claims are kept (they stop two schedulers firing a run twice).
     scheduler_run_retention: float = 604800.0
+    #: Write every ``.delay_on_commit()`` job to the outbox table in the caller's
+    #: transaction first, so a process killed between the commit and the send loses
+    #: none (``@job(outbox=...)`` decides per job); see docs/durability.md.
+    outbox: bool = False
+    #: Seconds an outbox row waits for its own process's send before a scheduler
+    #: (``emq_scheduler``, the relay) sends it.
+    outbox_relay_after: float = 5.0
     #: Router: keep every accepted job in an on-disk journal until it finished, so a
     #: router restart or crash loses none (False: the same store, kept in memory).
     journal: bool = True
@@ -313,6 +320,7 @@ class Settings:
         _positive("scheduler_poll_interval", self.scheduler_poll_interval)
         _positive("scheduler_misfire_grace", self.scheduler_misfire_grace, allow_zero=True)
         _positive("scheduler_run_retention", self.scheduler_run_retention)
+        _positive("outbox_relay_after", self.outbox_relay_after, allow_zero=True)
         if not self.journal_path:
             raise ConfigurationError("JOURNAL_PATH is empty: name the router's journal file")
         _positive("journal_busy_timeout", self.journal_busy_timeout, allow_zero=True)

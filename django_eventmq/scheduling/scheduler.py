@@ -11,7 +11,9 @@ Django admin) reaches a running scheduler at its next poll, and several
 schedulers can share one store: each run is *claimed* in the store before it
 is sent, and only the scheduler whose claim succeeds sends it. Runs are only
 fired while the router is reachable; runs that fell due meanwhile follow the
-catch-up policy (:mod:`.schedules`). Never imports Django.
+catch-up policy (:mod:`.schedules`). It is also the outbox's relay
+(:mod:`.relay`): it sends the outbox rows their process did not. Never
+imports Django.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from django_eventmq.runtime.service import Service
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.waitlog import RouterWait
 from django_eventmq.scheduling.identity import ScheduleSpec
+from django_eventmq.scheduling.relay import OutboxRelay, OutboxStore
 from django_eventmq.scheduling.timing import CATCHUP_POLICIES, DuePlan, Timing, plan_due
 
 logger = logging.getLogger("django_eventmq.scheduler")
@@ -150,6 +153,7 @@ class Scheduler(Service):
         poll_interval: float | None = None,
         grace: float | None = None,
         retention: float | None = None,
+        outbox: OutboxStore | None = None,
     ) -> None:
         super().__init__()
         self.settings = settings
@@ -162,6 +166,17 @@ class Scheduler(Service):
         )
         self.grace = settings.scheduler_misfire_grace if grace is None else grace
         self.retention = settings.scheduler_run_retention if retention is None else retention
+        #: Sends the outbox rows their own process did not (None: no outbox table).
+        self.relay = (
+            None
+            if outbox is None
+            else OutboxRelay(
+                outbox,
+                after=settings.outbox_relay_after,
+                every=min(self.poll_interval, 1.0),
+                resend=settings.ack_timeout,
+            )
+        )
         self.name = transport.new_identity("scheduler-").decode()
         # A client of the router's frontend: CURVE keys when the settings have
         # them. Built now so a bad key setting fails at start-up.
@@ -199,7 +214,7 @@ class Scheduler(Service):
         self.waiting = RouterWait(logger, "scheduler", self.addresses.label)
         self._refreshed_at = -1e18
         self._pruned_at = -1e18
-        self._store_failing = False
+        self._stores_failing: set[str] = set()
         self.sent = 0
 
     # -- lifecycle (run() and stop() come from Service) ----------------------
@@ -249,6 +264,9 @@ class Scheduler(Service):
         current = now or datetime.now(UTC)
         if self.connected:
             self._guarded(lambda: self.fire_due(current))
+        if self.relay is not None:
+            relay, send = self.relay, self._send if self.connected else None
+            self._guarded(lambda: relay.turn(send, current, mono), "outbox table")
         if mono - self._pruned_at >= 3600:
             self._pruned_at = mono
             self._guarded(lambda: self.store.prune(current - timedelta(seconds=self.retention)))
@@ -390,6 +408,8 @@ class Scheduler(Service):
     def handle(self, message: Message, now: datetime | None = None) -> None:
         """React to one message from the router (``now``: controlled time for tests)."""
         if isinstance(message, Ack):
+            if self.relay is not None and self.relay.acked(message.ack_msgid):
+                return
             if message.ack_msgid != self._inform_id:
                 return  # a REQUEST's: the liveness already heard it
             self._known_at = time.monotonic()
@@ -408,7 +428,8 @@ class Scheduler(Service):
                     lambda: self.store.record_result(message.reply_to or "", message.payload)
                 )
         elif isinstance(message, Reject):
-            _refused(message)
+            if self.relay is None or not self.relay.refused(message.job_msgid, message.reason):
+                _refused(message)
         elif isinstance(message, Disconnect):
             self._send_now(Kbai(msgid=new_msgid()))
             if self.channel is not None:
@@ -449,20 +470,21 @@ class Scheduler(Service):
         logger.debug("scheduler: SCHEDULE %s (msgid %s) stored", spec.body.name, message.msgid)
 
     # -- the store ----------------------------------------------------------
-    def _guarded(self, action: Callable[[], T]) -> T | None:
-        """Run a store call; a failing store is logged once and retried next turn."""
+    def _guarded(self, action: Callable[[], T], store: str = "schedule store") -> T | None:
+        """Run a call of ``store``; a failing store is logged once and retried next turn.
+        Each store is said apart: one failing does not make the other's calls flap."""
         try:
             result = action()
         except transport.ContextTerminated:
             raise
         except Exception as exc:
-            if not self._store_failing:
-                logger.warning("scheduler: schedule store failed: %s: %s", type(exc).__name__, exc)
-            self._store_failing = True
+            if store not in self._stores_failing:
+                logger.warning("scheduler: %s failed: %s: %s", store, type(exc).__name__, exc)
+            self._stores_failing.add(store)
             return None
-        if self._store_failing:
-            logger.warning("scheduler: schedule store works again")
-        self._store_failing = False
+        if store in self._stores_failing:
+            logger.warning("scheduler: %s works again", store)
+            self._stores_failing.discard(store)
         return result
 
     def refresh(self) -> None:

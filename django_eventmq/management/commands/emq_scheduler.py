@@ -19,7 +19,8 @@ class Command(BaseCommand):
     help = (
         "Run the EventMQ scheduler: connects to the router's frontend as a scheduler, keeps "
         "schedules in the Schedule table (SCHEDULE/UNSCHEDULE messages, the admin, "
-        "@job(schedule=...)) and sends a job request whenever one is due, until SIGTERM/SIGINT. "
+        "@job(schedule=...)) and sends a job request whenever one is due, and relays the jobs "
+        "of the outbox table their own process did not send, until SIGTERM/SIGINT. "
         "Several schedulers may run at once: each run is sent by one of them."
     )
 
@@ -27,6 +28,7 @@ class Command(BaseCommand):
         cli.add_scheduler_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        from django_eventmq.outbox import DjangoOutboxStore
         from django_eventmq.schedule_store import DjangoScheduleStore, sync_declared
         from django_eventmq.scheduling.scheduler import Scheduler
 
@@ -36,7 +38,7 @@ class Command(BaseCommand):
             # Apps' jobs.py are imported by the app; JOB_MODULES may name more.
             registry.import_job_modules(settings.job_modules)
             kept, removed = sync_declared(declared_schedules(), now=timezone.now())
-            scheduler = Scheduler(settings, DjangoScheduleStore())
+            scheduler = Scheduler(settings, DjangoScheduleStore(), outbox=DjangoOutboxStore())
         except EventMQError as exc:
             raise CommandError(str(exc)) from None
         except DatabaseError as exc:
