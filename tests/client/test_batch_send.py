@@ -22,6 +22,7 @@ from django_eventmq.client.connection import Client
 from django_eventmq.errors import BrokerUnavailable, RouterFull
 from django_eventmq.protocol import new_msgid
 from django_eventmq.protocol.batch import MAX_BATCH_JOBS, BatchJob, pack_jobs, unpack_jobs
+from django_eventmq.protocol.headers import with_reply_requested
 from django_eventmq.router.router import Router
 from django_eventmq.runtime import transport
 from tests.fake_router import ScriptedRouter
@@ -95,12 +96,15 @@ def test_a_batch_is_stored_acknowledged_once_and_handed_out_byte_for_byte(start_
     assert (info["queued"], info["rejected"], info["duplicates"]) == (300, 0, 0)
     assert (h.router.batches_received, h.router.batch_jobs_received) == (1, 300)
     request_acked_next(h, client)  # no second ACK, nothing else came
-    # A job manager gets each job as the REQUEST it would have been.
+    # A job manager gets each job as the REQUEST it would have been; one that does
+    # not speak DONE (this bare peer, as the reference's) is asked for a reply too.
     worker = h.peer("backend", "jm")
     worker.send("INFORM", '[[10, "other"]]', "worker")
     worker.expect("ACK")
     worker.send("READY")
-    assert worker.expect("REQUEST")[1:] == [f.decode() for f in batch[-1]]
+    msgid_, queue, headers, body = batch[-1]
+    expected = [msgid_, queue, with_reply_requested(headers), body]
+    assert worker.expect("REQUEST")[1:] == [f.decode() for f in expected]
 
 
 def test_jobs_failing_a_request_s_checks_get_their_reject_and_the_rest_is_stored(
