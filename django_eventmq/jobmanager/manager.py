@@ -182,6 +182,7 @@ class JobManager(Service, Supervision, Credit, Shutdown):
         self._started = False
         #: ``(MIN, MAX)`` worker processes when autoscaling (AUTOSCALE), else None.
         self.autoscale = settings.autoscale_bounds
+        self._headroom = 0
         #: Set by SIGHUP (or :meth:`reload`): renew the children at the next turn.
         self._reload_asked = False
         self._saved_sighup: object = None
