@@ -9,11 +9,12 @@ manager).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
 from django_eventmq.jobmanager.pool import Pool, Status
 from django_eventmq.jobmanager.prefetch import Prefetch
+from django_eventmq.jobmanager.running import RunningReport
 from django_eventmq.runtime.settings import Settings
 
 logger = logging.getLogger("django_eventmq.jobmanager")
@@ -31,6 +32,8 @@ class Supervision:
     prefetch: Prefetch
     lifecycle: Lifecycle
     jobs: dict[int, ManagedJob]
+    links: list[Any]
+    running: RunningReport
     autoscale: tuple[int, int] | None
     #: Slots offered beyond the pool's while autoscaling and every child is busy.
     _headroom: int
@@ -67,6 +70,7 @@ class Supervision:
         if lifecycle.pending:
             lifecycle.dispatch(now)
         self._top_up()
+        self.running.turn(now, pool.active(), self.jobs, self.links)
 
     def _renew(self) -> None:
         self._reload_asked = False

@@ -13,6 +13,7 @@ from django_eventmq.protocol.extensions import (
     Nack,
     Partial,
     Reject,
+    Running,
     Unready,
 )
 from django_eventmq.protocol.headers import EMPTY_HEADERS, Headers, parse_headers
@@ -64,6 +65,7 @@ __all__ = [
     "Reject",
     "Reply",
     "Request",
+    "Running",
     "Schedule",
     "Unready",
     "Unschedule",

@@ -31,6 +31,13 @@ Commands (frames after the msgid):
   jobs (its prefetch shrank because jobs run long). The router drops at most
   the free slots it still holds; jobs already on their way are the job
   manager's. Sent only to a router whose FEATURES said ``"unready"``.
+- ``RUNNING  JSON``: job manager -> router, what its worker processes run now:
+  ``{"JOB_MSGID": [PID, SECONDS_RUNNING], ...}`` (the whole set, not a
+  change). Sent when the set changed, at most every half second, and again
+  every few seconds while it is not empty, only to a router whose FEATURES
+  said ``"running"``; the router keeps the last one per job manager for
+  ``emq_status --jobs``. Jobs it holds that are not in it wait in the job
+  manager (prefetched).
 - ``BATCH  JOBS``: client -> router, many REQUESTs in one message (one JOBS
   frame, packed as :mod:`.batch` says; at most ``MAX_BATCH_JOBS`` jobs and
   the router's frame size). The router checks each job as it checks a
@@ -75,6 +82,7 @@ CANCEL = "CANCEL"
 REJECT = "REJECT"
 PARTIAL = "PARTIAL"
 UNREADY = "UNREADY"
+RUNNING = "RUNNING"
 
 #: Longest PARTIAL payload (characters): progress is small; results go in the reply.
 MAX_PARTIAL_BYTES = 1024 * 1024
@@ -99,6 +107,19 @@ def _job_msgid(command: str, value: str) -> None:
         raise ProtocolError(f"{command}: job msgid is empty")
 
 
+def _json_frame(value: Any) -> str:
+    """A JSON body frame: compact, keys sorted (the same bytes for the same value)."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def _json_of(command: str, text: str) -> Any:
+    """The JSON of a body frame; a ProtocolError naming ``command`` if it is not JSON."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise ProtocolError(f"{command}: body is not JSON") from None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Features(Message):
     """Announces the extensions the sender speaks."""
@@ -113,15 +134,11 @@ class Features(Message):
             raise ProtocolError("FEATURES: body must be a JSON object")
 
     def body(self) -> list[str]:
-        return [json.dumps(self.features, separators=(",", ":"), sort_keys=True)]
+        return [_json_frame(self.features)]
 
     @classmethod
     def from_body(cls, msgid: str, body: list[str]) -> Features:
-        try:
-            value = json.loads(body[0])
-        except ValueError:
-            raise ProtocolError("FEATURES: body is not JSON") from None
-        return cls(msgid=msgid, features=value)
+        return cls(msgid=msgid, features=_json_of(FEATURES, body[0]))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -271,5 +288,45 @@ class Unready(Message):
         return cls(msgid=msgid, count=int(text))
 
 
-for _cls in (Features, Done, Nack, Cancel, Reject, Partial, Unready):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Running(Message):
+    """The jobs a job manager's worker processes run now: ``{msgid: (pid, seconds)}``."""
+
+    command: ClassVar[str] = RUNNING
+    body_frames: ClassVar[tuple[int, int]] = (1, 1)
+    jobs: dict[str, tuple[int, float]]
+
+    def __post_init__(self) -> None:
+        Message.__post_init__(self)
+        if not isinstance(self.jobs, dict):
+            raise ProtocolError("RUNNING: body must be a JSON object")
+        for msgid, entry in self.jobs.items():
+            ok = (
+                isinstance(msgid, str)
+                and 0 < len(msgid) <= 100
+                and isinstance(entry, tuple | list)
+                and len(entry) == 2
+                and all(
+                    isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in entry
+                )
+            )
+            if not ok:
+                raise ProtocolError(
+                    f"RUNNING: expected {{msgid: [pid, seconds]}}, got {msgid!r}: {entry!r}"[:200]
+                )
+
+    def body(self) -> list[str]:
+        return [_json_frame({m: [int(p), round(float(a), 3)] for m, (p, a) in self.jobs.items()})]
+
+    @classmethod
+    def from_body(cls, msgid: str, body: list[str]) -> Running:
+        value = _json_of(RUNNING, body[0])
+        if not isinstance(value, dict):
+            raise ProtocolError("RUNNING: body must be a JSON object")
+        return cls(
+            msgid=msgid, jobs={k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
+        )
+
+
+for _cls in (Features, Done, Nack, Cancel, Reject, Partial, Unready, Running):
     MESSAGE_TYPES[_cls.command] = _cls

@@ -36,6 +36,7 @@ from django_eventmq.protocol.extensions import (
     Features,
     Nack,
     Partial,
+    Running,
     Unready,
 )
 from django_eventmq.protocol.ids import new_msgid
@@ -69,6 +70,7 @@ ROUTER_FEATURES: Mapping[str, int] = MappingProxyType(
             "partial",
             "priority",
             "reject",
+            "running",
             "unready",
         ),
         1,
@@ -80,7 +82,9 @@ ROUTER_FEATURES: Mapping[str, int] = MappingProxyType(
 HOLDING = "holding"
 #: What a job manager of ours answers to its router's FEATURES.
 JOBMANAGER_FEATURES: Mapping[str, int] = MappingProxyType(
-    dict.fromkeys(("done", "nack", "cancel", "timeout", "retry", "partial", "unready", PACKED), 1)
+    dict.fromkeys(
+        ("done", "nack", "cancel", "timeout", "retry", "partial", "unready", "running", PACKED), 1
+    )
     | {BUNDLE: MAX_MESSAGE_BYTES}
 )
 
@@ -293,6 +297,13 @@ class JobManagerSession(Generic[_T]):
         if not self.router_speaks("partial"):
             return None
         return Partial(msgid=new_msgid(), job_msgid=job_msgid, payload=payload)
+
+    def running(self, jobs: dict[str, tuple[int, float]]) -> Running | None:
+        """RUNNING for a router that speaks it; None otherwise (a reference router
+        shows the jobs it handed out, without their worker processes)."""
+        if not self.router_speaks("running"):
+            return None
+        return Running(msgid=new_msgid(), jobs=jobs)
 
     def top_up(self, free: int, *, slack: int = 0) -> list[Message]:
         """READY until the router holds ``free`` slots; UNREADY when it holds more

@@ -9,8 +9,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from django_eventmq.errors import ProtocolError
+from django_eventmq.protocol.payload import parse_job
+from django_eventmq.protocol.views import stored_request
 from django_eventmq.router.book import Book
 from django_eventmq.router.routing import Routing, Schedulers
+from django_eventmq.router.waiting import RoutedJob
 from django_eventmq.runtime.outbox import show
 
 
@@ -78,6 +82,45 @@ def show_workers(routing: Routing) -> dict[str, Any]:
             for queue in routing.queue_names()
         },
     }
+
+
+def show_jobs(routing: Routing, now: float) -> dict[str, Any]:
+    """ROUTER_SHOW_JOBS: every job handed out, with its job manager and, when the job
+    manager reports what runs (RUNNING), whether it runs and in which process."""
+    jobs: list[dict[str, Any]] = []
+    for worker in routing.workers.values():
+        running = worker.running
+        for job in worker.inflight:
+            started = None if running is None else running.get(job.msgid)
+            state = "handed_out" if running is None else "prefetched"
+            pid = None
+            since = job.dispatched_at
+            if started is not None:
+                state, (pid, since) = "running", started
+            jobs.append(
+                {
+                    "msgid": job.msgid,
+                    "job": job_name(job),
+                    "queue": job.queue,
+                    "jobmanager": show(worker.identity),
+                    "state": state,
+                    "pid": pid,
+                    # Seconds running (or, not running, since it was handed out).
+                    "age": round(max(0.0, now - since), 3),
+                    "handed_out": round(max(0.0, now - job.dispatched_at), 3),
+                }
+            )
+    jobs.sort(key=lambda row: (-float(row["age"]), str(row["msgid"])))
+    return {"jobs": jobs}
+
+
+def job_name(job: RoutedJob) -> str:
+    """The dotted name of a handed-out job, from its stored body ('?' if unreadable)."""
+    try:
+        body = parse_job(stored_request(job.frames).body)
+    except (ProtocolError, ValueError):
+        return "?"
+    return f"{body.path}.{body.callable}"
 
 
 def show_schedulers(schedulers: Schedulers) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from django_eventmq.protocol import (
     Partial,
     Ready,
     Reply,
+    Running,
     Unready,
     decode,
     new_msgid,
@@ -99,6 +100,7 @@ class BackendHandlers:
             Features: self._on_worker_message,
             Partial: self._on_worker_message,
             Unready: self._on_worker_message,
+            Running: self._on_worker_message,
         }
 
     def _drain_backend(self, now: float) -> None:
@@ -238,6 +240,10 @@ class BackendHandlers:
         elif kind is Unready:
             assert isinstance(msg, Unready)
             self.book.routing.unready(identity, msg.count)
+        elif kind is Running:
+            assert isinstance(msg, Running)
+            # Kept for emq_status --jobs only: the start times on our clock.
+            worker.running = {m: (int(pid), now - age) for m, (pid, age) in msg.jobs.items()}
         elif kind is Kbai:
             self.book.worker_left(identity, now)
             self._remember_departed(identity)
