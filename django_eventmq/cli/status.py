@@ -38,8 +38,8 @@ class Snapshot:
     workers: dict[str, Any] = field(default_factory=dict)
     schedulers: dict[str, Any] = field(default_factory=dict)
     monitor: dict[str, Any] | None = None
-    #: The jobs handed out (ROUTER_SHOW_JOBS), when asked for (``--jobs``).
-    jobs: list[dict[str, Any]] | None = None
+    #: The jobs handed out (the ROUTER_SHOW_JOBS answer), when asked for (``--jobs``).
+    jobs: dict[str, Any] | None = None
     #: Why the router could not be read ("" when it answered).
     error: str = ""
 
@@ -71,7 +71,7 @@ def fetch(
             workers=ask(addr, C.ROUTER_SHOW_WORKERS, timeout),
             schedulers=ask(addr, C.ROUTER_SHOW_SCHEDULERS, timeout),
             monitor=ask(addr, C.MONITOR, timeout) if monitor else None,
-            jobs=list(ask(addr, C.ROUTER_SHOW_JOBS, timeout).get("jobs") or []) if jobs else None,
+            jobs=ask(addr, C.ROUTER_SHOW_JOBS, timeout) if jobs else None,
         )
     except (BrokerUnavailable, ValueError) as exc:
         # ValueError: an answer that is not JSON (json.JSONDecodeError).
@@ -215,7 +215,10 @@ def summarize(
     if snap.monitor is not None:
         summary["monitor"] = snap.monitor
     if snap.jobs is not None:
-        summary["jobs"] = snap.jobs
+        shown = list(snap.jobs.get("jobs") or [])
+        summary["jobs"] = shown
+        # The router answers with the oldest few hundred; how many there are in all.
+        summary["jobs_total"] = int(snap.jobs.get("total", len(shown)))
     return summary
 
 
@@ -457,6 +460,9 @@ def render(summary: Mapping[str, Any], *, title: str = "") -> str:
     ]
     if "jobs" in summary:
         out += ["", jobs_table(summary["jobs"])]
+        total = summary.get("jobs_total", 0)
+        if total > len(summary["jobs"]):
+            out.append(f"(the {len(summary['jobs'])} oldest of {total} jobs handed out)")
     if "monitor" in summary:
         out += ["", "monitor:", admin_client.format_monitor(summary["monitor"])]
     return "\n".join(out) + "\n"

@@ -84,34 +84,44 @@ def show_workers(routing: Routing) -> dict[str, Any]:
     }
 
 
-def show_jobs(routing: Routing, now: float) -> dict[str, Any]:
-    """ROUTER_SHOW_JOBS: every job handed out, with its job manager and, when the job
-    manager reports what runs (RUNNING), whether it runs and in which process."""
-    jobs: list[dict[str, Any]] = []
+#: Most rows ROUTER_SHOW_JOBS answers with (the oldest): each costs a parse of the
+#: job's body in the router's loop, and a page or a terminal shows no more.
+SHOW_JOBS_LIMIT = 500
+
+
+def show_jobs(routing: Routing, now: float, limit: int = SHOW_JOBS_LIMIT) -> dict[str, Any]:
+    """ROUTER_SHOW_JOBS: the jobs handed out (the ``limit`` oldest; ``total``: all), with
+    their job manager and, when the job manager reports what runs (RUNNING), whether
+    each runs and in which process."""
+    rows: list[tuple[float, str, RoutedJob, bytes, str, int | None]] = []
     for worker in routing.workers.values():
         running = worker.running
         for job in worker.inflight:
             started = None if running is None else running.get(job.msgid)
-            state = "handed_out" if running is None else "prefetched"
-            pid = None
-            since = job.dispatched_at
             if started is not None:
-                state, (pid, since) = "running", started
-            jobs.append(
-                {
-                    "msgid": job.msgid,
-                    "job": job_name(job),
-                    "queue": job.queue,
-                    "jobmanager": show(worker.identity),
-                    "state": state,
-                    "pid": pid,
-                    # Seconds running (or, not running, since it was handed out).
-                    "age": round(max(0.0, now - since), 3),
-                    "handed_out": round(max(0.0, now - job.dispatched_at), 3),
-                }
-            )
-    jobs.sort(key=lambda row: (-float(row["age"]), str(row["msgid"])))
-    return {"jobs": jobs}
+                pid, since = started
+                rows.append((since, job.msgid, job, worker.identity, "running", pid))
+            else:
+                state = "handed_out" if running is None else "prefetched"
+                rows.append((job.dispatched_at, job.msgid, job, worker.identity, state, None))
+    rows.sort(key=lambda row: (row[0], row[1]))
+    return {
+        "jobs": [
+            {
+                "msgid": msgid,
+                "job": job_name(job),
+                "queue": job.queue,
+                "jobmanager": show(identity),
+                "state": state,
+                "pid": pid,
+                # Seconds running (or, not running, since it was handed out).
+                "age": round(max(0.0, now - since), 3),
+                "handed_out": round(max(0.0, now - job.dispatched_at), 3),
+            }
+            for since, msgid, job, identity, state, pid in rows[:limit]
+        ],
+        "total": len(rows),
+    }
 
 
 def job_name(job: RoutedJob) -> str:
