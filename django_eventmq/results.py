@@ -38,12 +38,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connections, router
-from django.db.models import Field
+from django.db.models import Field, QuerySet
 from django.db.models.fields.reverse_related import ForeignObjectRel
 from django.utils import timezone
 
 from django_eventmq.errors import JobError, JobExpired
 from django_eventmq.models.results import JobResult
+from django_eventmq.models.workflows import Workflow, WorkflowStatus
 from django_eventmq.protocol.status import (
     EXPIRED_ERROR,
     FINISHED,
@@ -449,6 +450,31 @@ def record_expired(msgid: str, message: str) -> None:
     error = {"type": EXPIRED_ERROR, "message": message}
     record = {"msgid": msgid, "status": JobStatus.EXPIRED.value, "error": error}
     record_results([{**record, "finished": timezone.now()}], from_worker=False)
+
+
+# -- deleting ------------------------------------------------------------------
+def delete_batch(rows: QuerySet[Any], size: int) -> int:
+    """Delete up to ``size`` of ``rows`` in one statement; how many went.
+
+    By primary key, a bounded number at a time: one DELETE of a whole big
+    table would hold its locks (and grow the WAL) for as long as it runs.
+    """
+    ids = list(rows.order_by("pk").values_list("pk", flat=True)[:size])
+    if ids:
+        rows.model.objects.filter(pk__in=ids).delete()  # a workflow's steps go with it
+    return len(ids)
+
+
+def expire_results(before: datetime, batch: int) -> int:
+    """Delete up to ``batch`` finished job results and as many finished workflows
+    last written before ``before`` (``RESULT_EXPIRES``); how many rows went.
+
+    Queued, running and retrying rows stay, however old, as do running workflows.
+    """
+    finished = [status.value for status in FINISHED]
+    results = JobResult.objects.filter(status__in=finished, updated__lt=before)
+    workflows = Workflow.objects.filter(updated__lt=before).exclude(status=WorkflowStatus.RUNNING)
+    return delete_batch(results, batch) + delete_batch(workflows, batch)
 
 
 # -- reading -------------------------------------------------------------------

@@ -22,6 +22,7 @@ from django.db.models import F
 from django_eventmq.client.jobs import Job
 from django_eventmq.models.schedules import Schedule, ScheduleRun
 from django_eventmq.protocol import Headers, parse_headers
+from django_eventmq.results import expire_results
 from django_eventmq.scheduling.identity import ScheduleSpec, job_body, schedule_identity
 from django_eventmq.scheduling.scheduler import ScheduleState
 from django_eventmq.scheduling.timing import DuePlan, Periodic
@@ -144,6 +145,10 @@ class DjangoScheduleStore:
     def prune(self, before: datetime) -> int:
         deleted, _ = ScheduleRun.objects.filter(fire_time__lt=before).delete()
         return int(deleted)
+
+    @_db
+    def expire_results(self, before: datetime, batch: int) -> int:
+        return expire_results(before, batch)
 
 
 def upsert_spec(spec: ScheduleSpec, *, source: str, now: datetime) -> ScheduleState | None:

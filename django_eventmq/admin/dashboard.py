@@ -159,9 +159,9 @@ def read_routers() -> tuple[list[status.Snapshot], Summarize]:
         bad = status.Snapshot(admin_addr="", taken_at=0.0, error=str(exc))
         return [bad], lambda _previous: status.summarize(bad)
     if groups is None:
-        snap = status.fetch(target, timeout=ROUTER_TIMEOUT)
+        snap = status.fetch(target, timeout=ROUTER_TIMEOUT, jobs=True)
         return [snap], lambda previous: status.summarize(snap, previous.get(snap.admin_addr))
-    by_shard = status_groups.fetch_groups(groups, timeout=ROUTER_TIMEOUT)
+    by_shard = status_groups.fetch_groups(groups, timeout=ROUTER_TIMEOUT, jobs=True)
     snaps = [snap for members in by_shard for snap in members]
     return snaps, lambda previous: status_groups.summarize_groups(by_shard, previous)
 

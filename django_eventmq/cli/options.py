@@ -497,6 +497,13 @@ STATUS = (
         action="store_true",
     ),
     Option(
+        ("--jobs",),
+        "also list the jobs handed out to job managers (admin command ROUTER_SHOW_JOBS): "
+        "running ones with their worker process's pid, prefetched ones, each with its job, "
+        "queue, job manager and age",
+        action="store_true",
+    ),
+    Option(
         ("--stop",),
         "stop the router instead (admin command DISCONNECT: it says KBAI to its peers and "
         "exits); sends the router's admin token, read from the ADMIN_TOKEN_FILE setting's "

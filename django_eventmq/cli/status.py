@@ -38,6 +38,8 @@ class Snapshot:
     workers: dict[str, Any] = field(default_factory=dict)
     schedulers: dict[str, Any] = field(default_factory=dict)
     monitor: dict[str, Any] | None = None
+    #: The jobs handed out (the ROUTER_SHOW_JOBS answer), when asked for (``--jobs``).
+    jobs: dict[str, Any] | None = None
     #: Why the router could not be read ("" when it answered).
     error: str = ""
 
@@ -55,6 +57,7 @@ def fetch(
     *,
     timeout: float = 2.0,
     monitor: bool = False,
+    jobs: bool = False,
     ask: Ask = admin_client.ask,
     clock: Callable[[], float] = time.monotonic,
 ) -> Snapshot:
@@ -68,6 +71,7 @@ def fetch(
             workers=ask(addr, C.ROUTER_SHOW_WORKERS, timeout),
             schedulers=ask(addr, C.ROUTER_SHOW_SCHEDULERS, timeout),
             monitor=ask(addr, C.MONITOR, timeout) if monitor else None,
+            jobs=ask(addr, C.ROUTER_SHOW_JOBS, timeout) if jobs else None,
         )
     except (BrokerUnavailable, ValueError) as exc:
         # ValueError: an answer that is not JSON (json.JSONDecodeError).
@@ -212,6 +216,11 @@ def summarize(
         summary["group"] = group
     if snap.monitor is not None:
         summary["monitor"] = snap.monitor
+    if snap.jobs is not None:
+        shown = list(snap.jobs.get("jobs") or [])
+        summary["jobs"] = shown
+        # The router answers with the oldest few hundred; how many there are in all.
+        summary["jobs_total"] = int(snap.jobs.get("total", len(shown)))
     return summary
 
 
@@ -457,6 +466,40 @@ def render(summary: Mapping[str, Any], *, title: str = "") -> str:
         "",
         f"total: {totals_text(t)}",
     ]
+    if "jobs" in summary:
+        out += ["", jobs_table(summary["jobs"])]
+        total = summary.get("jobs_total", 0)
+        if total > len(summary["jobs"]):
+            out.append(f"(the {len(summary['jobs'])} oldest of {total} jobs handed out)")
     if "monitor" in summary:
         out += ["", "monitor:", admin_client.format_monitor(summary["monitor"])]
     return "\n".join(out) + "\n"
+
+
+#: What a job's state is called in the table (a reference job manager says nothing
+#: of its processes: its jobs are only "handed out").
+STATE_TEXT = {"running": "running", "prefetched": "prefetched", "handed_out": "handed out"}
+
+
+def jobs_table(jobs: Sequence[Mapping[str, Any]], *, by_shard: bool = False) -> str:
+    """``--jobs``: every job handed out, oldest first: running ones with their worker
+    process, prefetched ones waiting in their job manager."""
+    if not jobs:
+        return "no jobs running or prefetched"
+    headers: tuple[str, ...] = ("MSGID", "JOB", "QUEUE", "JOB MANAGER", "STATE", "PID", "AGE")
+    rows: list[tuple[object, ...]] = [
+        (
+            j.get("msgid"),
+            j.get("job"),
+            j.get("queue"),
+            j.get("jobmanager"),
+            STATE_TEXT.get(str(j.get("state")), j.get("state")),
+            NONE if j.get("pid") is None else j.get("pid"),
+            duration(None if j.get("age") is None else float(j["age"]) * 1000),
+        )
+        for j in jobs
+    ]
+    if by_shard:
+        headers = ("SHARD", *headers)
+        rows = [(j.get("shard"), *row) for j, row in zip(jobs, rows, strict=True)]
+    return table(headers, rows)

@@ -33,6 +33,7 @@ def frame(
     as_json: bool,
     monitor: bool,
     timeout: float,
+    jobs: bool = False,
     ask: Ask = admin_client.ask,
 ) -> tuple[str, Previous, bool]:
     """One view (text or one JSON line), the snapshots that answered (by address, for the
@@ -42,12 +43,14 @@ def frame(
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     groups = status_groups.admin_groups(admin_addr, "--admin")
     if groups is None:
-        snap = fetch(admin_addr, timeout=timeout, monitor=monitor, ask=ask)
+        snap = fetch(admin_addr, timeout=timeout, monitor=monitor, jobs=jobs, ask=ask)
         summary = summarize(snap, previous.get(snap.admin_addr))
         answered = {} if snap.error else {snap.admin_addr: snap}
         text = render(summary, title=f"router {snap.admin_addr} at {stamp}")
     else:
-        snaps = status_groups.fetch_groups(groups, timeout=timeout, monitor=monitor, ask=ask)
+        snaps = status_groups.fetch_groups(
+            groups, timeout=timeout, monitor=monitor, jobs=jobs, ask=ask
+        )
         summary = status_groups.summarize_groups(snaps, previous)
         answered = {s.admin_addr: s for members in snaps for s in members if not s.error}
         text = status_groups.render_groups(summary, title=f"routers {summary['router']} at {stamp}")
@@ -66,6 +69,7 @@ def run(
     interval: float = 2.0,
     timeout: float = 2.0,
     frames: int | None = None,
+    jobs: bool = False,
     ask: Ask = admin_client.ask,
 ) -> int:
     """Print the status once (exit 1 if the router did not answer, or with several, if a
@@ -84,7 +88,13 @@ def run(
     try:
         while True:
             text, previous, healthy = frame(
-                admin_addr, previous, as_json=as_json, monitor=monitor, timeout=timeout, ask=ask
+                admin_addr,
+                previous,
+                as_json=as_json,
+                monitor=monitor,
+                timeout=timeout,
+                jobs=jobs,
+                ask=ask,
             )
             if not watch:
                 code = 0 if healthy else 1
@@ -147,6 +157,7 @@ def run_options(
         out,
         as_json=bool(options.get("json")),
         monitor=bool(options.get("monitor")),
+        jobs=bool(options.get("jobs")),
         watch=bool(options.get("watch")),
         interval=float(options.get("interval") or 2.0),
         timeout=float(options.get("timeout") or 2.0),

@@ -35,6 +35,7 @@ def fetch_groups(
     *,
     timeout: float = 2.0,
     monitor: bool = False,
+    jobs: bool = False,
     ask: status.Ask = admin_client.ask,
 ) -> list[list[status.Snapshot]]:
     """:func:`.status.fetch` of every member of every group at once: an unreachable member costs one
@@ -43,7 +44,9 @@ def fetch_groups(
     with ThreadPoolExecutor(max_workers=len(addresses)) as pool:
         snaps = iter(
             pool.map(
-                lambda addr: status.fetch(addr, timeout=timeout, monitor=monitor, ask=ask),
+                lambda addr: status.fetch(
+                    addr, timeout=timeout, monitor=monitor, jobs=jobs, ask=ask
+                ),
                 addresses,
             )
         )
@@ -207,7 +210,10 @@ def summarize_groups(
             unserved[queue] = unserved.get(queue, 0) + count
     failures = [f"shard {n}: {s['journal_failure']}" for n, s in led if s["journal_failure"]]
     errors = [s["error"] for s in shards if s["error"]]
-    return {
+    combined: dict[str, Any] = {}
+    if any("jobs" in summary for summary in summaries):
+        combined["jobs"] = [{**j, "shard": n} for n, s in led for j in s.get("jobs", [])]
+    return combined | {
         "router": ";".join(",".join(s["members"]) for s in shards),
         "reachable": not errors,
         "error": "; ".join(errors),
@@ -309,6 +315,8 @@ def render_groups(summary: Mapping[str, Any], *, title: str = "") -> str:
         out.append("no queues yet")
     out.append("")
     out.append(status.managers_table(summary["job_managers"], by_shard=True))
+    if "jobs" in summary:
+        out += ["", status.jobs_table(summary["jobs"], by_shard=True)]
     if summary["schedulers"]:
         out += [
             "",

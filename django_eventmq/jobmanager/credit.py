@@ -33,6 +33,7 @@ class Credit:
 
     pool: Pool
     prefetch: Prefetch
+    _headroom: int
     jobs: dict[int, ManagedJob]
     links: list[RouterLink[_Held]]
     _turn_at: float
@@ -46,8 +47,10 @@ class Credit:
 
     @property
     def slots(self) -> int:
-        """Jobs we take at once: one per worker process plus the current prefetch."""
-        return self.pool.size + self.prefetch.value
+        """Jobs we take at once: one per worker process plus the current prefetch,
+        plus, while autoscaling with every child busy, one per child we could
+        still start (the jobs they bring say how many to start)."""
+        return self.pool.size + self.prefetch.value + self._headroom
 
     def _top_up(self) -> None:
         """Send READY until the router holds one per free slot; UNREADY for too many.

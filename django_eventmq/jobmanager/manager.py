@@ -72,6 +72,7 @@ from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
 from django_eventmq.jobmanager.link import RouterLink
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import Pool
+from django_eventmq.jobmanager.running import RunningReport
 from django_eventmq.jobmanager.shutdown import Shutdown
 from django_eventmq.jobmanager.supervision import SUPERVISE_EVERY as SUPERVISE_EVERY
 from django_eventmq.jobmanager.supervision import Supervision
@@ -193,6 +194,9 @@ class JobManager(Service, Supervision, Credit, Shutdown):
         self._started = False
         #: ``(MIN, MAX)`` worker processes when autoscaling (AUTOSCALE), else None.
         self.autoscale = settings.autoscale_bounds
+        self._headroom = 0
+        #: What the children run, told to the routers (emq_status --jobs).
+        self.running = RunningReport()
         #: Set by SIGHUP (or :meth:`reload`): renew the children at the next turn.
         self._reload_asked = False
         #: Why we take no jobs now (no worker process can start; "": we take them).

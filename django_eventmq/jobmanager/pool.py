@@ -401,6 +401,7 @@ class Pool:
     def _up(self, child: Child, caps: bytes) -> None:
         if child.status is Status.STARTING:
             child.status = Status.UP
+            logger.debug("worker child pid=%d up", child.pid)
         child.was_up = True
         child.can_record = child_side.CAN_RECORD in caps
         self.can_record = child.can_record

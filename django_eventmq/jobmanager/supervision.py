@@ -9,10 +9,12 @@ manager).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
 from django_eventmq.jobmanager.pool import Pool, Status
+from django_eventmq.jobmanager.prefetch import Prefetch
+from django_eventmq.jobmanager.running import RunningReport
 from django_eventmq.runtime.settings import Settings
 
 logger = logging.getLogger("django_eventmq.jobmanager")
@@ -27,9 +29,14 @@ class Supervision:
 
     settings: Settings
     pool: Pool
+    prefetch: Prefetch
     lifecycle: Lifecycle
     jobs: dict[int, ManagedJob]
+    links: list[Any]
+    running: RunningReport
     autoscale: tuple[int, int] | None
+    #: Slots offered beyond the pool's while autoscaling and every child is busy.
+    _headroom: int
     _reload_asked: bool
     _next_supervise: float
 
@@ -66,6 +73,7 @@ class Supervision:
         if lifecycle.pending:
             lifecycle.dispatch(now)
         self._top_up()
+        self.running.turn(now, pool.active(), self.jobs, self.links)
 
     def _renew(self, now: float) -> None:
         self._reload_asked = False
@@ -82,32 +90,37 @@ class Supervision:
         return max(0, len(self.jobs) - self.pool.busy())
 
     def _autoscale(self, now: float) -> None:
-        """Grow while every child is busy and the router used every slot we offered;
-        shrink once children idled ``AUTOSCALE_IDLE`` seconds (never a busy one).
+        """Grow to as many children as the waiting work needs, at once; shrink once
+        children idled ``AUTOSCALE_IDLE`` seconds (never a busy one).
 
-        We cannot see the router's queues, so a full house is the sign of a backlog:
-        each pass while it lasts adds one child per job held beyond the busy ones
-        (at least one), once the children added before are up.
+        We cannot see the router's queues, so while every child that is up runs
+        a job we offer the slots of the children we could still start
+        (``headroom``): the router hands out as many jobs as it has, up to MAX,
+        and each job taken beyond our own slots starts a child, all in one
+        pass. Children still starting do not hold the next ones back (each
+        takes 1-2 s to import the job code).
         """
         assert self.autoscale is not None
         low, high = self.autoscale
         pool = self.pool
         size = pool.size
         active = pool.active()
-        starting = any(child.status is not Status.UP for child in active)
-        full = active and len(self.jobs) >= self.slots and pool.busy() >= len(active)
-        if size < high and full and not starting:
-            waiting = self.waiting
-            new = min(high, size + max(1, waiting))
+        up = sum(1 for child in active if child.status is Status.UP)
+        busy = pool.busy()
+        saturated = bool(active) and busy >= up and bool(self.jobs)
+        extra = len(self.jobs) - (size + self.prefetch.value)
+        if size < high and saturated and extra > 0:
+            new = min(high, size + extra)
             pool.resize(new)
             logger.info(
                 "autoscale: %d -> %d workers (all busy, %d jobs waiting here)",
                 size,
                 new,
-                waiting,
+                self.waiting,
             )
-            self._top_up()
-            return
+            size = new
+        # _supervise's _top_up offers the new children's slots and the headroom.
+        self._headroom = high - size if saturated else 0
         if size > low and pool.retire_idle(self.settings.autoscale_idle, low, now):
             logger.info(
                 "autoscale: %d -> %d workers (idle for %gs)",

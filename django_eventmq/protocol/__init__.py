@@ -14,6 +14,7 @@ from django_eventmq.protocol.extensions import (
     Partial,
     Queued,
     Reject,
+    Running,
     Unready,
 )
 from django_eventmq.protocol.headers import EMPTY_HEADERS, Headers, parse_headers
@@ -66,6 +67,7 @@ __all__ = [
     "Reject",
     "Reply",
     "Request",
+    "Running",
     "Schedule",
     "Unready",
     "Unschedule",

@@ -43,6 +43,9 @@ BATCH_B: Final = b"BATCH"
 #: Ours: the journal's state (queued, in flight, store size, syncs, ...), like PZQ's MONITOR.
 MONITOR: Final = "MONITOR"
 
+#: Ours: the jobs handed out to job managers now (running or prefetched), one row each.
+ROUTER_SHOW_JOBS: Final = "ROUTER_SHOW_JOBS"
+
 #: Ours: hand poisoned jobs out again (deaths reset) / delete them from the journal.
 #: Their frames after the msgid are the msgids of the jobs.
 POISONED_RETRY: Final = "POISONED_RETRY"
@@ -54,6 +57,7 @@ ADMIN_COMMANDS: Final = frozenset(
         STATUS,
         ROUTER_SHOW_WORKERS,
         ROUTER_SHOW_SCHEDULERS,
+        ROUTER_SHOW_JOBS,
         MONITOR,
         POISONED_RETRY,
         POISONED_PURGE,

@@ -40,6 +40,13 @@ Commands (frames after the msgid):
   not from its hand-out, so one prefetched behind a long job is not handed out
   a second time while it waits. Sent about once a second while such jobs are
   held, only to a router whose FEATURES said ``"queued"``.
+- ``RUNNING  JSON``: job manager -> router, what its worker processes run now:
+  ``{"JOB_MSGID": [PID, SECONDS_RUNNING], ...}`` (the whole set, not a
+  change). Sent when the set changed, at most every half second, and again
+  every few seconds while it is not empty, only to a router whose FEATURES
+  said ``"running"``; the router keeps the last one per job manager for
+  ``emq_status --jobs``. Jobs it holds that are not in it wait in the job
+  manager (prefetched).
 - ``BATCH  JOBS``: client -> router, many REQUESTs in one message (one JOBS
   frame, packed as :mod:`.batch` says; at most ``MAX_BATCH_JOBS`` jobs and
   the router's frame size). The router checks each job as it checks a
@@ -85,6 +92,7 @@ REJECT = "REJECT"
 PARTIAL = "PARTIAL"
 UNREADY = "UNREADY"
 QUEUED = "QUEUED"
+RUNNING = "RUNNING"
 
 #: Longest PARTIAL payload (characters): progress is small; results go in the reply.
 MAX_PARTIAL_BYTES = 1024 * 1024
@@ -123,6 +131,11 @@ def _job_msgid(command: str, value: str) -> None:
         raise ProtocolError(f"{command}: job msgid is empty")
 
 
+def _json_frame(value: Any) -> str:
+    """A JSON body frame: compact, keys sorted (the same bytes for the same value)."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Features(Message):
     """Announces the extensions the sender speaks."""
@@ -137,7 +150,7 @@ class Features(Message):
             raise ProtocolError("FEATURES: body must be a JSON object")
 
     def body(self) -> list[str]:
-        return [json.dumps(self.features, separators=(",", ":"), sort_keys=True)]
+        return [_json_frame(self.features)]
 
     @classmethod
     def from_body(cls, msgid: str, body: list[str]) -> Features:
@@ -317,5 +330,45 @@ class Queued(Message):
         return cls(msgid=msgid, job_msgids=tuple(value))
 
 
-for _cls in (Features, Done, Nack, Cancel, Reject, Partial, Unready, Queued):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Running(Message):
+    """The jobs a job manager's worker processes run now: ``{msgid: (pid, seconds)}``."""
+
+    command: ClassVar[str] = RUNNING
+    body_frames: ClassVar[tuple[int, int]] = (1, 1)
+    jobs: dict[str, tuple[int, float]]
+
+    def __post_init__(self) -> None:
+        Message.__post_init__(self)
+        if not isinstance(self.jobs, dict):
+            raise ProtocolError("RUNNING: body must be a JSON object")
+        for msgid, entry in self.jobs.items():
+            ok = (
+                isinstance(msgid, str)
+                and 0 < len(msgid) <= 100
+                and isinstance(entry, tuple | list)
+                and len(entry) == 2
+                and all(
+                    isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in entry
+                )
+            )
+            if not ok:
+                raise ProtocolError(
+                    f"RUNNING: expected {{msgid: [pid, seconds]}}, got {msgid!r}: {entry!r}"[:200]
+                )
+
+    def body(self) -> list[str]:
+        return [_json_frame({m: [int(p), round(float(a), 3)] for m, (p, a) in self.jobs.items()})]
+
+    @classmethod
+    def from_body(cls, msgid: str, body: list[str]) -> Running:
+        value = _json_body(cls.command, body[0])
+        if not isinstance(value, dict):
+            raise ProtocolError("RUNNING: body must be a JSON object")
+        return cls(
+            msgid=msgid, jobs={k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
+        )
+
+
+for _cls in (Features, Done, Nack, Cancel, Reject, Partial, Unready, Queued, Running):
     MESSAGE_TYPES[_cls.command] = _cls

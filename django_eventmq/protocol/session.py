@@ -37,6 +37,7 @@ from django_eventmq.protocol.extensions import (
     Nack,
     Partial,
     Reject,
+    Running,
     Unready,
 )
 from django_eventmq.protocol.ids import new_msgid
@@ -71,6 +72,7 @@ ROUTER_FEATURES: Mapping[str, int] = MappingProxyType(
             "priority",
             "queued",
             "reject",
+            "running",
             "unready",
         ),
         1,
@@ -89,7 +91,18 @@ TROUBLE = "trouble"
 #: it reported (REJECT to it, see :meth:`RouterPeerSession.poisoned`).
 JOBMANAGER_FEATURES: Mapping[str, int] = MappingProxyType(
     dict.fromkeys(
-        ("done", "nack", "cancel", "timeout", "retry", "partial", "unready", "poisoned", PACKED),
+        (
+            "done",
+            "nack",
+            "cancel",
+            "timeout",
+            "retry",
+            "partial",
+            "unready",
+            "poisoned",
+            "running",
+            PACKED,
+        ),
         1,
     )
     | {BUNDLE: MAX_MESSAGE_BYTES}
@@ -317,6 +330,13 @@ class JobManagerSession(Generic[_T]):
         if not self.router_speaks("partial"):
             return None
         return Partial(msgid=new_msgid(), job_msgid=job_msgid, payload=payload)
+
+    def running(self, jobs: dict[str, tuple[int, float]]) -> Running | None:
+        """RUNNING for a router that speaks it; None otherwise (a reference router
+        shows the jobs it handed out, without their worker processes)."""
+        if not self.router_speaks("running"):
+            return None
+        return Running(msgid=new_msgid(), jobs=jobs)
 
     def top_up(self, free: int, *, slack: int = 0) -> list[Message]:
         """READY until the router holds ``free`` slots; UNREADY when it holds more

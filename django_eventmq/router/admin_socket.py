@@ -9,9 +9,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from django_eventmq.errors import ProtocolError
+from django_eventmq.protocol.payload import parse_job
 from django_eventmq.protocol.session import TROUBLE
+from django_eventmq.protocol.views import stored_request
 from django_eventmq.router.book import Book
 from django_eventmq.router.routing import Routing, Schedulers
+from django_eventmq.router.waiting import RoutedJob
 from django_eventmq.runtime.outbox import show
 
 
@@ -81,6 +85,55 @@ def show_workers(routing: Routing) -> dict[str, Any]:
             for queue in routing.queue_names()
         },
     }
+
+
+#: Most rows ROUTER_SHOW_JOBS answers with (the oldest): each costs a parse of the
+#: job's body in the router's loop, and a page or a terminal shows no more.
+SHOW_JOBS_LIMIT = 500
+
+
+def show_jobs(routing: Routing, now: float, limit: int = SHOW_JOBS_LIMIT) -> dict[str, Any]:
+    """ROUTER_SHOW_JOBS: the jobs handed out (the ``limit`` oldest; ``total``: all), with
+    their job manager and, when the job manager reports what runs (RUNNING), whether
+    each runs and in which process."""
+    rows: list[tuple[float, str, RoutedJob, bytes, str, int | None]] = []
+    for worker in routing.workers.values():
+        running = worker.running
+        for job in worker.inflight:
+            started = None if running is None else running.get(job.msgid)
+            if started is not None:
+                pid, since = started
+                rows.append((since, job.msgid, job, worker.identity, "running", pid))
+            else:
+                state = "handed_out" if running is None else "prefetched"
+                rows.append((job.dispatched_at, job.msgid, job, worker.identity, state, None))
+    rows.sort(key=lambda row: (row[0], row[1]))
+    return {
+        "jobs": [
+            {
+                "msgid": msgid,
+                "job": job_name(job),
+                "queue": job.queue,
+                "jobmanager": show(identity),
+                "state": state,
+                "pid": pid,
+                # Seconds running (or, not running, since it was handed out).
+                "age": round(max(0.0, now - since), 3),
+                "handed_out": round(max(0.0, now - job.dispatched_at), 3),
+            }
+            for since, msgid, job, identity, state, pid in rows[:limit]
+        ],
+        "total": len(rows),
+    }
+
+
+def job_name(job: RoutedJob) -> str:
+    """The dotted name of a handed-out job, from its stored body ('?' if unreadable)."""
+    try:
+        body = parse_job(stored_request(job.frames).body)
+    except (ProtocolError, ValueError):
+        return "?"
+    return f"{body.path}.{body.callable}"
 
 
 def show_schedulers(schedulers: Schedulers) -> dict[str, Any]:

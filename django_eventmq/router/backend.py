@@ -28,6 +28,7 @@ from django_eventmq.protocol import (
     Queued,
     Ready,
     Reply,
+    Running,
     Unready,
     decode,
     new_msgid,
@@ -109,6 +110,7 @@ class BackendHandlers:
             Partial: self._on_worker_message,
             Unready: self._on_worker_message,
             Queued: self._on_worker_message,
+            Running: self._on_worker_message,
         }
 
     def _drain_backend(self, now: float) -> None:
@@ -254,6 +256,10 @@ class BackendHandlers:
         elif kind is Queued:
             assert isinstance(msg, Queued)
             self.book.still_queued(identity, msg.job_msgids, now)
+        elif kind is Running:
+            assert isinstance(msg, Running)
+            # Kept for emq_status --jobs only: the start times on our clock.
+            worker.running = {m: (int(pid), now - age) for m, (pid, age) in msg.jobs.items()}
         elif kind is Kbai:
             self.book.worker_left(identity, now)
             self._remember_departed(identity)

@@ -295,6 +295,8 @@ class GroupMember(Service):
             body.update(connected_workers={}, connected_queues={})
         elif message.action == C.ROUTER_SHOW_SCHEDULERS:
             body.update(connected_schedulers={})
+        elif message.action == C.ROUTER_SHOW_JOBS:
+            body.update(jobs=[])
         send(admin, identity, Reply(msgid=new_msgid(), payload=json.dumps(body)))
 
     # -- what STATUS says ------------------------------------------------------------

@@ -508,6 +508,8 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
             body = {"purged": self.book.purge_poisoned(msg.arguments)}
         elif msg.action == C.ROUTER_SHOW_WORKERS:
             body = admin_json.show_workers(self.routing)
+        elif msg.action == C.ROUTER_SHOW_JOBS:
+            body = admin_json.show_jobs(self.routing, now)
         elif msg.action == C.MONITOR:
             body = admin_json.monitor(self.book)
             body["blocked"] = self._blocked

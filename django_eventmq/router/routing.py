@@ -58,6 +58,9 @@ class JobManagerPeer:
     stamp: int = 0
     #: It is shutting down (NACK "stopping"): no more jobs for it; it keeps its in-flight ones.
     stopping: bool = False
+    #: What its worker processes run, from its last RUNNING: ``{msgid: (pid, started)}``
+    #: (started: our monotonic clock); None: it sent none (a reference job manager).
+    running: dict[str, tuple[int, float]] | None = None
 
     @property
     def slots(self) -> int:

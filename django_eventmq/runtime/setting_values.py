@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django_eventmq.errors import ConfigurationError, ProtocolError
@@ -181,6 +182,30 @@ _NUMBERS: dict[Any, tuple[Callable[[str], float], str]] = {
 }
 
 
+def parse_expires(key: str, value: object) -> object:
+    """Seconds from a number, its text or a timedelta; None, "" or "none" turn it off (0)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "off")):
+        return 0.0
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            raise ConfigurationError(f"{key}: {EXPIRES_EXPECTED}, got {value!r}") from None
+    return value  # a number is checked with the others (a negative one is refused)
+
+
+#: What RESULT_EXPIRES takes, for its errors.
+EXPIRES_EXPECTED = "expected seconds, a number >= 0 (0 or None: results never expire)"
+
+
+def check_expires(value: object) -> None:
+    """Refuse a RESULT_EXPIRES that is not a number of seconds >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ConfigurationError(f"RESULT_EXPIRES: {EXPIRES_EXPECTED}, got {value!r}")
+
+
 def _coerce(field_name: str, kind: Any, value: Any) -> Any:
     """Turn a setting's value (possibly text from the environment) into its type."""
     key = field_name.upper()
@@ -188,6 +213,8 @@ def _coerce(field_name: str, kind: Any, value: Any) -> Any:
         return _SECURITY_PARSERS[field_name](key, value)
     if field_name == "queues":
         return parse_queues(value)
+    if field_name == "result_expires":
+        return parse_expires(key, value)
     if kind in ("bool", bool):
         if isinstance(value, bool):
             return value

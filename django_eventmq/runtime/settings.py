@@ -30,6 +30,7 @@ from django_eventmq.runtime.setting_values import (
     _coerce,
     _positive,
     check_address,
+    check_expires,
     check_peer_addresses,
     parse_autoscale,
     parse_queues,
@@ -208,6 +209,10 @@ class Settings:
     ack_retries: int = 3
     #: Days job results are kept; ``emq_purge_results`` deletes older ones.
     results_retention_days: float = 7.0
+    #: Seconds a finished job result (and a finished workflow) is kept after it was
+    #: last written; the scheduler (``emq_scheduler``) deletes older ones by itself,
+    #: in batches. 0 or None: results never expire (``emq_purge_results`` only).
+    result_expires: float = 86400.0
     #: Publisher: address it binds for PUBLISH messages (``emq_pubsub``).
     publisher_incoming_addr: str = C.DEFAULT_PUBLISHER_INCOMING_ADDR
     #: Publisher: address it binds for subscribers (a PUB socket).
@@ -365,6 +370,7 @@ class Settings:
         _positive("ack_timeout", self.ack_timeout)
         _positive("ack_retries", self.ack_retries, whole=True, allow_zero=True)
         _positive("results_retention_days", self.results_retention_days)
+        check_expires(self.result_expires)
         for name in ("publisher_incoming_addr", "publisher_outgoing_addr", "subscribe_addr"):
             check_address(name, getattr(self, name))
         if self.publish_addr:  # empty means "no publisher": handlers run inline

@@ -51,6 +51,7 @@ from django_eventmq.runtime.addresses import AddressCycle, parse_groups
 from django_eventmq.runtime.service import Service
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.waitlog import RouterWait
+from django_eventmq.scheduling.expiry import ResultExpiry
 from django_eventmq.scheduling.identity import ScheduleSpec
 from django_eventmq.scheduling.relay import OutboxRelay, OutboxStore
 from django_eventmq.scheduling.timing import CATCHUP_POLICIES, DuePlan, Timing, plan_due
@@ -137,6 +138,11 @@ class ScheduleStore(Protocol):
         """Forget claims of runs fired before ``before``."""
         ...
 
+    def expire_results(self, before: datetime, batch: int) -> int:
+        """Delete up to ``batch`` finished job results, and as many finished
+        workflows, last written before ``before``; how many rows went."""
+        ...
+
 
 class Scheduler(Service):
     """Fires due schedules as REQUESTs; drive it with :meth:`run` or :meth:`loop_once`."""
@@ -177,6 +183,8 @@ class Scheduler(Service):
                 resend=settings.ack_timeout,
             )
         )
+        #: Finished results older than RESULT_EXPIRES, deleted a batch at a time.
+        self.expiry = ResultExpiry(settings.result_expires)
         self.name = transport.new_identity("scheduler-").decode()
         # A client of the router's frontend: CURVE keys when the settings have
         # them. Built now so a bad key setting fails at start-up.
@@ -270,9 +278,11 @@ class Scheduler(Service):
         if mono - self._pruned_at >= 3600:
             self._pruned_at = mono
             self._guarded(lambda: self.store.prune(current - timedelta(seconds=self.retention)))
+        self._guarded(lambda: self.expiry.turn(mono, current, self.store.expire_results))
 
     def _wait_time(self, now: datetime | None, mono: float) -> float:
         wait = min(MAX_WAIT, max(0.0, self._refreshed_at + self.poll_interval - mono))
+        wait = min(wait, self.expiry.wait(mono))
         if self.connected:
             current = now or datetime.now(UTC)
             for state in self.schedules.values():

@@ -91,3 +91,6 @@ class MemoryStore:
 
     def prune(self, before: datetime) -> int:
         return 0
+
+    def expire_results(self, before: datetime, batch: int) -> int:
+        return 0

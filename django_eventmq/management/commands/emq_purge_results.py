@@ -12,6 +12,7 @@ from django.utils import timezone
 from django_eventmq.management.progress import command_progress
 from django_eventmq.models.results import JobResult
 from django_eventmq.models.workflows import Workflow, WorkflowStatus
+from django_eventmq.results import delete_batch
 from django_eventmq.runtime.config import get_settings
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([dhms]?)\s*$")
@@ -67,12 +68,9 @@ class Command(BaseCommand):
         expected = old.count()
         with command_progress(self, expected, "job results deleted", verbosity=verbosity) as bar:
             while True:
-                # Delete by primary key in bounded chunks: one huge DELETE would
-                # hold locks (and grow the WAL) for as long as it runs.
-                ids = list(old.order_by("pk").values_list("pk", flat=True)[:chunk])
-                if not ids:
+                deleted = delete_batch(old, chunk)
+                if not deleted:
                     break
-                deleted, _ = JobResult.objects.filter(pk__in=ids).delete()
                 total += deleted
                 bar.total = max(expected, total)
                 bar.update(total)

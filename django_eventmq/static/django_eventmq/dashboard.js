@@ -191,6 +191,11 @@
       var hb = m.heartbeat_ago_s === null ? "\u2013" : duration(m.heartbeat_ago_s * 1000) + " ago";
       return [[m.name], [queues], [m.free_slots, "num"], [m.in_flight, "num"], [hb, "num"]];
     }), 5, router.reachable ? "no job managers connected" : "router unreachable");
+    fill("emq-jobs", (router.jobs || []).map(function (j) {
+      var state = j.state === "handed_out" ? "handed out" : j.state;
+      return [[j.msgid], [j.job], [j.queue], [j.jobmanager], [state],
+              [j.pid === null ? "\u2013" : j.pid, "num"], [duration(j.age * 1000), "num"]];
+    }), 7, router.reachable ? "no jobs running or prefetched" : "router unreachable");
     fill("emq-failures", data.failures.map(function (f) {
       return [[new Date(f.when).toLocaleString(), null, f.url], [f.job], [f.queue], [f.status], [f.error]];
     }), 5, "no failures recorded");

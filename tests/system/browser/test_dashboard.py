@@ -172,7 +172,15 @@ BREADCRUMBS = """() => {
 }"""
 
 
-def test_the_dashboard_shows_live_numbers_in_a_real_browser(example_site):
+#: True once the jobs table shows the held job running, with a worker process's pid.
+HELD_RUNNING = """() => [...document.querySelectorAll('#emq-jobs tr')].some(tr => {
+  const cells = [...tr.cells].map(td => td.textContent);
+  return cells[1] === 'tests.system.ops.jobs.hold' && cells[4] === 'running'
+    && /^[0-9]+$/.test(cells[5]);
+})"""
+
+
+def test_the_dashboard_shows_live_numbers_in_a_real_browser(example_site, tmp_path):
     base, client = example_site
     for n in range(20):
         send(client, ("email", "reports", "default")[n % 3], "noop", n)
@@ -195,6 +203,13 @@ def test_the_dashboard_shows_live_numbers_in_a_real_browser(example_site):
             for n in range(30):
                 send(client, "email", "noop", n)
             page.wait_for_function(LIVE, timeout=45_000)
+            # A job running now is a row of the jobs table, with its worker process.
+            release = tmp_path / "release"
+            send(client, "default", "hold", str(release))
+            try:
+                page.wait_for_function(HELD_RUNNING, timeout=45_000)
+            finally:
+                release.touch()
             assert page.text_content("#emq-state").startswith("live: router tcp://127.0.0.1:")
             failure = page.locator("#emq-failures a").first
             assert "tests.system.ops.jobs.boom" in page.text_content("#emq-failures")

@@ -18,7 +18,7 @@ from .conftest import (
     wait_records,
     without_pid,
 )
-from .refjobs.record import record
+from .refjobs.record import record, record_then_wait
 
 pytestmark = INTEROP
 
@@ -81,3 +81,31 @@ def test_reference_reply_is_accepted_by_our_router(
     status = admin.call("STATUS")
     assert status["inflight_messages_by_queue"].get("default", 0) == 0
     assert router.alive() and jobmanager.popen.poll() is None
+
+
+def test_status_jobs_shows_a_reference_job_manager_s_job_without_its_process(
+    stack: tuple[Router, Proc],
+    records_file: Path,
+    use_broker: Callable[[str], None],
+    tmp_path: Path,
+) -> None:
+    """The reference job manager does not say what its processes run: ROUTER_SHOW_JOBS
+    lists its job as handed out, with the job's name and queue and no pid."""
+    router, _ = stack
+    admin = router.admin()
+    use_broker(router.frontend)
+    gate = tmp_path / "gate"
+    msgid = record_then_wait.delay("long", out=str(records_file), gate=str(gate))
+    try:
+        wait_records(records_file, timeout=REFERENCE_DEADLINE)
+        (row,) = [j for j in admin.call("ROUTER_SHOW_JOBS")["jobs"] if j["msgid"] == msgid]
+        assert row["job"] == "tests.system.interop.refjobs.record.record_then_wait"
+        assert (row["queue"], row["state"], row["pid"]) == ("default", "handed_out", None)
+        assert row["age"] >= 0
+    finally:
+        gate.touch()
+    wait_for(
+        lambda: not [j for j in admin.call("ROUTER_SHOW_JOBS")["jobs"] if j["msgid"] == msgid],
+        REFERENCE_DEADLINE,
+        "the job off the list once it finished",
+    )

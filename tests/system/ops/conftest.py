@@ -50,23 +50,16 @@ def start_router(
     return router, (ready.group(1), ready.group(2), ready.group(3))
 
 
+def start_jobmanager(backend: str, *extra: str) -> Proc:
+    """A job manager process running the ops tests' jobs (not waited for)."""
+    return Proc(python_module("jobmanager", "--broker", backend, "--job-module", JOBS, *extra))
+
+
 @pytest.fixture(scope="module")
 def site() -> Iterator[Site]:
     """A router and a job manager serving email:30,default:10 with two workers."""
     router, (frontend, backend, admin) = start_router()
-    jobmanager = Proc(
-        python_module(
-            "jobmanager",
-            "--broker",
-            backend,
-            "--queues",
-            "email:30,default:10",
-            "--concurrency",
-            "2",
-            "--job-module",
-            JOBS,
-        )
-    )
+    jobmanager = start_jobmanager(backend, "--queues", "email:30,default:10", "--concurrency", "2")
     client = Client(frontend)
     try:
         jobmanager.wait_output(r"jobmanager connected")

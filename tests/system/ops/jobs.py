@@ -35,3 +35,12 @@ def flaky(marker: str) -> str:
             pass
         raise RuntimeError("flaky: the first attempt fails")
     return "second attempt"
+
+
+@job
+def hold_noting_pid(flag: str, pidfile: str, limit: float = 60.0) -> None:
+    """:func:`hold`, after writing its worker process's pid to ``pidfile``."""
+    with open(pidfile + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(pidfile + ".tmp", pidfile)  # whole or absent, never half written
+    hold(flag, limit)
