@@ -29,8 +29,10 @@ pytestmark = INTEROP
 
 @pytest.fixture(scope="module")
 def stack(workdir: Path) -> Iterator[tuple[Router, Proc]]:
+    # Per hour, not per second: the check counts the queue's jobs in the current
+    # window, which a loaded machine can carry past a one-second boundary.
     with our_router_with_reference_jobmanager(
-        workdir, {"EMQ_RATE_LIMITS": "default=100/s"}
+        workdir, {"EMQ_RATE_LIMITS": "default=100/h"}
     ) as stack:
         yield stack
 
