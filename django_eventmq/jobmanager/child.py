@@ -14,8 +14,13 @@ Frames, parent -> child (first byte says what):
   inside the job when it passes); a traced job's head ends with
   ``\\t<msgid>\\t<queue>\\t<traceparent>\\t<tracestate>`` (its ``run`` span's
   parent, :mod:`..runtime.tracing`);
-- ``C<seq>``: cancel job ``seq`` if it has not started (answered with a
-  ``cancelled`` result; ignored when it already ran);
+- ``J*<seq>...``: the same for an ``async def`` job, which runs beside other
+  async jobs on the child's event loop (:mod:`.tasks`; at most
+  ``ASYNC_CONCURRENCY`` at once, in the order they came; a plain job waits
+  until they are done, and async jobs behind it wait for it);
+- ``C<seq>``: cancel job ``seq`` if it has not started, or if it is an async
+  job running on the loop (answered with a ``cancelled`` result; ignored
+  when it already ran);
 - ``X``: exit once the jobs before it are done.
 
 Outcome records come on a pipe of their own, ``R<JSON list>`` frames for
@@ -24,8 +29,9 @@ child writes them, so a record (a job's RUNNING row, its progress) never
 waits for the job the child is running.
 
 Child -> parent: ``U`` once ready (``Ur`` if the hooks module records
-results), ``F<why>`` when start-up failed (then it exits), ``A`` after a
-records batch, ``P<seq>\\n<{"value": ...} JSON>`` for a partial a running
+results; then, after a line break, the names of the registered ``async def``
+jobs it runs concurrently, one a line), ``F<why>`` when start-up failed (then
+it exits), ``A`` after a records batch, ``P<seq>\\n<{"value": ...} JSON>`` for a partial a running
 job reports (:mod:`.progress`; at most ``PARTIAL_RATE`` a second per job), and
 per job ``D<seq>\\n<status>\\n<payload JSON>`` where status
 is one of ``protocol.status.CHILD_STATUSES``: ``ok`` (payload is the reply
@@ -37,6 +43,7 @@ ends: the job manager times the next job from it.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
 import logging
@@ -54,9 +61,9 @@ from types import ModuleType
 from typing import Any
 
 from django_eventmq.errors import InvalidJob, JobNotAllowed, SerializationError
-from django_eventmq.jobmanager import invoke, progress
+from django_eventmq.jobmanager import invoke, progress, tasks
 from django_eventmq.jobmanager.pipe import FrameReader, frame, write_all
-from django_eventmq.protocol import encode_json, parse_job
+from django_eventmq.protocol import JobBody, encode_json, parse_job
 from django_eventmq.protocol.payload import MAX_JSON_BYTES, MAX_JSON_DEPTH
 from django_eventmq.protocol.status import JobStatus
 from django_eventmq.runtime import registry, retry_policy, tracing
@@ -66,6 +73,8 @@ logger = logging.getLogger("django_eventmq.worker")
 
 # Frame kinds (first byte).
 JOB = b"J"
+#: How a ``J`` frame of an async job that runs beside others starts.
+ASYNC_JOB = b"J*"
 CANCEL = b"C"
 RECORDS = b"R"
 EXIT = b"X"
@@ -108,10 +117,16 @@ def load_hooks(path: str | None) -> Hooks:
 
 # -- frame codec (used by both sides) -------------------------------------------
 def encode_job(
-    seq: int, body_text: str, soft_timeout: int | None = None, trace: bytes = b""
+    seq: int,
+    body_text: str,
+    soft_timeout: int | None = None,
+    trace: bytes = b"",
+    concurrent: bool = False,
 ) -> bytes:
-    """A ``J`` frame; ``trace``: the trace carrier of a traced job (runtime/tracing.py)."""
-    head = b"J%d:%d" % (seq, soft_timeout) if soft_timeout else b"J%d" % seq
+    """A ``J`` frame; ``trace``: the trace carrier of a traced job (runtime/tracing.py);
+    ``concurrent``: an async job, run beside others (``J*``)."""
+    kind = ASYNC_JOB if concurrent else JOB
+    head = b"%s%d:%d" % (kind, seq, soft_timeout) if soft_timeout else b"%s%d" % (kind, seq)
     if trace:
         head += b"\t" + trace
     return b"%s\n%s" % (head, body_text.encode())
@@ -186,17 +201,10 @@ class JobRunner:
         ``soft_timeout``: seconds after which ``SoftTimeLimitExceeded`` is raised
         inside the job (:mod:`.invoke`; async jobs run there too).
         """
-        name = "?"
-        try:
-            job = parse_job(body, max_depth=self.max_json_depth, max_bytes=self.max_body_bytes)
-            name = job.name
-            tracing.job_named(name)
-            func = registry.resolve(job, self.allowed_modules)
-        except (InvalidJob, JobNotAllowed) as exc:
-            # Not run: the router's port must not be a remote code execution port.
-            return JobStatus.REFUSED, _error_payload(name, exc, with_traceback=False)
-        except Exception as exc:  # JobNotFound, or a class constructor that raised
-            return JobStatus.FAILED, _error_payload(name, exc)
+        prepared = self._prepare(body)
+        if isinstance(prepared, tuple):
+            return prepared
+        name, job, func = prepared.name, prepared.job, prepared.func
         try:
             self.hooks.before_job()
             progress.set_reporter(report)
@@ -210,17 +218,72 @@ class JobRunner:
                 raise
             # KeyboardInterrupt too: children ignore SIGINT, so the job raised it
             # itself; it fails that job, as any exception does, not the child.
-            # The job's retry policy is known here only: its advice goes with it.
-            advice = retry_policy.advice(name, exc, time.time())
-            return JobStatus.FAILED, _error_payload(name, exc, retry=advice)
+            return _failure(name, exc)
+        return _success(name, value)
+
+    async def run_async(
+        self, body: bytes | str, soft_timeout: float | None = None
+    ) -> tuple[JobStatus, str]:
+        """:meth:`run` for an async job on the running event loop, beside others
+        (:mod:`.tasks`). A :class:`asyncio.CancelledError` (the job manager
+        cancelled it) is raised: the caller reports it. Progress goes where
+        :data:`.progress.task_reporter` says, in this task's context."""
+        prepared = self._prepare(body)
+        if isinstance(prepared, tuple):
+            return prepared
+        name, job, func = prepared.name, prepared.job, prepared.func
         try:
-            return JobStatus.OK, encode_json({"value": value})
-        except SerializationError as exc:
-            return JobStatus.FAILED, _error_payload(
-                name,
-                SerializationError(f"return value of {name} is not JSON-serialisable: {exc}"),
-                with_traceback=False,
-            )
+            self.hooks.before_job()
+            try:
+                value = await invoke.call_async(func, job.args, job.kwargs, soft_timeout)
+            finally:
+                self.hooks.after_job()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            if isinstance(exc, GeneratorExit):
+                raise
+            return _failure(name, exc)
+        return _success(name, value)
+
+    def _prepare(self, body: bytes | str) -> _Prepared | tuple[JobStatus, str]:
+        """The job ``body`` names, ready to call, or why it is not run."""
+        name = "?"
+        try:
+            job = parse_job(body, max_depth=self.max_json_depth, max_bytes=self.max_body_bytes)
+            name = job.name
+            tracing.job_named(name)
+            func = registry.resolve(job, self.allowed_modules)
+        except (InvalidJob, JobNotAllowed) as exc:
+            # Not run: the router's port must not be a remote code execution port.
+            return JobStatus.REFUSED, _error_payload(name, exc, with_traceback=False)
+        except Exception as exc:  # JobNotFound, or a class constructor that raised
+            return JobStatus.FAILED, _error_payload(name, exc)
+        return _Prepared(name, job, func)
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    name: str
+    job: JobBody
+    func: Callable[..., Any]
+
+
+def _failure(name: str, exc: BaseException) -> tuple[JobStatus, str]:
+    """A job that raised ``exc``: failed, with its retry policy's advice (known here only)."""
+    advice = retry_policy.advice(name, exc, time.time())
+    return JobStatus.FAILED, _error_payload(name, exc, retry=advice)
+
+
+def _success(name: str, value: Any) -> tuple[JobStatus, str]:
+    try:
+        return JobStatus.OK, encode_json({"value": value})
+    except SerializationError as exc:
+        return JobStatus.FAILED, _error_payload(
+            name,
+            SerializationError(f"return value of {name} is not JSON-serialisable: {exc}"),
+            with_traceback=False,
+        )
 
 
 def _error_payload(
@@ -295,9 +358,13 @@ def child_main(
         max_body_bytes=settings.max_body_bytes,
     )
     can_record = loaded.record_results is not None
-    write_all(out, frame(UP + (CAN_RECORD if can_record else b"")))
+    limit = settings.async_concurrency
+    # The async jobs this child runs beside each other: the job manager flags them.
+    concurrent = "\n".join(registry.async_names()) if limit > 1 else ""
+    up = UP + (CAN_RECORD if can_record else b"")
+    write_all(out, frame(up + b"\n" + concurrent.encode() if concurrent else up))
     try:
-        serve(fd, runner, records.fileno() if can_record else None, out)
+        serve(fd, runner, records.fileno() if can_record else None, out, async_limit=limit)
     finally:
         invoke.close_loop()
         conn.close()
@@ -305,12 +372,18 @@ def child_main(
             results.close()
 
 
-#: A job waiting in the child: (seq, soft time limit or None, body, trace carrier).
-_Queued = tuple[bytes, int | None, bytes, bytes]
+#: A job waiting in the child: (seq, soft time limit or None, body, trace carrier,
+#: runs beside other async jobs).
+_Queued = tuple[bytes, int | None, bytes, bytes, bool]
 
 
 def serve(
-    fd: int, runner: JobRunner, records_fd: int | None = None, out_fd: int | None = None
+    fd: int,
+    runner: JobRunner,
+    records_fd: int | None = None,
+    out_fd: int | None = None,
+    *,
+    async_limit: int = 1,
 ) -> None:
     """Run jobs arriving on ``fd`` until it closes or says exit; what we say
     goes to ``out_fd`` (None: ``fd`` too, a socket).
@@ -345,14 +418,23 @@ def serve(
     try:
         # A result is written once the job is over and its soft limit disarmed:
         # no shield needed (say, not send).
-        _serve(fd, runner, gate, say)
+        concurrent = None
+        if async_limit > 1:
+            concurrent = tasks.AsyncJobs(
+                runner.run_async, async_limit, say, encode_result, encode_partial
+            )
+        _serve(fd, runner, gate, say, concurrent)
     finally:
         if recording is not None:
             recording.finish()
 
 
 def _serve(
-    fd: int, runner: JobRunner, gate: progress.PartialGate, send: Callable[[bytes], bool]
+    fd: int,
+    runner: JobRunner,
+    gate: progress.PartialGate,
+    send: Callable[[bytes], bool],
+    concurrent: tasks.AsyncJobs | None = None,
 ) -> None:
     reader = FrameReader(fd)
     waiting = select.poll()
@@ -362,21 +444,33 @@ def _serve(
     # asking the pipe again (a system call a job, when jobs come one at a time).
     drained = False
     while True:
-        if not jobs or (not drained and waiting.poll(0)):
-            try:
-                frames = reader.read()
-            except (EOFError, OSError):
-                return  # the job manager went away
-            drained = reader.drained
-            for data in frames:
-                if not _take(data, jobs, send):
+        if concurrent is not None and concurrent.running:
+            # Async jobs run: the next job starts only if it is async and there is
+            # room; otherwise turn their loop until one ends or the job manager
+            # writes (a job, a cancel). The pipe is read before each start.
+            if not _can_start(jobs, concurrent):
+                concurrent.wait(fd)
+                if concurrent.broken:
                     return
+            if waiting.poll(0):
+                if not _read(reader, jobs, send, concurrent):
+                    return
+                continue
+            if not _can_start(jobs, concurrent):
+                continue
+        elif not jobs or (not drained and waiting.poll(0)):
+            if not _read(reader, jobs, send, concurrent):
+                return
+            drained = reader.drained
             continue
         drained = False
         item = jobs.popleft()
         if item is None:
             return
-        seq, soft, body, trace = item
+        seq, soft, body, trace, is_async = item
+        if is_async and concurrent is not None:
+            concurrent.start(seq, soft, body, trace)
+            continue
         gate.start(seq)
         if trace:
             with tracing.running(trace):  # the job's run span
@@ -388,17 +482,51 @@ def _serve(
             return
 
 
-def _take(data: bytes, jobs: deque[_Queued | None], send: Callable[[bytes], bool]) -> bool:
+def _read(
+    reader: FrameReader,
+    jobs: deque[_Queued | None],
+    send: Callable[[bytes], bool],
+    concurrent: tasks.AsyncJobs | None,
+) -> bool:
+    """Take in what the job manager wrote; False when the child should stop."""
+    try:
+        frames = reader.read()
+    except (EOFError, OSError):
+        return False  # the job manager went away
+    return all(_take(data, jobs, send, concurrent) for data in frames)
+
+
+def _can_start(jobs: deque[_Queued | None], concurrent: tasks.AsyncJobs | None) -> bool:
+    """While async jobs run: the next job is async and there is room for it
+    (a plain job, and the exit, wait until they are done)."""
+    if not jobs:
+        return False
+    head = jobs[0]
+    return head is not None and head[4] and concurrent is not None and concurrent.has_room()
+
+
+def _take(
+    data: bytes,
+    jobs: deque[_Queued | None],
+    send: Callable[[bytes], bool],
+    concurrent: tasks.AsyncJobs | None = None,
+) -> bool:
     """Handle one frame from the job manager; False when the child should stop."""
     kind = data[:1]
     if kind == JOB:
-        jobs.append(decode_traced_job(data))
+        if data[:2] == ASYNC_JOB:
+            seq, soft, body, trace = decode_traced_job(data[1:])
+            jobs.append((seq, soft, body, trace, True))
+        else:
+            jobs.append((*decode_traced_job(data), False))
     elif kind == CANCEL:
         seq = data[1:]
         for item in jobs:
             if item is not None and item[0] == seq:
                 jobs.remove(item)
                 return send(encode_result(seq, JobStatus.CANCELLED, ""))
+        if concurrent is not None:
+            concurrent.cancel(seq)  # a running async job: its task reports it
     elif kind == EXIT:
         jobs.append(None)
     else:

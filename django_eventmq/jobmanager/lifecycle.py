@@ -41,6 +41,12 @@ logger = logging.getLogger("django_eventmq.jobmanager")
 #: Why a job was asked to be skipped in its child.
 SKIP_CANCEL = "cancel"
 SKIP_NACK = "nack"
+#: An async job past its ``timeout``: its task was cancelled (the others on the loop go on).
+SKIP_TIMEOUT = "timeout"
+
+#: Seconds a running async job gets to end once its task was cancelled (a cancel, its
+#: timeout) before its process is stopped: one that blocks the loop never sees it.
+ASYNC_CANCEL_GRACE = 5.0
 
 
 @dataclass(slots=True, eq=False)
@@ -75,6 +81,10 @@ class ManagedJob:
     trace: bytes = b""
     #: The headers it was sent with: a dead letter keeps their options (timeout, priority...).
     headers: Headers | None = None
+    #: An ``async def`` job: it runs beside others on its child's event loop (:mod:`.tasks`).
+    concurrent: bool = False
+    #: Monotonic time by which its cancelled task must have ended (0: not cancelled).
+    cancel_by: float = 0.0
 
 
 #: Reports a job's outcome: ``(job, DONE status, reply payload)``.
@@ -131,6 +141,9 @@ class Lifecycle:
         """Take a job; :meth:`dispatch` hands it to a child."""
         self._seq += 1
         self.jobs[self._seq] = job
+        names = self.pool.async_names
+        if names:  # only where async jobs are registered: a look into the body
+            job.concurrent = job_name(job.body_text) in names
         self.pending.append(self._seq)
 
     def dispatch(self, now: float, *, idle_only: bool = False) -> None:
@@ -154,19 +167,27 @@ class Lifecycle:
                 del jobs[pending.popleft()]
                 self._expired(job, now)
                 continue
-            child = pick(len(job.body_text) + 16)
+            child = pick(len(job.body_text) + 16, job.concurrent)
             if child is None:
                 break
             seq = pending.popleft()
             job.child = child
-            idle = not child.inflight
-            pool.assign(child, seq, job.msgid, job.body_text, now, job.soft_timeout, job.trace)
+            starts = pool.assign(
+                child,
+                seq,
+                job.msgid,
+                job.body_text,
+                now,
+                job.soft_timeout,
+                job.trace,
+                job.concurrent,
+            )
             self.stats.dispatched[job.queue] += 1
             if len(child.outgoing) == 1:
                 touched.append(child)
-            if idle:
+            if starts:
                 job.began = now
-            if idle and job.record:
+            if starts and job.record:
                 self._started(job, child)
         for child in touched:
             try:
@@ -184,14 +205,22 @@ class Lifecycle:
         self.finish(results, now)
         head = child.head
         if head is not None:
-            job = self.jobs.get(head)
-            if job is not None and not job.began:
-                job.began = now
-            if job is not None and job.record and job.started is None:
-                self._started(job, child)
+            self._running(child, head, now)
+        for seq, since in child.tasks.items():  # async jobs that took the freed room
+            self._running(child, seq, since)
         if child.status is Status.RETIRING:
             self.wake_supervisor()  # let it go and start its replacement now
         return True
+
+    def _running(self, child: Child, seq: int, since: float) -> None:
+        """Job ``seq`` runs in ``child`` (since ``since``, if that is news)."""
+        job = self.jobs.get(seq)
+        if job is None:
+            return
+        if not job.began:
+            job.began = since
+        if job.record and job.started is None:
+            self._started(job, child)
 
     # -- partials (see .progress) -----------------------------------------------------
     def _take_partials(self, child: Child, now: float) -> None:
@@ -344,6 +373,8 @@ class Lifecycle:
         """Its child skipped it as asked."""
         if job.skip == SKIP_NACK:
             self._nack(job, "stopping")
+        elif job.skip == SKIP_TIMEOUT:
+            self._timed_out(job, time.monotonic())
         else:
             self._cancelled(job)
 
@@ -432,6 +463,10 @@ class Lifecycle:
         for child in list(self.pool.children.values()):
             if not child.inflight or child.status not in (Status.UP, Status.RETIRING):
                 continue
+            if child.tasks and self._check_tasks(child, now):
+                continue
+            if child.head in child.tasks:
+                continue  # an async job: _check_tasks times it
             job = self.jobs.get(child.head or 0)
             if job is None or not job.timeout or now - child.head_since < job.timeout:
                 continue
@@ -439,26 +474,73 @@ class Lifecycle:
             seq = child.head
             if seq is None or self.jobs.get(seq) is not job:
                 continue
-            name = job_name(job.body_text)
-            logger.warning(
-                "job timed out msgid=%s job=%s queue=%s after %ds; stopping worker pid=%d",
-                job.msgid,
-                name,
-                job.queue,
-                job.timeout,
-                child.pid,
-                extra=job_fields(job.msgid, job.queue, name),
-            )
-            self.stop_child(child, now)
+            _log_timeout(job, f"stopping worker pid={child.pid}")
             del self.jobs[seq]
-            if job.record:
-                error = outcomes.error_info("TimeoutError", f"timeout of {job.timeout}s")
-                self._record(job, JobStatus.TIMED_OUT, now, error=error)
-            self._report(job, JobStatus.TIMEOUT, outcomes.timeout_payload(job.timeout))
+            self.stop_child(child, now)
+            self._timed_out(job, now)
+
+    def _timed_out(self, job: ManagedJob, now: float) -> None:
+        if job.record:
+            error = outcomes.error_info("TimeoutError", f"timeout of {job.timeout}s")
+            self._record(job, JobStatus.TIMED_OUT, now, error=error)
+        self._report(job, JobStatus.TIMEOUT, outcomes.timeout_payload(job.timeout))
+
+    def _check_tasks(self, child: Child, now: float) -> bool:
+        """Cancel the task of each async job of ``child`` past its ``timeout`` (the
+        others on the loop go on); stop the child if a cancelled one did not end
+        within :data:`ASYNC_CANCEL_GRACE`. True if it was stopped."""
+        for seq, since in list(child.tasks.items()):
+            job = self.jobs.get(seq)
+            if job is None:
+                continue
+            if job.cancel_by:
+                if now < job.cancel_by:
+                    continue
+                self.receive(child, now)  # it may have just ended
+                if self.jobs.get(seq) is not job:
+                    continue
+                logger.warning(
+                    "async job msgid=%s did not end within %gs of its cancel (it blocks "
+                    "the event loop?); stopping worker pid=%d and the jobs it runs",
+                    job.msgid,
+                    ASYNC_CANCEL_GRACE,
+                    child.pid,
+                )
+                del self.jobs[seq]
+                self.stop_child(child, now)
+                if job.skip == SKIP_TIMEOUT:
+                    self._timed_out(job, now)
+                else:
+                    self._cancelled(job)
+                return True
+            if job.timeout and now - since >= job.timeout:
+                _log_timeout(job, f"cancelling its task in worker pid={child.pid}")
+                self._cancel_task(child, seq, job, SKIP_TIMEOUT, now)
+        return False
+
+    def _cancel_task(self, child: Child, seq: int, job: ManagedJob, why: str, now: float) -> None:
+        """Ask ``child`` to cancel the task of running async job ``seq``."""
+        job.skip = why
+        job.cancel_by = now + ASYNC_CANCEL_GRACE
+        self.pool.cancel(child, seq)
 
     def stop_child(self, child: Child, now: float) -> None:
-        """Kill ``child``; its queued jobs and unhandled records go to other children."""
+        """Kill ``child``; its queued jobs and unhandled records go to other children.
+
+        The caller takes the job it stopped it for out of :attr:`jobs` first and
+        reports it; other async jobs it was running beside it are reported lost,
+        as if it had died (or cancelled or timed out, if they were being)."""
         taken = self.pool.kill(child, now)
+        for seq in taken.running:
+            job = self.jobs.pop(seq, None)
+            if job is None:  # the caller's (it took it out first)
+                continue
+            if job.skip == SKIP_TIMEOUT:
+                self._timed_out(job, now)
+            elif job.skip == SKIP_CANCEL:
+                self._cancelled(job)
+            else:
+                self._lost_job(job, child.pid, None, now)
         self._hand_back(taken.queued)
         self.resend_records(taken.records)
         self.wake_supervisor()
@@ -492,26 +574,33 @@ class Lifecycle:
             job = self.jobs.pop(item.seq, None)
             if job is None:
                 continue
-            message = f"worker process pid={item.pid} exited with code {item.exitcode} running it"
-            name = job_name(job.body_text)
-            logger.warning(
-                "job lost msgid=%s job=%s queue=%s: %s",
-                job.msgid,
-                name,
-                job.queue,
-                message,
-                extra=job_fields(job.msgid, job.queue, name),
-            )
-            if job.record:
-                # Our router hands it out again (a new run, in another process);
-                # a reference router takes the death as the job's failure.
-                redelivered = self._router_retries_job(job)
-                status = JobStatus.RETRYING if redelivered else JobStatus.FAILED
-                error = outcomes.error_info("WorkerDied", message)
-                self._record(job, status, now, error=error)
-            self._report(job, JobStatus.DIED, outcomes.error_payload("WorkerDied", message))
+            self._lost_job(job, item.pid, item.exitcode, now)
         self._hand_back(requeue)
         return len(lost)
+
+    def _lost_job(self, job: ManagedJob, pid: int, exitcode: int | None, now: float) -> None:
+        """``job`` was running in a process that died (or was stopped for another job)."""
+        if exitcode is None:
+            message = f"worker process pid={pid} was stopped running it (for another job)"
+        else:
+            message = f"worker process pid={pid} exited with code {exitcode} running it"
+        name = job_name(job.body_text)
+        logger.warning(
+            "job lost msgid=%s job=%s queue=%s: %s",
+            job.msgid,
+            name,
+            job.queue,
+            message,
+            extra=job_fields(job.msgid, job.queue, name),
+        )
+        if job.record:
+            # Our router hands it out again (a new run, in another process);
+            # a reference router takes the death as the job's failure.
+            redelivered = self._router_retries_job(job)
+            status = JobStatus.RETRYING if redelivered else JobStatus.FAILED
+            error = outcomes.error_info("WorkerDied", message)
+            self._record(job, status, now, error=error)
+        self._report(job, JobStatus.DIED, outcomes.error_payload("WorkerDied", message))
 
     # -- cancel and shutdown ---------------------------------------------------------
     def find(self, msgid: str) -> tuple[int, ManagedJob] | None:
@@ -535,13 +624,17 @@ class Lifecycle:
         self.receive(child, now)  # settle what it already finished
         if self.jobs.get(seq) is not job:
             return  # it finished meanwhile and was reported
+        if seq in child.tasks:  # an async job: only its task is cancelled
+            logger.info("cancelling running async job msgid=%s in worker pid=%d", msgid, child.pid)
+            self._cancel_task(child, seq, job, SKIP_CANCEL, now)
+            return
         if child.head != seq:
             job.skip = SKIP_CANCEL
             self.pool.cancel(child, seq)
             return
         logger.info("cancelling running job msgid=%s: stopping worker pid=%d", msgid, child.pid)
-        self.stop_child(child, now)
         del self.jobs[seq]
+        self.stop_child(child, now)
         self._cancelled(job)
 
     def _router_retries_job(self, job: ManagedJob) -> bool:
@@ -560,7 +653,7 @@ class Lifecycle:
             if child is None:
                 del self.jobs[seq]
                 self._nack(job, "stopping")
-            elif child.head != seq and not job.skip:
+            elif not child.runs(seq) and not job.skip:
                 job.skip = SKIP_NACK
                 self.pool.cancel(child, seq)
         if which is None:
@@ -571,6 +664,19 @@ class Lifecycle:
             self.pending = deque(seq for seq in self.pending if seq in jobs)
             self._retries = [(due, seq) for due, seq in self._retries if seq in jobs]
             heapq.heapify(self._retries)
+
+
+def _log_timeout(job: ManagedJob, action: str) -> None:
+    name = job_name(job.body_text)
+    logger.warning(
+        "job timed out msgid=%s job=%s queue=%s after %ds; %s",
+        job.msgid,
+        name,
+        job.queue,
+        job.timeout,
+        action,
+        extra=job_fields(job.msgid, job.queue, name),
+    )
 
 
 #: The header options a dead letter keeps, so the admin's retry sends the job as it was sent.

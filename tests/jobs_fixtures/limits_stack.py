@@ -12,13 +12,16 @@ from tests.system.streaming.conftest import start_router
 
 
 @contextmanager
-def router_and_jobmanager(journal: Path, concurrency: int) -> Iterator[tuple[str, Proc]]:
-    """``(frontend address, router process)``; both processes stopped on exit."""
+def router_and_jobmanager(
+    journal: Path, concurrency: int, *, module: str = limits.MODULE, extra: tuple[str, ...] = ()
+) -> Iterator[tuple[str, Proc]]:
+    """``(frontend address, router process)``; both processes stopped on exit.
+    ``module``: the job module served; ``extra``: more job manager options."""
     env = {**clean_environ(), "PYTHONPATH": str(ROOT)}
     router, front, backend = start_router(journal, env=env)
     procs = [router]
     try:
-        serving = ("--job-module", limits.MODULE, "--concurrency", str(concurrency))
+        serving = ("--job-module", module, "--concurrency", str(concurrency), *extra)
         jobmanager = Proc(python_module("jobmanager", "--broker", backend, *serving), env=env)
         procs.append(jobmanager)
         jobmanager.wait_output(r"jobmanager ready: ", timeout=60)

@@ -1,0 +1,35 @@
+"""Jobs that say when they ran, for the tests of async jobs running at once."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+from django_eventmq.client.jobs import job
+
+MODULE = __name__
+
+
+def _note(path: str, text: str) -> None:
+    with Path(path).open("a") as fh:
+        fh.write(f"{text}\n")
+
+
+@job(reply_requested=True)
+async def nap(seconds: float, marker: str, name: str) -> list[float]:
+    """Awaits ``seconds``; ``[start, end, pid]``, and a line per run in ``marker``."""
+    _note(marker, name)
+    start = time.time()
+    await asyncio.sleep(seconds)
+    return [start, time.time(), os.getpid()]
+
+
+@job(reply_requested=True)
+def hold(seconds: float, marker: str, name: str) -> list[float]:
+    """A plain job that holds its process ``seconds``: ``[start, end, pid]``."""
+    _note(marker, name)
+    start = time.time()
+    time.sleep(seconds)
+    return [start, time.time(), os.getpid()]
