@@ -15,7 +15,7 @@ import pytest
 
 from django_eventmq.errors import JobError
 from tests.jobs_fixtures import overlap
-from tests.jobs_fixtures.limits_stack import router_and_jobmanager
+from tests.jobs_fixtures.limits_stack import pointer, router_and_jobmanager
 from tests.support import wait_for
 
 
@@ -31,10 +31,7 @@ def frontend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def client(eventmq_settings: Any, frontend: str) -> Callable[[], None]:
-    def point() -> None:
-        eventmq_settings(BROKER_ADDR=frontend, ACK_TIMEOUT=5)
-
-    return point
+    return pointer(eventmq_settings, frontend)
 
 
 def most_at_once(spans: list[tuple[float, float]]) -> int:

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from tests.jobs_fixtures import limits
 from tests.support import ROOT, Proc, clean_environ, python_module
 from tests.system.streaming.conftest import start_router
+
+
+def pointer(eventmq_settings: Any, frontend: str) -> Callable[[], None]:
+    """Points this process's client at ``frontend`` when called (in the test, after
+    the settings fixture reset the settings)."""
+
+    def point() -> None:
+        eventmq_settings(BROKER_ADDR=frontend, ACK_TIMEOUT=5)
+
+    return point
 
 
 @contextmanager

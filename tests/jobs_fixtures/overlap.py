@@ -33,3 +33,8 @@ def hold(seconds: float, marker: str, name: str) -> list[float]:
     start = time.time()
     time.sleep(seconds)
     return [start, time.time(), os.getpid()]
+
+
+@job(reply_requested=True)
+def double(n: int) -> int:
+    return 2 * n
