@@ -404,7 +404,9 @@ class Client(Inbox):
         settled = self._settled
         settled[job_msgid] = outcome
         if len(settled) > MAX_SETTLED_OUTCOMES:
-            del settled[next(iter(settled))]
+            # Another thread may settle at once (outcome_now takes no lock to).
+            with contextlib.suppress(StopIteration, KeyError, RuntimeError):
+                del settled[next(iter(settled))]
         return outcome
 
     def _file(self, frames: list[bytes], *, inner: bool = False) -> None:
@@ -541,9 +543,11 @@ class Client(Inbox):
         """Used from now on by the calling thread (the one that used it ended)."""
         self.thread = threading.current_thread()
 
-    @locked
     def close(self) -> None:
-        """Close the socket; jobs still queued go out within ``SEND_TIMEOUT``."""
+        """Close the socket; jobs still queued go out within ``SEND_TIMEOUT``.
+
+        Not under :attr:`lock`: a thread waiting with no timeout holds it, and a
+        close at exit must not wait for that."""
         self.channel.close(self.linger_ms)
 
 
