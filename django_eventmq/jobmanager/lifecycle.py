@@ -81,8 +81,9 @@ class ManagedJob:
     trace: bytes = b""
     #: The headers it was sent with: a dead letter keeps their options (timeout, priority...).
     headers: Headers | None = None
-    #: An ``async def`` job: it runs beside others on its child's event loop (:mod:`.tasks`).
-    concurrent: bool = False
+    #: An ``async def`` job: it runs beside others on its child's event loop (:mod:`.tasks`);
+    #: None until the children said which jobs are (:meth:`Lifecycle.kind`).
+    concurrent: bool | None = None
     #: Monotonic time by which its cancelled task must have ended (0: not cancelled).
     cancel_by: float = 0.0
 
@@ -141,10 +142,21 @@ class Lifecycle:
         """Take a job; :meth:`dispatch` hands it to a child."""
         self._seq += 1
         self.jobs[self._seq] = job
-        names = self.pool.async_names
-        if names:  # only where async jobs are registered: a look into the body
-            job.concurrent = job_name(job.body_text) in names
         self.pending.append(self._seq)
+        self.kind(job)  # now if known, so the credit follows at once
+
+    def kind(self, job: ManagedJob) -> bool:
+        """Whether ``job`` is async, once the children said which jobs are (a job
+        that came before stays undecided until it is handed to a child, which is UP)."""
+        concurrent = job.concurrent
+        if concurrent is None:
+            pool = self.pool
+            if not pool.kinds_known:
+                return False
+            names = pool.async_names
+            # Only where async jobs are registered: a look into the body.
+            concurrent = job.concurrent = bool(names) and job_name(job.body_text) in names
+        return concurrent
 
     def dispatch(self, now: float, *, idle_only: bool = False) -> None:
         """Hand pending jobs to children that can take them, one write per child.
@@ -167,7 +179,8 @@ class Lifecycle:
                 del jobs[pending.popleft()]
                 self._expired(job, now)
                 continue
-            child = pick(len(job.body_text) + 16, job.concurrent)
+            concurrent = self.kind(job)
+            child = pick(len(job.body_text) + 16, concurrent)
             if child is None:
                 break
             seq = pending.popleft()
@@ -180,7 +193,7 @@ class Lifecycle:
                 now,
                 job.soft_timeout,
                 job.trace,
-                job.concurrent,
+                concurrent,
             )
             self.stats.dispatched[job.queue] += 1
             if len(child.outgoing) == 1:

@@ -109,6 +109,8 @@ class Pool:
         #: ``async def`` jobs the children run beside each other (they say at start-up),
         #: and how many at once per child (ASYNC_CONCURRENCY).
         self.async_names: frozenset[str] = frozenset()
+        #: A child said which they are (before that, no job is known to be async).
+        self.kinds_known = False
         self.async_limit = settings.async_concurrency
 
     # -- starting ----------------------------------------------------------
@@ -396,6 +398,7 @@ class Pool:
         child.can_record = child_side.CAN_RECORD in caps
         if names:  # every child imports the same job modules
             self.async_names = frozenset(names.decode().split("\n"))
+        self.kinds_known = True
         self.can_record = child.can_record
         self._start_failures = 0
         self._failure_logged = False

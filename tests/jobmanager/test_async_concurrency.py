@@ -68,6 +68,10 @@ def test_fifty_async_jobs_run_at_once_in_one_process(
     assert len({pid for _, _, pid in spans}) == 1  # one worker process ran them all
     # One at a time they would never overlap (that took 52 s for 50 of 1 s).
     assert most_at_once([(start, end) for start, end, _ in spans]) > 40
+    # From the first on: the one that came first did not run alone (as it did when
+    # it came before the worker said which jobs are async).
+    first_end = min(spans)[1]
+    assert sum(1 for start, _, _ in spans if start < first_end) > 40
     assert runs(marker) == Counter({f"nap{n}": 1 for n in range(50)})  # each ran once
 
 
@@ -116,3 +120,22 @@ def test_a_plain_job_runs_alone_between_async_jobs(
     # ... and async jobs still ran together on either side of it.
     assert most_at_once([(s, e) for s, e, _ in naps]) >= 5
     assert sum(runs(marker).values()) == 21
+
+
+def test_an_async_job_that_blocks_the_loop_past_its_timeout_stops_its_process(
+    client: Callable[[], None], tmp_path: Path
+) -> None:
+    """It never sees its cancel: after the grace its process is stopped, and the jobs
+    beside it (held up all along) are reported lost, so the router runs them again."""
+    client()
+    marker = tmp_path / "runs"
+    others = [overlap.nap.delay(20, str(marker), f"nap{n}") for n in range(3)]
+    wait_for(lambda: len(runs(marker)) == 3, 60, "the naps running")
+    stuck = overlap.blocks.send((60, str(marker), "stuck"), headers={"timeout": 1})
+    with pytest.raises(JobError) as failed:
+        stuck.wait(timeout=120)
+    assert failed.value.exc_type == "TimeoutError"
+    spans = [handle.wait(timeout=120) for handle in others]
+    assert len({pid for _, _, pid in spans}) == 1
+    # The naps were running when their process was stopped: each ran again.
+    assert runs(marker) == Counter({"stuck": 1, **{f"nap{n}": 2 for n in range(3)}})

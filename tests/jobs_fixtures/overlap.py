@@ -38,3 +38,11 @@ def hold(seconds: float, marker: str, name: str) -> list[float]:
 @job(reply_requested=True)
 def double(n: int) -> int:
     return 2 * n
+
+
+@job(reply_requested=True)
+async def blocks(seconds: float, marker: str, name: str) -> str:
+    """An async job that blocks its loop (no await): it holds up the jobs beside it."""
+    _note(marker, name)
+    time.sleep(seconds)
+    return "finished"
