@@ -46,7 +46,7 @@ SKIP_TIMEOUT = "timeout"
 
 #: Seconds a running async job gets to end once its task was cancelled (a cancel, its
 #: timeout) before its process is stopped: one that blocks the loop never sees it.
-ASYNC_CANCEL_GRACE = 5.0
+ASYNC_CANCEL_GRACE = 2.0
 
 
 @dataclass(slots=True, eq=False)

@@ -19,12 +19,16 @@ this rule to know which jobs run (:mod:`.pool`).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from django_eventmq.jobmanager import invoke, progress
 from django_eventmq.protocol.status import JobStatus
 from django_eventmq.runtime import tracing
+
+#: The job (seq) a task belongs to: tasks a job starts inherit it with its context.
+_owner: contextvars.ContextVar[bytes] = contextvars.ContextVar("emq_job_seq", default=b"")
 
 #: What the child writes a result or a partial with (False: the pipe is gone).
 Say = Callable[[bytes], bool]
@@ -86,6 +90,7 @@ class AsyncJobs:
         gate = progress.PartialGate(lambda s, payload: self._say(self._encode_partial(s, payload)))
         gate.start(seq)
         progress.task_reporter.set(gate.report)  # this task's context only
+        _owner.set(seq)
         try:
             with tracing.running(trace):
                 return await self._run_job(body, soft)
@@ -94,6 +99,10 @@ class AsyncJobs:
 
     def _ended(self, seq: bytes, task: asyncio.Task[tuple[JobStatus, str]]) -> None:
         del self.running[seq]
+        # Tasks the job started and left running end with it (they finish on the loop).
+        for left in asyncio.all_tasks(self.loop):
+            if left is not task and left.get_context().get(_owner) == seq:
+                left.cancel()
         if task.cancelled() or seq in self._cancelled:
             # Cancelled, even if the job caught the cancel and returned.
             self._cancelled.discard(seq)
