@@ -362,6 +362,13 @@ JOBMANAGER = (
         metavar="SECONDS",
     ),
     Option(
+        ("--async-concurrency",),
+        "async def jobs one worker process runs at once on its event loop, 1 for one job at a time",
+        "async_concurrency",
+        type=whole(1),
+        metavar="N",
+    ),
+    Option(
         ("--max-jobs-per-child",),
         "replace a worker process after it ran N jobs, 0 for never",
         "max_jobs_per_child",

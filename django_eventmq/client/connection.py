@@ -36,6 +36,7 @@ order, and then its outcome. Reading and waiting for them: :mod:`.inbox`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -46,7 +47,7 @@ from typing import Any
 
 from django_eventmq.client import bulk as pipeline
 from django_eventmq.client import exit as client_exit
-from django_eventmq.client.inbox import Inbox
+from django_eventmq.client.inbox import Inbox, locked
 from django_eventmq.client.shards import ShardedClient
 from django_eventmq.errors import BrokerUnavailable, JobNotUnique, JobRejected, ProtocolError
 from django_eventmq.protocol import (
@@ -146,6 +147,7 @@ class Client(Inbox):
         self._features_unsent = False
         #: The thread that uses the socket (the exit flush closes no other's).
         self.thread = threading.current_thread()
+        self.lock = threading.RLock()  # see Inbox.lock
         # Unlike other sockets, a client's lingers: what it queued before an
         # explicit close still goes out, bounded by SEND_TIMEOUT, in ZeroMQ's I/O
         # thread. (A thread that ends does not close its client: _ThreadClients.)
@@ -222,6 +224,7 @@ class Client(Inbox):
             f"(is emq_router running, BROKER_ADDR right{keys}?); nothing was queued"
         )
 
+    @locked
     def send(self, message: Message) -> str:
         """Send ``message``; returns its msgid.
 
@@ -238,20 +241,22 @@ class Client(Inbox):
 
     def send_request_frames(self, msgid: bytes, queue: bytes, headers: bytes, body: bytes) -> None:
         """Send a REQUEST from already-encoded fields (the ``.delay()`` fast path)."""
-        if self._features_unsent:
-            self._send_features()
-        try:
-            if self.session.send_packed:
-                self.channel.send_frames([pack_request(msgid, queue, headers, body)])
-            else:
-                self.channel.send_frames(request_frames(msgid, queue, headers, body))
-        except transport.Again:
-            raise self._unavailable() from None
-        self._sends += 1
-        # Until the router's FEATURES answer is in, look for it after every send.
-        if self._sends % DRAIN_EVERY == 0 or self.session.router_features is None:
-            self.drain()
+        with self.lock:  # inline, not @locked: one call less on the hot path
+            if self._features_unsent:
+                self._send_features()
+            try:
+                if self.session.send_packed:
+                    self.channel.send_frames([pack_request(msgid, queue, headers, body)])
+                else:
+                    self.channel.send_frames(request_frames(msgid, queue, headers, body))
+            except transport.Again:
+                raise self._unavailable() from None
+            self._sends += 1
+            # Until the router's FEATURES answer is in, look for it after every send.
+            if self._sends % DRAIN_EVERY == 0 or self.session.router_features is None:
+                self.drain()
 
+    @locked
     def send_request_guaranteed(
         self,
         msgid: bytes,
@@ -329,6 +334,7 @@ class Client(Inbox):
         unacknowledged.msgid = key
         raise unacknowledged
 
+    @locked
     def send_many(
         self,
         requests: Iterable[Request | tuple[bytes, bytes, bytes, bytes]],
@@ -398,7 +404,9 @@ class Client(Inbox):
         settled = self._settled
         settled[job_msgid] = outcome
         if len(settled) > MAX_SETTLED_OUTCOMES:
-            del settled[next(iter(settled))]
+            # Another thread may settle at once (outcome_now takes no lock to).
+            with contextlib.suppress(StopIteration, KeyError, RuntimeError):
+                del settled[next(iter(settled))]
         return outcome
 
     def _file(self, frames: list[bytes], *, inner: bool = False) -> None:
@@ -536,7 +544,10 @@ class Client(Inbox):
         self.thread = threading.current_thread()
 
     def close(self) -> None:
-        """Close the socket; jobs still queued go out within ``SEND_TIMEOUT``."""
+        """Close the socket; jobs still queued go out within ``SEND_TIMEOUT``.
+
+        Not under :attr:`lock`: a thread waiting with no timeout holds it, and a
+        close at exit must not wait for that."""
         self.channel.close(self.linger_ms)
 
 
@@ -552,9 +563,32 @@ _idle: dict[str, list[Client | ShardedClient]] = {}
 _idle_lock = threading.Lock()
 
 
+#: Most senders remembered (:func:`remember_sender`), the oldest forgotten first.
+MAX_SENDERS = 100_000
+#: The client that sent each job whose outcome may be waited for, by msgid: the
+#: router answers the socket that sent it, and ``.wait()`` may come from any thread.
+_senders: dict[str, Client | ShardedClient] = {}
+
+
+def remember_sender(msgid: str, client: Client | ShardedClient) -> None:
+    """``client`` sent job ``msgid``, whose outcome will come to its socket."""
+    senders = _senders
+    senders[msgid] = client
+    if len(senders) > MAX_SENDERS:
+        with contextlib.suppress(StopIteration, KeyError, RuntimeError):  # another thread's
+            del senders[next(iter(senders))]
+
+
+def sender_of(msgid: str) -> Client | ShardedClient | None:
+    """The open client of this process that sent job ``msgid``, if it is remembered."""
+    client = _senders.get(msgid)
+    return None if client is None or client.closed else client
+
+
 def _forked() -> None:
     global _pid, _idle, _idle_lock
     _pid = os.getpid()
+    _senders.clear()  # the parent's sockets
     # The parent's sockets: never used here, only forgotten (pyzmq closes
     # nothing it made in another process). The lock may have been held by
     # another of the parent's threads, which the child does not have.

@@ -1,9 +1,11 @@
 """What ``.delay()`` returns: the job's msgid, as a string that can also wait.
 
 A :class:`JobHandle` *is* the msgid (a ``str`` subclass), so code that stored
-the msgid keeps working. ``.wait()`` reads the job's outcome from this
-thread's client socket, where the router sends it for ``reply_requested``
-jobs (no database polling); ``.stream()`` reads the job's partial replies
+the msgid keeps working. ``.wait()`` reads the job's outcome from the
+client socket that sent the job, where the router sends it for
+``reply_requested`` jobs (no database polling), from whichever thread of the
+process waits; ``await .aresult()`` does the same without blocking an event
+loop; ``.stream()`` reads the job's partial replies
 (:mod:`.progress`) from the same socket, then ends at its outcome.
 ``.status`` and ``.result`` read the results table through a reader the
 Django app installs (:mod:`.hooks`), unless the handle already read
@@ -13,12 +15,21 @@ without a query (the table is written in batches, so it may lag).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterator
 from types import GeneratorType
 from typing import Any, ClassVar
 
-from django_eventmq.client.connection import Outcome, existing_client, get_client
+from django_eventmq.client.connection import (
+    Client,
+    Outcome,
+    existing_client,
+    get_client,
+    sender_of,
+)
+from django_eventmq.client.shards import ShardedClient
 from django_eventmq.errors import (
     EventMQError,
     JobError,
@@ -34,6 +45,37 @@ from django_eventmq.runtime import hooks
 from django_eventmq.runtime.config import get_settings
 
 logger = logging.getLogger("django_eventmq.client")
+
+
+#: Pauses between looks for an outcome that arrives on another thread's socket, or
+#: that an event loop awaits (seconds; doubling from the first to the most).
+FIRST_PAUSE = 0.001
+MAX_PAUSE = 0.02
+
+
+def _pauses(timeout: float | None) -> Iterator[float]:
+    """The pauses between looks for an outcome, until ``timeout`` seconds passed."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pause = FIRST_PAUSE
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return
+        yield pause if left is None else min(pause, left)
+        pause = min(pause * 2, MAX_PAUSE)
+
+
+def _outcome_elsewhere(
+    client: Client | ShardedClient, msgid: str, timeout: float | None
+) -> Outcome | None:
+    """Wait for the outcome of ``msgid`` on another thread's ``client``, looking with
+    :meth:`.Client.outcome_now` and pausing between looks (None: not in time)."""
+    for pause in _pauses(timeout):
+        outcome = client.outcome_now(msgid)
+        if outcome is not None:
+            return outcome
+        time.sleep(pause)
+    return client.outcome_now(msgid)
 
 
 class ResultNotReady(LookupError, EventMQError):
@@ -134,18 +176,53 @@ class JobHandle(str):
         and traceback) when the job failed, timed out or was cancelled,
         :class:`JobExpired` (a :class:`JobError`) when it was not started before
         its ``expires`` time and never ran, :class:`JobRejected` when the router refused it, and
-        :class:`ResultTimeout` after ``timeout`` seconds. Call it in the
-        thread that queued the job: the outcome comes back on that thread's
-        socket.
+        :class:`ResultTimeout` after ``timeout`` seconds. Any thread of the
+        process that sent the job may call it: the outcome comes back on the
+        sending thread's socket, which another thread reads when that one is
+        not using it (and otherwise finds the outcome it filed).
         """
         self._check_reply()
-        settings = get_settings()
-        client = get_client(settings.broker_addr, send_timeout=settings.send_timeout)
         msgid = str(self)
-        outcome = client.outcome(msgid, timeout)
+        client, own = self._client()
+        if own:
+            outcome = client.outcome(msgid, timeout)
+        else:
+            outcome = _outcome_elsewhere(client, msgid, timeout)
         if outcome is None:
             raise ResultTimeout(f"no outcome for job {self} within {timeout}s")
         return settled_value(msgid, outcome)
+
+    async def aresult(self, timeout: float | None = None) -> Any:
+        """:meth:`wait` for async code (an ASGI view): awaits the outcome without
+        blocking the event loop, from any task or thread of the sending process.
+
+        It looks for the outcome, then sleeps on the loop (1 ms at first, at
+        most 20 ms between looks), so it is seen within about 20 ms.
+        """
+        self._check_reply()
+        msgid = str(self)
+        client, _own = self._client()
+        for pause in _pauses(timeout):
+            if (outcome := client.outcome_now(msgid)) is not None:
+                break
+            await asyncio.sleep(pause)
+        else:
+            if (outcome := client.outcome_now(msgid)) is None:
+                raise ResultTimeout(f"no outcome for job {self} within {timeout}s")
+        try:
+            return outcome_value(outcome)
+        except JobExpired:
+            # Its row is written with the ORM, which async code may not call.
+            return await asyncio.to_thread(settled_value, msgid, outcome)
+
+    def _client(self) -> tuple[Client | ShardedClient, bool]:
+        """The client whose socket the outcome comes to, and whether it is this
+        thread's (then it waits on it; else it looks with ``outcome_now``)."""
+        settings = get_settings()
+        sender = sender_of(str(self))
+        if sender is not None and sender is not existing_client(settings.broker_addr):
+            return sender, False
+        return get_client(settings.broker_addr, send_timeout=settings.send_timeout), True
 
     def stream(self, timeout: float | None = None) -> Iterator[Any]:
         """Yield the job's partial replies as they arrive, in order; end at its outcome.
@@ -307,6 +384,12 @@ class CommitHandle(JobHandle):
             raise error
         return super().wait(timeout)
 
+    async def aresult(self, timeout: float | None = None) -> Any:
+        error = self._unsent()
+        if error is not None:
+            raise error
+        return await super().aresult(timeout)
+
     def stream(self, timeout: float | None = None) -> Iterator[Any]:
         error = self._unsent()
         if error is not None:
@@ -390,6 +473,9 @@ class EagerHandle(JobHandle):
     def wait(self, timeout: float | None = None) -> Any:
         self._settled()
         return self._value
+
+    async def aresult(self, timeout: float | None = None) -> Any:
+        return self.wait(timeout)  # it ran already: nothing to wait for
 
     @property
     def status(self) -> str:

@@ -8,10 +8,12 @@ the per-job stores (and their bounds); it files each message it reads
 
 from __future__ import annotations
 
+import functools
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from django_eventmq.protocol import encode
 from django_eventmq.protocol.session import ClientSession
@@ -19,6 +21,21 @@ from django_eventmq.runtime import transport
 
 if TYPE_CHECKING:
     from django_eventmq.client.connection import Outcome
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def locked(method: F) -> F:
+    """``method`` of a client, run holding its :attr:`Inbox.lock`: a thread other than
+    its own may read its socket for a job it sent (:meth:`Inbox.outcome_now`)."""
+
+    @functools.wraps(method)
+    def run(self: Inbox, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            return method(self, *args, **kwargs)
+
+    return cast(F, run)
 
 
 def _poll_ms(deadline: float | None) -> int | None:
@@ -34,6 +51,10 @@ class Inbox:
 
     channel: transport.Channel
     session: ClientSession
+    #: Held while the socket is used: by its thread for every send and wait, by
+    #: another thread only to read what came (:meth:`outcome_now`). ZeroMQ sockets
+    #: may move between threads with a memory barrier, never be used by two at once.
+    lock: threading.RLock
     _features_unsent: bool
     _outcomes: dict[str, Outcome]
     _partials: dict[str, deque[Any]]
@@ -45,6 +66,7 @@ class Inbox:
 
         def _file(self, frames: list[bytes], *, inner: bool = False) -> None: ...
 
+    @locked
     def outcome(self, job_msgid: str, timeout: float | None) -> Outcome | None:
         """The REPLY or REJECT for ``job_msgid``, waiting up to ``timeout`` seconds.
 
@@ -68,11 +90,29 @@ class Inbox:
             if found is not None:
                 return self._settle(job_msgid, found)
 
+    def outcome_now(self, job_msgid: str) -> Outcome | None:
+        """The outcome of ``job_msgid`` if it is here now, without waiting; from any thread.
+
+        Reads what came on the socket when no other thread is using it; while
+        one is (its own thread sending, or waiting, which files every outcome
+        it reads), only looks at what was filed. Waits from another thread and
+        from an event loop (``aresult``) are these looks, with pauses between.
+        """
+        found = self._settled.get(job_msgid) or self._outcomes.pop(job_msgid, None)
+        if found is None and self.lock.acquire(blocking=False):
+            try:
+                self.drain()
+                found = self._outcomes.pop(job_msgid, None)
+            finally:
+                self.lock.release()
+        return None if found is None else self._settle(job_msgid, found)
+
     def seen(self, job_msgid: str) -> Outcome | None:
         """The outcome of ``job_msgid`` a handle already read (the most recent
         ``MAX_SETTLED_OUTCOMES``), without waiting; None if none did."""
         return self._settled.get(job_msgid)
 
+    @locked
     def next_part(self, job_msgid: str, timeout: float | None) -> tuple[bool, Any] | None:
         """The next thing a stream of ``job_msgid`` reads, waiting up to ``timeout`` seconds.
 
@@ -104,6 +144,7 @@ class Inbox:
         """Read one message from the router and file it by msgid."""
         self._file(self.channel.recv_frames())
 
+    @locked
     def confirm_read(self, deadline: float) -> bool | None:
         """Wait until the router has read every message this client sent, at
         the latest until ``deadline`` (monotonic): True once it has, False if
@@ -149,6 +190,7 @@ class Inbox:
                 self.drain()
         return True
 
+    @locked
     def drain(self) -> int:
         """Read what the router sent us without waiting; returns how many messages.
 

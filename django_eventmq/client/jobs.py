@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, Unpack, overload
 
-from django_eventmq.client.connection import get_client
+from django_eventmq.client.connection import get_client, remember_sender
 from django_eventmq.client.handles import CommitHandle, EagerHandle, JobHandle, NoReplyHandle
 from django_eventmq.client.job_headers import HeaderChanges as HeaderChanges
 from django_eventmq.client.job_headers import JobOptions as JobOptions
@@ -309,6 +309,19 @@ class Job(Generic[P, R]):
             return None
         return self.headers.with_(expires=time.time() + self.expires_after)
 
+    async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """:meth:`delay` for async code (an ASGI view): the send runs in a thread
+        (``asyncio.to_thread``), so a wait for a router (``SEND_TIMEOUT``) or for
+        a ``guarantee`` job's ACK never blocks the event loop. ``await
+        handle.aresult(timeout=...)`` waits for its value."""
+        return await asyncio.to_thread(self.delay, *args, **kwargs)
+
+    async def asend(
+        self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None, **options: Any
+    ) -> JobHandle:
+        """:meth:`send` for async code, as :meth:`adelay` is :meth:`delay`."""
+        return await asyncio.to_thread(self.send, args, kwargs, **options)
+
     def delay_in(
         self, seconds: float | timedelta, /, *args: P.args, **kwargs: P.kwargs
     ) -> JobHandle:
@@ -588,6 +601,8 @@ class Job(Generic[P, R]):
                 span.end()
         if logger.isEnabledFor(logging.DEBUG):
             job_debug(logger, "sent", msgid, queue, job=self.name)
+        if handle_cls.expects_reply:  # its .wait() may come from another thread
+            remember_sender(msgid, client)
         events = job_events.listener  # None: nobody listens (the Django signals)
         if events is not None:
             events.sent(job_context.Lazy(self._context(msgid, queue, headers, args, kwargs)))

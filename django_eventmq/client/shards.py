@@ -26,11 +26,12 @@ hash, whatever ``SHARD_BY`` says, so an UNSCHEDULE finds its SCHEDULE.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django_eventmq.client import bulk as pipeline
@@ -218,7 +219,8 @@ class ShardedClient:
                 result.counts.setdefault(queue.decode(), pipeline.QueueCounts()).sent += 1
             return result
         spread = _Spread(self, window=window, ack_timeout=ack_timeout, give_up=give_up, batch=batch)
-        return spread.run(encoded)
+        with self._holding():
+            return spread.run(encoded)
 
     def request(
         self, queue: str, body_text: str, headers: Headers = EMPTY_HEADERS, msgid: str | None = None
@@ -277,6 +279,25 @@ class ShardedClient:
             return self.clients[index].next_part(job_msgid, timeout)
         return self._any(lambda client: client.next_part(job_msgid, 0), timeout)
 
+    def outcome_now(self, job_msgid: str) -> Outcome | None:
+        """The outcome of ``job_msgid`` if it is here now, from any thread
+        (:meth:`.Client.outcome_now` of the group that took it, or of each)."""
+        index = self._where.get(job_msgid)
+        for client in self.clients if index is None else (self.clients[index],):
+            found = client.outcome_now(job_msgid)
+            if found is not None:
+                return found
+        return None
+
+    @contextlib.contextmanager
+    def _holding(self) -> Iterator[None]:
+        """Every group's client's lock (around a use of their sockets that is not
+        one of their own methods: a poller, the send_many pipelines)."""
+        with contextlib.ExitStack() as stack:
+            for client in self.clients:
+                stack.enter_context(client.lock)
+            yield
+
     def seen(self, job_msgid: str) -> Outcome | None:
         """The outcome a handle already read, from whichever group's client has it."""
         for client in self.clients:
@@ -299,7 +320,8 @@ class ShardedClient:
             left = 1.0 if deadline is None else deadline - time.monotonic()
             if left <= 0:
                 return None
-            poller.poll(max(1, int(min(left, 1.0) * 1000)))
+            with self._holding():
+                poller.poll(max(1, int(min(left, 1.0) * 1000)))
 
     def drain(self) -> int:
         """Read what every group sent us without waiting; returns how many messages."""

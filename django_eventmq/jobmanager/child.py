@@ -17,8 +17,13 @@ Frames, parent -> child (first byte says what):
   what the job manager knows of the job (attempt, msgid, queue, headers:
   ``runtime.job_context.encode_line``, which never holds ``\\x1e`` or a line
   break), for ``current_job()`` and the job signals;
-- ``C<seq>``: cancel job ``seq`` if it has not started (answered with a
-  ``cancelled`` result; ignored when it already ran);
+- ``J*<seq>...``: the same for an ``async def`` job, which runs beside other
+  async jobs on the child's event loop (:mod:`.tasks`; at most
+  ``ASYNC_CONCURRENCY`` at once, in the order they came; a plain job waits
+  until they are done, and async jobs behind it wait for it);
+- ``C<seq>``: cancel job ``seq`` if it has not started, or if it is an async
+  job running on the loop (answered with a ``cancelled`` result; ignored
+  when it already ran);
 - ``X``: exit once the jobs before it are done.
 
 Outcome records come on a pipe of their own, ``R<JSON list>`` frames for
@@ -27,10 +32,11 @@ child writes them, so a record (a job's RUNNING row, its progress) never
 waits for the job the child is running.
 
 Child -> parent: ``U`` once ready (``Ur`` if the hooks module records
-results), ``F<why>`` when start-up failed (then it exits), ``A`` after a
-records batch, ``B<names>`` last, as it stops serving (``names``: the non-daemon
-threads a job left running, which keep the process from exiting; empty: none),
-``P<seq>\\n<{"value": ...} JSON>`` for a partial a running
+results; then, after a line break, the names of the registered ``async def``
+jobs it runs concurrently, one a line), ``F<why>`` when start-up failed (then
+it exits), ``A`` after a records batch, ``B<names>`` last, as it stops serving
+(``names``: the non-daemon threads a job left running, which keep the process
+from exiting; empty: none), ``P<seq>\\n<{"value": ...} JSON>`` for a partial a running
 job reports (:mod:`.progress`; at most ``PARTIAL_RATE`` a second per job), and
 per job ``D<seq>\\n<status>\\n<payload JSON>`` where status
 is one of ``protocol.status.CHILD_STATUSES``: ``ok`` (payload is the reply
@@ -42,6 +48,7 @@ ends: the job manager times the next job from it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import json
@@ -60,7 +67,7 @@ from types import ModuleType
 from typing import Any
 
 from django_eventmq.errors import InvalidJob, JobNotAllowed, SerializationError
-from django_eventmq.jobmanager import invoke, progress
+from django_eventmq.jobmanager import invoke, progress, tasks
 from django_eventmq.jobmanager.pipe import FrameReader, frame, write_all
 from django_eventmq.protocol import JobBody, encode_json, parse_job
 from django_eventmq.protocol.payload import MAX_JSON_BYTES, MAX_JSON_DEPTH
@@ -72,6 +79,8 @@ logger = logging.getLogger("django_eventmq.worker")
 
 # Frame kinds (first byte).
 JOB = b"J"
+#: How a ``J`` frame of an async job that runs beside others starts.
+ASYNC_JOB = b"J*"
 CANCEL = b"C"
 RECORDS = b"R"
 EXIT = b"X"
@@ -122,10 +131,13 @@ def encode_job(
     soft_timeout: int | None = None,
     trace: bytes = b"",
     context: bytes = b"",
+    concurrent: bool = False,
 ) -> bytes:
     """A ``J`` frame; ``trace``: the trace carrier of a traced job (runtime/tracing.py);
-    ``context``: its context line (``job_context.encode_line``)."""
-    head = b"J%d:%d" % (seq, soft_timeout) if soft_timeout else b"J%d" % seq
+    ``context``: its context line (``job_context.encode_line``); ``concurrent``: an
+    async job, run beside others (``J*``)."""
+    kind = ASYNC_JOB if concurrent else JOB
+    head = b"%s%d:%d" % (kind, seq, soft_timeout) if soft_timeout else b"%s%d" % (kind, seq)
     if trace:
         head += b"\t" + trace
     return b"%s%s%s\n%s" % (head, CONTEXT if context else b"", context, body_text.encode())
@@ -211,6 +223,79 @@ class JobRunner:
         inside the job (:mod:`.invoke`; async jobs run there too). ``context``: the
         job's context line (``current_job()`` while it runs).
         """
+        prepared = self._prepare(body, context)
+        if isinstance(prepared, tuple):
+            return prepared
+        token = job_context.enter(prepared.running)  # current_job() while it runs
+        try:
+            return self._call(prepared, report, soft_timeout)
+        finally:
+            job_context.leave(token)
+
+    def _call(
+        self,
+        prepared: _Prepared,
+        report: Callable[[str], object] | None,
+        soft_timeout: float | None,
+    ) -> tuple[JobStatus, str]:
+        job, running = prepared.job, prepared.running
+        events = job_events.listener  # None: nobody listens (the Django signals)
+        try:
+            self.hooks.before_job()
+            progress.set_reporter(report)
+            try:
+                if events is not None:
+                    events.started(running)
+                value = invoke.call(prepared.func, job.args, job.kwargs, soft_timeout)
+            finally:
+                progress.set_reporter(None)
+                self.hooks.after_job()
+        except BaseException as exc:  # a job's SystemExit must not end the child
+            if isinstance(exc, GeneratorExit):
+                raise
+            # KeyboardInterrupt too: children ignore SIGINT, so the job raised it
+            # itself; it fails that job, as any exception does, not the child.
+            return _failure(prepared, exc, events)
+        return _success(prepared, value, events)
+
+    async def run_async(
+        self, body: bytes | str, soft_timeout: float | None = None, context: bytes = b""
+    ) -> tuple[JobStatus, str]:
+        """:meth:`run` for an async job on the running event loop, beside others
+        (:mod:`.tasks`). A :class:`asyncio.CancelledError` (the job manager
+        cancelled it) is raised: the caller reports it. Progress goes where
+        :data:`.progress.task_reporter` says, in this task's context."""
+        prepared = self._prepare(body, context)
+        if isinstance(prepared, tuple):
+            return prepared
+        job, running = prepared.job, prepared.running
+        events = job_events.listener
+        # current_job(): set in this task's own context, so each job beside it
+        # sees its own.
+        token = job_context.enter(running)
+        try:
+            try:
+                self.hooks.before_job()
+                try:
+                    if events is not None:
+                        events.started(running)
+                    value = await invoke.call_async(
+                        prepared.func, job.args, job.kwargs, soft_timeout
+                    )
+                finally:
+                    self.hooks.after_job()
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:
+                if isinstance(exc, GeneratorExit):
+                    raise
+                return _failure(prepared, exc, events)
+            return _success(prepared, value, events)
+        finally:
+            job_context.leave(token)
+
+    def _prepare(self, body: bytes | str, context: bytes) -> _Prepared | tuple[JobStatus, str]:
+        """The job ``body`` names, ready to call, or why it is not run."""
         name = "?"
         try:
             job = parse_job(body, max_depth=self.max_json_depth, max_bytes=self.max_body_bytes)
@@ -222,54 +307,44 @@ class JobRunner:
             return JobStatus.REFUSED, _error_payload(name, exc, with_traceback=False)
         except Exception as exc:  # JobNotFound, or a class constructor that raised
             return JobStatus.FAILED, _error_payload(name, exc)
-        # current_job() while it runs (an async job's task copies it when made).
-        running = job_context.Running(context, job)
-        token = job_context.enter(running)
-        try:
-            return self._call(func, job, running, report, soft_timeout)
-        finally:
-            job_context.leave(token)
+        return _Prepared(job, func, job_context.Running(context, job))
 
-    def _call(
-        self,
-        func: Callable[..., Any],
-        job: JobBody,
-        running: job_context.Running,
-        report: Callable[[str], object] | None,
-        soft_timeout: float | None,
-    ) -> tuple[JobStatus, str]:
-        name = job.name
-        events = job_events.listener  # None: nobody listens (the Django signals)
-        try:
-            self.hooks.before_job()
-            progress.set_reporter(report)
-            try:
-                if events is not None:
-                    events.started(running)
-                value = invoke.call(func, job.args, job.kwargs, soft_timeout)
-            finally:
-                progress.set_reporter(None)
-                self.hooks.after_job()
-        except BaseException as exc:  # a job's SystemExit must not end the child
-            if isinstance(exc, GeneratorExit):
-                raise
-            # KeyboardInterrupt too: children ignore SIGINT, so the job raised it
-            # itself; it fails that job, as any exception does, not the child.
-            # The job's retry policy is known here only: its advice goes with it.
-            advice = retry_policy.advice(name, exc, time.time())
-            if events is not None:
-                _failed(events, running, exc, advice)
-            return JobStatus.FAILED, _error_payload(name, exc, retry=advice)
-        try:
-            payload = encode_json({"value": value})
-        except SerializationError as exc:
-            error = SerializationError(f"return value of {name} is not JSON-serialisable: {exc}")
-            if events is not None:
-                _failed(events, running, error, {})
-            return JobStatus.FAILED, _error_payload(name, error, with_traceback=False)
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    job: JobBody
+    func: Callable[..., Any]
+    #: What current_job() gives while it runs, and what the signals carry.
+    running: job_context.Running
+
+
+def _failure(
+    prepared: _Prepared, exc: BaseException, events: job_events.Listener | None
+) -> tuple[JobStatus, str]:
+    """A job that raised ``exc``: failed, with its retry policy's advice (known here
+    only); ``events`` hear it failed for good or is to be retried (the job manager
+    decides the same way, from the same advice: retry_policy.given_up)."""
+    name = prepared.job.name
+    advice = retry_policy.advice(name, exc, time.time())
+    if events is not None:
+        _failed(events, prepared.running, exc, advice)
+    return JobStatus.FAILED, _error_payload(name, exc, retry=advice)
+
+
+def _success(
+    prepared: _Prepared, value: Any, events: job_events.Listener | None
+) -> tuple[JobStatus, str]:
+    name = prepared.job.name
+    try:
+        payload = encode_json({"value": value})
+    except SerializationError as exc:
+        error = SerializationError(f"return value of {name} is not JSON-serialisable: {exc}")
         if events is not None:
-            events.succeeded(running, value)
-        return JobStatus.OK, payload
+            _failed(events, prepared.running, error, {})
+        return JobStatus.FAILED, _error_payload(name, error, with_traceback=False)
+    if events is not None:
+        events.succeeded(prepared.running, value)
+    return JobStatus.OK, payload
 
 
 def _failed(
@@ -278,8 +353,7 @@ def _failed(
     exc: BaseException,
     advice: dict[str, Any],
 ) -> None:
-    """Tell ``events`` the job failed: for good, or to be retried (the job manager
-    decides the same way, from the same advice: retry_policy.given_up)."""
+    """Tell ``events`` the job failed: for good, or to be retried."""
     context = running.context()
     retry_count = context.headers.retry_count
     if retry_policy.given_up(context.attempt, retry_count, advice):
@@ -360,9 +434,13 @@ def child_main(
         max_body_bytes=settings.max_body_bytes,
     )
     can_record = loaded.record_results is not None
-    write_all(out, frame(UP + (CAN_RECORD if can_record else b"")))
+    limit = settings.async_concurrency
+    # The async jobs this child runs beside each other: the job manager flags them.
+    concurrent = "\n".join(registry.async_names()) if limit > 1 else ""
+    up = UP + (CAN_RECORD if can_record else b"")
+    write_all(out, frame(up + b"\n" + concurrent.encode() if concurrent else up))
     try:
-        serve(fd, runner, records.fileno() if can_record else None, out)
+        serve(fd, runner, records.fileno() if can_record else None, out, async_limit=limit)
     finally:
         invoke.close_loop()
         # What is left is exiting, which a job's non-daemon thread can hold up for
@@ -378,12 +456,17 @@ def child_main(
 
 
 #: A job waiting in the child: (seq, soft time limit or None, body, trace carrier,
-#: context line).
-_Queued = tuple[bytes, int | None, bytes, bytes, bytes]
+#: context line, runs beside other async jobs).
+_Queued = tuple[bytes, int | None, bytes, bytes, bytes, bool]
 
 
 def serve(
-    fd: int, runner: JobRunner, records_fd: int | None = None, out_fd: int | None = None
+    fd: int,
+    runner: JobRunner,
+    records_fd: int | None = None,
+    out_fd: int | None = None,
+    *,
+    async_limit: int = 1,
 ) -> None:
     """Run jobs arriving on ``fd`` until it closes or says exit; what we say
     goes to ``out_fd`` (None: ``fd`` too, a socket).
@@ -418,14 +501,23 @@ def serve(
     try:
         # A result is written once the job is over and its soft limit disarmed:
         # no shield needed (say, not send).
-        _serve(fd, runner, gate, say)
+        concurrent = None
+        if async_limit > 1:
+            concurrent = tasks.AsyncJobs(
+                runner.run_async, async_limit, say, encode_result, encode_partial
+            )
+        _serve(fd, runner, gate, say, concurrent)
     finally:
         if recording is not None:
             recording.finish()
 
 
 def _serve(
-    fd: int, runner: JobRunner, gate: progress.PartialGate, send: Callable[[bytes], bool]
+    fd: int,
+    runner: JobRunner,
+    gate: progress.PartialGate,
+    send: Callable[[bytes], bool],
+    concurrent: tasks.AsyncJobs | None = None,
 ) -> None:
     reader = FrameReader(fd)
     waiting = select.poll()
@@ -435,21 +527,33 @@ def _serve(
     # asking the pipe again (a system call a job, when jobs come one at a time).
     drained = False
     while True:
-        if not jobs or (not drained and waiting.poll(0)):
-            try:
-                frames = reader.read()
-            except (EOFError, OSError):
-                return  # the job manager went away
-            drained = reader.drained
-            for data in frames:
-                if not _take(data, jobs, send):
+        if concurrent is not None and concurrent.running:
+            # Async jobs run: the next job starts only if it is async and there is
+            # room; otherwise turn their loop until one ends or the job manager
+            # writes (a job, a cancel). The pipe is read before each start.
+            if not _can_start(jobs, concurrent):
+                concurrent.wait(fd)
+                if concurrent.broken:
                     return
+            if waiting.poll(0):
+                if not _read(reader, jobs, send, concurrent):
+                    return
+                continue
+            if not _can_start(jobs, concurrent):
+                continue
+        elif not jobs or (not drained and waiting.poll(0)):
+            if not _read(reader, jobs, send, concurrent):
+                return
+            drained = reader.drained
             continue
         drained = False
         item = jobs.popleft()
         if item is None:
             return
-        seq, soft, body, trace, context = item
+        seq, soft, body, trace, context, is_async = item
+        if is_async and concurrent is not None:
+            concurrent.start(seq, soft, body, trace, context)
+            continue
         gate.start(seq)
         if trace:
             with tracing.running(trace):  # the job's run span
@@ -461,17 +565,50 @@ def _serve(
             return
 
 
-def _take(data: bytes, jobs: deque[_Queued | None], send: Callable[[bytes], bool]) -> bool:
+def _read(
+    reader: FrameReader,
+    jobs: deque[_Queued | None],
+    send: Callable[[bytes], bool],
+    concurrent: tasks.AsyncJobs | None,
+) -> bool:
+    """Take in what the job manager wrote; False when the child should stop."""
+    try:
+        frames = reader.read()
+    except (EOFError, OSError):
+        return False  # the job manager went away
+    return all(_take(data, jobs, send, concurrent) for data in frames)
+
+
+def _can_start(jobs: deque[_Queued | None], concurrent: tasks.AsyncJobs | None) -> bool:
+    """While async jobs run: the next job is async and there is room for it
+    (a plain job, and the exit, wait until they are done)."""
+    if not jobs:
+        return False
+    head = jobs[0]
+    return head is not None and head[5] and concurrent is not None and concurrent.has_room()
+
+
+def _take(
+    data: bytes,
+    jobs: deque[_Queued | None],
+    send: Callable[[bytes], bool],
+    concurrent: tasks.AsyncJobs | None = None,
+) -> bool:
     """Handle one frame from the job manager; False when the child should stop."""
     kind = data[:1]
     if kind == JOB:
-        jobs.append(decode_job_frame(data))
+        if data[:2] == ASYNC_JOB:
+            jobs.append((*decode_job_frame(data[1:]), True))
+        else:
+            jobs.append((*decode_job_frame(data), False))
     elif kind == CANCEL:
         seq = data[1:]
         for item in jobs:
             if item is not None and item[0] == seq:
                 jobs.remove(item)
                 return send(encode_result(seq, JobStatus.CANCELLED, ""))
+        if concurrent is not None:
+            concurrent.cancel(seq)  # a running async job: its task reports it
     elif kind == EXIT:
         jobs.append(None)
     else:

@@ -45,6 +45,12 @@ class Child:
     queued_bytes: int = 0
     #: monotonic time the running (first) job started.
     head_since: float = 0.0
+    #: Async jobs among ``inflight`` (flagged ``J*``: they run beside each other).
+    concurrent: set[int] = field(default_factory=set)
+    #: seq -> monotonic start of the async jobs it runs now, as far as we know: the
+    #: first of ``inflight``, in order, up to ASYNC_CONCURRENCY, up to a plain job
+    #: (the child's rule, :mod:`.tasks`).
+    tasks: dict[int, float] = field(default_factory=dict)
     #: Frames queued by assign(), written by flush().
     outgoing: list[bytes] = field(default_factory=list)
     #: Our end of the child's records pipe.
@@ -119,8 +125,37 @@ class Child:
 
     @property
     def head(self) -> int | None:
-        """The seq of the job it is running, if any."""
+        """The seq of the job it is running, if any (the first of those it runs)."""
         return next(iter(self.inflight), None)
+
+    def runs(self, seq: int) -> bool:
+        """Job ``seq`` is running in it (not waiting in its pipe)."""
+        return seq in self.tasks or seq == self.head
+
+    def start_tasks(self, now: float, limit: int) -> list[int]:
+        """Mark the async jobs it starts now running, as the child's rule says; which.
+
+        Its jobs run in order: the async ones at the front, up to ``limit``,
+        beside each other; a plain job ends the run of them.
+        """
+        tasks, concurrent = self.tasks, self.concurrent
+        started: list[int] = []
+        for seq, (msgid, size) in self.inflight.items():
+            if seq in tasks:
+                continue
+            if seq not in concurrent or len(tasks) >= limit:
+                break
+            tasks[seq] = now
+            if size:  # it left the pipe
+                self.queued_bytes -= size
+                self.inflight[seq] = (msgid, 0)
+            started.append(seq)
+        return started
+
+    def forget(self, seq: int) -> None:
+        """Job ``seq`` is no longer in it."""
+        self.concurrent.discard(seq)
+        self.tasks.pop(seq, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +171,9 @@ class Lost:
 
 @dataclass(slots=True)
 class Taken:
-    """What a stopped child held: jobs not started, records not yet handled."""
+    """What a stopped child held: jobs not started, records not yet handled, and
+    the jobs it was running (several when async jobs ran beside each other)."""
 
     queued: list[int]
     records: list[bytes]
+    running: list[int] = field(default_factory=list)

@@ -49,8 +49,27 @@ class Credit:
     def slots(self) -> int:
         """Jobs we take at once: one per worker process plus the current prefetch,
         plus, while autoscaling with every child busy, one per child we could
-        still start (the jobs they bring say how many to start)."""
-        return self.pool.size + self.prefetch.value + self._headroom
+        still start (the jobs they bring say how many to start), plus room for
+        async jobs (:meth:`async_slots`)."""
+        base = self.pool.size + self.prefetch.value + self._headroom
+        if not self.pool.async_names:
+            return base
+        return base + self.async_slots()
+
+    def async_slots(self) -> int:
+        """Slots for async jobs, which run ASYNC_CONCURRENCY to a process.
+
+        The router cannot say what the next job is, so this room follows the
+        work: each async job we hold takes no slot of the processes and opens
+        one more, up to ASYNC_CONCURRENCY per process (a burst of them doubles
+        the credit each round trip: 50 are here within a few ms); without
+        async jobs held there is none, so plain jobs are not taken in by the
+        hundred. A plain job taken through it waits for the async jobs before
+        it in its process (or for a free one).
+        """
+        held = sum(1 for job in self.jobs.values() if job.concurrent)
+        room = self.pool.size * self.pool.async_limit
+        return held + min(held, max(0, room - held))
 
     def _top_up(self) -> None:
         """Send READY until the router holds one per free slot; UNREADY for too many.

@@ -152,6 +152,46 @@ def call(func: Callable[..., Any], args: Any, kwargs: Any, soft: float | None = 
     return value
 
 
+async def call_async(
+    func: Callable[..., Any], args: Any, kwargs: Any, soft: float | None = None
+) -> Any:
+    """:func:`call` for an async job on the running loop, beside others (no SIGALRM:
+    the soft limit cancels this task only, as :func:`run_async` does).
+
+    A job the job manager flagged async that turns out plain (a changed module)
+    just runs, blocking the loop while it does.
+    """
+    value = func(*args, **kwargs)
+    kind = type(value)
+    if kind is GeneratorType:
+        return _run_generator(value)
+    if kind is AsyncGeneratorType:
+        value = _drain(value)
+    elif kind is not CoroutineType:
+        return value
+    if not soft:
+        return await value
+    message = _message(soft)
+    task = asyncio.current_task()
+    assert task is not None  # called in its own task (.tasks)
+    fired = False
+
+    def expire() -> None:
+        nonlocal fired
+        fired = True
+        task.cancel(message)  # the job sees why, as with run_async
+
+    timer = asyncio.get_running_loop().call_later(soft, expire)
+    try:
+        return await value
+    except asyncio.CancelledError:
+        if fired:
+            raise SoftTimeLimitExceeded(message) from None
+        raise
+    finally:
+        timer.cancel()
+
+
 def _run_generator(gen: GeneratorType[Any, None, Any]) -> Any:
     """Report each value a generator job yields; its ``return`` value is the result."""
     while True:

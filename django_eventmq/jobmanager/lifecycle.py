@@ -46,6 +46,12 @@ SKIP_MOVE = "move"
 #: Recorded jobs whose worker process died, kept (the latest) until the router says
 #: whether it set one aside (:meth:`Lifecycle.set_aside`); it says so right away.
 DIED_KEPT = 1000
+#: An async job past its ``timeout``: its task was cancelled (the others on the loop go on).
+SKIP_TIMEOUT = "timeout"
+
+#: Seconds a running async job gets to end once its task was cancelled (a cancel, its
+#: timeout) before its process is stopped: one that blocks the loop never sees it.
+ASYNC_CANCEL_GRACE = 2.0
 
 
 @dataclass(slots=True, eq=False)
@@ -80,6 +86,11 @@ class ManagedJob:
     trace: bytes = b""
     #: The headers it was sent with: a dead letter keeps their options (timeout, priority...).
     headers: Headers | None = None
+    #: An ``async def`` job: it runs beside others on its child's event loop (:mod:`.tasks`);
+    #: None until the children said which jobs are (:meth:`Lifecycle.kind`).
+    concurrent: bool | None = None
+    #: Monotonic time by which its cancelled task must have ended (0: not cancelled).
+    cancel_by: float = 0.0
 
 
 def context_line(job: ManagedJob) -> bytes:
@@ -165,6 +176,20 @@ class Lifecycle:
         self._seq += 1
         self.jobs[self._seq] = job
         self.pending.append(self._seq)
+        self.kind(job)  # now if known, so the credit follows at once
+
+    def kind(self, job: ManagedJob) -> bool:
+        """Whether ``job`` is async, once the children said which jobs are (a job
+        that came before stays undecided until it is handed to a child, which is UP)."""
+        concurrent = job.concurrent
+        if concurrent is None:
+            pool = self.pool
+            if not pool.kinds_known:
+                return False
+            names = pool.async_names
+            # Only where async jobs are registered: a look into the body.
+            concurrent = job.concurrent = bool(names) and job_name(job.body_text) in names
+        return concurrent
 
     def dispatch(self, now: float, *, idle_only: bool = False) -> None:
         """Hand pending jobs to children that can take them, one write per child.
@@ -187,22 +212,29 @@ class Lifecycle:
                 del jobs[pending.popleft()]
                 self._expired(job, now)
                 continue
-            child = pick(len(job.body_text) + 16)
+            concurrent = self.kind(job)
+            child = pick(len(job.body_text) + 16, concurrent)
             if child is None:
                 break
             seq = pending.popleft()
             job.child = child
-            idle = not child.inflight
-            context = context_line(job)
-            pool.assign(
-                child, seq, job.msgid, job.body_text, now, job.soft_timeout, job.trace, context
+            starts = pool.assign(
+                child,
+                seq,
+                job.msgid,
+                job.body_text,
+                now,
+                job.soft_timeout,
+                job.trace,
+                context_line(job),
+                concurrent,
             )
             self.stats.dispatched[job.queue] += 1
             if len(child.outgoing) == 1:
                 touched.append(child)
-            if idle:
+            if starts:
                 job.began = now
-            if idle and job.record:
+            if starts and job.record:
                 self._started(job, child)
         for child in touched:
             try:
@@ -220,14 +252,22 @@ class Lifecycle:
         self.finish(results, now)
         head = child.head
         if head is not None:
-            job = self.jobs.get(head)
-            if job is not None and not job.began:
-                job.began = now
-            if job is not None and job.record and job.started is None:
-                self._started(job, child)
+            self._running(child, head, now)
+        for seq, since in child.tasks.items():  # async jobs that took the freed room
+            self._running(child, seq, since)
         if child.status is Status.RETIRING:
             self.wake_supervisor()  # let it go and start its replacement now
         return True
+
+    def _running(self, child: Child, seq: int, since: float) -> None:
+        """Job ``seq`` runs in ``child`` (since ``since``, if that is news)."""
+        job = self.jobs.get(seq)
+        if job is None:
+            return
+        if not job.began:
+            job.began = since
+        if job.record and job.started is None:
+            self._started(job, child)
 
     # -- partials (see .progress) -----------------------------------------------------
     def _take_partials(self, child: Child, now: float) -> None:
@@ -304,15 +344,15 @@ class Lifecycle:
 
     def renew(self, now: float) -> int:
         """Warm restart (SIGHUP): the pool's children are replaced; the jobs queued in
-        the old ones behind the job each runs are taken back for the new ones (old
+        the old ones behind the jobs each runs are taken back for the new ones (old
         code runs no job from now on), and idle old ones are told to exit at once.
         How many children are replaced."""
         old = self.pool.renew()
         jobs = self.jobs
         for child in old:
-            for seq in list(child.inflight)[1:]:
+            for seq in list(child.inflight):
                 job = jobs.get(seq)
-                if job is not None and not job.skip:
+                if job is not None and not job.skip and not child.runs(seq):
                     job.skip = SKIP_MOVE  # its child answers "cancelled" (not started)
                     self.pool.cancel(child, seq)
         self.pool.check(now)
@@ -402,6 +442,8 @@ class Lifecycle:
         """Its child skipped it as asked."""
         if job.skip == SKIP_NACK:
             self._nack(job, "stopping")
+        elif job.skip == SKIP_TIMEOUT:
+            self._timed_out(job, time.monotonic())
         else:
             self._cancelled(job)
 
@@ -496,6 +538,10 @@ class Lifecycle:
         for child in list(self.pool.children.values()):
             if not child.inflight or child.status not in (Status.UP, Status.RETIRING):
                 continue
+            if child.tasks and self._check_tasks(child, now):
+                continue
+            if child.head in child.tasks:
+                continue  # an async job: _check_tasks times it
             job = self.jobs.get(child.head or 0)
             if job is None or not job.timeout or now - child.head_since < job.timeout:
                 continue
@@ -503,26 +549,73 @@ class Lifecycle:
             seq = child.head
             if seq is None or self.jobs.get(seq) is not job:
                 continue
-            name = job_name(job.body_text)
-            logger.warning(
-                "job timed out msgid=%s job=%s queue=%s after %ds; stopping worker pid=%d",
-                job.msgid,
-                name,
-                job.queue,
-                job.timeout,
-                child.pid,
-                extra=job_fields(job.msgid, job.queue, name),
-            )
-            self.stop_child(child, now)
+            _log_timeout(job, f"stopping worker pid={child.pid}")
             del self.jobs[seq]
-            if job.record:
-                error = outcomes.error_info("TimeoutError", f"timeout of {job.timeout}s")
-                self._record(job, JobStatus.TIMED_OUT, now, error=error)
-            self._report(job, JobStatus.TIMEOUT, outcomes.timeout_payload(job.timeout))
+            self.stop_child(child, now)
+            self._timed_out(job, now)
+
+    def _timed_out(self, job: ManagedJob, now: float) -> None:
+        if job.record:
+            error = outcomes.error_info("TimeoutError", f"timeout of {job.timeout}s")
+            self._record(job, JobStatus.TIMED_OUT, now, error=error)
+        self._report(job, JobStatus.TIMEOUT, outcomes.timeout_payload(job.timeout))
+
+    def _check_tasks(self, child: Child, now: float) -> bool:
+        """Cancel the task of each async job of ``child`` past its ``timeout`` (the
+        others on the loop go on); stop the child if a cancelled one did not end
+        within :data:`ASYNC_CANCEL_GRACE`. True if it was stopped."""
+        for seq, since in list(child.tasks.items()):
+            job = self.jobs.get(seq)
+            if job is None:
+                continue
+            if job.cancel_by:
+                if now < job.cancel_by:
+                    continue
+                self.receive(child, now)  # it may have just ended
+                if self.jobs.get(seq) is not job:
+                    continue
+                logger.warning(
+                    "async job msgid=%s did not end within %gs of its cancel (it blocks "
+                    "the event loop?); stopping worker pid=%d and the jobs it runs",
+                    job.msgid,
+                    ASYNC_CANCEL_GRACE,
+                    child.pid,
+                )
+                del self.jobs[seq]
+                self.stop_child(child, now)
+                if job.skip == SKIP_TIMEOUT:
+                    self._timed_out(job, now)
+                else:
+                    self._cancelled(job)
+                return True
+            if job.timeout and now - since >= job.timeout:
+                _log_timeout(job, f"cancelling its task in worker pid={child.pid}")
+                self._cancel_task(child, seq, job, SKIP_TIMEOUT, now)
+        return False
+
+    def _cancel_task(self, child: Child, seq: int, job: ManagedJob, why: str, now: float) -> None:
+        """Ask ``child`` to cancel the task of running async job ``seq``."""
+        job.skip = why
+        job.cancel_by = now + ASYNC_CANCEL_GRACE
+        self.pool.cancel(child, seq)
 
     def stop_child(self, child: Child, now: float) -> None:
-        """Kill ``child``; its queued jobs and unhandled records go to other children."""
+        """Kill ``child``; its queued jobs and unhandled records go to other children.
+
+        The caller takes the job it stopped it for out of :attr:`jobs` first and
+        reports it; other async jobs it was running beside it are reported lost,
+        as if it had died (or cancelled or timed out, if they were being)."""
         taken = self.pool.kill(child, now)
+        for seq in taken.running:
+            job = self.jobs.pop(seq, None)
+            if job is None:  # the caller's (it took it out first)
+                continue
+            if job.skip == SKIP_TIMEOUT:
+                self._timed_out(job, now)
+            elif job.skip == SKIP_CANCEL:
+                self._cancelled(job)
+            else:
+                self._lost_job(job, child.pid, None, now)
         self._hand_back(taken.queued)
         self.resend_records(taken.records)
         self.wake_supervisor()
@@ -558,28 +651,35 @@ class Lifecycle:
             job = self.jobs.pop(item.seq, None)
             if job is None:
                 continue
-            message = f"worker process pid={item.pid} exited with code {item.exitcode} running it"
-            name = job_name(job.body_text)
-            logger.warning(
-                "job lost msgid=%s job=%s queue=%s: %s",
-                job.msgid,
-                name,
-                job.queue,
-                message,
-                extra=job_fields(job.msgid, job.queue, name),
-            )
-            if job.record:
-                # Our router hands it out again (a new run, in another process);
-                # a reference router takes the death as the job's failure.
-                redelivered = self._router_retries_job(job)
-                status = JobStatus.RETRYING if redelivered else JobStatus.FAILED
-                error = outcomes.error_info("WorkerDied", message)
-                self._record(job, status, now, error=error)
-                if redelivered:
-                    self._keep_died(job, message)
-            self._report(job, JobStatus.DIED, outcomes.error_payload("WorkerDied", message))
+            self._lost_job(job, item.pid, item.exitcode, now)
         self._hand_back(requeue)
         return len(lost)
+
+    def _lost_job(self, job: ManagedJob, pid: int, exitcode: int | None, now: float) -> None:
+        """``job`` was running in a process that died (or was stopped for another job)."""
+        if exitcode is None:
+            message = f"worker process pid={pid} was stopped running it (for another job)"
+        else:
+            message = f"worker process pid={pid} exited with code {exitcode} running it"
+        name = job_name(job.body_text)
+        logger.warning(
+            "job lost msgid=%s job=%s queue=%s: %s",
+            job.msgid,
+            name,
+            job.queue,
+            message,
+            extra=job_fields(job.msgid, job.queue, name),
+        )
+        if job.record:
+            # Our router hands it out again (a new run, in another process);
+            # a reference router takes the death as the job's failure.
+            redelivered = self._router_retries_job(job)
+            status = JobStatus.RETRYING if redelivered else JobStatus.FAILED
+            error = outcomes.error_info("WorkerDied", message)
+            self._record(job, status, now, error=error)
+            if redelivered:
+                self._keep_died(job, message)
+        self._report(job, JobStatus.DIED, outcomes.error_payload("WorkerDied", message))
 
     # -- cancel and shutdown ---------------------------------------------------------
     def find(self, msgid: str) -> tuple[int, ManagedJob] | None:
@@ -603,13 +703,17 @@ class Lifecycle:
         self.receive(child, now)  # settle what it already finished
         if self.jobs.get(seq) is not job:
             return  # it finished meanwhile and was reported
+        if seq in child.tasks:  # an async job: only its task is cancelled
+            logger.info("cancelling running async job msgid=%s in worker pid=%d", msgid, child.pid)
+            self._cancel_task(child, seq, job, SKIP_CANCEL, now)
+            return
         if child.head != seq:
             job.skip = SKIP_CANCEL
             self.pool.cancel(child, seq)
             return
         logger.info("cancelling running job msgid=%s: stopping worker pid=%d", msgid, child.pid)
-        self.stop_child(child, now)
         del self.jobs[seq]
+        self.stop_child(child, now)
         self._cancelled(job)
 
     def _keep_died(self, job: ManagedJob, message: str) -> None:
@@ -673,7 +777,7 @@ class Lifecycle:
             if child is None:
                 del self.jobs[seq]
                 self._nack(job, "stopping")
-            elif child.head != seq and job.skip != SKIP_CANCEL:
+            elif not child.runs(seq) and job.skip not in (SKIP_CANCEL, SKIP_TIMEOUT):
                 if not job.skip:  # SKIP_MOVE: its cancel is on its way already
                     self.pool.cancel(child, seq)
                 job.skip = SKIP_NACK
@@ -682,6 +786,19 @@ class Lifecycle:
             self._retries.clear()
         else:
             self._drop_stale_entries()
+
+
+def _log_timeout(job: ManagedJob, action: str) -> None:
+    name = job_name(job.body_text)
+    logger.warning(
+        "job timed out msgid=%s job=%s queue=%s after %ds; %s",
+        job.msgid,
+        name,
+        job.queue,
+        job.timeout,
+        action,
+        extra=job_fields(job.msgid, job.queue, name),
+    )
 
 
 #: The header options a dead letter keeps, so the admin's retry sends the job as it was sent.

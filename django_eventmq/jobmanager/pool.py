@@ -112,6 +112,12 @@ class Pool:
         self._renewing = False
         #: True/False once a child said whether the hooks record results.
         self.can_record: bool | None = None
+        #: ``async def`` jobs the children run beside each other (they say at start-up),
+        #: and how many at once per child (ASYNC_CONCURRENCY).
+        self.async_names: frozenset[str] = frozenset()
+        #: A child said which they are (before that, no job is known to be async).
+        self.kinds_known = False
+        self.async_limit = settings.async_concurrency
 
     # -- starting ----------------------------------------------------------
     def spawn(self, now: float | None = None) -> Child:
@@ -228,10 +234,13 @@ class Pool:
         return self.prefetch.depth
 
     # -- talking to children -----------------------------------------------
-    def pick(self, size: int) -> Child | None:
-        """The least busy child that can take a job of ``size`` bytes now, if any."""
+    def pick(self, size: int, concurrent: bool = False) -> Child | None:
+        """The least busy child that can take a job of ``size`` bytes now, if any
+        (``concurrent``: an async job, run beside ASYNC_CONCURRENCY others)."""
         best: Child | None = None
         depth = self.prefetch.depth
+        if concurrent:
+            depth += self.async_limit - 1
         for child in self.children.values():
             if child.status is not Status.UP:
                 continue
@@ -243,7 +252,7 @@ class Pool:
                 best = child
         return best
 
-    def pick_idle(self, size: int = 0) -> Child | None:
+    def pick_idle(self, size: int = 0, concurrent: bool = False) -> Child | None:
         """A child that runs no job and can take one now, if any (``size``: as for
         :meth:`pick`; one job always fits an idle child)."""
         for child in self.children.values():
@@ -261,26 +270,36 @@ class Pool:
         soft_timeout: int | None = None,
         trace: bytes = b"",
         context: bytes = b"",
-    ) -> None:
-        """Queue one job for ``child``; :meth:`flush` writes it.
+        concurrent: bool = False,
+    ) -> bool:
+        """Queue one job for ``child``; :meth:`flush` writes it. True if it starts
+        at once (the child was idle, or it is an async job with room beside others).
 
         ``soft_timeout``: seconds after which the child raises
         ``SoftTimeLimitExceeded`` inside the job (the hard timeout is the
         lifecycle's to enforce). ``trace``: a traced job's carrier (runtime/tracing.py);
         ``context``: its context line (runtime/job_context.py).
+        ``concurrent``: an async job, run beside others (:mod:`.tasks`).
         """
-        data = frame(child_side.encode_job(seq, body_text, soft_timeout, trace, context))
-        if child.inflight:
-            size = len(data)
-            child.queued_bytes += size
-        else:
+        data = frame(
+            child_side.encode_job(seq, body_text, soft_timeout, trace, context, concurrent)
+        )
+        idle = not child.inflight
+        if idle:
             size = 0
             child.head_since = now
+        else:
+            size = len(data)
+            child.queued_bytes += size
         child.inflight[seq] = (msgid, size)
         child.outgoing.append(data)
         child.assigned += 1
         if self.max_jobs and child.assigned >= self.max_jobs:
             child.status = Status.RETIRING
+        if concurrent:
+            child.concurrent.add(seq)
+            return bool(child.start_tasks(now, self.async_limit))
+        return idle
 
     def send(
         self,
@@ -361,7 +380,11 @@ class Pool:
             if kind == child_side.RESULT:
                 seq, status, payload = child_side.decode_result(data)
                 entry = inflight.pop(seq, None)
-                if entry is not None and status not in NOT_RUN:  # refused or skipped: not timed
+                if child.concurrent and seq in child.concurrent:
+                    # It ran beside others: its time is not the process's, so no
+                    # measure for the prefetch.
+                    child.forget(seq)
+                elif entry is not None and status not in NOT_RUN:  # refused or skipped: not timed
                     # A result read together with the one before it ran in between: 0 s.
                     self.prefetch.observe(at - child.head_since)
                 if entry is not None and entry[1]:
@@ -396,6 +419,8 @@ class Pool:
                 child.lingering = data[1:].decode(errors="replace")
                 if child.lingering and child.exit_by:
                     child.exit_by = min(child.exit_by, at + EXIT_GRACE)
+        if results and child.concurrent:
+            child.start_tasks(at, self.async_limit)  # those that took the freed room
         return results
 
     def _up(self, child: Child, caps: bytes) -> None:
@@ -403,7 +428,11 @@ class Pool:
             child.status = Status.UP
             logger.debug("worker child pid=%d up", child.pid)
         child.was_up = True
+        caps, _, names = caps.partition(b"\n")
         child.can_record = child_side.CAN_RECORD in caps
+        if names:  # every child imports the same job modules
+            self.async_names = frozenset(names.decode().split("\n"))
+        self.kinds_known = True
         self.can_record = child.can_record
         self._start_failures = 0
         self._failure_logged = False
@@ -434,10 +463,14 @@ class Pool:
         Its running job is the caller's to report; the jobs queued behind it
         and its unhandled records are handed back so nothing is lost.
         """
-        taken = Taken(queued=list(child.inflight)[1:], records=list(child.records))
+        running = [seq for seq in child.inflight if child.runs(seq)]
+        queued = [seq for seq in child.inflight if not child.runs(seq)]
+        taken = Taken(queued=queued, records=list(child.records), running=running)
         if child.inflight:  # a job that ran past its timeout (or was cancelled) ran this long
             self.prefetch.observe(_now(now) - child.head_since)
         child.inflight.clear()
+        child.concurrent.clear()
+        child.tasks.clear()
         child.records.clear()
         child.outgoing.clear()
         child.partials.clear()
@@ -498,9 +531,8 @@ class Pool:
                 logger.warning(
                     "worker child pid=%d exited with code %s; replacing it", child.pid, code
                 )
-            head = child.head
             lost.extend(
-                Lost(seq=seq, msgid=msgid, pid=child.pid, exitcode=code, started=seq == head)
+                Lost(seq=seq, msgid=msgid, pid=child.pid, exitcode=code, started=child.runs(seq))
                 for seq, (msgid, _size) in child.inflight.items()
             )
             child.process.close()

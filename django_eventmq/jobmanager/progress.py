@@ -15,6 +15,7 @@ checks its value and does nothing else.
 
 from __future__ import annotations
 
+import contextvars
 import heapq
 import itertools
 import threading
@@ -32,6 +33,11 @@ PARTIAL_INTERVAL = 1.0 / PARTIAL_RATE
 
 #: Set by the worker child around each job: sends one encoded partial payload.
 _reporter: Callable[[str], object] | None = None
+#: The same for an async job running beside others on the child's event loop: set
+#: in its task's own context, so each reports as itself (:mod:`.tasks`).
+task_reporter: contextvars.ContextVar[Callable[[str], object] | None] = contextvars.ContextVar(
+    "emq_task_reporter", default=None
+)
 
 
 def encode_partial(value: Any) -> str:
@@ -59,7 +65,7 @@ def progress(value: Any) -> None:
     Outside a job run by a job manager it does nothing.
     """
     text = encode_partial(value)
-    report = _reporter
+    report = _reporter or task_reporter.get()
     if report is not None:
         report(text)
 

@@ -43,11 +43,13 @@ class RunningReport:
         ``now`` is the monotonic clock the jobs' ``began`` times are on."""
         per_link: dict[int, dict[str, tuple[int, float]]] = {}
         for child in children:
-            seq = child.head
-            job = None if seq is None else jobs.get(seq)
-            if job is None or not job.began:
-                continue  # idle, or its job not seen starting yet
-            per_link.setdefault(job.link, {})[job.msgid] = (child.pid, max(0.0, now - job.began))
+            # The job it runs, and the async jobs running beside it.
+            for seq in dict.fromkeys((child.head, *child.tasks)):
+                job = None if seq is None else jobs.get(seq)
+                if job is None or not job.began:
+                    continue  # idle, or its job not seen starting yet
+                since = max(0.0, now - job.began)
+                per_link.setdefault(job.link, {})[job.msgid] = (child.pid, since)
         for index, link in enumerate(links):
             running = per_link.get(index, {})
             shape = frozenset((msgid, pid) for msgid, (pid, _) in running.items())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -56,6 +57,18 @@ def unregister(name: str) -> None:
 def registered_names() -> list[str]:
     with _lock:
         return sorted(_jobs)
+
+
+def async_names() -> list[str]:
+    """Registered jobs that are ``async def`` (coroutine or async generator functions):
+    a worker process runs several of them at once on its event loop."""
+    with _lock:
+        jobs = list(_jobs.items())
+    return sorted(
+        name
+        for name, func in jobs
+        if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func)
+    )
 
 
 def import_job_modules(modules: Iterable[str]) -> list[str]:

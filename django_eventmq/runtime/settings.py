@@ -105,6 +105,12 @@ class Settings:
     prefetch_budget: float = 0.05
     #: A worker process is replaced after running this many jobs (0: never).
     max_jobs_per_child: int = 0
+    #: ``async def`` jobs one worker process runs at once on its event loop (1: one
+    #: job at a time, as plain jobs). 100 by default: an async job mostly waits
+    #: (network, sleeps), and a hundred waiting coroutines cost a few MB and little
+    #: CPU, while more would make one process's jobs wait on each other's CPU
+    #: slices and hold more jobs away from other job managers.
+    async_concurrency: int = 100
     #: Seconds between heartbeats, and of silence after which a peer is dead (eMQP
     #: HEARTBEATs of job managers and schedulers; ZMTP heartbeats on clients' sockets).
     heartbeat_interval: float = C.HEARTBEAT_INTERVAL
@@ -317,6 +323,7 @@ class Settings:
         _positive("prefetch", self.prefetch, whole=True, allow_zero=True)
         _positive("prefetch_budget", self.prefetch_budget, allow_zero=True)
         _positive("max_jobs_per_child", self.max_jobs_per_child, whole=True, allow_zero=True)
+        _positive("async_concurrency", self.async_concurrency, whole=True)
         if self.scheduler_catchup not in ("once", "skip", "all"):
             raise ConfigurationError(
                 "SCHEDULER_CATCHUP: expected 'once', 'skip' or 'all', "

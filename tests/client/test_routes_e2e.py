@@ -27,7 +27,7 @@ ROUTES = {
 def frontend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     journal = tmp_path_factory.mktemp("routes-e2e") / "journal.sqlite3"
     queues = ("--queues", "email:10,billing:10,pinned:10,default:10,never:10")
-    with router_and_jobmanager(journal, 2, M, *queues) as (front, _router):
+    with router_and_jobmanager(journal, 2, module=M, extra=queues) as (front, _router):
         yield front
 
 

@@ -119,6 +119,29 @@ def test_a_retried_run_sends_job_retrying_then_the_next_run_its_own(client: Stac
     ]
 
 
+def test_async_jobs_running_at_once_send_their_own_signals(client: Stack) -> None:
+    broken = signal_jobs.async_breaks.delay(7)
+    others = [signal_jobs.async_doubles.delay(n) for n in range(6)]
+    with pytest.raises(JobError):
+        broken.wait(timeout=60)
+    assert [h.wait(timeout=60) for h in others] == [n * 2 for n in range(6)]
+    wait_for(lambda: len(client.of(str(broken))) == 2, 30, "the failure's signals")
+    assert client.of(str(broken)) == [("started", 1, 0), ("failed", 1, 0)]
+    retried, *plain = others
+    wait_for(lambda: len(client.of(str(retried))) == 4, 30, "both runs' signals")
+    assert client.of(str(retried)) == [
+        ("started", 1, 1),
+        ("retrying", 1, 1),
+        ("started", 2, 0),
+        ("succeeded", 2, 0),
+    ]
+    for n, handle in enumerate(plain, 1):
+        wait_for(lambda h=handle: len(client.of(str(h))) == 2, 30, f"two signals of job {n}")
+        started, succeeded = (x for x in client.seen() if x["msgid"] == str(handle))
+        assert (started["signal"], succeeded["signal"]) == ("started", "succeeded")
+        assert succeeded["result"] == n * 2
+
+
 def test_job_sent_comes_in_the_sending_process_with_the_context(client: Stack) -> None:
     got: list[tuple[Any, JobContext]] = []
 

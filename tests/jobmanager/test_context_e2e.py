@@ -22,7 +22,7 @@ from tests.support import wait_for
 def frontend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A router and a job manager (two workers) serving the context jobs."""
     journal = tmp_path_factory.mktemp("context-e2e") / "journal.sqlite3"
-    with router_and_jobmanager(journal, 2, context_jobs.MODULE) as (front, _router):
+    with router_and_jobmanager(journal, 2, module=context_jobs.MODULE) as (front, _router):
         yield front
 
 

@@ -15,6 +15,7 @@ from django_eventmq.protocol import Running, new_msgid
 class FakeChild:
     pid: int
     head: int | None = None
+    tasks: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -6,6 +6,7 @@ there: each signal a worker sends is one JSON line in ``$SIGNALS_NOTES``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -37,6 +38,22 @@ def second_time_lucky(n: int) -> int:
     if context.attempt == 1:
         raise Retry(in_=0.1)
     return n
+
+
+@job(reply_requested=True, retry_count=1)
+async def async_doubles(n: int) -> int:
+    """An async job (they run at once on the worker's loop): asks for a quick retry
+    on its first run when ``n`` is 0."""
+    await asyncio.sleep(0.2)  # beside the others
+    if n == 0 and signals_context().attempt == 1:
+        raise Retry(in_=0.1)
+    return n * 2
+
+
+@job(reply_requested=True)
+async def async_breaks(n: int) -> int:
+    await asyncio.sleep(0.2)
+    raise ValueError(f"broke on {n}")
 
 
 def signals_context() -> JobContext:

@@ -15,6 +15,7 @@ import importlib
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import cast
 
 import pytest
 
@@ -159,21 +160,39 @@ def test_every_status_a_worker_child_writes_is_a_child_status() -> None:
     module = module_of(path)
     allowed = frozenset(map(str, CHILD_STATUSES))
     sites = list(status_arguments([path], {"encode_result": 1}))
-    # JobRunner.run returns a status itself or what _call (which runs the job) returns.
+    # JobRunner.run and run_async return a status themselves or what the helpers that
+    # prepare, call and settle a job return (_prepare's _Prepared is no status).
+    followed = {"run", "_call", "run_async", "_prepare", "_failure", "_success"}
     methods = {
         f.name: f
-        for f in functions(ast.parse(path.read_text(encoding="utf-8")))
-        if f.name in ("run", "_call") and f.args.args and f.args.args[0].arg == "self"
+        for f in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and f.name in followed
     }
-    assert set(methods) == {"run", "_call"}
+    assert set(methods) == followed
+    callees = {*followed, *(f"self.{name}" for name in followed), "_Prepared"}
     for runner in methods.values():
         returns = [n.value for n in ast.walk(runner) if isinstance(n, ast.Return) and n.value]
+        # A name returned is what _prepare said (its refusal or failure).
+        bound = {
+            target.id
+            for n in ast.walk(runner)
+            if isinstance(n, ast.Assign)
+            and isinstance(n.value, ast.Call)
+            and ast.unparse(n.value.func) in callees
+            for target in n.targets
+            if isinstance(target, ast.Name)
+        }
         delegated = [r for r in returns if not isinstance(r, ast.Tuple)]
         assert returns and all(
-            isinstance(r, ast.Call) and ast.unparse(r.func) == "self._call" for r in delegated
+            (isinstance(r, ast.Call) and ast.unparse(r.func) in callees)
+            or (isinstance(r, ast.Name) and r.id in bound)
+            for r in delegated
         ), [ast.unparse(r) for r in delegated]
         sites += [
-            (f"child.py:{r.lineno} return", values_of(r.elts[0], runner, module))
+            (
+                f"child.py:{r.lineno} return",
+                values_of(r.elts[0], cast(ast.FunctionDef, runner), module),
+            )
             for r in returns
             if isinstance(r, ast.Tuple)
         ]
