@@ -95,8 +95,10 @@ def test_cancelling_a_running_async_job_ends_only_that_job(
     client()
     marker = tmp_path / "runs"
     victim = overlap.nap.delay(120, str(marker), "victim")
-    others = [overlap.nap.delay(15, str(marker), f"nap{n}") for n in range(5)]
-    wait_for(lambda: runs(marker)["victim"] == 1, 60, "the job to cancel running")
+    others = [overlap.nap.delay(25, str(marker), f"nap{n}") for n in range(5)]
+    # All of them running before the cancel, so they can only run through it; their
+    # 25 s leave a loaded machine room to see the cancelled job end before they do.
+    wait_for(lambda: len(runs(marker)) == 6, 60, "the job to cancel and the others running")
     victim.cancel()
     with pytest.raises(JobError) as failed:
         victim.wait(timeout=60)
