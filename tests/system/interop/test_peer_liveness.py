@@ -119,7 +119,9 @@ def dropped_while_stopped(
         poll=0.1,
     )
     assert after.startswith("jm-")
-    told = rf"(HEARTBEAT|READY|DONE) before INFORM from {re.escape(before)}; told to DISCONNECT"
+    # Whichever it sends first after SIGCONT (RUNNING and QUEUED are our extensions).
+    first = "(HEARTBEAT|READY|DONE|RUNNING|QUEUED)"
+    told = rf"{first} before INFORM from {re.escape(before)}; told to DISCONNECT"
     assert re.search(told, router.proc.output())
     assert "the router sent DISCONNECT; reconnecting" in jobmanager.output()
 
