@@ -41,38 +41,29 @@ import logging
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django_eventmq.client import bulk as pipeline
 from django_eventmq.client import exit as client_exit
-from django_eventmq.client.inbox import Inbox, locked
+from django_eventmq.client.handshake import Handshake
+from django_eventmq.client.inbox import Inbox, Outcome, locked
 from django_eventmq.client.shards import ShardedClient
-from django_eventmq.errors import BrokerUnavailable, JobNotUnique, JobRejected, ProtocolError
+from django_eventmq.errors import BrokerUnavailable, JobNotUnique, JobRejected
 from django_eventmq.protocol import (
     EMPTY_HEADERS,
-    Ack,
     Cancel,
     Headers,
     Message,
-    Partial,
-    Reject,
-    Reply,
     Request,
     Schedule,
     Unschedule,
-    decode,
-    encode,
     new_msgid,
 )
-from django_eventmq.protocol.bundle import is_bundle, unbundle
-from django_eventmq.protocol.codec import reply_of
 from django_eventmq.protocol.constants import HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT
 from django_eventmq.protocol.packed import pack_request
-from django_eventmq.protocol.session import ClientSession
 from django_eventmq.protocol.unique import holder_of
-from django_eventmq.protocol.views import is_ack, request_frames
+from django_eventmq.protocol.views import request_frames
 from django_eventmq.runtime import config, security, transport
 from django_eventmq.runtime.addresses import (
     SHARD_BY_QUEUE,
@@ -93,23 +84,11 @@ logger = logging.getLogger("django_eventmq.client")
 CLIENT_SNDHWM = 10_000
 #: Sends between two reads of what the router sent us (ACKs we don't wait for).
 DRAIN_EVERY = 256
-#: Outcomes (REPLY/REJECT) kept for handles that have not waited yet; the
-#: oldest are dropped beyond this, so un-awaited replies cannot grow memory.
-MAX_KEPT_OUTCOMES = 10_000
-#: Unread partials kept per job (the oldest are dropped beyond this), and jobs
-#: with unread partials (the job with the oldest is dropped beyond this).
-MAX_KEPT_PARTIALS = 1_000
-MAX_PARTIAL_JOBS = 10_000
-#: Outcomes already read, kept so that the same handle's next ``.wait()`` or
-#: ``.stream()`` has it at once (the most recent ones).
-MAX_SETTLED_OUTCOMES = 1_000
-
-#: What a handle may receive for its job: a REPLY (the outcome) or a REJECT.
-Outcome = Reply | Reject
 
 
-class Client(Inbox):
-    """A connection to a router's frontend."""
+class Client:
+    """A connection to a router's frontend: a DEALER, its FEATURES handshake
+    (:class:`~.handshake.Handshake`) and what it reads back (:class:`~.inbox.Inbox`)."""
 
     def __init__(
         self,
@@ -129,25 +108,10 @@ class Client(Inbox):
         self.addr = addr
         self.pid = os.getpid()
         self._sends = 0
-        #: Outcomes by job msgid, oldest first (dicts keep insertion order).
-        self._outcomes: dict[str, Outcome] = {}
-        #: Unread partial values by job msgid, oldest job first.
-        self._partials: dict[str, deque[Any]] = {}
-        #: Outcomes already read by a handle, most recent last.
-        self._settled: dict[str, Outcome] = {}
-        #: msgids of guarantee jobs sent and not yet acknowledged.
-        self._awaiting_ack: set[str] = set()
-        self._acked: set[str] = set()
-        #: REJECT reasons of awaited guarantee jobs (raised by their send).
-        self._refused: dict[str, str] = {}
-        #: The FEATURES handshake: what the router answered (packed, batch), and
-        #: whether it sent anything else first (then it is the reference).
-        self.session = ClientSession(pipeline.CLIENT_FEATURES)
-        #: Our FEATURES could not go yet (no router connected): sent before the next send.
-        self._features_unsent = False
         #: The thread that uses the socket (the exit flush closes no other's).
         self.thread = threading.current_thread()
-        self.lock = threading.RLock()  # see Inbox.lock
+        #: Held while the socket is used (see :class:`~.inbox.Inbox`).
+        self.lock = threading.RLock()
         # Unlike other sockets, a client's lingers: what it queued before an
         # explicit close still goes out, bounded by SEND_TIMEOUT, in ZeroMQ's I/O
         # thread. (A thread that ends does not close its client: _ThreadClients.)
@@ -173,10 +137,13 @@ class Client(Inbox):
             ctx=client_exit.context(),
             watch_peer=watch_peer,
         )
-        # Bundles of ACKs to us are cut at the largest frame our socket takes.
-        self.session.our_features = pipeline.client_features(self.channel)
+        #: The FEATURES handshake: what the router answered (packed, batch), and
+        #: whether it sent anything else first (then it is the reference).
+        self.handshake = Handshake(self.channel, wait=send_timeout)
+        self.session = self.handshake.session  # read per job (send_packed)
+        self.inbox = Inbox(self.channel, self.handshake, self.lock, addr=addr)
         client_exit.opened(self)
-        self._ask_features()
+        self.ask_features()
 
     @property
     def router_features(self) -> dict[str, Any] | None:
@@ -184,31 +151,19 @@ class Client(Inbox):
         router). A packed REQUEST needs ``"packed"``; send_many batches with ``"batch"``."""
         return self.session.router_features
 
-    def _ask(self) -> list[bytes]:
-        """Our FEATURES; an answer (a router of ours) is due within ``SEND_TIMEOUT``."""
-        return encode(self.session.ask(time.monotonic(), wait=self.linger_ms / 1000))
-
-    def _ask_features(self) -> None:
+    def ask_features(self) -> None:
         """Say what we speak, without waiting: REQUESTs go plain until the answer
-        comes (read with the ACKs); a reference router ignores it."""
-        self._features_unsent = not self._try_send(self._ask())
+        comes (read with the ACKs); a reference router ignores it. With no router
+        connected it goes before the next send."""
+        self.handshake.offer()
 
-    def _send_features(self) -> None:
+    def send_features(self) -> None:
         """Send the FEATURES that found no router connected (still first, before
         any job), waiting up to ``SEND_TIMEOUT`` for one."""
         try:
-            self.channel.send_frames(self._ask())
+            self.handshake.send()
         except transport.Again:
             raise self._unavailable() from None
-        self._features_unsent = False
-
-    def _try_send(self, frames: list[bytes]) -> bool:
-        """Send without waiting; False if the socket would not take it now."""
-        try:
-            self.channel.send_frames(frames, flags=transport.NOBLOCK)
-        except transport.Again:
-            return False
-        return True
 
     def _unavailable(self) -> BrokerUnavailable:
         """The error of a send the socket did not take within ``SEND_TIMEOUT``."""
@@ -230,20 +185,20 @@ class Client(Inbox):
 
         Raises :class:`BrokerUnavailable` when no router took it within ``SEND_TIMEOUT``.
         """
-        if self._features_unsent:
-            self._send_features()
+        if self.handshake.unsent:
+            self.send_features()
         try:
             self.channel.send(message)
         except transport.Again:
             raise self._unavailable() from None
-        self.drain()
+        self.inbox.drain()
         return message.msgid
 
     def send_request_frames(self, msgid: bytes, queue: bytes, headers: bytes, body: bytes) -> None:
         """Send a REQUEST from already-encoded fields (the ``.delay()`` fast path)."""
         with self.lock:  # inline, not @locked: one call less on the hot path
-            if self._features_unsent:
-                self._send_features()
+            if self.handshake.unsent:
+                self.send_features()
             try:
                 if self.session.send_packed:
                     self.channel.send_frames([pack_request(msgid, queue, headers, body)])
@@ -254,7 +209,7 @@ class Client(Inbox):
             self._sends += 1
             # Until the router's FEATURES answer is in, look for it after every send.
             if self._sends % DRAIN_EVERY == 0 or self.session.router_features is None:
-                self.drain()
+                self.inbox.drain()
 
     @locked
     def send_request_guaranteed(
@@ -276,7 +231,7 @@ class Client(Inbox):
         idempotency key, so a resend of a job it already stored is harmless.
         """
         key = msgid.decode()
-        self._awaiting_ack.add(key)
+        self.inbox.awaiting_ack.add(key)
         sends = 0
         refused_copy = ""  # the reason a copy was refused, when later ones were sent
         try:
@@ -290,9 +245,9 @@ class Client(Inbox):
                 sends += 1
                 deadline = time.monotonic() + ack_timeout
                 refusal = None
-                while key not in self._acked:
-                    if key in self._refused:
-                        reason = self._refused.pop(key)
+                while key not in self.inbox.acked:
+                    if key in self.inbox.refused:
+                        reason = self.inbox.refused.pop(key)
                         # After a resend a REJECT may answer an earlier copy while a
                         # later one is stored: final only for the one copy sent, or
                         # for a unique job (another job holds its key).
@@ -303,8 +258,8 @@ class Client(Inbox):
                     left = deadline - time.monotonic()
                     if left <= 0 or not self.channel.poll(max(1, int(left * 1000))):
                         break
-                    self._receive_one()
-                if key in self._acked:
+                    self.inbox.receive_one()
+                if key in self.inbox.acked:
                     return
                 if refusal is not None:  # not stored; sent again, it would be refused again
                     holder = holder_of(refusal)
@@ -318,12 +273,12 @@ class Client(Inbox):
                     ack_timeout,
                 )
         finally:
-            self._awaiting_ack.discard(key)
-            self._acked.discard(key)
-            self._refused.pop(key, None)
+            self.inbox.awaiting_ack.discard(key)
+            self.inbox.acked.discard(key)
+            self.inbox.refused.pop(key, None)
         # Maybe not the router that answered our FEATURES: plain REQUESTs until
         # whoever serves the address now answers again.
-        self._ask_features()
+        self.ask_features()
         refused = f"; a copy was refused: {refused_copy}" if refused_copy else ""
         unacknowledged = BrokerUnavailable(
             f"the router at {self.addr} did not acknowledge job {key} after {sends} "
@@ -372,21 +327,21 @@ class Client(Inbox):
             give_up=give_up,
             batch=batch,
             router_features=self.router_features,
-            on_other=self._file,  # outcomes for handles are kept as usual
+            on_other=self.inbox.file,  # outcomes for handles are kept as usual
             on_reject=result.reject,
             send_timeout=self.send_timeout,
         )
-        if self._features_unsent:
+        if self.handshake.unsent:
             # Waits for the router's connection (as .delay() does), so that our
             # FEATURES go first and batching can start at its answer.
-            self._send_features()
+            self.send_features()
         result.counts = sender.counts
         try:
             sender.send_requests(encoded)
             sender.flush()
         except BrokerUnavailable:
             # Maybe not the router that answered our FEATURES: ask again.
-            self._ask_features()
+            self.ask_features()
             raise
         if sender.router_features is not None:
             self.session.answered(sender.router_features)  # it read the answer on our socket
@@ -396,96 +351,6 @@ class Client(Inbox):
     def cancel(self, job_msgid: str) -> str:
         """Ask the router to cancel ``job_msgid``; returns the CANCEL's msgid."""
         return self.send(Cancel(msgid=new_msgid(), job_msgid=job_msgid))
-
-    # -- receiving (filing; reading and waiting: Inbox) ----------------------
-    def _settle(self, job_msgid: str, outcome: Outcome) -> Outcome:
-        """``outcome`` was read: keep it for the handle's next look, drop unread partials."""
-        self._partials.pop(job_msgid, None)
-        settled = self._settled
-        settled[job_msgid] = outcome
-        if len(settled) > MAX_SETTLED_OUTCOMES:
-            # Another thread may settle at once (outcome_now takes no lock to).
-            with contextlib.suppress(StopIteration, KeyError, RuntimeError):
-                del settled[next(iter(settled))]
-        return outcome
-
-    def _file(self, frames: list[bytes], *, inner: bool = False) -> None:
-        """File one message from the router by msgid (``inner``: one of a bundle's)."""
-        # The common case, an ACK of a job nobody waits on, is skipped undecoded
-        # (packed, as the router ACKs a packed REQUEST, or not).
-        if not self._awaiting_ack and is_ack(frames):
-            self.session.heard()
-            return
-        if len(frames) == 1 and is_bundle(frames[0]) and not inner:
-            # The ACKs one commit released (protocol/bundle.py): each as if alone.
-            try:
-                messages = unbundle(frames[0])
-            except ProtocolError as exc:
-                self.session.heard()
-                logger.warning(
-                    "ignored a malformed bundle from the router at %s: %s", self.addr, exc
-                )
-                return
-            for message_frames in messages:
-                # A bundle in a bundle is no eMQP message: decode refuses it below.
-                self._file(message_frames, inner=True)
-            return
-        # A job's outcome (what .wait() waits for) straight to its Reply; the rest decoded.
-        message: Message | None = reply_of(frames)
-        if message is None:
-            try:
-                message = decode(frames)
-            except ProtocolError as exc:
-                self.session.heard()
-                logger.warning(
-                    "ignored a malformed message from the router at %s: %s", self.addr, exc
-                )
-                return
-        self.session.receive(message)
-        if isinstance(message, Ack):
-            if message.ack_msgid in self._awaiting_ack:
-                self._acked.add(message.ack_msgid)
-        elif isinstance(message, Reply):
-            if message.reply_to is None:
-                # The reference router's receipt for a forwarded REQUEST:
-                # REPLY whose payload is the job's msgid. As good as an ACK.
-                if message.payload in self._awaiting_ack:
-                    self._acked.add(message.payload)
-            else:
-                self._keep(message.reply_to, message)
-        elif isinstance(message, Partial):
-            self._keep_partial(message)
-        elif isinstance(message, Reject):
-            logger.info("router rejected msgid=%s: %s", message.job_msgid, message.reason)
-            if message.job_msgid in self._awaiting_ack:
-                self._refused[message.job_msgid] = message.reason  # its send raises
-            else:
-                self._keep(message.job_msgid, message)
-        # FEATURES (the answer to ours, or to a send_many's after it returned): the
-        # session has it. HEARTBEAT, DISCONNECT and others need nothing from a client.
-
-    def _keep(self, job_msgid: str, message: Outcome) -> None:
-        outcomes = self._outcomes
-        outcomes[job_msgid] = message
-        if len(outcomes) > MAX_KEPT_OUTCOMES:
-            oldest = next(iter(outcomes))
-            del outcomes[oldest]
-            logger.warning(
-                "dropped the unclaimed outcome of msgid=%s (more than %d kept)",
-                oldest,
-                MAX_KEPT_OUTCOMES,
-            )
-
-    def _keep_partial(self, message: Partial) -> None:
-        partials = self._partials
-        queued = partials.get(message.job_msgid)
-        if queued is None:
-            queued = partials[message.job_msgid] = deque(maxlen=MAX_KEPT_PARTIALS)
-            if len(partials) > MAX_PARTIAL_JOBS:
-                oldest = next(iter(partials))
-                del partials[oldest]
-                logger.debug("dropped the unread partials of msgid=%s", oldest)
-        queued.append(message.value)
 
     def request(
         self, queue: str, body_text: str, headers: Headers = EMPTY_HEADERS, msgid: str | None = None
@@ -534,6 +399,31 @@ class Client(Inbox):
                 cron=cron,
             )
         )
+
+    # -- reading back (the inbox's, for callers that hold a client) ----------------
+    def outcome(self, job_msgid: str, timeout: float | None) -> Outcome | None:
+        """:meth:`.Inbox.outcome`: the REPLY or REJECT for ``job_msgid``, waiting."""
+        return self.inbox.outcome(job_msgid, timeout)
+
+    def outcome_now(self, job_msgid: str) -> Outcome | None:
+        """:meth:`.Inbox.outcome_now`: the outcome if it is here now, from any thread."""
+        return self.inbox.outcome_now(job_msgid)
+
+    def seen(self, job_msgid: str) -> Outcome | None:
+        """:meth:`.Inbox.seen`: the outcome a handle already read."""
+        return self.inbox.seen(job_msgid)
+
+    def next_part(self, job_msgid: str, timeout: float | None) -> tuple[bool, Any] | None:
+        """:meth:`.Inbox.next_part`: the next partial or the outcome of ``job_msgid``."""
+        return self.inbox.next_part(job_msgid, timeout)
+
+    def drain(self) -> int:
+        """:meth:`.Inbox.drain`: read what came without waiting; how many messages."""
+        return self.inbox.drain()
+
+    def confirm_read(self, deadline: float) -> bool | None:
+        """:meth:`.Inbox.confirm_read`: wait until the router read all we sent."""
+        return self.inbox.confirm_read(deadline)
 
     @property
     def closed(self) -> bool:

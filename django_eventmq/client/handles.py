@@ -24,11 +24,11 @@ from typing import Any, ClassVar
 
 from django_eventmq.client.connection import (
     Client,
-    Outcome,
     existing_client,
     get_client,
     sender_of,
 )
+from django_eventmq.client.inbox import Outcome
 from django_eventmq.client.shards import ShardedClient
 from django_eventmq.errors import (
     EventMQError,

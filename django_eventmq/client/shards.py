@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django_eventmq.client import bulk as pipeline
+from django_eventmq.client.inbox import Outcome
 from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.protocol import (
     EMPTY_HEADERS,
@@ -50,7 +51,7 @@ from django_eventmq.runtime import transport
 from django_eventmq.runtime.addresses import SHARD_BY_QUEUE, ShardChooser, shard_of_queue
 
 if TYPE_CHECKING:
-    from django_eventmq.client.connection import Client, Outcome
+    from django_eventmq.client.connection import Client
 
 logger = logging.getLogger("django_eventmq.client")
 
@@ -453,9 +454,9 @@ class _Spread:
         if sender is not None:
             return sender
         client = self.owner.clients[index]
-        if client._features_unsent:
+        if client.handshake.unsent:
             try:
-                client._send_features()
+                client.send_features()
             except BrokerUnavailable:
                 raise _GroupDown(index) from None
         owed = self.owed[index]
@@ -467,7 +468,7 @@ class _Spread:
             client.channel,
             addr=client.addr,
             router_features=client.router_features,
-            on_other=client._file,
+            on_other=client.inbox.file,
             on_reject=self.result.reject,
             on_answer=answered,
             on_wait=lambda: self._check(index),
@@ -517,7 +518,7 @@ class _Spread:
             f"no router connected for SEND_TIMEOUT={owner.send_timeout:g}s; "
             f"{len(owed)} unacknowledged job(s) sent to another group with the same msgids",
         )
-        owner.clients[index]._ask_features()  # whoever serves it next is asked again
+        owner.clients[index].ask_features()  # whoever serves it next is asked again
         for job in owed:
             queue = job[1].decode()
             self.moved[queue] = self.moved.get(queue, 0) + 1

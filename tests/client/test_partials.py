@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.client import connection as client_module
+from django_eventmq.client import connection, inbox
 from django_eventmq.client.handles import JobHandle
 from django_eventmq.errors import EventMQError, JobError, JobRejected, ResultTimeout
 from django_eventmq.protocol import Message, Partial, Reject, Reply, Request, new_msgid
@@ -124,15 +124,15 @@ def test_stream_of_a_job_without_reply_requested_refuses_at_once(broker):
 
 
 def test_unread_partials_are_bounded_per_job(broker, monkeypatch):
-    monkeypatch.setattr(client_module, "MAX_KEPT_PARTIALS", 5)
+    monkeypatch.setattr(inbox, "MAX_KEPT_PARTIALS", 5)
     handle = jobs.count_up.delay("b", 1)
     identity, _ = requests(broker, 1)
     send_all(broker, identity, [partial(handle, i) for i in range(12)] + [reply(handle, "ok")])
-    client = client_module.get_client(broker.address)
+    client = connection.get_client(broker.address)
 
     def all_arrived() -> bool:
         client.drain()  # what a client does between sends: files what came, reads nothing
-        return handle in client._outcomes
+        return handle in client.inbox.outcomes
 
     wait_for(all_arrived, 10, "the partials and the reply")
     assert list(handle.stream(timeout=10)) == [7, 8, 9, 10, 11]  # the newest five

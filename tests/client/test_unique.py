@@ -174,7 +174,7 @@ def test_a_second_send_of_a_unique_job_raises_job_not_unique(router: Harness) ->
     # The refused job's REJECT was not kept as an outcome for a handle nobody has.
     client = connection.get_client(router.router.frontend_address)
     assert isinstance(client, connection.Client)
-    assert refused.value.msgid not in client._outcomes
+    assert refused.value.msgid not in client.inbox.outcomes
     assert router.ask("MONITOR")["unique_refused"] == 1
 
 

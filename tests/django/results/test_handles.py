@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from django_eventmq.client import connection as client_module
+from django_eventmq.client import inbox
 from django_eventmq.client.handles import EagerHandle, JobHandle, NoReplyHandle
 from django_eventmq.errors import EventMQError, JobError, JobRejected, ResultTimeout
 from django_eventmq.protocol import Ack, Cancel, Heartbeat, Reject, Reply, new_msgid
@@ -102,7 +102,7 @@ def test_each_handle_gets_its_own_outcome_whatever_the_order(broker, caplog):
 
 
 def test_outcomes_nobody_waits_for_are_bounded(broker, monkeypatch, caplog):
-    monkeypatch.setattr(client_module, "MAX_KEPT_OUTCOMES", 2)
+    monkeypatch.setattr(inbox, "MAX_KEPT_OUTCOMES", 2)
     handles = [jobs.add.delay(n, 0) for n in range(3)]
     identity = None
     for _ in handles:
