@@ -37,9 +37,9 @@ them already (parcels, :meth:`.book.Book.same_parcel`): not counted
 again as waiting, nor toward its high-water mark.
 
 What a send reports (:class:`QueueCounts`, :class:`SendResult`) is in
-:mod:`.send_result`; the FEATURES a client offers, the encoding of REQUESTs,
-the checks of a pipeline's parameters and a BATCH in flight are in
-:mod:`.request_batch`. Both are re-exported here.
+:mod:`.send_result`; the encoding of REQUESTs, the checks of a pipeline's
+parameters and a BATCH in flight are in :mod:`.request_batch` (both
+re-exported here); the FEATURES a client offers in :mod:`.handshake`.
 """
 
 from __future__ import annotations
@@ -51,16 +51,15 @@ from typing import Any
 
 # Re-exported (``X as X``): the client, its sharded form and the Spark sender
 # import these from here.
-from django_eventmq.client.request_batch import CLIENT_FEATURES as CLIENT_FEATURES
+from django_eventmq.client.handshake import Handshake
 from django_eventmq.client.request_batch import _Batch, _whole
 from django_eventmq.client.request_batch import check_window as check_window
-from django_eventmq.client.request_batch import client_features as client_features
 from django_eventmq.client.request_batch import encode_requests as encode_requests
 from django_eventmq.client.send_result import REASONS_KEPT as REASONS_KEPT
 from django_eventmq.client.send_result import QueueCounts as QueueCounts
 from django_eventmq.client.send_result import SendResult as SendResult
 from django_eventmq.errors import BrokerUnavailable, ProtocolError, RouterFull
-from django_eventmq.protocol import Features, Reply, decode, encode, new_msgid
+from django_eventmq.protocol import Features, Reply, decode, new_msgid
 from django_eventmq.protocol.batch import JOB_OVERHEAD, MAX_BATCH_JOBS
 from django_eventmq.protocol.bundle import is_bundle, unbundle
 from django_eventmq.protocol.extensions import Reject
@@ -103,9 +102,11 @@ class Pipeline:
     that is not an answer to a job in flight goes to ``on_other``.
 
     ``batch``: jobs per BATCH once the router says it takes BATCH (0: send
-    REQUESTs only, and ask nothing). ``router_features``: the router's
-    FEATURES if already known (a client keeps them from its last pipeline):
-    no FEATURES is sent and batching starts at once if they allow it.
+    REQUESTs only, and ask nothing). ``handshake``: the FEATURES handshake of
+    the socket's owner (a client's), which the pipeline asks and answers
+    through; without one it makes its own, knowing ``router_features`` if
+    given (the router's answer to an earlier handshake on this socket). Known
+    FEATURES: none is sent and batching starts at once if they allow it.
     ``features_wait``: seconds to hold the first jobs (staged as for a BATCH)
     for the answer to our FEATURES before sending them as REQUESTs; with it a
     router of ours gets BATCHes cut at the same places from the first job on
@@ -122,6 +123,7 @@ class Pipeline:
         give_up: float = DEFAULT_GIVE_UP,
         batch: int = DEFAULT_BATCH,
         router_features: Mapping[str, Any] | None = None,
+        handshake: Handshake | None = None,
         features_wait: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
         on_wait: Callable[[], object] | None = None,
@@ -155,8 +157,10 @@ class Pipeline:
         self._log = logger
         #: Per queue name.
         self.counts: dict[str, QueueCounts] = {}
-        #: The router's FEATURES once known (None: not answered, e.g. a reference router).
-        self.router_features: dict[str, Any] | None = None
+        if handshake is None:
+            handshake = Handshake(channel, wait=give_up, known=router_features)
+        #: Our FEATURES and the router's answer, shared with the socket's owner.
+        self.handshake = handshake
         #: BATCH messages sent (resends not counted).
         self.batches_sent = 0
         # msgid -> (queue, headers, body, time sent), oldest first: a resend
@@ -175,9 +179,9 @@ class Pipeline:
         self.features_wait = features_wait
         # Jobs per BATCH while the router's answer is awaited (0: not awaited).
         self._provisional = 0
-        if router_features is not None:
+        if handshake.router_features is not None:
             self._asked = True
-            self._use_features(router_features)
+            self._use_features(handshake.router_features)
         elif not self._asked and features_wait > 0:
             self._provisional = max(1, min(batch, MAX_BATCH_JOBS, window // 2))
         self._by_queue: dict[bytes, QueueCounts] = {}
@@ -191,6 +195,11 @@ class Pipeline:
         self._probed = 0.0
         self._sends = 0
         self._warned = False
+
+    @property
+    def router_features(self) -> dict[str, Any] | None:
+        """The router's FEATURES once known (None: not answered, e.g. a reference router)."""
+        return self.handshake.router_features
 
     # -- sending -----------------------------------------------------------------
     @property
@@ -291,8 +300,7 @@ class Pipeline:
     def _ask_features(self) -> None:
         """Tell the router we speak BATCH; its FEATURES answer switches us to it."""
         self._asked = True
-        frames = encode(Features(msgid=new_msgid(), features=client_features(self.channel)))
-        if not self._try_send(frames):
+        if not self.handshake.offer():
             self._provisional = 0
             self._log.debug("FEATURES not sent (the pipe is full): sending REQUESTs only")
 
@@ -318,7 +326,6 @@ class Pipeline:
 
     def _use_features(self, features: Mapping[str, Any]) -> None:
         """The router's FEATURES: batch if it takes BATCH, within its bounds."""
-        self.router_features = dict(features)
         self._provisional = 0
         if not self.batch or not features.get("batch"):
             return
@@ -477,8 +484,7 @@ class Pipeline:
             and (self._pending or self._batches)
         ):
             self._probed = now
-            features = client_features(self.channel)
-            self._try_send(encode(Features(msgid=new_msgid(), features=features)))
+            self._try_send(self.handshake.probe())
 
     def _raise_if_full(self, what: str) -> None:
         """Raise :class:`RouterFull` if the router is up though it ``what`` for
@@ -651,6 +657,7 @@ class Pipeline:
                     self.on_answer(key)
                 return
         elif isinstance(message, Features):
+            self.handshake.answered(message.features)
             self._use_features(message.features)
             return
         if self.on_other is not None:

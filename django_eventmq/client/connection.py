@@ -326,7 +326,7 @@ class Client:
             ack_timeout=ack_timeout,
             give_up=give_up,
             batch=batch,
-            router_features=self.router_features,
+            handshake=self.handshake,  # an answer it reads is the client's too
             on_other=self.inbox.file,  # outcomes for handles are kept as usual
             on_reject=result.reject,
             send_timeout=self.send_timeout,
@@ -343,8 +343,6 @@ class Client:
             # Maybe not the router that answered our FEATURES: ask again.
             self.ask_features()
             raise
-        if sender.router_features is not None:
-            self.session.answered(sender.router_features)  # it read the answer on our socket
         result.batches = sender.batches_sent
         return result
 

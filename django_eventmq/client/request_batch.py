@@ -1,33 +1,17 @@
 """The pieces of a guaranteed bulk send around :class:`.bulk.Pipeline`.
 
-:data:`CLIENT_FEATURES` and :func:`client_features`: the FEATURES a client
-offers the router (BATCH among them); :func:`encode_requests`: REQUESTs as
-the encoded fields a pipeline sends; :func:`check_window`: the checks of a
-pipeline's window, timeouts and batch size; ``_Batch``: a BATCH in flight;
-``_whole``: a bound from the router's FEATURES.
+:func:`encode_requests`: REQUESTs as the encoded fields a pipeline sends;
+:func:`check_window`: the checks of a pipeline's window, timeouts and batch
+size; ``_Batch``: a BATCH in flight; ``_whole``: a bound from the router's
+FEATURES.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 from django_eventmq.protocol import Request
 from django_eventmq.protocol.batch import MAX_BATCH_JOBS, pack_jobs
-from django_eventmq.protocol.bundle import BUNDLE
-from django_eventmq.protocol.limits import MAX_MESSAGE_BYTES
-from django_eventmq.protocol.packed import PACKED
-from django_eventmq.runtime import transport
-
-#: What a client (and a pipeline) tells the router it speaks; its ``"bundle"``
-#: value is the largest frame its socket takes (:func:`client_features`).
-CLIENT_FEATURES = {"batch": 1, PACKED: 1, BUNDLE: MAX_MESSAGE_BYTES}
-
-
-def client_features(channel: transport.Channel) -> dict[str, Any]:
-    """:data:`CLIENT_FEATURES` for ``channel``: bundles of ACKs to it are cut at the
-    largest frame it takes (a bigger one would cost it the connection)."""
-    return {**CLIENT_FEATURES, BUNDLE: channel.max_frame_bytes}
 
 
 def encode_requests(

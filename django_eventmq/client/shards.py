@@ -467,7 +467,7 @@ class _Spread:
         sender = pipeline.Pipeline(
             client.channel,
             addr=client.addr,
-            router_features=client.router_features,
+            handshake=client.handshake,
             on_other=client.inbox.file,
             on_reject=self.result.reject,
             on_answer=answered,
@@ -507,8 +507,6 @@ class _Spread:
         self.pipelines[index] = None
         if sender is not None:
             self.finished.append(sender)
-            if sender.router_features is not None:
-                owner.clients[index].session.answered(sender.router_features)
         self.by_queue.clear()
         owed = list(self.owed[index].values()) + self.buffers[index]
         self.owed[index] = {}
@@ -526,9 +524,6 @@ class _Spread:
 
     def _result(self) -> pipeline.SendResult:
         result = self.result
-        for index, sender in enumerate(self.pipelines):
-            if sender is not None and sender.router_features is not None:
-                self.owner.clients[index].session.answered(sender.router_features)
         for sender in [p for p in self.pipelines if p is not None] + self.finished:
             for queue, counts in sender.counts.items():
                 result.counts.setdefault(queue, pipeline.QueueCounts()).merge(counts)

@@ -84,7 +84,7 @@ def test_a_bundle_inside_a_bundle_is_malformed_not_recursed_into(
 
 
 def test_a_client_announces_the_largest_frame_its_socket_takes() -> None:
-    from django_eventmq.client.bulk import client_features
+    from django_eventmq.client.handshake import client_features
     from django_eventmq.protocol.bundle import BUNDLE
     from django_eventmq.runtime import transport
 
