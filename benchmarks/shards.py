@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._peers import Proc, cpu_seconds, our_command, tcp_addr
 from benchmarks.durability import BODY, PG_DSN, Groups, postgres_missing
-from django_eventmq.client.connection import connect
+from django_eventmq.client.pool import connect
 
 QUEUES = [f"q{n}".encode() for n in range(16)]
 

@@ -28,8 +28,8 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from django_eventmq.cli import admin_client, status, status_command, status_groups
-from django_eventmq.client.connection import get_client
 from django_eventmq.client.jobs import Job
+from django_eventmq.client.pool import get_client
 from django_eventmq.errors import ConfigurationError, EventMQError, InvalidJob
 from django_eventmq.models.dead_letters import DeadLetter, DeadLetterReason
 from django_eventmq.models.results import JobResult, JobStatus

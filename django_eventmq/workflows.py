@@ -33,8 +33,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from django_eventmq.client import handles
-from django_eventmq.client.connection import get_client
 from django_eventmq.client.jobs import send_at_commit
+from django_eventmq.client.pool import get_client
 from django_eventmq.client.workflows import (
     RUNNER,
     Signature,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.client import connection as client
+from django_eventmq.client.pool import close_clients
 from django_eventmq.pubsub import api as pubsub
 from django_eventmq.runtime import config
 from django_eventmq.runtime.settings import Settings
@@ -38,7 +38,7 @@ def _reset_eventmq_config() -> Iterator[None]:
     """Forget cached settings around each test, and close client sockets after it."""
     config.reset()
     yield
-    client.close_clients()
+    close_clients()
     pubsub.close_publish_clients()
     config.reset()
 

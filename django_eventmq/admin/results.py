@@ -12,7 +12,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.module_loading import import_string
 
-from django_eventmq.client.connection import get_client
+from django_eventmq.client.pool import get_client
 from django_eventmq.errors import EventMQError
 from django_eventmq.models.results import JobResult
 from django_eventmq.protocol import EMPTY_HEADERS, JobBody, new_msgid

@@ -19,7 +19,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html_join
 
-from django_eventmq.client.connection import get_client
+from django_eventmq.client.pool import get_client
 from django_eventmq.errors import EventMQError
 from django_eventmq.models.schedules import Schedule, ScheduleRun
 from django_eventmq.runtime.config import get_settings

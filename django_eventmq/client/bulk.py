@@ -51,14 +51,16 @@ from typing import Any
 
 # Re-exported (``X as X``): the client, its sharded form and the Spark sender
 # import these from here.
+from django_eventmq.client import stalls
 from django_eventmq.client.handshake import Handshake
-from django_eventmq.client.request_batch import _Batch, _whole
+from django_eventmq.client.request_batch import batch_limits
 from django_eventmq.client.request_batch import check_window as check_window
 from django_eventmq.client.request_batch import encode_requests as encode_requests
 from django_eventmq.client.send_result import REASONS_KEPT as REASONS_KEPT
 from django_eventmq.client.send_result import QueueCounts as QueueCounts
 from django_eventmq.client.send_result import SendResult as SendResult
-from django_eventmq.errors import BrokerUnavailable, ProtocolError, RouterFull
+from django_eventmq.client.unanswered import SentBatch, Unanswered
+from django_eventmq.errors import BrokerUnavailable, ProtocolError
 from django_eventmq.protocol import Features, Reply, decode, new_msgid
 from django_eventmq.protocol.batch import JOB_OVERHEAD, MAX_BATCH_JOBS
 from django_eventmq.protocol.bundle import is_bundle, unbundle
@@ -163,12 +165,8 @@ class Pipeline:
         self.handshake = handshake
         #: BATCH messages sent (resends not counted).
         self.batches_sent = 0
-        # msgid -> (queue, headers, body, time sent), oldest first: a resend
-        # moves an entry to the end, so the first entry is always the next due.
-        self._pending: dict[bytes, tuple[bytes, bytes, bytes, float]] = {}
-        # BATCH msgid -> its jobs, oldest first like _pending; job msgid -> BATCH msgid.
-        self._batches: dict[bytes, _Batch] = {}
-        self._in_batch: dict[bytes, bytes] = {}
+        #: REQUESTs and BATCHes sent and not answered yet.
+        self.unanswered = Unanswered()
         # Jobs for the next BATCH, not sent yet, and their size in the jobs frame.
         self._staged: dict[bytes, tuple[bytes, bytes, bytes]] = {}
         self._staged_bytes = 0
@@ -205,7 +203,7 @@ class Pipeline:
     @property
     def in_flight(self) -> int:
         """Jobs taken and not yet answered (sent, or waiting to fill a BATCH)."""
-        return len(self._pending) + len(self._in_batch) + len(self._staged)
+        return self.unanswered.jobs + len(self._staged)
 
     @property
     def batching(self) -> bool:
@@ -234,8 +232,8 @@ class Pipeline:
 
         Jobs may wait to fill a BATCH: :meth:`flush` sends them.
         """
-        pending = self._pending
-        in_batch = self._in_batch
+        pending = self.unanswered.requests
+        in_batch = self.unanswered.in_batch
         by_queue = self._by_queue
         window = self.window
         if not self._asked:
@@ -271,10 +269,11 @@ class Pipeline:
             self._send_request(msgid, queue, headers, body)
 
     def _send_request(self, msgid: bytes, queue: bytes, headers: bytes, body: bytes) -> None:
-        if not self._pending and not self._in_batch:
+        unanswered = self.unanswered
+        if not unanswered.requests and not unanswered.in_batch:
             self._last_answer = self._last_progress = self._clock()  # the give-up clock starts
         self._send(request_frames(msgid, queue, headers, body))
-        self._pending[msgid] = (queue, headers, body, self._clock())
+        unanswered.requests[msgid] = (queue, headers, body, self._clock())
         self._sends += 1
         if self._sends % READ_EVERY == 0:
             self._read()
@@ -287,7 +286,7 @@ class Pipeline:
         ``give_up`` seconds while jobs were waiting, or left a BATCH unanswered
         that long while answering others.
         """
-        while self._staged or self._pending or self._batches:
+        while self._staged or self.unanswered.any:
             self._wait()
 
     # -- internals ----------------------------------------------------------------
@@ -321,7 +320,7 @@ class Pipeline:
         queue, headers, body = self._staged.pop(msgid)
         self._staged_bytes -= len(msgid) + len(queue) + len(headers) + len(body) + JOB_OVERHEAD
         self._send_request(msgid, queue, headers, body)
-        while msgid in self._pending and self.router_features is None:
+        while msgid in self.unanswered.requests and self.router_features is None:
             self._wait(send_staged=False)
 
     def _use_features(self, features: Mapping[str, Any]) -> None:
@@ -329,11 +328,9 @@ class Pipeline:
         self._provisional = 0
         if not self.batch or not features.get("batch"):
             return
-        jobs = _whole(features.get("batch_jobs"), MAX_BATCH_JOBS)
-        # Half the window at most, so that one batch fills while another is in flight.
-        self._batch_jobs = max(1, min(self.batch, jobs, self.window // 2))
-        nbytes = _whole(features.get("batch_bytes"), DEFAULT_BATCH_BYTES)
-        self._batch_bytes = min(DEFAULT_BATCH_BYTES, nbytes - 1)  # 1: the head's newline
+        self._batch_jobs, self._batch_bytes = batch_limits(
+            features, self.batch, self.window, DEFAULT_BATCH_BYTES
+        )
 
     def _send_staged(self) -> None:
         """Send the jobs waiting for a BATCH as one BATCH (as REQUESTs if the router
@@ -357,16 +354,13 @@ class Pipeline:
                 self._send_batch(dict(items[at : at + size]))
 
     def _send_batch(self, jobs: dict[bytes, tuple[bytes, bytes, bytes]]) -> None:
-        in_batch = self._in_batch
         now = self._clock()
-        if not self._pending and not in_batch:
+        if not self.unanswered.any:
             self._last_answer = self._last_progress = now  # the give-up clock starts now
         batch_msgid = new_msgid().encode()
-        batch = _Batch(jobs, now)
+        batch = SentBatch(jobs, now)
         # Known before the send, which may wait for (and read) answers.
-        self._batches[batch_msgid] = batch
-        for msgid in jobs:
-            in_batch[msgid] = batch_msgid
+        self.unanswered.add_batch(batch_msgid, batch)
         self._send(batch_frames(batch_msgid, batch.pack()))
         self.batches_sent += 1
         self._read()
@@ -376,7 +370,7 @@ class Pipeline:
             return
         # Nothing in flight and the socket takes nothing: no router is connected (it
         # queues only toward one), not a busy one: SEND_TIMEOUT, as .delay().
-        unconnected = self.send_timeout is not None and not self._pending and not self._batches
+        unconnected = self.send_timeout is not None and not self.unanswered.any
         if unconnected and self.channel.peer_connected() is True:
             unconnected = False  # up and full: RouterFull below, after give_up
         wait = self.send_timeout if unconnected and self.send_timeout is not None else self.give_up
@@ -403,15 +397,6 @@ class Pipeline:
             return False
         return True
 
-    def _oldest_sent(self) -> float | None:
-        """When the job or BATCH due first was sent (None: nothing in flight)."""
-        times = []
-        if self._pending:
-            times.append(next(iter(self._pending.values()))[3])
-        if self._batches:
-            times.append(next(iter(self._batches.values())).sent_at)
-        return min(times) if times else None
-
     def _wait(self, *, send_staged: bool = True) -> None:
         """Send the jobs waiting for a BATCH (unless told not to), wait a little for
         answers, then resend what is overdue."""
@@ -421,7 +406,7 @@ class Pipeline:
             self.on_wait()
         now = self._clock()
         timeout = self.ack_timeout
-        oldest = self._oldest_sent()
+        oldest = self.unanswered.oldest_sent()
         if oldest is not None:
             timeout = max(0.0, oldest + self.ack_timeout - now)
         if self.channel.poll(int(min(timeout, 0.1) * 1000) + 1):
@@ -432,46 +417,30 @@ class Pipeline:
         self._probe(now)
 
     def _check_give_up(self, now: float) -> None:
-        """Raise :class:`BrokerUnavailable` once the router has been silent for ``give_up``
-        seconds while jobs wait, or has left a BATCH unanswered that long."""
+        """Raise once the router has been silent for ``give_up`` seconds while jobs wait,
+        or has left a BATCH unanswered that long (:mod:`.stalls` says why)."""
         give_up = self.give_up
         # It reads (answers something, if only our FEATURES) but took no job of ours.
         stalled = now - self._last_progress > give_up and now - self._last_answer <= give_up
-        for batch_msgid, batch in self._batches.items():
+        unanswered = self.unanswered
+        for batch_msgid, batch in unanswered.batches.items():
             if now - batch.first_sent > give_up and (self._last_answer > batch.sent_at or stalled):
                 # It answers others (since this one was last sent, or at all
                 # while it takes no job) but never this one: it refuses it (a
                 # router of ours logs why), and sending it again will not change
                 # that. Silent since: full or gone, below.
-                queues = sorted({q.decode() for q, *_ in batch.jobs.values()})
-                raise BrokerUnavailable(
-                    f"the router at {self.addr} did not acknowledge BATCH "
-                    f"{batch_msgid.decode()} ({len(batch.jobs)} job(s)) within "
-                    f"{give_up:g}s though it answered other messages: it refuses it (see "
-                    "its log), or holds it while its queue "
-                    f"({', '.join(queues)}) is at its QUEUE_HIGH_WATER_MARK (start a job "
-                    "manager for it)"
-                )
-        if (self._pending or self._batches) and now - self._last_answer > give_up:
+                raise stalls.batch_unanswered(self.addr, batch_msgid, batch, give_up)
+        if unanswered.any and now - self._last_answer > give_up:
             self._raise_if_full("answered nothing")
-            waiting = len(self._pending) + len(self._in_batch)
-            batches = (
-                f" ({len(self._in_batch)} of them in {len(self._batches)} BATCH message(s))"
-                if self._batches
-                else ""
+            raise stalls.router_silent(
+                self.addr,
+                give_up,
+                len(unanswered.requests),
+                len(unanswered.in_batch),
+                len(unanswered.batches),
             )
-            raise BrokerUnavailable(
-                f"the router at {self.addr} answered nothing for {give_up:g}s; "
-                f"{waiting} REQUEST(s) unacknowledged{batches} (is emq_router running?)"
-            )
-        if (self._pending or self._batches) and stalled:
-            raise BrokerUnavailable(
-                f"the router at {self.addr} answers but acknowledged none of "
-                f"{len(self._pending) + len(self._in_batch)} job(s) of queue "
-                f"{self._queues_named()} for {give_up:g}s: it holds them while their queue "
-                "is at its QUEUE_HIGH_WATER_MARK (start a job manager for it), or cannot "
-                "store them (see its log); send them again later with the same msgids"
-            )
+        if unanswered.any and stalled:
+            raise stalls.router_stalled(self.addr, give_up, unanswered.jobs, unanswered.queues())
 
     def _probe(self, now: float) -> None:
         """A router of ours silent for ``ack_timeout`` while jobs wait is asked for its
@@ -481,7 +450,7 @@ class Pipeline:
             self.router_features is not None
             and now - self._last_answer >= self.ack_timeout
             and now - self._probed >= self.ack_timeout
-            and (self._pending or self._batches)
+            and self.unanswered.any
         ):
             self._probed = now
             self._try_send(self.handshake.probe())
@@ -491,47 +460,18 @@ class Pipeline:
         ``give_up`` seconds: connected (a channel made with ``watch_peer``), so it
         runs and does not read, which a router of ours does only above its
         high-water mark. A dead router gives silence and no connection."""
-        if not self.channel.peer_connected():
-            return
-        queues = self._queues_waiting()
-        named = self._queues_named()
-        features = self.router_features or {}
-        mark = features.get("high_water_mark")
-        over = f"HIGH_WATER_MARK ({mark:,} jobs)" if isinstance(mark, int) else "HIGH_WATER_MARK"
-        raise RouterFull(
-            f"the router at {self.addr} is full: it is running (connected) but {what} for "
-            f"{self.give_up:g}s while {self.in_flight:,} job(s) of queue {named} waited: "
-            f"more jobs wait there than its {over}, so it reads no client until below 90% "
-            'of it (its MONITOR says "blocked": true; with "journal_failure" set, it is '
-            "not full but cannot write its journal: see its log; if MONITOR does not answer "
-            "either, it is still opening its journal after a start, its sockets bound first, "
-            "or it is stuck). "
-            "Start a job manager for that queue "
-            f"(emq_jobmanager --queues {','.join(queues) or 'QUEUE'}), raise "
-            "HIGH_WATER_MARK, or wait and send the same jobs again (Spark: the same run_id): "
-            "those the router holds already are not stored twice"
-            + (
-                ""
-                if self.router_features is not None
-                # Ours answers FEATURES whenever it reads; the reference never.
-                else ". It never answered our FEATURES: if it is the reference eventmq "
-                "router, which answers only a job it hands to a worker at once, no worker "
-                "was free: start more job managers"
+        if self.channel.peer_connected():
+            raise stalls.router_full(
+                self.addr,
+                what,
+                self.give_up,
+                self.in_flight,
+                self.unanswered.queues(),
+                self.router_features,
             )
-        )
-
-    def _queues_waiting(self) -> list[str]:
-        """The queues of the jobs sent and not answered yet."""
-        return sorted(
-            {q.decode() for q, *_ in self._pending.values()}
-            | {q.decode() for b in self._batches.values() for q, *_ in b.jobs.values()}
-        )
-
-    def _queues_named(self) -> str:
-        return ", ".join(repr(q) for q in self._queues_waiting()) or "?"
 
     def _resend_due(self, now: float) -> None:
-        pending = self._pending
+        pending = self.unanswered.requests
         while pending:
             msgid, (queue, headers, body, sent_at) = next(iter(pending.items()))
             if now - sent_at < self.ack_timeout:
@@ -541,7 +481,7 @@ class Pipeline:
             del pending[msgid]
             pending[msgid] = (queue, headers, body, now)
             self._by_queue[queue].resent += 1
-        batches = self._batches
+        batches = self.unanswered.batches
         while batches:
             batch_msgid, batch = next(iter(batches.items()))
             if now - batch.sent_at < self.ack_timeout:
@@ -581,8 +521,9 @@ class Pipeline:
 
     def _answer(self, frames: list[bytes]) -> None:
         """One answer of the router."""
-        pending = self._pending
-        batches = self._batches
+        unanswered = self.unanswered
+        pending = unanswered.requests
+        batches = unanswered.batches
         # The hot path: the ACK of one of our msgids.
         acked = acked_msgid(frames)
         if acked is not None:
@@ -601,9 +542,9 @@ class Pipeline:
         else:
             self._other(frames)
 
-    def _batch_acked(self, batch: _Batch) -> None:
+    def _batch_acked(self, batch: SentBatch) -> None:
         """Every job of ``batch`` not refused (REJECT came first) is stored."""
-        in_batch = self._in_batch
+        in_batch = self.unanswered.in_batch
         by_queue = self._by_queue
         on_answer = self.on_answer
         for msgid, (queue, _headers, _body) in batch.jobs.items():
@@ -611,20 +552,6 @@ class Pipeline:
             by_queue[queue].acked += 1
             if on_answer is not None:
                 on_answer(msgid)
-
-    def _refused(self, msgid: bytes) -> bytes | None:
-        """Take a job the router refused out of the window; its queue (None: not ours)."""
-        entry = self._pending.pop(msgid, None)
-        if entry is not None:
-            return entry[0]
-        batch_msgid = self._in_batch.pop(msgid, None)
-        if batch_msgid is None:
-            return None
-        batch = self._batches[batch_msgid]
-        queue = batch.jobs.pop(msgid)[0]
-        if not batch.jobs:
-            del self._batches[batch_msgid]  # all refused: its ACK says nothing more
-        return queue
 
     def _other(self, frames: list[bytes]) -> None:
         try:
@@ -634,7 +561,7 @@ class Pipeline:
             return
         if isinstance(message, Reject):
             key = message.job_msgid.encode()
-            queue = self._refused(key)
+            queue = self.unanswered.refused(key)
             if queue is not None:
                 self._last_progress = self._last_answer
                 if self.on_answer is not None:
@@ -649,7 +576,7 @@ class Pipeline:
         elif isinstance(message, Reply) and message.reply_to is None:
             # The reference router's receipt for a REQUEST: REPLY with its msgid.
             key = message.payload.encode()
-            entry = self._pending.pop(key, None)
+            entry = self.unanswered.requests.pop(key, None)
             if entry is not None:
                 self._by_queue[entry[0]].acked += 1
                 self._last_progress = self._last_answer

@@ -15,15 +15,27 @@ import os
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from django_eventmq.runtime import transport
 
-if TYPE_CHECKING:
-    from django_eventmq.client.connection import Client
-
 # The client's logger: what the exit says is about the client's jobs.
 logger = logging.getLogger("django_eventmq.client")
+
+
+class Client(Protocol):
+    """What the exit flush uses of a :class:`~.connection.Client` (which imports this
+    module, so it is not imported here)."""
+
+    addr: str
+    channel: transport.Channel
+    thread: threading.Thread
+    linger_ms: int
+
+    def confirm_read(self, deadline: float) -> bool | None: ...
+
+    def close(self) -> None: ...
+
 
 _context_lock = threading.Lock()
 _context_pid = 0

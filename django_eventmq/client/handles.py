@@ -22,13 +22,9 @@ from collections.abc import Callable, Iterator
 from types import GeneratorType
 from typing import Any, ClassVar
 
-from django_eventmq.client.connection import (
-    Client,
-    existing_client,
-    get_client,
-    sender_of,
-)
+from django_eventmq.client.connection import Client
 from django_eventmq.client.inbox import Outcome
+from django_eventmq.client.pool import existing_client, get_client, sender_of
 from django_eventmq.client.shards import ShardedClient
 from django_eventmq.errors import (
     EventMQError,

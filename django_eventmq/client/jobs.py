@@ -20,7 +20,6 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, Unpack, overload
 
-from django_eventmq.client.connection import get_client, remember_sender
 from django_eventmq.client.handles import CommitHandle, EagerHandle, JobHandle, NoReplyHandle
 from django_eventmq.client.job_headers import HeaderChanges as HeaderChanges
 from django_eventmq.client.job_headers import JobOptions as JobOptions
@@ -29,6 +28,7 @@ from django_eventmq.client.job_headers import due_time as due_time
 from django_eventmq.client.job_headers import expiry_time as expiry_time
 from django_eventmq.client.job_headers import merged_headers as merged_headers
 from django_eventmq.client.job_headers import rate_headers as rate_headers
+from django_eventmq.client.pool import get_client, remember_sender
 from django_eventmq.client.workflows import Signature
 from django_eventmq.errors import (
     ConfigurationError,

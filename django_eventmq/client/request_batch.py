@@ -2,16 +2,16 @@
 
 :func:`encode_requests`: REQUESTs as the encoded fields a pipeline sends;
 :func:`check_window`: the checks of a pipeline's window, timeouts and batch
-size; ``_Batch``: a BATCH in flight; ``_whole``: a bound from the router's
-FEATURES.
+size; :func:`batch_limits`: the size of a BATCH under the router's FEATURES.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 from django_eventmq.protocol import Request
-from django_eventmq.protocol.batch import MAX_BATCH_JOBS, pack_jobs
+from django_eventmq.protocol.batch import MAX_BATCH_JOBS
 
 
 def encode_requests(
@@ -40,27 +40,18 @@ def check_window(window: int, ack_timeout: float, give_up: float, batch: int = 0
         raise ValueError(f"batch must be 0 (REQUESTs only) to {MAX_BATCH_JOBS}, got {batch}")
 
 
-class _Batch:
-    """A BATCH in flight: its jobs not answered yet (msgid -> (queue, headers, body))."""
-
-    __slots__ = ("first_sent", "frame", "jobs", "packed", "sent_at")
-
-    def __init__(self, jobs: dict[bytes, tuple[bytes, bytes, bytes]], now: float) -> None:
-        self.jobs = jobs
-        self.frame = b""
-        #: Jobs in ``frame``; fewer left in ``jobs`` means some were refused since.
-        self.packed = 0
-        self.sent_at = now
-        self.first_sent = now
-
-    def pack(self) -> bytes:
-        """The JOBS frame of the jobs still waiting (packed again only if some left)."""
-        if self.packed != len(self.jobs):
-            self.frame = pack_jobs([(m, *rest) for m, rest in self.jobs.items()])
-            self.packed = len(self.jobs)
-        return self.frame
-
-
 def _whole(value: object, default: int) -> int:
     """``value`` if it is a whole number >= 1 (from a peer's FEATURES), else ``default``."""
     return value if type(value) is int and value >= 1 else default
+
+
+def batch_limits(
+    features: Mapping[str, Any], batch: int, window: int, max_bytes: int
+) -> tuple[int, int]:
+    """Jobs and bytes per BATCH under the router's FEATURES: at most ``batch`` jobs
+    and ``max_bytes``, and within the router's own bounds (``batch_jobs``,
+    ``batch_bytes``)."""
+    jobs = _whole(features.get("batch_jobs"), MAX_BATCH_JOBS)
+    # Half the window at most, so that one batch fills while another is in flight.
+    nbytes = _whole(features.get("batch_bytes"), max_bytes)
+    return max(1, min(batch, jobs, window // 2)), min(max_bytes, nbytes - 1)  # 1: the newline

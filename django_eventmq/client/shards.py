@@ -32,9 +32,10 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from django_eventmq.client import bulk as pipeline
+from django_eventmq.client.connection import Client
 from django_eventmq.client.inbox import Outcome
 from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.protocol import (
@@ -49,9 +50,6 @@ from django_eventmq.protocol import (
 )
 from django_eventmq.runtime import transport
 from django_eventmq.runtime.addresses import SHARD_BY_QUEUE, ShardChooser, shard_of_queue
-
-if TYPE_CHECKING:
-    from django_eventmq.client.connection import Client
 
 logger = logging.getLogger("django_eventmq.client")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django_eventmq.client.connection import get_client
 from django_eventmq.client.jobs import Job
+from django_eventmq.client.pool import get_client
 from django_eventmq.errors import ConfigurationError
 from django_eventmq.protocol import EMPTY_HEADERS, Headers, parse_headers
 from django_eventmq.protocol import constants as C

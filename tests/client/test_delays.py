@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.client import connection as client
 from django_eventmq.client.jobs import due_time, job, merged_headers
+from django_eventmq.client.pool import close_clients
 from django_eventmq.errors import ConfigurationError, EventMQError
 from django_eventmq.protocol import Ack, Headers, new_msgid, parse_job
 from tests.django.results.conftest import broker as broker  # a fixture
@@ -234,7 +234,7 @@ def test_guarantee_kept_on_the_wire_send_waits_for_the_ack(broker):
         try:
             sent["handle"] = guaranteed.send((1,), headers=Headers(priority=1), countdown=10)
         finally:
-            client.close_clients()
+            close_clients()
 
     thread = threading.Thread(target=send)
     thread.start()

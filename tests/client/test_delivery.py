@@ -40,7 +40,7 @@ SCRIPT = textwrap.dedent(
     """
     import logging, sys
     import zmq
-    from django_eventmq.client import connection as client
+    from django_eventmq.client import connection, pool
     from django_eventmq.runtime import config
     from django_eventmq.errors import BrokerUnavailable
     from tests.system.chaos.jobs import record
@@ -52,9 +52,9 @@ SCRIPT = textwrap.dedent(
     sent = 0
     if mode:
         if fill:
-            client.CLIENT_SNDHWM = 100  # a full socket in fewer jobs
+            connection.CLIENT_SNDHWM = 100  # a full socket in fewer jobs
         settings = config.get_settings()
-        sender = client.get_client(settings.broker_addr, send_timeout=settings.send_timeout)
+        sender = pool.get_client(settings.broker_addr, send_timeout=settings.send_timeout)
         if mode == ["fill-answered"]:
             record.delay("0" + "x" * size)
             sent = 1

@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from django_eventmq.client.connection import Outcome
 from django_eventmq.client.handles import outcome_status, outcome_value
+from django_eventmq.client.inbox import Outcome
 from django_eventmq.client.jobs import expiry_time, job
 from django_eventmq.errors import ConfigurationError, JobError, JobExpired
 from django_eventmq.protocol import Headers, Reply

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import zmq
 
-from django_eventmq.client.connection import Client, client_options, get_client
+from django_eventmq.client.connection import Client, client_options
+from django_eventmq.client.pool import get_client
 from django_eventmq.contrib.spark.sender import PipelinedSender
 from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.runtime import config

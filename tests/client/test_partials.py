@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.client import connection, inbox
+from django_eventmq.client import inbox, pool
 from django_eventmq.client.handles import JobHandle
 from django_eventmq.errors import EventMQError, JobError, JobRejected, ResultTimeout
 from django_eventmq.protocol import Message, Partial, Reject, Reply, Request, new_msgid
@@ -128,7 +128,7 @@ def test_unread_partials_are_bounded_per_job(broker, monkeypatch):
     handle = jobs.count_up.delay("b", 1)
     identity, _ = requests(broker, 1)
     send_all(broker, identity, [partial(handle, i) for i in range(12)] + [reply(handle, "ok")])
-    client = connection.get_client(broker.address)
+    client = pool.get_client(broker.address)
 
     def all_arrived() -> bool:
         client.drain()  # what a client does between sends: files what came, reads nothing

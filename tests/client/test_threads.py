@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-from django_eventmq.client.connection import close_clients, get_client
+from django_eventmq.client.pool import close_clients, get_client
 from tests.support import tcp_addr, wait_for
 from tests.system.chaos.jobs import RECORD_ENV, record
 from tests.system.chaos.support import recorded, start_jobmanager, start_router, wait_recorded

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.client import connection
+from django_eventmq.client import connection, pool
 from django_eventmq.client.jobs import job
 from django_eventmq.errors import ConfigurationError, JobNotUnique, JobRejected, ProtocolError
 from django_eventmq.protocol import Headers, parse_headers
@@ -160,7 +160,7 @@ def router(start_router: Callable[..., Harness], eventmq_settings: Any) -> Harne
     h = start_router()
     eventmq_settings(BROKER_ADDR=h.router.frontend_address, ACK_TIMEOUT=2.0, ACK_RETRIES=1)
     yield h
-    connection.close_clients()
+    pool.close_clients()
 
 
 def test_a_second_send_of_a_unique_job_raises_job_not_unique(router: Harness) -> None:
@@ -172,7 +172,7 @@ def test_a_second_send_of_a_unique_job_raises_job_not_unique(router: Harness) ->
     assert "queued or running" in str(refused.value)
     report.delay("2031-01-03")  # other arguments: another key
     # The refused job's REJECT was not kept as an outcome for a handle nobody has.
-    client = connection.get_client(router.router.frontend_address)
+    client = pool.get_client(router.router.frontend_address)
     assert isinstance(client, connection.Client)
     assert refused.value.msgid not in client.inbox.outcomes
     assert router.ask("MONITOR")["unique_refused"] == 1
@@ -188,7 +188,7 @@ def test_a_unique_job_in_send_many_is_refused_in_the_result(router: Harness) -> 
     from django_eventmq.protocol import Request
 
     taken = charge.delay(5, 1)
-    client = connection.get_client(router.router.frontend_address)
+    client = pool.get_client(router.router.frontend_address)
     assert isinstance(client, connection.Client)
     requests = [
         Request(

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.client.connection import close_clients, get_client
+from django_eventmq.client.pool import close_clients, get_client
 from tests.django import dbjobs
 from tests.support import ROOT, Proc, python_module, wait_for
 

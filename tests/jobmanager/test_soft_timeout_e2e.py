@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.client.connection import get_client
 from django_eventmq.client.handles import JobHandle
+from django_eventmq.client.pool import get_client
 from django_eventmq.protocol import Headers, JobBody, new_msgid
 from django_eventmq.protocol.views import request_frames
 from django_eventmq.runtime import transport

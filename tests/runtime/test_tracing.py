@@ -12,7 +12,7 @@ pytest.importorskip("opentelemetry.sdk")
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from django_eventmq.client.connection import close_clients
+from django_eventmq.client.pool import close_clients
 from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.jobmanager import child as worker
 from django_eventmq.protocol import parse_headers

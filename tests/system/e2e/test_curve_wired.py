@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.client import connection as client_module
-from django_eventmq.client.connection import get_client
+from django_eventmq.client.pool import close_clients, get_client
 from django_eventmq.errors import BrokerUnavailable, ConfigurationError
 from django_eventmq.protocol import Headers, JobBody, Publish, new_msgid
 from django_eventmq.pubsub.api import (
@@ -85,7 +84,7 @@ def _peer(keys: Keys, pair: tuple[str, str] | None, **addrs: str) -> Settings:
 
 def _use(monkeypatch: pytest.MonkeyPatch, keys: Keys, pair: tuple[str, str] | None) -> None:
     """Make ``pair`` (or no key) this process's client key pair, from ``EMQ_*``."""
-    client_module.close_clients()
+    close_clients()
     close_publish_clients()
     if pair is None:
         monkeypatch.delenv("EMQ_CURVE_SERVER_PUBLIC_KEY", raising=False)

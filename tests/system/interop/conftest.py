@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import zmq
 
-from django_eventmq.client.connection import close_clients
+from django_eventmq.client.pool import close_clients
 from django_eventmq.runtime import config
 from tests.support import Proc, python_module, tcp_addr, wait_for
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from django_eventmq.client.connection import Client, connect
+from django_eventmq.client.connection import Client
+from django_eventmq.client.pool import connect
 from django_eventmq.client.shards import ShardedClient
 from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.protocol import Headers, Reply, new_msgid

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from django_eventmq.client.connection import connect
+from django_eventmq.client.pool import connect
 from django_eventmq.client.shards import ShardedClient
 from tests.pg_support import pg_dsn  # noqa: F401 - fixture
 from tests.support import wait_for

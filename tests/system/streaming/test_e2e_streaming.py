@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.client.connection import get_client
 from django_eventmq.client.handles import JobHandle
+from django_eventmq.client.pool import get_client
 from django_eventmq.errors import JobRejected, ResultTimeout
 from django_eventmq.protocol import Headers, JobBody, new_msgid
 from tests.system.streaming import jobs
