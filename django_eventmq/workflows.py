@@ -33,7 +33,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from django_eventmq.client import handles
-from django_eventmq.client.jobs import send_at_commit
+from django_eventmq.client.commit import send_at_commit
 from django_eventmq.client.pool import get_client
 from django_eventmq.client.workflows import (
     RUNNER,

@@ -1,9 +1,9 @@
 """The headers and times a job's options become.
 
 What ``@job(...)`` options (:class:`JobOptions`) and ``send(...)`` options turn
-into: the rate-limit headers, the ``delay-until`` and ``expires`` times, the
-headers ``send(headers=...)`` merges over the decorator's, the unique-job
-option. Pure functions; ``client/jobs.py`` calls them and re-exports the public ones.
+into: the ``delay-until`` time, the headers ``send(headers=...)`` merges over
+the decorator's. Pure functions; ``client/jobs.py`` calls them and re-exports
+them. The options of a feature are read by its own module (:mod:`.stages`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
-from django_eventmq.errors import ConfigurationError, ProtocolError
+from django_eventmq.errors import ConfigurationError
 from django_eventmq.protocol import Headers
-from django_eventmq.protocol import headers as headers_mod
 
 _DEFAULT_HEADERS = Headers()
 
@@ -52,21 +51,6 @@ class JobOptions(TypedDict, total=False):
     #: ``.delay_on_commit()`` writes the job to the outbox table in the caller's
     #: transaction first (None: the ``OUTBOX`` setting decides; docs/durability.md).
     outbox: bool | None
-
-
-def rate_headers(name: str, rate: str | int | None, key: str | None) -> tuple[str, ...]:
-    """The ``rate-limit`` and ``rate-key`` headers of ``@job(rate_limit=, rate_key=)``
-    (key: the job's dotted name unless given); :class:`ProtocolError` if not valid."""
-    if rate is None:
-        if key is not None:
-            raise ProtocolError("rate_key= needs rate_limit= too, e.g. rate_limit='100/m'")
-        return ()
-    if key is not None and (not isinstance(key, str) or not key or "," in key):
-        raise ProtocolError(f"rate_key= must be a non-empty string without commas, got {key!r}")
-    return (
-        f"{headers_mod.RATE_LIMIT}:{headers_mod.parse_rate(rate).text}",
-        f"{headers_mod.RATE_KEY}:{name if key is None else key.strip()}",
-    )
 
 
 def due_time(countdown: float | timedelta | None, eta: datetime | None, now: float) -> float | None:
@@ -107,32 +91,8 @@ def due_time(countdown: float | timedelta | None, eta: datetime | None, now: flo
     return None
 
 
-def expiry_time(expires: float | timedelta | datetime | None, now: float) -> float | None:
-    """The ``expires`` unix time of ``expires=``: seconds (or a timedelta) after ``now``,
-    or an aware datetime. None for None; anything else raises :class:`ConfigurationError`.
-    """
-    if expires is None:
-        return None
-    if isinstance(expires, datetime):
-        if expires.utcoffset() is None:
-            raise ConfigurationError(
-                f"expires= must be an aware datetime (with a tzinfo), got the naive {expires!r}; "
-                "pass e.g. django.utils.timezone.now() + timedelta(minutes=5), or seconds"
-            )
-        return expires.timestamp()
-    seconds = expires.total_seconds() if isinstance(expires, timedelta) else expires
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        raise ConfigurationError(
-            f"expires= takes seconds (a number or a timedelta) or an aware datetime, "
-            f"got {expires!r}"
-        )
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ConfigurationError(
-            f"expires= must be a finite number of seconds > 0, got {expires!r}; "
-            "for a job that never expires, leave expires= out"
-        )
-    return now + seconds
-
+#: A call's arguments: ``(args, kwargs)``.
+Call = tuple[tuple[Any, ...], dict[str, Any]]
 
 #: What ``send(headers=...)`` takes: a :class:`Headers`, or field names and values.
 HeaderChanges = Headers | Mapping[str, Any]
@@ -169,32 +129,3 @@ def merged_headers(base: Headers, explicit: HeaderChanges) -> Headers:
             )
         changes = dict(explicit)
     return base.with_(**changes) if changes else base
-
-
-def _unique_option(
-    qualname: str, unique_for: float | timedelta | None, fields: dict[str, Any]
-) -> tuple[int, Callable[..., str] | None] | None:
-    """``@job(unique_for=, unique_key=)`` as (whole seconds, key callable); None when
-    neither is given. Takes ``unique_key`` out of ``fields``."""
-    key_of = fields.pop("unique_key", None)
-    if unique_for is None and key_of is None:
-        return None
-    if key_of is not None and not callable(key_of):
-        raise ConfigurationError(
-            f"@job {qualname}: unique_key= takes a callable of the job's arguments that "
-            f"returns a str, got {key_of!r}"
-        )
-    seconds = unique_for.total_seconds() if isinstance(unique_for, timedelta) else unique_for
-    if seconds is None:
-        return 0, key_of
-    if (
-        isinstance(seconds, bool)
-        or not isinstance(seconds, int | float)
-        or not math.isfinite(seconds)
-        or seconds < 0
-    ):
-        raise ConfigurationError(
-            f"@job {qualname}: unique_for= takes seconds >= 0 (a number or a timedelta), "
-            f"got {unique_for!r}"
-        )
-    return math.ceil(seconds), key_of

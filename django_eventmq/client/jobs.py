@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import json
 import logging
 import threading
 import time
@@ -20,35 +19,35 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, Unpack, overload
 
+from django_eventmq.client import outbox, rate_limits, stages
+from django_eventmq.client.commit import send_at_commit
+from django_eventmq.client.connection import Client
+from django_eventmq.client.expiry import Expiry, expiry_time
 from django_eventmq.client.handles import CommitHandle, EagerHandle, JobHandle, NoReplyHandle
 from django_eventmq.client.job_headers import HeaderChanges as HeaderChanges
 from django_eventmq.client.job_headers import JobOptions as JobOptions
-from django_eventmq.client.job_headers import _unique_option
 from django_eventmq.client.job_headers import due_time as due_time
-from django_eventmq.client.job_headers import expiry_time as expiry_time
 from django_eventmq.client.job_headers import merged_headers as merged_headers
-from django_eventmq.client.job_headers import rate_headers as rate_headers
 from django_eventmq.client.pool import get_client, remember_sender
+from django_eventmq.client.routing import Route
+from django_eventmq.client.shards import ShardedClient
+from django_eventmq.client.stages import build_headers, waits_for_answer
+from django_eventmq.client.traced_send import send_traced
+from django_eventmq.client.unique import Unique
 from django_eventmq.client.workflows import Signature
 from django_eventmq.errors import (
     ConfigurationError,
-    EventMQError,
-    JobRejected,
     ProtocolError,
     SerializationError,
 )
 from django_eventmq.protocol import Headers, JobBody, new_msgid
-from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.payload import compact_json
-from django_eventmq.protocol.status import refused_for_now
-from django_eventmq.protocol.unique import unique_key
 from django_eventmq.runtime import (
     hooks,
     job_context,
     job_events,
     registry,
     retry_policy,
-    routes,
     tracing,
 )
 from django_eventmq.runtime.config import get_settings
@@ -58,43 +57,6 @@ from django_eventmq.scheduling.timing import Periodic, crontab
 
 logger = logging.getLogger("django_eventmq.client")
 T = TypeVar("T")
-
-
-def send_at_commit(
-    on_commit: Callable[[Callable[[], object]], T],
-    send: Callable[[], object],
-    what: str,
-    then: str,
-    failed: Callable[[Exception], None] | None = None,
-) -> T:
-    """Call ``send`` when the open transaction commits (``on_commit``, whose answer
-    is returned); at once with none open, its error then the caller's. At the commit
-    an error is logged, with ``what`` was not sent and ``then`` what to do, and
-    given to ``failed``, not raised: raised there it would end Django's run of the
-    transaction's callbacks, and what was queued after it would never be sent."""
-    at_once = True  # on_commit calls it before returning when no transaction is open
-
-    def run() -> None:
-        try:
-            send()
-        except Exception as exc:
-            if at_once:
-                raise
-            if failed is not None:
-                failed(exc)
-            logger.error(
-                "%s was not sent when its transaction committed: %s: %s. The "
-                "transaction's writes are committed; %s",
-                what,
-                type(exc).__name__,
-                exc,
-                then,
-                exc_info=not isinstance(exc, EventMQError),
-            )
-
-    answer = on_commit(run)
-    at_once = False
-    return answer
 
 
 _declared_lock = threading.Lock()
@@ -174,8 +136,6 @@ class Job(Generic[P, R]):
         self.func = func
         #: The queue ``@job`` named (None: ``ROUTES`` say, else ``default``).
         self.given_queue = queue
-        #: ``(settings, queue, its bytes)``: what ``ROUTES`` said under these settings.
-        self._routed: tuple[Settings, str, bytes] | None = None
         self.path = func.__module__
         self.callable_name = func.__name__
         unknown = sorted(set(options) - JobOptions.__optional_keys__)
@@ -190,33 +150,19 @@ class Job(Generic[P, R]):
             raise ConfigurationError(f"@job {qualname}: outbox= takes True, False or None")
         #: Whether ``.delay_on_commit()`` goes through the outbox table (None: ``OUTBOX``).
         self.outbox: bool | None = outbox
-        #: (seconds, key callable) of a unique job (None: not unique).
-        self.unique = _unique_option(qualname, fields.pop("unique_for", None), fields)
+        name = registry.job_name(self.path, self.callable_name)
+        #: The features that set headers of each send, in order (:mod:`.stages`).
+        self.header_stages = stages.header_stages(qualname, name, fields)
         try:
             policy = retry_policy.policy_from_options(fields, fields.get("retry_count", 0))
         except ConfigurationError as exc:
             raise ConfigurationError(f"@job {qualname}: {exc}") from exc
-        expires = fields.pop("expires", None)
-        if isinstance(expires, datetime):
-            raise ConfigurationError(
-                f"@job {qualname}: expires= takes seconds after each send here; "
-                "give a datetime to send(..., expires=) instead"
-            )
         try:
-            #: Seconds after sending before the job expires (None: never).
-            self.expires_after = expiry_time(expires, 0.0)
-        except ConfigurationError as exc:
-            raise ConfigurationError(f"@job {qualname}: {exc}") from exc
-        try:
-            extra = rate_headers(
-                registry.job_name(self.path, self.callable_name),
-                fields.pop("rate_limit", None),
-                fields.pop("rate_key", None),
-            )
-            self.headers = Headers(**fields, extra=extra)
+            self.headers = Headers(**fields, extra=rate_limits.from_options(name, fields))
         except ProtocolError as exc:
             raise ConfigurationError(f"@job {qualname}: {exc}") from exc
         self.name = registry.register(func, self.path, self.callable_name)
+        self._route = Route(self.name)
         _jobs[self.name] = self
         #: How a failure is retried (None: any exception, the global back-off).
         self.retry_policy = policy
@@ -247,15 +193,13 @@ class Job(Generic[P, R]):
         ``ROUTES`` glob's, else ``default``."""
         if self.given_queue is not None:
             return self.given_queue
-        return self._route(get_settings())[0]
+        return self._route.queue(get_settings())[0]
 
-    def _route(self, settings: Settings) -> tuple[str, bytes]:
-        """``(queue, its bytes)`` ``ROUTES`` give this job, worked out once per settings."""
-        routed = self._routed
-        if routed is None or routed[0] is not settings:
-            queue = routes.route(self.name, settings.routes) or C.DEFAULT_QUEUE_NAME
-            routed = self._routed = (settings, queue, queue.encode())
-        return routed[1], routed[2]
+    @property
+    def expires_after(self) -> float | None:
+        """Seconds after sending before the job expires (None: never; ``@job(expires=)``)."""
+        found = [s for s in self.header_stages if isinstance(s, Expiry)]
+        return found[0].after if found else None
 
     def encode_body(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         """The JSON job body for these arguments; ``TypeError`` if they are not JSON."""
@@ -300,14 +244,10 @@ class Job(Generic[P, R]):
         """
         # send() without its options: the decorator's headers, encoded once in __init__.
         body_text = self.encode_body(args, kwargs) if args or kwargs else self._body_bare
-        headers = self.unique_headers(self._expiring(), args, kwargs)
+        headers = None
+        if self.header_stages:  # building headers: the features this job uses
+            headers = build_headers(self.header_stages, self.headers, (args, kwargs))
         return self._send_encoded(body_text, args, kwargs, None, headers, new_msgid())
-
-    def _expiring(self) -> Headers | None:
-        """The decorator's headers with its expiry counted from now (None: it has none)."""
-        if self.expires_after is None:
-            return None
-        return self.headers.with_(expires=time.time() + self.expires_after)
 
     async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """:meth:`delay` for async code (an ASGI view): the send runs in a thread
@@ -346,14 +286,24 @@ class Job(Generic[P, R]):
         msgid = new_msgid()
 
         def send() -> JobHandle:
-            headers = self.unique_headers(self._expiring(), args, kwargs)
+            headers = build_headers(self.header_stages, self.headers, (args, kwargs))
             return self._send_encoded(body_text, args, kwargs, None, headers, msgid)
 
         settings = get_settings()
         if not settings.run_inline:
             handle = CommitHandle.of(msgid, self._handle_cls)
             if settings.outbox if self.outbox is None else self.outbox:
-                self._through_outbox(on_commit, body_text, args, kwargs, msgid, handle)
+                headers = build_headers(self.header_stages, self.headers, (args, kwargs))
+                outbox.send_through(
+                    on_commit,
+                    lambda sent: self._send_encoded(body_text, args, kwargs, None, sent, msgid),
+                    self.name,
+                    self.queue,
+                    headers.with_(guarantee=True),
+                    body_text,
+                    msgid,
+                    handle,
+                )
                 return handle
 
             def send_now() -> None:
@@ -384,71 +334,6 @@ class Job(Generic[P, R]):
         on_commit(run)
         return eager
 
-    def _through_outbox(
-        self,
-        on_commit: hooks.OnCommit,
-        body_text: str,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        msgid: str,
-        handle: CommitHandle,
-    ) -> None:
-        """``delay_on_commit`` with the outbox: the job's row is written now, in the
-        caller's transaction; at the commit it is sent, guaranteed, and its row deleted
-        once the router acknowledged it. A row left (this process died, the router was
-        down) is sent by a scheduler (``scheduling/relay.py``); the router takes its
-        msgid once."""
-        box = hooks.outbox()
-        headers = (self.unique_headers(self._expiring(), args, kwargs) or self.headers).with_(
-            guarantee=True
-        )
-        box.keep(msgid, self.queue, headers.encode(), body_text)
-
-        def kept(exc: Exception) -> None:
-            # Not raised, even with no transaction open: the row is committed and will
-            # be sent; a caller that sent the job again would send it twice.
-            handle.kept(exc)
-            logger.warning(
-                "job %s msgid=%s was not sent (%s: %s); its outbox row stays and a "
-                "scheduler (emq_scheduler) sends it",
-                self.name,
-                msgid,
-                type(exc).__name__,
-                exc,
-            )
-
-        def send_now() -> None:
-            try:
-                self._send_encoded(body_text, args, kwargs, None, headers, msgid)
-            except JobRejected as exc:
-                if not refused_for_now(exc.reason):
-                    box.sent(msgid)  # refused for good: a relay would be refused too
-                    raise
-                kept(exc)
-                return
-            except Exception as exc:
-                kept(exc)
-                return
-            handle.sent()
-            try:
-                box.sent(msgid)
-            except Exception as exc:  # sent: a relay sends it again, the router takes it once
-                logger.warning(
-                    "job %s msgid=%s was sent but its outbox row was not deleted (%s: %s)",
-                    self.name,
-                    msgid,
-                    type(exc).__name__,
-                    exc,
-                )
-
-        handle.pending = send_at_commit(
-            on_commit,
-            send_now,
-            f"job {self.name} msgid={msgid}",
-            "the router refused it, so it will not run",
-            failed=handle.not_sent,
-        )
-
     def send(
         self,
         args: tuple[Any, ...] = (),
@@ -472,15 +357,13 @@ class Job(Generic[P, R]):
         """
         kwargs = kwargs or {}
         body_text = self.encode_body(args, kwargs)  # TypeError before anything is sent
-        if (
-            headers is not None
-            or countdown is not None
-            or eta is not None
-            or expires is not None
-            or self.expires_after is not None
-        ):
-            headers = self.headers_for(headers, countdown=countdown, eta=eta, expires=expires)
-        headers = self.unique_headers(headers, args, kwargs)
+        now = None
+        if headers is not None or countdown is not None or eta is not None or expires is not None:
+            now = time.time()
+            headers = self._given_headers(headers, countdown, eta, expires, now)
+        if self.header_stages:  # building headers: the features this job uses
+            sent = self.headers if headers is None else headers
+            headers = build_headers(self.header_stages, sent, (args, kwargs), now)
         return self._send_encoded(body_text, args, kwargs, queue, headers, msgid or new_msgid())
 
     def headers_for(
@@ -501,14 +384,24 @@ class Job(Generic[P, R]):
         ``expires`` (or else the decorator's, counted from ``now``) sets the
         ``expires`` time unless ``headers`` set one.
         """
-        merged = self.headers if headers is None else merged_headers(self.headers, headers)
         now = time.time() if now is None else now
-        if merged.expires is None or expires is not None:
-            at = expiry_time(expires, now)
-            if at is None and self.expires_after is not None:
-                at = now + self.expires_after
-            if at is not None:
-                merged = merged.with_(expires=at)
+        merged = self._given_headers(headers, countdown, eta, expires, now)
+        # The arguments are not known: a unique job's key is not in these.
+        return build_headers(self.header_stages, merged, None, now)
+
+    def _given_headers(
+        self,
+        headers: HeaderChanges | None,
+        countdown: float | timedelta | None,
+        eta: datetime | None,
+        expires: float | timedelta | datetime | None,
+        now: float,
+    ) -> Headers:
+        """The decorator's headers with what a :meth:`send` gives: ``headers``, a delay,
+        an expiry (the features' stages come after)."""
+        merged = self.headers if headers is None else merged_headers(self.headers, headers)
+        if expires is not None:
+            merged = merged.with_(expires=expiry_time(expires, now))
         due = due_time(countdown, eta, now)
         if due is None:
             return merged
@@ -523,24 +416,10 @@ class Job(Generic[P, R]):
         arguments; ``headers`` as given when the job is not unique, or when they
         name a key already (with the decorator's ``unique_for`` if they set none).
         For REQUESTs built by hand (``send_many``)."""
-        if self.unique is None:
+        stage = next((s for s in self.header_stages if isinstance(s, Unique)), None)
+        if stage is None:
             return headers
-        seconds, key_of = self.unique
-        if headers is not None and headers.unique_key is not None:  # a key given: kept
-            return headers if headers.unique_for else headers.with_(unique_for=seconds)
-        if key_of is None:
-            try:
-                part = json.dumps([args, kwargs], sort_keys=True, separators=(",", ":"))
-            except TypeError:  # a dict with keys of mixed types cannot be sorted
-                part = json.dumps([args, kwargs], separators=(",", ":"))
-        else:
-            part = key_of(*args, **kwargs)
-            if not isinstance(part, str):
-                raise ConfigurationError(
-                    f"{self.name}: unique_key= returned {part!r}; it must return a str"
-                )
-        base = self.headers if headers is None else headers
-        return base.with_(unique_key=unique_key(self.name, part), unique_for=seconds)
+        return stage.headers(self.headers if headers is None else headers, (args, kwargs), None)
 
     def _send_encoded(
         self,
@@ -557,7 +436,7 @@ class Job(Generic[P, R]):
         elif self.given_queue is not None:
             queue, queue_b = self.given_queue, self._queue_b
         else:
-            queue, queue_b = self._route(settings)
+            queue, queue_b = self._route.queue(settings)
         if settings.run_inline:
             context = self._context(msgid, queue, headers, args, kwargs)
             token = job_context.enter(job_context.Lazy(context))
@@ -573,32 +452,16 @@ class Job(Generic[P, R]):
             headers_b, guarantee, handle_cls = self._headers_b, self._guarantee, self._handle_cls
         else:
             headers_b = headers.encode().encode()
-            guarantee, handle_cls = headers.guarantee, _handle_class(headers)
-            # A unique job waits for the router's answer: an ACK, or JobNotUnique.
-            guarantee = guarantee or headers.unique_key is not None
-        # The send span (None: tracing off); its trace context goes in the headers.
+            guarantee = waits_for_answer(headers)
+            handle_cls = _handle_class(headers)
+        # Sending: inside a send span when tracing is on (None: off).
         span = tracing.send_span(queue, msgid, self.name)
-        if span is not None:
-            headers_b = tracing.stamped(headers_b, span.stamp)
-        try:
-            if guarantee:
-                client.send_request_guaranteed(
-                    msgid.encode(),
-                    queue_b,
-                    headers_b,
-                    body_text.encode(),
-                    ack_timeout=settings.ack_timeout,
-                    retries=settings.ack_retries,
-                )
-            else:
-                client.send_request_frames(msgid.encode(), queue_b, headers_b, body_text.encode())
-        except BaseException as exc:
-            if span is not None:
-                span.fail(exc)
-            raise
-        finally:
-            if span is not None:
-                span.end()
+        if span is None:
+            _hand_over(headers_b, client, settings, guarantee, msgid, queue_b, body_text)
+        else:
+            send_traced(
+                span, _hand_over, headers_b, client, settings, guarantee, msgid, queue_b, body_text
+            )
         if logger.isEnabledFor(logging.DEBUG):
             job_debug(logger, "sent", msgid, queue, job=self.name)
         if handle_cls.expects_reply:  # its .wait() may come from another thread
@@ -634,6 +497,29 @@ class Job(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<Job {self.name} queue={self.queue!r}>"
+
+
+def _hand_over(
+    headers_b: bytes,
+    client: Client | ShardedClient,
+    settings: Settings,
+    guarantee: bool,
+    msgid: str,
+    queue_b: bytes,
+    body_text: str,
+) -> None:
+    """Give the job to ``client``: guaranteed (until ACKed) or not."""
+    if guarantee:
+        client.send_request_guaranteed(
+            msgid.encode(),
+            queue_b,
+            headers_b,
+            body_text.encode(),
+            ack_timeout=settings.ack_timeout,
+            retries=settings.ack_retries,
+        )
+    else:
+        client.send_request_frames(msgid.encode(), queue_b, headers_b, body_text.encode())
 
 
 def _handle_class(headers: Headers) -> type[JobHandle]:

@@ -10,9 +10,10 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from django_eventmq.client.expiry import expiry_time
 from django_eventmq.client.handles import outcome_status, outcome_value
 from django_eventmq.client.inbox import Outcome
-from django_eventmq.client.jobs import expiry_time, job
+from django_eventmq.client.jobs import job
 from django_eventmq.errors import ConfigurationError, JobError, JobExpired
 from django_eventmq.protocol import Headers, Reply
 from django_eventmq.protocol.status import JobStatus

@@ -13,6 +13,7 @@ import pytest
 
 from django_eventmq.client import connection, pool
 from django_eventmq.client.jobs import job
+from django_eventmq.client.unique import Unique
 from django_eventmq.errors import ConfigurationError, JobNotUnique, JobRejected, ProtocolError
 from django_eventmq.protocol import Headers, parse_headers
 from django_eventmq.protocol.unique import holder_of, not_unique_reason, unique_key
@@ -105,7 +106,8 @@ def test_bad_unique_options_are_refused_at_decoration(
 
 
 def test_unique_for_as_a_timedelta_is_whole_seconds_rounded_up() -> None:
-    assert job(unique_for=timedelta(seconds=1.5))(fresh("timed_job")).unique == (2, None)
+    (stage,) = job(unique_for=timedelta(seconds=1.5))(fresh("timed_job")).header_stages
+    assert isinstance(stage, Unique) and (stage.seconds, stage.key_of) == (2, None)
 
 
 def test_a_key_callable_that_returns_no_str_is_a_configuration_error() -> None:
