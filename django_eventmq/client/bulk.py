@@ -214,7 +214,7 @@ class Pipeline:
         """Send one job (fields already encoded); waits while the window is full."""
         self.send_requests(((msgid, queue, headers, body),))
 
-    def send_many(
+    def send_columns(
         self,
         msgids: Iterable[bytes],
         queues: Iterable[bytes],
@@ -299,7 +299,7 @@ class Pipeline:
     def _ask_features(self) -> None:
         """Tell the router we speak BATCH; its FEATURES answer switches us to it."""
         self._asked = True
-        if not self.handshake.offer():
+        if not self.handshake.ask():
             self._provisional = 0
             self._log.debug("FEATURES not sent (the pipe is full): sending REQUESTs only")
 

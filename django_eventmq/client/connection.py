@@ -39,7 +39,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from django_eventmq.client import bulk as pipeline
+from django_eventmq.client import bulk
 from django_eventmq.client import exit as client_exit
 from django_eventmq.client.handshake import Handshake
 from django_eventmq.client.inbox import Inbox, Outcome, locked
@@ -142,17 +142,16 @@ class Client:
         router). A packed REQUEST needs ``"packed"``; send_many batches with ``"batch"``."""
         return self.session.router_features
 
-    def ask_features(self) -> None:
-        """Say what we speak, without waiting: REQUESTs go plain until the answer
-        comes (read with the ACKs); a reference router ignores it. With no router
-        connected it goes before the next send."""
-        self.handshake.offer()
-
-    def send_features(self) -> None:
-        """Send the FEATURES that found no router connected (still first, before
-        any job), waiting up to ``SEND_TIMEOUT`` for one."""
+    def ask_features(self, *, wait: bool = False) -> None:
+        """Say what we speak. Without ``wait``: at once, REQUESTs going plain until the
+        answer comes (read with the ACKs; a reference router ignores it), and with no
+        router connected before the next send. With ``wait``: still first, before
+        any job, waiting up to ``SEND_TIMEOUT`` for a router to take it."""
+        if not wait:
+            self.handshake.ask()
+            return
         try:
-            self.handshake.send()
+            self.handshake.ask_waiting()
         except transport.Again:
             raise self._unavailable() from None
 
@@ -177,7 +176,7 @@ class Client:
         Raises :class:`BrokerUnavailable` when no router took it within ``SEND_TIMEOUT``.
         """
         if self.handshake.unsent:
-            self.send_features()
+            self.ask_features(wait=True)
         try:
             self.channel.send(message)
         except transport.Again:
@@ -189,7 +188,7 @@ class Client:
         """Send a REQUEST from already-encoded fields (the ``.delay()`` fast path)."""
         with self.lock:  # inline, not @locked: one call less on the hot path
             if self.handshake.unsent:
-                self.send_features()
+                self.ask_features(wait=True)
             try:
                 if self.session.send_packed:
                     self.channel.send_frames([pack_request(msgid, queue, headers, body)])
@@ -286,11 +285,11 @@ class Client:
         requests: Iterable[Request | tuple[bytes, bytes, bytes, bytes]],
         *,
         guarantee: bool = True,
-        window: int = pipeline.CLIENT_WINDOW,
+        window: int = bulk.CLIENT_WINDOW,
         ack_timeout: float = 2.0,
-        give_up: float = pipeline.DEFAULT_GIVE_UP,
-        batch: int = pipeline.DEFAULT_BATCH,
-    ) -> pipeline.SendResult:
+        give_up: float = bulk.DEFAULT_GIVE_UP,
+        batch: int = bulk.DEFAULT_BATCH,
+    ) -> bulk.SendResult:
         """Send many REQUESTs (messages, or encoded ``(msgid, queue, headers, body)``).
 
         With ``guarantee`` it returns once the router answered each one, with
@@ -303,14 +302,14 @@ class Client:
         to ``batch`` jobs (0: REQUESTs only; see :mod:`.pipeline`). Without
         ``guarantee`` it sends as ``.delay()`` does and waits for nothing.
         """
-        encoded = pipeline.encode_requests(requests)
-        result = pipeline.SendResult()
+        encoded = bulk.encode_requests(requests)
+        result = bulk.SendResult()
         if not guarantee:
             for msgid, queue, headers, body in encoded:
                 self.send_request_frames(msgid, queue, headers, body)
-                result.counts.setdefault(queue.decode(), pipeline.QueueCounts()).sent += 1
+                result.counts.setdefault(queue.decode(), bulk.QueueCounts()).sent += 1
             return result
-        sender = pipeline.Pipeline(
+        sender = bulk.Pipeline(
             self.channel,
             addr=self.addr,
             window=window,
@@ -325,7 +324,7 @@ class Client:
         if self.handshake.unsent:
             # Waits for the router's connection (as .delay() does), so that our
             # FEATURES go first and batching can start at its answer.
-            self.send_features()
+            self.ask_features(wait=True)
         result.counts = sender.counts
         try:
             sender.send_requests(encoded)

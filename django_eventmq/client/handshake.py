@@ -64,25 +64,25 @@ class Handshake:
         router)."""
         return self.session.router_features
 
-    def _ask(self) -> list[bytes]:
+    def _features(self) -> list[bytes]:
         return encode(self.session.ask(time.monotonic(), wait=self.wait))
 
-    def offer(self) -> bool:
+    def ask(self) -> bool:
         """Send our FEATURES without waiting (REQUESTs go plain until the answer comes;
         a reference router ignores it). False, and :attr:`unsent`, if the socket did
         not take it now."""
         try:
-            self.channel.send_frames(self._ask(), flags=transport.NOBLOCK)
+            self.channel.send_frames(self._features(), flags=transport.NOBLOCK)
         except transport.Again:
             self.unsent = True
             return False
         self.unsent = False
         return True
 
-    def send(self) -> None:
+    def ask_waiting(self) -> None:
         """Send our FEATURES, waiting as long as the socket's send timeout for a
         router to take it; raises ``transport.Again`` if none did."""
-        self.channel.send_frames(self._ask())
+        self.channel.send_frames(self._features())
         self.unsent = False
 
     def probe(self) -> list[bytes]:

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from django_eventmq.client import bulk as pipeline
+from django_eventmq.client import bulk
 from django_eventmq.client.connection import Client
 from django_eventmq.client.inbox import Outcome
 from django_eventmq.errors import BrokerUnavailable
@@ -202,20 +202,20 @@ class ShardedClient:
         requests: Iterable[Request | Job],
         *,
         guarantee: bool = True,
-        window: int = pipeline.CLIENT_WINDOW,
+        window: int = bulk.CLIENT_WINDOW,
         ack_timeout: float = 2.0,
-        give_up: float = pipeline.DEFAULT_GIVE_UP,
-        batch: int = pipeline.DEFAULT_BATCH,
-    ) -> pipeline.SendResult:
+        give_up: float = bulk.DEFAULT_GIVE_UP,
+        batch: int = bulk.DEFAULT_BATCH,
+    ) -> bulk.SendResult:
         """:meth:`.Client.send_many` over the groups: a pipeline per group, each job to
         its group, a group that loses its router for ``SEND_TIMEOUT`` has its
         unacknowledged jobs sent to the next group (same msgids)."""
-        encoded = pipeline.encode_requests(requests)
+        encoded = bulk.encode_requests(requests)
         if not guarantee:
-            result = pipeline.SendResult()
+            result = bulk.SendResult()
             for msgid, queue, headers, body in encoded:
                 self.send_request_frames(msgid, queue, headers, body)
-                result.counts.setdefault(queue.decode(), pipeline.QueueCounts()).sent += 1
+                result.counts.setdefault(queue.decode(), bulk.QueueCounts()).sent += 1
             return result
         spread = _Spread(self, window=window, ack_timeout=ack_timeout, give_up=give_up, batch=batch)
         with self._holding():
@@ -366,7 +366,7 @@ class _Spread:
         give_up: float,
         batch: int,
     ) -> None:
-        pipeline.check_window(window, ack_timeout, give_up, batch)
+        bulk.check_window(window, ack_timeout, give_up, batch)
         self.owner = owner
         n = len(owner.clients)
         self.options: dict[str, Any] = {
@@ -375,11 +375,11 @@ class _Spread:
             "give_up": give_up,
             "batch": batch,
         }
-        self.result = pipeline.SendResult()
-        self.pipelines: list[pipeline.Pipeline | None] = [None] * n
-        self.finished: list[pipeline.Pipeline] = []  # those of groups that went away
+        self.result = bulk.SendResult()
+        self.pipelines: list[bulk.Pipeline | None] = [None] * n
+        self.finished: list[bulk.Pipeline] = []  # those of groups that went away
         #: Per group: jobs handed to its pipeline and not answered yet.
-        self.owed: list[dict[bytes, Job]] = [{} for _ in range(n)]
+        self.unanswered: list[dict[bytes, Job]] = [{} for _ in range(n)]
         self.buffers: list[list[Job]] = [[] for _ in range(n)]
         #: Since when each group has had no router connected (None: it has one).
         self.lost_since: list[float | None] = [None] * n
@@ -390,7 +390,7 @@ class _Spread:
         self.by_queue: dict[bytes, int] = {}
         self.keep_choice = owner.chooser.shard_by == SHARD_BY_QUEUE
 
-    def run(self, jobs: Iterable[Job]) -> pipeline.SendResult:
+    def run(self, jobs: Iterable[Job]) -> bulk.SendResult:
         for job in jobs:
             self._route(job)
         while True:
@@ -443,26 +443,26 @@ class _Spread:
         raise BrokerUnavailable(
             f"no router of any group of {owner.addr} was connected within "
             f"SEND_TIMEOUT={owner.send_timeout:g}s (is emq_router running?); "
-            f"{sum(len(o) for o in self.owed) + len(self.again)} job(s) unacknowledged: "
+            f"{sum(len(o) for o in self.unanswered) + len(self.again)} job(s) unacknowledged: "
             "sending them again with the same msgids is safe"
         )
 
-    def _pipeline(self, index: int) -> pipeline.Pipeline:
+    def _pipeline(self, index: int) -> bulk.Pipeline:
         sender = self.pipelines[index]
         if sender is not None:
             return sender
         client = self.owner.clients[index]
         if client.handshake.unsent:
             try:
-                client.send_features()
+                client.ask_features(wait=True)
             except BrokerUnavailable:
                 raise _GroupDown(index) from None
-        owed = self.owed[index]
+        unanswered = self.unanswered[index]
 
         def answered(msgid: bytes) -> None:
-            owed.pop(msgid, None)
+            unanswered.pop(msgid, None)
 
-        sender = pipeline.Pipeline(
+        sender = bulk.Pipeline(
             client.channel,
             addr=client.addr,
             handshake=client.handshake,
@@ -478,9 +478,9 @@ class _Spread:
 
     def _feed(self, index: int) -> None:
         jobs, self.buffers[index] = self.buffers[index], []
-        owed = self.owed[index]
+        unanswered = self.unanswered[index]
         for job in jobs:
-            owed[job[0]] = job
+            unanswered[job[0]] = job
         try:
             self._pipeline(index).send_requests(jobs)
         except _GroupDown:
@@ -506,25 +506,25 @@ class _Spread:
         if sender is not None:
             self.finished.append(sender)
         self.by_queue.clear()
-        owed = list(self.owed[index].values()) + self.buffers[index]
-        self.owed[index] = {}
+        unanswered = list(self.unanswered[index].values()) + self.buffers[index]
+        self.unanswered[index] = {}
         self.buffers[index] = []
         owner._mark_down(
             index,
             f"no router connected for SEND_TIMEOUT={owner.send_timeout:g}s; "
-            f"{len(owed)} unacknowledged job(s) sent to another group with the same msgids",
+            f"{len(unanswered)} unacknowledged job(s) sent to another group with the same msgids",
         )
         owner.clients[index].ask_features()  # whoever serves it next is asked again
-        for job in owed:
+        for job in unanswered:
             queue = job[1].decode()
             self.moved[queue] = self.moved.get(queue, 0) + 1
-        self.again.extend(owed)
+        self.again.extend(unanswered)
 
-    def _result(self) -> pipeline.SendResult:
+    def _result(self) -> bulk.SendResult:
         result = self.result
         for sender in [p for p in self.pipelines if p is not None] + self.finished:
             for queue, counts in sender.counts.items():
-                result.counts.setdefault(queue, pipeline.QueueCounts()).merge(counts)
+                result.counts.setdefault(queue, bulk.QueueCounts()).merge(counts)
             result.batches += sender.batches_sent
         # A job moved to another group was counted as sent by both: once is a resend.
         for queue, moved in self.moved.items():

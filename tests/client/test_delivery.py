@@ -314,7 +314,7 @@ def test_a_long_running_process_s_exit_finds_the_router_s_unread_answer(start_ro
     h = start_router()
     sender = Client(h.router.frontend_address, send_timeout=1.0)
     try:
-        sender.send_features()  # as the first .delay() does, without reading after it
+        sender.ask_features(wait=True)  # as the first .delay() does, without reading after it
         wait_for(lambda: sender.channel.poll(0), what="the router's answer, unread")
         assert sender.router_features is None
         sender.session.decide_by -= 60  # as if it went out a minute ago

@@ -132,7 +132,7 @@ class _SendTask:
             for batch in batches:
                 encoded = self.encoder.encode(batch)
                 queues = encoded.queues or _repeat(queue, len(encoded.msgids))
-                sender.send_many(encoded.msgids, queues, headers, encoded.bodies)
+                sender.send_columns(encoded.msgids, queues, headers, encoded.bodies)
                 if push is not None:
                     push.push(sender.counts)
             sender.flush()

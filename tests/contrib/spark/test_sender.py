@@ -59,7 +59,7 @@ def test_every_request_is_acknowledged_by_our_router(router):
     frontend = router()
     msgids, queues, bodies = requests(3_000)
     with PipelinedSender(frontend, window=100) as sender:
-        sender.send_many(msgids, queues, b"guarantee", bodies)
+        sender.send_columns(msgids, queues, b"guarantee", bodies)
         sender.flush()
         assert sender.in_flight == 0
     counts = sender.counts["email"]
@@ -71,7 +71,7 @@ def test_over_the_high_water_mark_our_router_rejects_and_we_count_it(router):
     frontend = router(EMQ_HWM_POLICY="reject", EMQ_HIGH_WATER_MARK="20")
     msgids, queues, bodies = requests(50)
     with PipelinedSender(frontend, window=10) as sender:
-        sender.send_many(msgids, queues, b"guarantee", bodies)
+        sender.send_columns(msgids, queues, b"guarantee", bodies)
         sender.flush()
     counts = sender.counts["email"]
     assert counts.sent == 50
@@ -94,7 +94,7 @@ def test_an_unanswered_request_is_sent_again_with_the_same_msgid():
         PipelinedSender(peer.addr, window=50, ack_timeout=0.2, give_up=10) as sender,
     ):
         msgids, queues, bodies = requests(20)
-        sender.send_many(msgids, queues, b"guarantee", bodies)
+        sender.send_columns(msgids, queues, b"guarantee", bodies)
         sender.flush()
     counts = sender.counts["email"]
     assert (counts.sent, counts.acked, counts.resent) == (20, 20, 20)
@@ -110,7 +110,7 @@ def test_a_late_second_ack_counts_once():
 
     with ScriptedRouter(ack_twice) as peer, PipelinedSender(peer.addr) as sender:
         msgids, queues, bodies = requests(30)
-        sender.send_many(msgids, queues, b"guarantee", bodies)
+        sender.send_columns(msgids, queues, b"guarantee", bodies)
         sender.flush()
     assert sender.counts["email"].acked == 30
 
@@ -134,7 +134,7 @@ def test_a_full_router_makes_flush_raise_router_full_saying_what_to_do(router):
         PipelinedSender(frontend, window=40, batch=10, ack_timeout=0.5, give_up=2) as sender,
         pytest.raises(RouterFull) as info,
     ):
-        sender.send_many(msgids, queues, b"guarantee", bodies)
+        sender.send_columns(msgids, queues, b"guarantee", bodies)
         sender.flush()
     text = str(info.value)
     assert f"the router at {frontend} is full" in text
@@ -149,7 +149,7 @@ def test_a_msgid_already_in_flight_is_not_sent_twice():
         ScriptedRouter(lambda frames, n: [ack(frames)]) as peer,
         PipelinedSender(peer.addr) as sender,
     ):
-        sender.send_many([b"same", b"same", b"other"], [b"email"] * 3, b"", [BODY] * 3)
+        sender.send_columns([b"same", b"same", b"other"], [b"email"] * 3, b"", [BODY] * 3)
         sender.flush()
     counts = sender.counts["email"]
     assert (counts.sent, counts.duplicates, counts.acked) == (2, 1, 2)
@@ -162,7 +162,7 @@ def test_garbage_from_the_router_is_logged_once_and_ignored(caplog):
     caplog.set_level(logging.WARNING, "django_eventmq.spark")
     with ScriptedRouter(garbage_then_ack) as peer, PipelinedSender(peer.addr) as sender:
         msgids, queues, bodies = requests(10)
-        sender.send_many(msgids, queues, b"guarantee", bodies)
+        sender.send_columns(msgids, queues, b"guarantee", bodies)
         sender.flush()
     assert sender.counts["email"].acked == 10
     warnings = [r for r in caplog.records if r.name == "django_eventmq.spark"]
@@ -190,7 +190,7 @@ def test_with_curve_only_a_sender_with_the_client_key_is_acknowledged(router, mo
 
     msgids, queues, bodies = requests(20)
     with PipelinedSender(frontend, settings=keyed(client)) as sender:
-        sender.send_many(msgids, queues, b"guarantee", bodies)
+        sender.send_columns(msgids, queues, b"guarantee", bodies)
         sender.flush()
     assert sender.counts["email"].acked == 20
     # An executor takes its keys from EMQ_* when it is given no settings.
