@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, Unpack, overload
 
-from django_eventmq.client import outbox, rate_limits, stages
+from django_eventmq.client import outbox, stages
 from django_eventmq.client.commit import send_at_commit
 from django_eventmq.client.connection import Client
 from django_eventmq.client.expiry import Expiry, expiry_time
@@ -145,11 +145,8 @@ class Job(Generic[P, R]):
                 f"schedule, cron, {', '.join(sorted(JobOptions.__optional_keys__))}"
             )
         fields: dict[str, Any] = dict(options)
-        outbox = fields.pop("outbox", None)
-        if outbox is not None and not isinstance(outbox, bool):
-            raise ConfigurationError(f"@job {qualname}: outbox= takes True, False or None")
         #: Whether ``.delay_on_commit()`` goes through the outbox table (None: ``OUTBOX``).
-        self.outbox: bool | None = outbox
+        self.outbox = outbox.from_options(qualname, fields)
         name = registry.job_name(self.path, self.callable_name)
         #: The features that set headers of each send, in order (:mod:`.stages`).
         self.header_stages = stages.header_stages(qualname, name, fields)
@@ -158,7 +155,7 @@ class Job(Generic[P, R]):
         except ConfigurationError as exc:
             raise ConfigurationError(f"@job {qualname}: {exc}") from exc
         try:
-            self.headers = Headers(**fields, extra=rate_limits.from_options(name, fields))
+            self.headers = Headers(**fields, extra=stages.fixed_headers(name, fields))
         except ProtocolError as exc:
             raise ConfigurationError(f"@job {qualname}: {exc}") from exc
         self.name = registry.register(func, self.path, self.callable_name)

@@ -12,15 +12,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from django_eventmq.client.commit import send_at_commit
 from django_eventmq.client.handles import CommitHandle
-from django_eventmq.errors import JobRejected
+from django_eventmq.errors import ConfigurationError, JobRejected
 from django_eventmq.protocol import Headers
 from django_eventmq.protocol.status import refused_for_now
 from django_eventmq.runtime import hooks
 
 logger = logging.getLogger("django_eventmq.client")
+
+
+def from_options(qualname: str, fields: dict[str, Any]) -> bool | None:
+    """``@job(outbox=)``: whether the job's ``delay_on_commit`` goes through the outbox
+    (None: the ``OUTBOX`` setting decides); takes it out of ``fields``."""
+    outbox = fields.pop("outbox", None)
+    if outbox is not None and not isinstance(outbox, bool):
+        raise ConfigurationError(f"@job {qualname}: outbox= takes True, False or None")
+    return outbox
 
 
 def send_through(

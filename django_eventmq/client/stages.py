@@ -8,8 +8,8 @@ plugs into the points it needs, so ``client/jobs.py`` names none of them:
     stage for this job, or None when the job does not use it
     (:func:`header_stages`): ``expires=`` (:mod:`.expiry`), ``unique_for=`` /
     ``unique_key=`` (:mod:`.unique`); ``rate_limit=`` / ``rate_key=`` become
-    fixed headers (:mod:`.rate_limits`); ``outbox=`` picks the path at the
-    commit (:mod:`.outbox`).
+    fixed headers (:func:`fixed_headers`, :mod:`.rate_limits`); ``outbox=``
+    picks the path at the commit (:mod:`.outbox`).
 ``queue`` (each send)
     the queue ``@job(queue=)`` named, else the one ``ROUTES`` give
     (:mod:`.routing`).
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from django_eventmq.client import expiry, unique
+from django_eventmq.client import expiry, rate_limits, unique
 from django_eventmq.client.job_headers import Call
 from django_eventmq.protocol import Headers
 
@@ -54,6 +54,12 @@ def header_stages(qualname: str, name: str, fields: dict[str, Any]) -> tuple[Hea
         unique.from_options(qualname, name, fields),
     ]
     return tuple(stage for stage in found if stage is not None)
+
+
+def fixed_headers(name: str, fields: dict[str, Any]) -> tuple[str, ...]:
+    """The extra headers job ``name``'s options fix for every send (a rate limit's),
+    taking those options out of ``fields``."""
+    return rate_limits.from_options(name, fields)
 
 
 def build_headers(
