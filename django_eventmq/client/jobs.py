@@ -155,7 +155,8 @@ class Job(Generic[P, R]):
         except ConfigurationError as exc:
             raise ConfigurationError(f"@job {qualname}: {exc}") from exc
         try:
-            self.headers = Headers(**fields, extra=stages.fixed_headers(name, fields))
+            extra = stages.fixed_headers(name, fields)  # takes its options out first
+            self.headers = Headers(**fields, extra=extra)
         except ProtocolError as exc:
             raise ConfigurationError(f"@job {qualname}: {exc}") from exc
         self.name = registry.register(func, self.path, self.callable_name)
