@@ -41,7 +41,10 @@ class _NullClient:
 
 def _install_null_client() -> None:
     """This thread's client for ADDR is a :class:`_NullClient`."""
-    from django_eventmq.client import pool
+    try:
+        from django_eventmq.client import pool
+    except ImportError:  # a tree before client/pool.py (an A/B against it)
+        from django_eventmq.client import connection as pool  # type: ignore[no-redef]
 
     clients = pool._ThreadClients(pool._pid)
     clients[ADDR] = _NullClient()  # type: ignore[assignment]

@@ -299,7 +299,7 @@ class Client:
         Raises :class:`BrokerUnavailable` when no router is connected within
         ``SEND_TIMEOUT``, or the router answered nothing for ``give_up``
         seconds. A router of ours gets them in BATCH messages of up
-        to ``batch`` jobs (0: REQUESTs only; see :mod:`.pipeline`). Without
+        to ``batch`` jobs (0: REQUESTs only; see :mod:`.bulk`). Without
         ``guarantee`` it sends as ``.delay()`` does and waits for nothing.
         """
         encoded = bulk.encode_requests(requests)

@@ -6,9 +6,9 @@ client socket that sent the job, where the router sends it for
 ``reply_requested`` jobs (no database polling), from whichever thread of the
 process waits; ``await .aresult()`` does the same without blocking an event
 loop; ``.stream()`` reads the job's partial replies
-(:mod:`.progress`) from the same socket, then ends at its outcome.
+(:mod:`~django_eventmq.jobmanager.progress`) from the same socket, then ends at its outcome.
 ``.status`` and ``.result`` read the results table through a reader the
-Django app installs (:mod:`.hooks`), unless the handle already read
+Django app installs (:mod:`~django_eventmq.runtime.hooks`), unless the handle already read
 the job's outcome (``.wait()``, ``.stream()``): then they say what it said,
 without a query (the table is written in batches, so it may lag).
 """
