@@ -221,7 +221,8 @@ class Client:
         idempotency key, so a resend of a job it already stored is harmless.
         """
         key = msgid.decode()
-        self.inbox.awaiting_ack.add(key)
+        inbox = self.inbox
+        inbox.expect_ack(key)
         sends = 0
         refused_copy = ""  # the reason a copy was refused, when later ones were sent
         try:
@@ -235,9 +236,9 @@ class Client:
                 sends += 1
                 deadline = time.monotonic() + ack_timeout
                 refusal = None
-                while key not in self.inbox.acked:
-                    if key in self.inbox.refused:
-                        reason = self.inbox.refused.pop(key)
+                while not inbox.acked_now(key):
+                    reason = inbox.take_refusal(key)
+                    if reason is not None:
                         # After a resend a REJECT may answer an earlier copy while a
                         # later one is stored: final only for the one copy sent, or
                         # for a unique job (another job holds its key).
@@ -248,8 +249,8 @@ class Client:
                     left = deadline - time.monotonic()
                     if left <= 0 or not self.channel.poll(max(1, int(left * 1000))):
                         break
-                    self.inbox.receive_one()
-                if key in self.inbox.acked:
+                    inbox.receive_one()
+                if inbox.acked_now(key):
                     return
                 if refusal is not None:  # not stored; sent again, it would be refused again
                     holder = holder_of(refusal)
@@ -263,9 +264,7 @@ class Client:
                     ack_timeout,
                 )
         finally:
-            self.inbox.awaiting_ack.discard(key)
-            self.inbox.acked.discard(key)
-            self.inbox.refused.pop(key, None)
+            inbox.forget_ack(key)
         # Maybe not the router that answered our FEATURES: plain REQUESTs until
         # whoever serves the address now answers again.
         self.ask_features()

@@ -241,6 +241,25 @@ class Inbox:
             count += 1
         return count
 
+    # -- ACKs a guaranteed send waits for ------------------------------------------
+    def expect_ack(self, job_msgid: str) -> None:
+        """A send waits for the router's ACK of ``job_msgid``: file it (or its REJECT)."""
+        self.awaiting_ack.add(job_msgid)
+
+    def acked_now(self, job_msgid: str) -> bool:
+        """The router acknowledged ``job_msgid`` (it is stored)."""
+        return job_msgid in self.acked
+
+    def take_refusal(self, job_msgid: str) -> str | None:
+        """The reason of a REJECT of ``job_msgid`` that came since the last look, if any."""
+        return self.refused.pop(job_msgid, None)
+
+    def forget_ack(self, job_msgid: str) -> None:
+        """Nobody waits for ``job_msgid``'s ACK any more."""
+        self.awaiting_ack.discard(job_msgid)
+        self.acked.discard(job_msgid)
+        self.refused.pop(job_msgid, None)
+
     # -- filing -----------------------------------------------------------------
     def _settle(self, job_msgid: str, outcome: Outcome) -> Outcome:
         """``outcome`` was read: keep it for the handle's next look, drop unread partials."""
