@@ -141,6 +141,7 @@ class Lifecycle:
         router_retries: Callable[[], bool],
         partial: SendPartial | None = None,
         retries_for: Callable[[ManagedJob], bool] | None = None,
+        wake_supervisor: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
         self.pool = pool
@@ -163,9 +164,8 @@ class Lifecycle:
         #: Draws in [0, 1) for retry jitter (runtime/retry_policy.py).
         self.random: Callable[[], float] = random.random
         self._seq = 0
-        self.wake_supervisor: Callable[[], None] = lambda: None
-        #: Takes records batches back from a child that was stopped.
-        self.resend_records: Callable[[list[bytes]], None] = lambda batches: None
+        #: Asks for a supervision pass at the next turn (a child died or retires).
+        self.wake_supervisor: Callable[[], None] = wake_supervisor or (lambda: None)
         #: Recorded ``retrying`` at their worker's death, as the router hands them out
         #: again, unless it sets one aside (then :meth:`set_aside` records its end).
         self.died: OrderedDict[str, tuple[ManagedJob, str]] = OrderedDict()
@@ -617,7 +617,7 @@ class Lifecycle:
             else:
                 self._lost_job(job, child.pid, None, now)
         self._hand_back(taken.queued)
-        self.resend_records(taken.records)
+        self.recorder.resend(taken.records)  # a stopped child's records go to another
         self.wake_supervisor()
 
     def _hand_back(self, seqs: list[int]) -> None:
