@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from django_eventmq.jobmanager import outcomes
 from django_eventmq.jobmanager.outcomes import Recorder
+from django_eventmq.jobmanager.partials import Coalescer
 from django_eventmq.jobmanager.pool import Child, Pool, Status
-from django_eventmq.jobmanager.progress import Coalescer
 from django_eventmq.protocol.headers import EMPTY_HEADERS, Headers
 from django_eventmq.protocol.status import NOT_RUN, JobStatus
 from django_eventmq.runtime import job_context, retry_policy

@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from django_eventmq.jobmanager.children import Child
+from django_eventmq.jobmanager.child_handles import Child
 from django_eventmq.jobmanager.lifecycle import ManagedJob
 
 #: Shortest time between two RUNNING to one router (seconds).
