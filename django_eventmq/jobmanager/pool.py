@@ -43,6 +43,7 @@ from django_eventmq.jobmanager.child_handles import Status as Status
 from django_eventmq.jobmanager.child_handles import Taken as Taken
 from django_eventmq.jobmanager.pipe import frame, write_all
 from django_eventmq.jobmanager.prefetch import Prefetch
+from django_eventmq.jobmanager.start_failures import StartFailures
 from django_eventmq.jobmanager.worker_process import child_main  # the child's entry point
 from django_eventmq.protocol.status import NOT_RUN
 from django_eventmq.runtime.settings import Settings
@@ -59,9 +60,6 @@ RECORDS_BUDGET = 64 * 1024
 #: Size asked for a records pipe (Linux; more than RECORDS_BUDGET, so writing
 #: records never blocks the job manager even while the child's database is slow).
 RECORDS_PIPE_SIZE = 256 * 1024
-
-#: Longest wait before restarting children that keep failing to start.
-MAX_START_DELAY = 10.0
 
 #: Seconds after which a child stopped mid-job that has not exited is sent SIGKILL again.
 KILL_GRACE = 1.0
@@ -104,10 +102,8 @@ class Pool:
         self._unwatch = unwatch or (lambda fd: None)
         self._ctx: SpawnContext = multiprocessing.get_context(start_method)  # type: ignore[assignment]
         self.children: dict[int, Child] = {}  # by pipe fd
-        self._start_failures = 0
-        self._next_start = 0.0
-        self._failure_logged = False
-        self._last_failure = ""
+        #: Children that failed to start: the back-off before the next, and why.
+        self.start_failures = StartFailures()
         #: A warm restart's children may still be here (:meth:`renewed_jobs`).
         self._renewing = False
         #: True/False once a child said whether the hooks record results.
@@ -165,7 +161,7 @@ class Pool:
         now = _now(now)
         started = []
         active = self.active()
-        while len(active) < self.size and now >= self._next_start:
+        while len(active) < self.size and now >= self.start_failures.next_start:
             if active and not any(child.status is Status.UP for child in active):
                 break  # the one starting comes up first (or fails)
             child = self.spawn(now)
@@ -176,9 +172,7 @@ class Pool:
     @property
     def trouble(self) -> str:
         """Why no child can run jobs ("" while one is up, or none failed to start yet)."""
-        if not self._start_failures:
-            return ""
-        return self._last_failure
+        return self.start_failures.trouble
 
     def busy(self) -> int:
         """Active children running a job."""
@@ -432,8 +426,7 @@ class Pool:
             self.async_names = frozenset(names.decode().split("\n"))
         self.kinds_known = True
         self.can_record = child.can_record
-        self._start_failures = 0
-        self._failure_logged = False
+        self.start_failures.up()
 
     def died(self) -> list[Child]:
         """Children that exited (or closed their pipe) unasked, not reaped yet; not
@@ -520,7 +513,7 @@ class Pool:
             child.close_pipes()
             code = child._exitcode = child.process.exitcode
             if not child.was_up and not child.retired:
-                self._start_failed(child, at)
+                self.start_failures.failed(child, at)
             elif child.forced:  # warned when it was killed
                 logger.debug("worker child pid=%d killed for not exiting, reaped", child.pid)
             elif child.kill_at or (child.retired and not child.inflight):
@@ -568,19 +561,6 @@ class Pool:
                 child.records.clear()
                 child.records_bytes = 0
         return taken
-
-    def _start_failed(self, child: Child, now: float) -> None:
-        self._start_failures += 1
-        delay = min(0.5 * 2 ** (self._start_failures - 1), MAX_START_DELAY)
-        self._next_start = now + delay
-        why = child.failure or f"exit code {child.process.exitcode}"
-        # One line, bounded: it goes to the routers (FEATURES, NACK reasons) and emq_status.
-        self._last_failure = f"worker processes cannot start: {' '.join(why.split())[:400]}"
-        if not self._failure_logged:
-            logger.error("worker child pid=%d failed to start: %s", child.pid, why)
-            self._failure_logged = True
-        else:
-            logger.debug("worker child pid=%d failed to start again: %s", child.pid, why)
 
     # -- stopping ------------------------------------------------------------
     def close(self, timeout: float = 2.0) -> None:
