@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from django_eventmq.jobmanager.lifecycle import ManagedJob
 from django_eventmq.jobmanager.link import RouterLink
+from django_eventmq.jobmanager.managed_job import ManagedJob
 from django_eventmq.jobmanager.pool import Pool
 
 #: A shrunk prefetch is told to the router (UNREADY) only once it has lasted this

@@ -67,8 +67,9 @@ from functools import partial
 
 from django_eventmq.errors import InvalidJob
 from django_eventmq.jobmanager.credit import Credit
-from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
+from django_eventmq.jobmanager.lifecycle import Lifecycle
 from django_eventmq.jobmanager.link import RouterLink
+from django_eventmq.jobmanager.managed_job import ManagedJob
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import Pool
 from django_eventmq.jobmanager.shutdown import Shutdown

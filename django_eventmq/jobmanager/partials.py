@@ -2,7 +2,8 @@
 
 A worker child lets at most ``PARTIAL_RATE`` partials a second per job
 through (:class:`.progress.PartialGate`, the child's side); :class:`Coalescer`
-bounds them again here, so no child can flood the router.
+bounds them again here, so no child can flood the router. :class:`Partials`
+is the feature as the job manager's lifecycle uses it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import itertools
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
+from django_eventmq.jobmanager.child_handles import Child
+from django_eventmq.jobmanager.managed_job import ManagedJob
 from django_eventmq.jobmanager.pipe import PARTIAL_INTERVAL
 
 K = TypeVar("K", bound=Hashable)
@@ -75,3 +78,47 @@ class Coalescer(Generic[K]):
 
     def __len__(self) -> int:
         return len(self._held)
+
+
+class Partials:
+    """Progress and partials, the job manager's side: a feature plugged into the job's path.
+
+    Takes the partials a child read (:meth:`take`), lets at most
+    ``PARTIAL_RATE`` a second per job through (:class:`Coalescer`) to the
+    router (``send``) and onto the job's records (``progress``, for a recorded
+    job); :meth:`flush` sends a job's held partial before its outcome. A job
+    that reports none costs one look at its child's (empty) list per read.
+    """
+
+    def __init__(
+        self,
+        send: Callable[[ManagedJob, str], None],
+        progress: Callable[[ManagedJob, str], None],
+    ) -> None:
+        self._send = send
+        self._progress = progress
+        self.coalescer: Coalescer[ManagedJob] = Coalescer(self._let_through)
+        # The coalescer's own methods, not wrappers: flush() runs once per job.
+        self.flush = self.coalescer.flush
+        self.flush_due = self.coalescer.flush_due
+        self.next_due = self.coalescer.next_due
+
+    def __len__(self) -> int:
+        """Partials held back, waiting for their turn."""
+        return len(self.coalescer)
+
+    def take(self, child: Child, jobs: dict[int, ManagedJob], now: float) -> None:
+        """The partials read from ``child``'s pipe, offered in order (a job no
+        longer in it, or no longer held, has none to send)."""
+        offer = self.coalescer.offer
+        for seq, payload in child.partials:
+            job = jobs.get(seq)
+            if job is not None and job.child is child:
+                offer(job, payload, now)
+        child.partials.clear()
+
+    def _let_through(self, job: ManagedJob, payload: str) -> None:
+        """A partial let through: onto the job's records, and on to the router."""
+        if job.record:
+            self._progress(job, payload)
+        self._send(job, payload)

@@ -13,7 +13,8 @@ import pytest
 
 from django_eventmq.jobmanager import pipe
 from django_eventmq.jobmanager import pool as pool_module
-from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
+from django_eventmq.jobmanager.lifecycle import Lifecycle
+from django_eventmq.jobmanager.managed_job import ManagedJob
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import PIPE_BUDGET, Child, Pool, Status
 from django_eventmq.protocol.status import JobStatus

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from django_eventmq.jobmanager import invoke, pipe
-from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
+from django_eventmq.jobmanager.lifecycle import Lifecycle
+from django_eventmq.jobmanager.managed_job import ManagedJob
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import Child, Pool, Status
 from django_eventmq.protocol.status import JobStatus
