@@ -29,7 +29,7 @@ from django.tasks.signals import task_enqueued, task_finished, task_started
 
 from django_eventmq import tasks_backend
 from django_eventmq.errors import BrokerUnavailable, JobNotAllowed
-from django_eventmq.jobmanager.child import JobRunner
+from django_eventmq.jobmanager.job_runner import JobRunner
 from django_eventmq.models.results import JobResult
 from django_eventmq.protocol import parse_job
 from django_eventmq.protocol.status import JobStatus
