@@ -27,7 +27,7 @@ from django.db.models import Count
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_eventmq.cli import admin_client, status, status_command, status_groups
+from django_eventmq.cli import status, status_command, status_groups
 from django_eventmq.client.connection import get_client
 from django_eventmq.client.jobs import Job
 from django_eventmq.errors import ConfigurationError, EventMQError, InvalidJob
@@ -36,6 +36,7 @@ from django_eventmq.models.results import JobResult, JobStatus
 from django_eventmq.protocol import EMPTY_HEADERS, new_msgid, parse_job
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.headers import Headers
+from django_eventmq.runtime import admin_client
 from django_eventmq.runtime.config import get_settings
 
 logger = logging.getLogger("django_eventmq.dead_letters")

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_eventmq.cli import admin_client, progressbar
+from django_eventmq.cli import progressbar
 from django_eventmq.cli.progressbar import ProgressBar
+from django_eventmq.runtime import admin_client
 from tests.support import ROOT, wait_for
 from tests.system.ops.conftest import start_router
 

@@ -8,9 +8,10 @@ from typing import Any, TextIO, cast
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_eventmq.cli import admin_client, status_command
 from django_eventmq.cli import options as cli
+from django_eventmq.cli import status_command
 from django_eventmq.errors import EventMQError
+from django_eventmq.runtime import admin_client
 from django_eventmq.runtime.config import get_settings
 
 
