@@ -4,7 +4,7 @@ Two kinds of job will not run again by themselves:
 
 - a job whose last attempt failed or timed out: its job manager records a
   ``failed``/``timed_out`` results row, and :func:`record_dead` (called by
-  :func:`django_eventmq.results.record_results`) keeps a :class:`DeadLetter`
+  :func:`django_eventmq.result_recording.record_results`) keeps a :class:`DeadLetter`
   beside it, which stays when the results row is purged;
 - a job whose worker died ``POISON_AFTER`` times: the router set it aside as
   poisoned in its journal (there is no database there). :func:`read_poisoned`

@@ -55,7 +55,7 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 from django.utils.module_loading import autodiscover_modules, import_string
 
-from django_eventmq import results
+from django_eventmq import result_recording, results
 from django_eventmq.client.jobs import Job
 from django_eventmq.errors import JobNotAllowed
 from django_eventmq.models.results import JobResult, JobStatus
@@ -167,7 +167,7 @@ class EventMQBackend(BaseTaskBackend):
         )
         # The row first: a worker's record of the run then only moves it on.
         # It carries the result's own enqueued_at, so get_result() matches it.
-        results.record_queued(
+        result_recording.record_queued(
             task_id,
             queue=task.queue_name,
             job=task.module_path,
@@ -193,7 +193,7 @@ class EventMQBackend(BaseTaskBackend):
         except BaseException:
             # Not stored by the router (BrokerUnavailable), or not even sent: no
             # READY row may wait for it. A row a job manager wrote meanwhile stays.
-            results.forget_queued(task_id)
+            result_recording.forget_queued(task_id)
             raise
         task_enqueued.send(type(self), task_result=result)
         return result

@@ -48,7 +48,7 @@ def record_results(records: list[Mapping[str, Any]]) -> None:
     not look after: it is looked after here, around each batch, as around a
     job (``CONN_MAX_AGE``, ``CONN_HEALTH_CHECKS``; an unusable one dropped).
     """
-    from django_eventmq.results import record_results as write
+    from django_eventmq.result_recording import record_results as write
 
     _close_old_connections()
     try:

@@ -452,7 +452,7 @@ def _status(row: Workflow) -> str:
 def note_outcomes(rows: Iterable[Mapping[str, Any]]) -> int:
     """Mark failed the running workflows whose member failed for good in ``rows``.
 
-    ``rows`` are results-table rows as :func:`django_eventmq.results.record_results`
+    ``rows`` are results-table rows as :func:`django_eventmq.result_recording.record_results`
     writes them (``msgid``, ``status``, ``exc_type``, ``exc_message``); it calls
     this after each batch. Job managers write ``failed`` only once a member's
     retries are spent (``retrying`` before). Returns how many workflows it marked.

@@ -129,7 +129,7 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 AGED_ROWS = """
 import datetime as dt
 from django.utils import timezone
-from django_eventmq.results import record_results
+from django_eventmq.result_recording import record_results
 from django_eventmq.models.results import JobResult
 record_results([{"msgid": f"old-{n}", "queue": "default", "job": "shop.jobs.x", "args": [],
     "kwargs": {}, "status": "succeeded", "value": n, "error": None, "attempt": 1,

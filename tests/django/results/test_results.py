@@ -13,7 +13,7 @@ from django_eventmq import worker_hooks
 from django_eventmq.client.handles import JobHandle, ResultNotReady
 from django_eventmq.errors import JobError
 from django_eventmq.models.results import JobResult
-from django_eventmq.results import record_cancel, record_queued, record_results
+from django_eventmq.result_recording import record_cancel, record_queued, record_results
 from tests.pg_support import require_postgres
 from tests.support import ROOT, clean_environ, result_record, run_checked
 

@@ -33,7 +33,7 @@ from django_eventmq.jobmanager.child import JobRunner
 from django_eventmq.models.results import JobResult
 from django_eventmq.protocol import parse_job
 from django_eventmq.protocol.status import JobStatus
-from django_eventmq.results import record_results
+from django_eventmq.result_recording import record_results
 from django_eventmq.tasks_backend import EventMQBackend, WorkerDied
 from tests.django.results import tasks
 from tests.django.results.conftest import ack
