@@ -254,7 +254,7 @@ def record_results(records: Iterable[Mapping[str, Any]], *, from_worker: bool = 
 
             record_dead(rows)  # jobs given up: kept as dead letters too
         if any(row["msgid"].startswith("wf-") for row in rows):
-            from django_eventmq.workflows import note_outcomes
+            from django_eventmq.workflow_steps import note_outcomes
 
             note_outcomes(rows)  # a member failed for good fails its workflow
     return len(rows)

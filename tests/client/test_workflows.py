@@ -21,7 +21,8 @@ from django_eventmq.errors import ConfigurationError, JobError, SerializationErr
 from django_eventmq.models import Workflow
 from django_eventmq.protocol import parse_job
 from django_eventmq.result_recording import normalise, record_results
-from django_eventmq.workflows import WorkflowHandle, note_outcomes
+from django_eventmq.workflow_steps import note_outcomes
+from django_eventmq.workflows import WorkflowHandle
 from tests.support import result_record
 from tests.system.e2e import workflow_jobs as wj
 
