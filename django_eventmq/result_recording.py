@@ -63,7 +63,7 @@ DEAD_STATUSES = frozenset({JobStatus.FAILED.value, JobStatus.TIMED_OUT.value})
 
 #: The dispatcher job of the Tasks backend; its records describe the task it ran.
 #: Records may name it by its old name too (``registry.ALIASES``): both count.
-TASK_RUNNER = "django_eventmq.tasks_backend.run_task"
+TASK_RUNNER = "django_eventmq.tasks_runner.run_task"
 #: The workflow step runner (``client/workflows.py``); its records describe the member.
 WORKFLOW_RUNNER = "django_eventmq.jobs.run_workflow_step"
 

@@ -22,9 +22,9 @@ def setup() -> None:
     except ImportError:
         return
     # The Tasks backend's dispatcher job must be registered in every worker.
-    from django_eventmq import tasks_backend
+    from django_eventmq import tasks_runner
 
-    tasks_backend.discover_tasks()
+    tasks_runner.discover_tasks()
 
 
 def before_job() -> None:

@@ -135,7 +135,7 @@ def test_cancel_of_an_unrecorded_job_then_the_job_manager_knows_better():
 
 @pytest.mark.parametrize(
     "runner",
-    # The name on the wire today, and the name the job is registered under.
+    # The name on the wire (and registered), and the one a release registered it under.
     ["django_eventmq.tasks_runner.run_task", "django_eventmq.tasks_backend.run_task"],
 )
 def test_task_runner_records_show_the_task(runner):
