@@ -16,7 +16,7 @@ from datetime import datetime
 from django.utils import timezone
 
 from django_eventmq.models.outbox import OutboxJob
-from django_eventmq.schedule_store import _db
+from django_eventmq.schedule_database import _db
 from django_eventmq.scheduling.relay import OutboxRow
 
 

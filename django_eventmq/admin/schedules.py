@@ -23,7 +23,7 @@ from django_eventmq.client.connection import get_client
 from django_eventmq.errors import EventMQError
 from django_eventmq.models.schedules import Schedule, ScheduleRun
 from django_eventmq.runtime.config import get_settings
-from django_eventmq.schedule_store import run_now
+from django_eventmq.schedule_database import run_now
 
 #: Fire times shown in the list.
 PREVIEW_RUNS = 3

@@ -30,14 +30,14 @@ class Command(ProcessCommand):
 
     def make_service(self, settings: Settings, options: dict[str, Any]) -> Service:
         from django_eventmq.outbox import DjangoOutboxStore
-        from django_eventmq.schedule_store import DjangoScheduleStore, sync_declared
+        from django_eventmq.schedule_database import DjangoScheduleDatabase, sync_declared
         from django_eventmq.scheduling.scheduler import Scheduler
 
         try:
             # Apps' jobs.py are imported by the app; JOB_MODULES may name more.
             registry.import_job_modules(settings.job_modules)
             kept, removed = sync_declared(declared_schedules(), now=timezone.now())
-            scheduler = Scheduler(settings, DjangoScheduleStore(), outbox=DjangoOutboxStore())
+            scheduler = Scheduler(settings, DjangoScheduleDatabase(), outbox=DjangoOutboxStore())
         except DatabaseError as exc:
             # Most often a database that was never migrated: say the fix, not a traceback.
             raise CommandError(

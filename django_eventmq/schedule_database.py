@@ -1,6 +1,6 @@
-"""The scheduler's store on the Django ORM.
+"""The scheduler's database on the Django ORM: schedules, their runs, old results.
 
-It implements :class:`~django_eventmq.scheduling.scheduler.ScheduleStore`.
+It implements :class:`~django_eventmq.scheduling.scheduler.ScheduleDatabase`.
 
 A run is claimed by inserting a :class:`ScheduleRun` row; the unique
 ``(schedule, fire_time)`` constraint makes that race-free on PostgreSQL and
@@ -63,7 +63,7 @@ def to_state(row: Schedule) -> ScheduleState:
     )
 
 
-class DjangoScheduleStore:
+class DjangoScheduleDatabase:
     """Schedules in :class:`Schedule` rows, claims in :class:`ScheduleRun` rows."""
 
     @_db
@@ -238,4 +238,4 @@ def run_now(row: Schedule, *, send: Callable[[str, str, Headers, str], str]) -> 
     return msgid
 
 
-__all__ = ["DjangoScheduleStore", "run_now", "sync_declared", "upsert_spec"]
+__all__ = ["DjangoScheduleDatabase", "run_now", "sync_declared", "upsert_spec"]
