@@ -1,6 +1,11 @@
-"""The scheduler's database on the Django ORM: schedules, their runs, old results.
+"""The scheduler's database on the Django ORM: schedules, their runs, old results,
+and the outbox rows its relay sends.
 
-It implements :class:`~django_eventmq.scheduling.scheduler.ScheduleDatabase`.
+:class:`DjangoScheduleDatabase` implements
+:class:`~django_eventmq.scheduling.scheduler.ScheduleDatabase`;
+:class:`DjangoOutboxStore` is the relay's view of the outbox table
+(:class:`~django_eventmq.scheduling.relay.OutboxStore`; web processes write it
+through :mod:`.outbox`).
 
 A run is claimed by inserting a :class:`ScheduleRun` row; the unique
 ``(schedule, fire_time)`` constraint makes that race-free on PostgreSQL and
@@ -20,10 +25,12 @@ from django.db import DatabaseError, IntegrityError, close_old_connections, conn
 from django.db.models import F
 
 from django_eventmq.client.jobs import Job
+from django_eventmq.models.outbox import OutboxJob
 from django_eventmq.models.schedules import Schedule, ScheduleRun
 from django_eventmq.protocol import Headers, parse_headers
 from django_eventmq.results import expire_results
 from django_eventmq.scheduling.identity import ScheduleSpec, job_body, schedule_identity
+from django_eventmq.scheduling.relay import OutboxRow
 from django_eventmq.scheduling.scheduler import ScheduleState
 from django_eventmq.scheduling.timing import DuePlan, Periodic
 
@@ -238,4 +245,18 @@ def run_now(row: Schedule, *, send: Callable[[str, str, Headers, str], str]) -> 
     return msgid
 
 
-__all__ = ["DjangoScheduleDatabase", "run_now", "sync_declared", "upsert_spec"]
+# -- the outbox relay's table ------------------------------------------------------------
+class DjangoOutboxStore:
+    """The relay's view of the table: the rows due, and deleting those answered."""
+
+    @_db
+    def due(self, before: datetime, limit: int) -> list[OutboxRow]:
+        rows = OutboxJob.objects.filter(created__lt=before).order_by("created")[:limit]
+        return [OutboxRow(*row) for row in rows.values_list("msgid", "queue", "headers", "body")]
+
+    @_db
+    def delete(self, msgids: Sequence[str]) -> None:
+        OutboxJob.objects.filter(msgid__in=list(msgids)).delete()
+
+
+__all__ = ["DjangoOutboxStore", "DjangoScheduleDatabase", "run_now", "sync_declared", "upsert_spec"]

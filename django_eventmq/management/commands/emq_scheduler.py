@@ -29,8 +29,11 @@ class Command(ProcessCommand):
         cli.add_scheduler_arguments(parser)
 
     def make_service(self, settings: Settings, options: dict[str, Any]) -> Service:
-        from django_eventmq.outbox import DjangoOutboxStore
-        from django_eventmq.schedule_database import DjangoScheduleDatabase, sync_declared
+        from django_eventmq.schedule_database import (
+            DjangoOutboxStore,
+            DjangoScheduleDatabase,
+            sync_declared,
+        )
         from django_eventmq.scheduling.scheduler import Scheduler
 
         try:
