@@ -46,7 +46,6 @@ from django.db.models import Field
 from django.db.models.fields.reverse_related import ForeignObjectRel
 from django.utils import timezone
 
-from django_eventmq.dead_letter_recording import record_dead
 from django_eventmq.models.results import JobResult
 from django_eventmq.protocol.status import (
     EXPIRED_ERROR,
@@ -251,6 +250,8 @@ def record_results(records: Iterable[Mapping[str, Any]], *, from_worker: bool = 
     if rows:
         _upsert(rows)
         if from_worker and any(row["status"] in DEAD_STATUSES for row in rows):
+            from django_eventmq.dead_letter_recording import record_dead
+
             record_dead(rows)  # jobs given up: kept as dead letters too
         if any(row["msgid"].startswith("wf-") for row in rows):
             from django_eventmq.workflow_steps import note_outcomes

@@ -224,27 +224,6 @@ def sync_declared(
     return len(keys), int(removed)
 
 
-def run_now(row: Schedule, *, send: Callable[[str, str, Headers, str], str]) -> str:
-    """Send one run of ``row`` right away (admin "run now"); returns its msgid.
-
-    ``send(queue, body_text, headers, msgid)`` is the client's ``request``.
-    The regular timing is not touched.
-    """
-    from django.utils import timezone
-
-    from django_eventmq.protocol import new_msgid
-
-    msgid = new_msgid()
-    now = timezone.now()
-    ScheduleRun.objects.create(schedule=row, fire_time=now, msgid=msgid, claimed_by="admin")
-    headers = parse_headers(row.headers).with_(reply_requested=True)
-    send(row.queue, row.job_body().encode(), headers, msgid)
-    Schedule.objects.filter(pk=row.pk).update(
-        total_runs=F("total_runs") + 1, last_run=now, last_msgid=msgid
-    )
-    return msgid
-
-
 # -- the outbox relay's table ------------------------------------------------------------
 class DjangoOutboxStore:
     """The relay's view of the table: the rows due, and deleting those answered."""
@@ -259,4 +238,4 @@ class DjangoOutboxStore:
         OutboxJob.objects.filter(msgid__in=list(msgids)).delete()
 
 
-__all__ = ["DjangoOutboxStore", "DjangoScheduleDatabase", "run_now", "sync_declared", "upsert_spec"]
+__all__ = ["DjangoOutboxStore", "DjangoScheduleDatabase", "sync_declared", "upsert_spec"]
