@@ -174,7 +174,7 @@ def normalise(record: Mapping[str, Any], now: datetime) -> dict[str, Any] | None
         "duration": duration,
         "created": now,
         "updated": now,
-        # Not columns: the job's options, kept by a dead letter (:mod:`.dead_letters`),
+        # Not columns: the job's options, kept by a dead letter (:mod:`.dead_letter_recording`),
         # and whether a router set it aside (its journal keeps it: no dead letter).
         "options": record.get("options") or {},
         "poisoned": bool(record.get("poisoned")),
