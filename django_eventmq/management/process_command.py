@@ -5,7 +5,8 @@
 logging, build their process, maybe serve ``--metrics`` beside it, and run
 it until SIGTERM/SIGINT (:mod:`~django_eventmq.runtime.service` installs the
 signal handlers). One of our errors anywhere on that way is one line
-(:class:`CommandError`), not a traceback.
+(:class:`CommandError`), not a traceback: :func:`command_errors`, which the
+other commands use too.
 """
 
 from __future__ import annotations
