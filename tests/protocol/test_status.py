@@ -232,9 +232,9 @@ def test_the_results_table_stores_exactly_the_job_statuses() -> None:
 
 
 def test_records_in_either_vocabulary_map_onto_a_row_status() -> None:
-    from django_eventmq import results
+    from django_eventmq import result_recording
 
-    aliases = results._STATUS_ALIASES
+    aliases = result_recording._STATUS_ALIASES
     assert set(aliases) == set(map(str, DONE_STATUSES)) | set(map(str, RESULT_STATUSES))
     assert set(aliases.values()) <= set(map(str, RESULT_STATUSES))
 
