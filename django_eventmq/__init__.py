@@ -26,13 +26,14 @@ if TYPE_CHECKING:
         Retry,
         SerializationError,
         SoftTimeLimitExceeded,
+        WorkflowCancelled,
     )
     from django_eventmq.jobmanager.progress import progress
     from django_eventmq.pubsub.api import publish, subscriber
     from django_eventmq.runtime.job_context import JobContext, current_job
     from django_eventmq.scheduling.api import schedule, unschedule
     from django_eventmq.scheduling.timing import crontab, every
-    from django_eventmq.workflows import WorkflowCancelled, WorkflowHandle, chain, chord, group
+    from django_eventmq.workflows import WorkflowHandle, chain, chord, group
 
 _LAZY = {
     "Job": ("django_eventmq.client.jobs", "Job"),
@@ -66,7 +67,7 @@ _LAZY = {
     "group": ("django_eventmq.workflows", "group"),
     "chord": ("django_eventmq.workflows", "chord"),
     "WorkflowHandle": ("django_eventmq.workflows", "WorkflowHandle"),
-    "WorkflowCancelled": ("django_eventmq.workflows", "WorkflowCancelled"),
+    "WorkflowCancelled": ("django_eventmq.errors", "WorkflowCancelled"),
 }
 
 __all__ = [

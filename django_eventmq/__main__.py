@@ -22,7 +22,6 @@ from django_eventmq.cli.options import (
     settings_from_options,
 )
 from django_eventmq.errors import ConfigurationError, EventMQError
-from django_eventmq.runtime.service import Service
 from django_eventmq.runtime.settings import Settings, from_mapping
 
 ROUTER_HELP = (
@@ -102,24 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
 def run_router(settings: Settings, *, journal_recover: bool = False) -> int:
     """Run a router until SIGTERM/SIGINT (``journal_recover``: see ``--journal-recover``);
     with a PostgreSQL journal (``JOURNAL_URL``), a member of its router group."""
+    from django_eventmq.router.process import router_service
+
     router_service(settings, journal_recover=journal_recover).run()
     return 0
-
-
-def router_service(settings: Settings, *, journal_recover: bool = False) -> Service:
-    """The router process: a plain router, or a router group's member (``JOURNAL_URL``)."""
-    if settings.journal_url:
-        if journal_recover:
-            raise ConfigurationError(
-                "--journal-recover salvages an SQLite journal file; a PostgreSQL journal "
-                "(JOURNAL_URL) has nothing to salvage: drop the option"
-            )
-        from django_eventmq.router.group import GroupMember
-
-        return GroupMember(settings)
-    from django_eventmq.router.router import Router
-
-    return Router(settings, journal_recover=journal_recover)
 
 
 def run_jobmanager(settings: Settings, hooks: str | None) -> int:

@@ -1,11 +1,12 @@
-"""Dead letters: recording them, sending them again, and the router's poisoned jobs.
+"""Dead letters: sending them again, and the router's poisoned jobs (the web side).
 
 Two kinds of job will not run again by themselves:
 
 - a job whose last attempt failed or timed out: its job manager records a
-  ``failed``/``timed_out`` results row, and :func:`record_dead` (called by
-  :func:`django_eventmq.results.record_results`) keeps a :class:`DeadLetter`
-  beside it, which stays when the results row is purged;
+  ``failed``/``timed_out`` results row, and
+  :func:`~django_eventmq.dead_letter_recording.record_dead` (called by
+  :func:`django_eventmq.result_recording.record_results`, in the worker) keeps a
+  :class:`DeadLetter` beside it, which stays when the results row is purged;
 - a job whose worker died ``POISON_AFTER`` times: the router set it aside as
   poisoned in its journal (there is no database there). :func:`read_poisoned`
   lists them over the routers' admin sockets, :func:`act_on_poisoned` asks a
@@ -27,70 +28,24 @@ from django.db.models import Count
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_eventmq.cli import admin_client, status, status_command, status_groups
+from django_eventmq.cli import status, status_command, status_groups
 from django_eventmq.client.jobs import Job
 from django_eventmq.client.pool import get_client
 from django_eventmq.errors import ConfigurationError, EventMQError, InvalidJob
 from django_eventmq.models.dead_letters import DeadLetter, DeadLetterReason
-from django_eventmq.models.results import JobResult, JobStatus
+from django_eventmq.models.results import JobResult
 from django_eventmq.protocol import EMPTY_HEADERS, new_msgid, parse_job
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.headers import Headers
+from django_eventmq.runtime import admin_client
 from django_eventmq.runtime.config import get_settings
 
 logger = logging.getLogger("django_eventmq.dead_letters")
 
-#: A given-up job's results status (only job managers write them) -> its reason.
-_REASON_OF = {
-    JobStatus.FAILED.value: DeadLetterReason.FAILED,
-    JobStatus.TIMED_OUT.value: DeadLetterReason.TIMED_OUT,
-}
 #: Seconds each router has to answer while the admin page lists its poisoned jobs.
 ROUTER_TIMEOUT = 1.0
 #: Header fields a dead letter's ``headers`` may set on its retry.
 _HEADER_FIELDS = frozenset(f.name for f in fields(Headers)) - {"extra", "delay_until", "expires"}
-
-
-# -- recording (job-manager workers, through record_results) -----------------------------------
-def record_dead(rows: Iterable[Mapping[str, Any]]) -> int:
-    """Keep a dead letter for each row of a job manager that says its job was given up;
-    returns how many rows said so (a msgid kept already is not written again)."""
-    # A job a router set aside (poisoned) is listed from that router's journal.
-    dead = [
-        row
-        for row in rows
-        if row["status"] in _REASON_OF and row["jobmanager"] and not row.get("poisoned")
-    ]
-    if not dead:
-        return 0
-    came_from = dict(
-        DeadLetter.objects.filter(retried_msgid__in=[row["msgid"] for row in dead]).values_list(
-            "retried_msgid", "msgid"
-        )
-    )
-    DeadLetter.objects.bulk_create(
-        [
-            DeadLetter(
-                msgid=row["msgid"],
-                reason=_REASON_OF[row["status"]],
-                queue=row["queue"],
-                job=row["job"],
-                args=row["args"],
-                kwargs=row["kwargs"],
-                headers=dict(row.get("options") or {}),
-                exc_type=row["exc_type"],
-                exc_message=row["exc_message"],
-                traceback=row["traceback"],
-                attempts=row["attempts"],
-                jobmanager=row["jobmanager"],
-                created=row["finished"] or row["updated"],
-                retry_of=came_from.get(row["msgid"], ""),
-            )
-            for row in dead
-        ],
-        ignore_conflicts=True,
-    )
-    return len(dead)
 
 
 def count_line() -> str:

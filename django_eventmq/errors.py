@@ -140,6 +140,10 @@ class JobNotUnique(JobRejected):
         self.holder = holder
 
 
+class WorkflowCancelled(EventMQError):
+    """The workflow was cancelled (``handle.cancel()``): its remaining members never run."""
+
+
 class Retry(EventMQError):
     """Raise inside a job to have it run again later: ``raise Retry(in_=30)``.
 

@@ -30,13 +30,13 @@ def _on_commit(callback: Callable[[], object]) -> Callable[[], bool]:
 
 
 def _record_cancel(msgid: str) -> None:
-    from django_eventmq.results import record_cancel
+    from django_eventmq.result_recording import record_cancel
 
     record_cancel(msgid)
 
 
 def _record_expired(msgid: str, message: str) -> None:
-    from django_eventmq.results import record_expired
+    from django_eventmq.result_recording import record_expired
 
     record_expired(msgid, message)
 

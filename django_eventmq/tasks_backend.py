@@ -20,54 +20,35 @@ task's ``queued`` row is then removed, so no READY row waits for a task that
 was never stored.
 
 Task functions are not ``@job``\\s, so the backend sends one registered
-dispatcher, :func:`run_task`, naming the task by its ``module_path``. The
-dispatcher runs it only if that path is a :class:`django.tasks.Task` in a
-module the worker already imported (apps' ``tasks`` modules, ``JOB_MODULES``):
-a message can never make a worker import a module or call an arbitrary
-function. It sends Django's ``task_started`` and ``task_finished`` signals
-around the call, in the worker, as Django's own backends do.
+dispatcher job, :func:`~django_eventmq.tasks_runner.run_task`, naming the
+task by its ``module_path``. This module is the web side (enqueueing, reading
+results); what runs in the worker is :mod:`.tasks_runner`.
 """
 
 from __future__ import annotations
 
 import builtins
-import os
 import re
-import socket
-import sys
-import traceback
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
 from django.core import checks
 from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.base import (
-    Task,
-    TaskContext,
-    TaskError,
-    TaskResult,
-    TaskResultStatus,
-)
+from django.tasks.base import Task, TaskError, TaskResult, TaskResultStatus
 from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued, task_finished, task_started
+from django.tasks.signals import task_enqueued
 from django.utils import timezone
-from django.utils.json import normalize_json
-from django.utils.module_loading import autodiscover_modules, import_string
+from django.utils.module_loading import import_string
 
-from django_eventmq import results
-from django_eventmq.client.jobs import Job
-from django_eventmq.errors import JobNotAllowed
+from django_eventmq import result_recording, results
 from django_eventmq.models.results import JobResult, JobStatus
-from django_eventmq.protocol import Headers, JobBody, new_msgid
+from django_eventmq.protocol import Headers, new_msgid
 
-#: The dispatcher's name in the messages this release sends: where it lived
-#: before it moved here. Job managers of the previous release know only that
-#: name, so a rolling upgrade (web processes first, job managers later) keeps
-#: running tasks; this release resolves it through
-#: :data:`django_eventmq.runtime.registry.ALIASES`. Send
-#: ``django_eventmq.tasks_backend.run_task`` once no job manager older than
-#: this release can be running.
+#: The dispatcher job's name, ``django_eventmq.tasks_runner.run_task``: the
+#: name every release sent on the wire, and where it lives again
+#: (:mod:`.tasks_runner`). The release that kept it in this module registered
+#: it as ``django_eventmq.tasks_backend.run_task``, which
+#: :data:`django_eventmq.runtime.registry.ALIASES` still resolves.
 RUNNER_PATH = "django_eventmq.tasks_runner"
 RUNNER_CALLABLE = "run_task"
 
@@ -167,7 +148,7 @@ class EventMQBackend(BaseTaskBackend):
         )
         # The row first: a worker's record of the run then only moves it on.
         # It carries the result's own enqueued_at, so get_result() matches it.
-        results.record_queued(
+        result_recording.record_queued(
             task_id,
             queue=task.queue_name,
             job=task.module_path,
@@ -175,6 +156,10 @@ class EventMQBackend(BaseTaskBackend):
             kwargs=result.kwargs,
             enqueued=now,
         )
+        # The dispatcher job is this web process's handle to send it with (as any
+        # job's module is); loaded on the first enqueue, not by a worker's import.
+        from django_eventmq.tasks_runner import run_task
+
         try:
             run_task.send(
                 (
@@ -193,7 +178,7 @@ class EventMQBackend(BaseTaskBackend):
         except BaseException:
             # Not stored by the router (BrokerUnavailable), or not even sent: no
             # READY row may wait for it. A row a job manager wrote meanwhile stays.
-            results.forget_queued(task_id)
+            result_recording.forget_queued(task_id)
             raise
         task_enqueued.send(type(self), task_result=result)
         return result
@@ -298,98 +283,3 @@ def exception_path(exc_type: str) -> str:
     if isinstance(found, type) and issubclass(found, BaseException):
         return f"builtins.{exc_type}"
     return exc_type
-
-
-class _RunnerJob(Job[..., Any]):
-    """The dispatcher job: registered under its own name, sent under :data:`RUNNER_PATH`."""
-
-    def body(self, *args: Any, **kwargs: Any) -> JobBody:
-        return JobBody(path=RUNNER_PATH, callable=RUNNER_CALLABLE, args=args, kwargs=kwargs)
-
-    def encode_body(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-        return self.body(*args, **kwargs).encode()  # SerializationError (a TypeError)
-
-
-def discover_tasks() -> None:
-    """Import every installed app's ``tasks`` module (so its tasks may run here)."""
-    autodiscover_modules("tasks")
-
-
-def find_task(module_path: str) -> AnyTask:
-    """The :class:`django.tasks.Task` at ``module_path``; :class:`JobNotAllowed` otherwise.
-
-    Only modules already imported are looked in: the message does not get to
-    choose what this process imports.
-    """
-    module_name, _, name = module_path.rpartition(".")
-    module = sys.modules.get(module_name)
-    found = getattr(module, name, None) if module is not None and name else None
-    if not isinstance(found, Task):
-        raise JobNotAllowed(
-            f"{module_path!r} is not a Django task in a module this worker imported "
-            "(an app's tasks.py or JOB_MODULES); refusing to run it"
-        )
-    return found
-
-
-def worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-@_RunnerJob
-def run_task(
-    module_path: str,
-    args: list[Any],
-    kwargs: dict[str, Any],
-    backend: str = "default",
-    task_id: str = "",
-    enqueued_at: float | None = None,
-) -> Any:
-    """Run the Django task at ``module_path``; returns its (JSON-normalised) value."""
-    task = find_task(module_path)
-    started = timezone.now()
-    result: AnyResult = TaskResult(
-        task=task,
-        id=task_id,
-        status=TaskResultStatus.RUNNING,
-        enqueued_at=_when(enqueued_at),
-        started_at=started,
-        last_attempted_at=started,
-        finished_at=None,
-        args=args,
-        kwargs=kwargs,
-        backend=backend,
-        errors=[],
-        worker_ids=[worker_id()],
-    )
-    task_started.send(sender=EventMQBackend, task_result=result)
-    try:
-        if task.takes_context:
-            value = task.call(TaskContext(task_result=result), *args, **kwargs)
-        else:
-            value = task.call(*args, **kwargs)
-        value = normalize_json(value)
-    except BaseException as exc:
-        # KeyboardInterrupt included: no one at a terminal is stopping a worker
-        # (children ignore SIGINT), the task raised it; it fails with that class.
-        kind = type(exc)
-        result.errors.append(
-            TaskError(
-                exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
-                traceback="".join(traceback.format_exception(exc)),
-            )
-        )
-        object.__setattr__(result, "finished_at", timezone.now())
-        object.__setattr__(result, "status", TaskResultStatus.FAILED)
-        # Sent inside the handler, as Django's backends do (receivers see exc_info).
-        task_finished.send(sender=EventMQBackend, task_result=result)
-        raise
-    object.__setattr__(result, "_return_value", value)
-    object.__setattr__(result, "finished_at", timezone.now())
-    object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
-    task_finished.send(sender=EventMQBackend, task_result=result)
-    return value
-
-
-def _when(stamp: float | None) -> datetime | None:
-    return None if stamp is None else datetime.fromtimestamp(stamp, tz=UTC)

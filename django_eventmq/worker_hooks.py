@@ -22,9 +22,9 @@ def setup() -> None:
     except ImportError:
         return
     # The Tasks backend's dispatcher job must be registered in every worker.
-    from django_eventmq import tasks_backend
+    from django_eventmq import tasks_runner
 
-    tasks_backend.discover_tasks()
+    tasks_runner.discover_tasks()
 
 
 def before_job() -> None:
@@ -48,7 +48,7 @@ def record_results(records: list[Mapping[str, Any]]) -> None:
     not look after: it is looked after here, around each batch, as around a
     job (``CONN_MAX_AGE``, ``CONN_HEALTH_CHECKS``; an unusable one dropped).
     """
-    from django_eventmq.results import record_results as write
+    from django_eventmq.result_recording import record_results as write
 
     _close_old_connections()
     try:

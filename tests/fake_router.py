@@ -38,8 +38,9 @@ from django_eventmq.protocol import (
 )
 from django_eventmq.protocol.batch import unpack_jobs
 from django_eventmq.protocol.bundle import is_bundle, unbundle
+from django_eventmq.protocol.features import ROUTER_FEATURES
 from django_eventmq.protocol.packed import pack
-from django_eventmq.protocol.session import ROUTER_FEATURES, RouterPeerSession
+from django_eventmq.protocol.session import RouterPeerSession
 from django_eventmq.runtime import transport
 from tests.support import wait_for
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from zoneinfo import available_timezones
 
 from django import forms
 from django.apps import apps
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html_join
@@ -22,11 +23,28 @@ from django.utils.html import format_html_join
 from django_eventmq.client.pool import get_client
 from django_eventmq.errors import EventMQError
 from django_eventmq.models.schedules import Schedule, ScheduleRun
+from django_eventmq.protocol import Headers, new_msgid, parse_headers
 from django_eventmq.runtime.config import get_settings
-from django_eventmq.schedule_store import run_now
 
 #: Fire times shown in the list.
 PREVIEW_RUNS = 3
+
+
+def send_run_now(row: Schedule, *, send: Callable[[str, str, Headers, str], str]) -> str:
+    """Send one run of ``row`` right away (admin "run now"); returns its msgid.
+
+    ``send(queue, body_text, headers, msgid)`` is the client's ``request``.
+    The regular timing is not touched.
+    """
+    msgid = new_msgid()
+    now = timezone.now()
+    ScheduleRun.objects.create(schedule=row, fire_time=now, msgid=msgid, claimed_by="admin")
+    headers = parse_headers(row.headers).with_(reply_requested=True)
+    send(row.queue, row.job_body().encode(), headers, msgid)
+    Schedule.objects.filter(pk=row.pk).update(
+        total_runs=F("total_runs") + 1, last_run=now, last_msgid=msgid
+    )
+    return msgid
 
 
 def _timezone_choices() -> list[tuple[str, str]]:
@@ -201,7 +219,7 @@ class ScheduleAdmin(_ModelAdmin):
         sent = 0
         for row in queryset:
             try:
-                run_now(row, send=client.request)
+                send_run_now(row, send=client.request)
             except EventMQError as exc:
                 self.message_user(request, f"{row}: {exc}", messages.ERROR)
                 continue

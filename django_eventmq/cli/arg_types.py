@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from django_eventmq.cli.admin_client import is_admin_list, parse_admin_groups
 from django_eventmq.errors import ConfigurationError
+from django_eventmq.runtime.admin_client import is_admin_list, parse_admin_groups
 from django_eventmq.runtime.setting_values import QUEUES_FORMAT
 from django_eventmq.runtime.settings import (
     Settings,

@@ -35,8 +35,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from django_eventmq.cli import admin_client, status
+from django_eventmq.cli import status
 from django_eventmq.errors import ConfigurationError
+from django_eventmq.runtime import admin_client
 
 log = logging.getLogger("django_eventmq.metrics")
 

@@ -1,6 +1,6 @@
 """Every command's options, in one place, for the management commands and ``python -m``.
 
-Each option is one row (:class:`Option`): its flags, the setting it overrides
+Each option is one row (:class:`~.option_row.Option`): its flags, the setting it overrides
 (if any), its argument type and its help. The same rows feed argparse
 (:func:`add_options` and the ``add_*_arguments`` helpers) and
 :func:`settings_from_options`, so an option that is shown is an option that
@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -35,6 +34,9 @@ from django_eventmq.cli.arg_types import whole as whole
 from django_eventmq.cli.log_setup import DEFAULT_LOG_LEVEL as DEFAULT_LOG_LEVEL
 from django_eventmq.cli.log_setup import LOG_FORMAT as LOG_FORMAT
 from django_eventmq.cli.log_setup import configure_logging as configure_logging
+from django_eventmq.cli.option_row import Option as Option
+from django_eventmq.cli.option_row import OptionError as OptionError
+from django_eventmq.cli.option_row import add_options as add_options
 from django_eventmq.errors import ConfigurationError
 from django_eventmq.protocol import constants as C
 from django_eventmq.pubsub.publisher import PUBLISHER_SNDHWM
@@ -67,96 +69,6 @@ __all__ = [
 _DEFAULTS = Settings()
 #: What to install for ``--metrics`` (the ``metrics`` extra of pyproject.toml).
 METRICS_EXTRA = "pip install 'django-eventmq[metrics]'"
-
-
-class OptionError(ConfigurationError):
-    """A command-line option has a value that cannot work; the message names it."""
-
-
-# -- the table ----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Option:
-    """One command-line option: how argparse reads it and which setting it overrides.
-
-    With ``setting`` set, the help gains "(default: the SETTING setting or
-    EMQ_SETTING, else VALUE)" and :func:`settings_from_options` applies the
-    value; without, the command reads the value itself and ``help`` says the default.
-    """
-
-    flags: tuple[str, ...]
-    help: str
-    setting: str | None = None
-    dest: str | None = None
-    type: Callable[[str], Any] | None = None
-    metavar: str | None = None
-    choices: tuple[str, ...] | None = None
-    action: str | None = None
-    const: Any = None
-    default: Any = None
-    #: Repeatable: the values are added to the setting's tuple, not put in its place.
-    additive: bool = False
-    #: Further settings a given value sets too (``--journal PATH`` turns the journal on).
-    implies: tuple[tuple[str, Any], ...] = ()
-    #: The default the help shows (default: the setting's built-in value).
-    shown: str | None = None
-    #: Options sharing this key exclude each other.
-    exclusive: str | None = None
-    #: ``(prefix, setting)``: a value starting with ``prefix`` sets that setting instead
-    #: (``--journal postgresql://...`` is JOURNAL_URL, not JOURNAL_PATH).
-    redirect: tuple[tuple[str, str], ...] = ()
-
-    def target(self, value: Any) -> str | None:
-        """The setting ``value`` goes to (``setting``, unless a ``redirect`` prefix matches)."""
-        if isinstance(value, str):
-            for prefix, setting in self.redirect:
-                if value.startswith(prefix):
-                    return setting
-        return self.setting
-
-    @property
-    def name(self) -> str:
-        return self.flags[0]
-
-    @property
-    def key(self) -> str:
-        """The argparse ``dest``."""
-        return self.dest or self.name.lstrip("-").replace("-", "_")
-
-    def full_help(self) -> str:
-        if self.setting is None:
-            return self.help
-        upper = self.setting.upper()
-        shown = self.shown if self.shown is not None else getattr(_DEFAULTS, self.setting)
-        return f"{self.help} (default: the {upper} setting or EMQ_{upper}, else {shown})"
-
-    def add_to(self, container: Any) -> None:
-        kwargs: dict[str, Any] = {"dest": self.key, "help": self.full_help()}
-        if self.action is not None:
-            kwargs["action"] = self.action
-        if self.action == "store_const":
-            kwargs["const"] = self.const
-        if self.action not in ("store_true", "store_const"):
-            for field in ("type", "metavar", "choices"):
-                if getattr(self, field) is not None:
-                    kwargs[field] = getattr(self, field)
-        if self.action != "store_true":
-            kwargs["default"] = self.default
-        container.add_argument(*self.flags, **kwargs)
-
-
-def add_options(parser: argparse.ArgumentParser, title: str, options: Iterable[Option]) -> None:
-    """Add ``options`` to ``parser`` under the heading ``title``."""
-    group = parser.add_argument_group(title)
-    exclusive: dict[str, Any] = {}
-    for option in options:
-        container: Any = group
-        if option.exclusive is not None:
-            if option.exclusive not in exclusive:
-                exclusive[option.exclusive] = group.add_mutually_exclusive_group()
-            container = exclusive[option.exclusive]
-        option.add_to(container)
 
 
 LOG_LEVEL = Option(

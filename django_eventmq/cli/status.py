@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_eventmq.cli import admin_client
 from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.protocol import constants as C
+from django_eventmq.runtime import admin_client
 
 #: Clears the terminal and moves the cursor home: each ``--watch`` frame redraws in place.
 CLEAR = "\x1b[H\x1b[2J"

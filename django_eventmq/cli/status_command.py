@@ -10,10 +10,10 @@ import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from django_eventmq.cli import admin_client, status_groups
+from django_eventmq.cli import status_groups
 from django_eventmq.cli.status import CLEAR, Ask, Snapshot, connectable, fetch, render, summarize
 from django_eventmq.errors import ConfigurationError, EventMQError
-from django_eventmq.runtime import config
+from django_eventmq.runtime import admin_client, config
 from django_eventmq.runtime.settings import Settings
 
 

@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from django_eventmq.cli import admin_client, status
+from django_eventmq.cli import status
+from django_eventmq.runtime import admin_client
 
 
 def admin_groups(value: str, setting: str) -> tuple[tuple[str, ...], ...] | None:

@@ -20,9 +20,9 @@ from typing import Any
 
 from django_eventmq.protocol import encode
 from django_eventmq.protocol.bundle import BUNDLE
+from django_eventmq.protocol.client_session import ClientSession
 from django_eventmq.protocol.limits import MAX_MESSAGE_BYTES
 from django_eventmq.protocol.packed import PACKED
-from django_eventmq.protocol.session import ClientSession
 from django_eventmq.runtime import transport
 
 #: What a client (and a pipeline) tells the router it speaks; its ``"bundle"``

@@ -2,21 +2,18 @@
 the prefetch), kept topped up with READY and, once a shrunk prefetch lasted,
 cut back with UNREADY.
 
-A mixin of :class:`.manager.JobManager` (the state it uses belongs to the job
-manager; the credit itself is in each link's session).
+The job manager holds one :class:`Credit`; the credit itself (what each
+router holds for us) is in each link's session.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from django_eventmq.jobmanager.lifecycle import ManagedJob
 from django_eventmq.jobmanager.link import RouterLink
+from django_eventmq.jobmanager.managed_job import ManagedJob
 from django_eventmq.jobmanager.pool import Pool
-from django_eventmq.jobmanager.prefetch import Prefetch
-
-if TYPE_CHECKING:
-    from django_eventmq.jobmanager.manager import _Held
 
 #: A shrunk prefetch is told to the router (UNREADY) only once it has lasted this
 #: long (seconds, by the turns' clock). The prefetch follows a moving average of
@@ -29,21 +26,30 @@ SHRINK_AFTER = 0.05
 
 
 class Credit:
-    """READY and UNREADY to each router (mixed into the job manager)."""
+    """READY and UNREADY to each router, for the job manager's free slots."""
 
-    pool: Pool
-    prefetch: Prefetch
-    _headroom: int
-    jobs: dict[int, ManagedJob]
-    links: list[RouterLink[_Held]]
-    _turn_at: float
-    _shrink_since: float | None
-    _trouble: str
-
-    if TYPE_CHECKING:
-
-        @property
-        def stopping(self) -> bool: ...
+    def __init__(
+        self,
+        pool: Pool,
+        jobs: dict[int, ManagedJob],
+        links: Sequence[RouterLink[Any]],
+        stopping: Callable[[], bool],
+    ) -> None:
+        self.pool = pool
+        self.prefetch = pool.prefetch
+        #: The jobs the job manager holds (the lifecycle's dict, shared).
+        self.jobs = jobs
+        self.links = links
+        self._stopping = stopping
+        #: Slots offered beyond the pool's while autoscaling and every child is busy
+        #: (set by the supervision's autoscale pass).
+        self.headroom = 0
+        #: Why no job is taken now (no worker process can start): no slot is offered.
+        self.trouble = ""
+        #: The current turn's clock (the job manager sets it each turn).
+        self.turn_at = 0.0
+        #: Since when the routers hold more slots than the prefetch wants.
+        self._shrink_since: float | None = None
 
     @property
     def slots(self) -> int:
@@ -51,7 +57,7 @@ class Credit:
         plus, while autoscaling with every child busy, one per child we could
         still start (the jobs they bring say how many to start), plus room for
         async jobs (:meth:`async_slots`)."""
-        base = self.pool.size + self.prefetch.value + self._headroom
+        base = self.pool.size + self.prefetch.value + self.headroom
         if not self.pool.async_names:
             return base
         return base + self.async_slots()
@@ -71,7 +77,7 @@ class Credit:
         room = self.pool.size * self.pool.async_limit
         return held + min(held, max(0, room - held))
 
-    def _top_up(self) -> None:
+    def top_up(self) -> None:
         """Send READY until the router holds one per free slot; UNREADY for too many.
 
         Not while stopping (nor before the mode is settled: the session's rule).
@@ -80,16 +86,16 @@ class Credit:
         does not cost a message per job); others just get no READY until we
         hold fewer jobs.
         """
-        if self.stopping:
+        if self._stopping():
             return
         # No worker process can start: no slot (all taken back at once, below).
-        slots = 0 if self._trouble else self.slots
+        slots = 0 if self.trouble else self.slots
         # Jobs finishing in children a warm restart replaced hold no slot of the new ones.
         free = slots - len(self.jobs) + self.pool.renewed_jobs()
         # Several groups: each may hold credit for every free slot (see the module
         # doc), and no UNREADY churn as the other groups' jobs come and go.
         slack = self.prefetch.value // 4 if len(self.links) == 1 else slots
-        if self._trouble:
+        if self.trouble:
             slack = 0
         elif self._shrink_waits(free, slack):
             return
@@ -106,7 +112,7 @@ class Credit:
             if link.session.credit <= most:
                 self._shrink_since = None
                 return False
-        now = self._turn_at
+        now = self.turn_at
         if self._shrink_since is None:
             self._shrink_since = now
         if now - self._shrink_since < SHRINK_AFTER:

@@ -66,15 +66,13 @@ from dataclasses import dataclass
 from functools import partial
 
 from django_eventmq.errors import InvalidJob
-from django_eventmq.jobmanager.credit import SHRINK_AFTER as SHRINK_AFTER
 from django_eventmq.jobmanager.credit import Credit
-from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
+from django_eventmq.jobmanager.lifecycle import Lifecycle
 from django_eventmq.jobmanager.link import RouterLink
+from django_eventmq.jobmanager.managed_job import ManagedJob
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import Pool
-from django_eventmq.jobmanager.running import RunningReport
 from django_eventmq.jobmanager.shutdown import Shutdown
-from django_eventmq.jobmanager.supervision import SUPERVISE_EVERY as SUPERVISE_EVERY
 from django_eventmq.jobmanager.supervision import Supervision
 from django_eventmq.protocol import (
     Cancel,
@@ -133,8 +131,13 @@ class _HeldNack:
 _Held = _HeldDone | _HeldNack
 
 
-class JobManager(Service, Supervision, Credit, Shutdown):
+class JobManager(Service):
     """Runs jobs from one router in a pool of worker processes.
+
+    Its parts, each an object of its own: the :class:`.lifecycle.Lifecycle` of the
+    jobs, the :class:`.pool.Pool` of children, one :class:`.link.RouterLink` per
+    router group, the :class:`.credit.Credit` offered to them, the
+    :class:`.supervision.Supervision` of the children and the :class:`.shutdown.Shutdown`.
 
     Run with :meth:`run` (``runtime.service``: SIGTERM/SIGINT stop it, then
     :meth:`drain` hands back or finishes the jobs it holds and :meth:`close`
@@ -163,10 +166,6 @@ class JobManager(Service, Supervision, Credit, Shutdown):
         self.pool = Pool(settings, hooks=hooks, watch=self._watch, unwatch=self._unwatch)
         #: How many jobs we take beyond the free processes (the pool times the jobs).
         self.prefetch = self.pool.prefetch
-        #: The current turn's clock (:meth:`loop_once`), and since when the router
-        #: holds more slots than the prefetch wants (:meth:`_shrink_waits`).
-        self._turn_at = 0.0
-        self._shrink_since: float | None = None
         self.recorder = Recorder(self.name)
         self.lifecycle = Lifecycle(
             settings,
@@ -177,9 +176,8 @@ class JobManager(Service, Supervision, Credit, Shutdown):
             router_retries=lambda: self.link.session.extended,
             partial=self._partial,
             retries_for=lambda job: self.links[job.link].session.extended,
+            wake_supervisor=self._wake_supervisor,
         )
-        self.lifecycle.wake_supervisor = self._wake_supervisor
-        self.lifecycle.resend_records = self._resend_records
         self.jobs = self.lifecycle.jobs
         groups = parse_groups(settings.worker_addr, "WORKER_ADDR")
         #: One link per router group, in WORKER_ADDR's order (a job's ``link`` indexes it).
@@ -189,18 +187,32 @@ class JobManager(Service, Supervision, Credit, Shutdown):
         ]
         #: Per link: msgids of the jobs we held when its current connection was made.
         self._held_at_connect: list[set[str]] = [set() for _ in groups]
-        self._next_supervise = 0.0
         self._next_queued = 0.0
         self._started = False
+        stopping = self._is_stopping
+        self.credit = Credit(self.pool, self.jobs, self.links, stopping)
+        self.supervision = Supervision(
+            settings,
+            self.pool,
+            self.lifecycle,
+            self.credit,
+            self.recorder,
+            self.links,
+            stopping=stopping,
+            check_trouble=self._check_trouble,
+        )
         #: ``(MIN, MAX)`` worker processes when autoscaling (AUTOSCALE), else None.
-        self.autoscale = settings.autoscale_bounds
-        self._headroom = 0
+        self.autoscale = self.supervision.autoscale
         #: What the children run, told to the routers (emq_status --jobs).
-        self.running = RunningReport()
-        #: Set by SIGHUP (or :meth:`reload`): renew the children at the next turn.
-        self._reload_asked = False
-        #: Why we take no jobs now (no worker process can start; "": we take them).
-        self._trouble = ""
+        self.running = self.supervision.running
+        self.shutdown = Shutdown(
+            settings,
+            self.lifecycle,
+            self.links,
+            turn=self.loop_once,
+            wait_ms=self._wait_ms,
+            flush_records=partial(self._send_records, force=True),
+        )
         self._saved_sighup: object = None
 
     # -- lifecycle (run(), stop() and stopping come from Service) ---------------
@@ -228,15 +240,14 @@ class JobManager(Service, Supervision, Credit, Shutdown):
 
         Only sets a flag: safe from a signal handler.
         """
-        self._reload_asked = True
-        self._next_supervise = 0.0
+        self.supervision.reload()
 
     def _on_sighup(self, signum: int, frame: object) -> None:
         self.reload()
 
     def drain(self) -> None:
         """Once stop was asked: hand back or finish the jobs we hold, then say goodbye."""
-        self._drain(self._timeout_ms)
+        self.shutdown.drain(self._timeout_ms)
 
     def close(self) -> None:
         """Stop the children and close the socket (idempotent; also after a failed start)."""
@@ -260,9 +271,10 @@ class JobManager(Service, Supervision, Credit, Shutdown):
             timeout_ms = self._wait_ms(self._timeout_ms)
         events = self._poller.poll(timeout_ms)
         now = time.monotonic() if now is None else now
-        self._turn_at = now
-        if self._reload_asked and not self.stopping:
-            self._supervise(now)  # before this turn hands a job to an old child
+        supervision = self.supervision
+        self.credit.turn_at = now
+        if supervision.reload_asked and not self.stopping:
+            supervision.supervise(now)  # before this turn hands a job to an old child
         lifecycle, children = self.lifecycle, self.pool.children
         router_ready = finished = False
         # Results first: their DONE/READY lets the router send the next job
@@ -275,7 +287,7 @@ class JobManager(Service, Supervision, Credit, Shutdown):
             else:
                 router_ready = True
         if finished:
-            self._top_up()
+            self.credit.top_up()
             self._flush()  # the DONEs and READYs now: the router can hand out more
         if router_ready:
             self._read_router(now)
@@ -288,9 +300,9 @@ class JobManager(Service, Supervision, Credit, Shutdown):
             # Not again when only results came: nothing since the top-up above
             # changed the jobs, the slots or the sessions (sending the turn and
             # its partials does not), so it would send nothing.
-            self._top_up()
-        if now >= self._next_supervise:
-            self._supervise(now)
+            self.credit.top_up()
+        if now >= supervision.next_at:
+            supervision.supervise(now)
         if self.recorder.waiting:
             self._send_records(now)
         if now >= self._next_queued:
@@ -381,7 +393,7 @@ class JobManager(Service, Supervision, Credit, Shutdown):
                     self._nack(item.job, item.reason)
                 else:
                     self._report(item.job, item.status, item.payload)
-        self._top_up()
+        self.credit.top_up()
 
     # -- jobs --------------------------------------------------------------------
     def _accept(self, request: Request, index: int = 0) -> None:
@@ -410,8 +422,9 @@ class JobManager(Service, Supervision, Credit, Shutdown):
         if self.stopping and self.links[index].session.extended:
             self._nack(job, "stopping")
             return
-        if self._trouble and self.links[index].session.extended:
-            self._nack(job, self._trouble)  # sent before it heard we take none
+        trouble = self.credit.trouble
+        if trouble and self.links[index].session.extended:
+            self._nack(job, trouble)  # sent before it heard we take none
             return
         if request.queue not in self._queue_names:
             logger.debug(
@@ -513,14 +526,14 @@ class JobManager(Service, Supervision, Credit, Shutdown):
         (a router of ours runs them elsewhere), and tell the routers why (STATUS
         shows it); once one is up, take jobs again."""
         trouble = self.pool.trouble
-        if trouble == self._trouble:
+        if trouble == self.credit.trouble:
             return
-        self._trouble = trouble
+        self.credit.trouble = trouble
         for link in self.links:
             features = link.session.restate(TROUBLE, trouble)
             if features is not None:
                 link.send(features)
-        self._top_up()  # UNREADY first: the slots the NACKs free are not offered again
+        self.credit.top_up()  # UNREADY first: the slots the NACKs free are not offered again
         if not trouble:
             logger.info("a worker process is up: jobmanager takes jobs again")
             return
@@ -539,9 +552,6 @@ class JobManager(Service, Supervision, Credit, Shutdown):
             self.recorder.clear()  # the hooks module has no record_results
         else:
             self.recorder.flush(self.pool.send_records, now, force=force)
-
-    def _resend_records(self, batches: list[bytes]) -> None:
-        self.recorder.resend(batches)
 
     # -- router connection ---------------------------------------------------------
     @property
@@ -572,4 +582,16 @@ class JobManager(Service, Supervision, Credit, Shutdown):
 
     def _unwatch(self, fd: int) -> None:
         self._poller.unregister(fd)
-        self._next_supervise = 0.0  # reap it promptly
+        self.supervision.wake()  # reap it promptly
+
+    def _wake_supervisor(self) -> None:
+        self.supervision.wake()
+
+    def _is_stopping(self) -> bool:
+        return self.stopping
+
+    # -- credit ------------------------------------------------------------------------
+    @property
+    def slots(self) -> int:
+        """Jobs we take at once (:attr:`.credit.Credit.slots`)."""
+        return self.credit.slots

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django_eventmq.errors import InvalidJob
-from django_eventmq.jobmanager.child import encode_records
+from django_eventmq.jobmanager.pipe import encode_records
 from django_eventmq.protocol import encode_json, parse_job
 from django_eventmq.protocol.status import EXPIRED_ERROR, JobStatus
 from django_eventmq.runtime.retry_policy import RETRY_IN

@@ -1,7 +1,7 @@
 """A small, explicit supervisor of worker child processes.
 
 One :class:`Child` record per process (pid, status, jobs run, jobs in
-flight; :mod:`.children`). The job manager drives it in separate steps: :meth:`Pool.reap`
+flight; :mod:`.child_handles`). The job manager drives it in separate steps: :meth:`Pool.reap`
 collects children that exited, :meth:`Pool.check` retires children that ran
 ``MAX_JOBS_PER_CHILD`` jobs and finishes kills, :meth:`Pool.respawn` starts
 replacements. Children are started with the ``spawn`` method so they inherit
@@ -11,7 +11,7 @@ cost (~0.1 s) is paid rarely.
 Each child has a pipe (:mod:`.pipe` frames) for jobs, one back for what it
 says (results, partials, acknowledgements), and one for outcome records,
 which a thread of the child writes while its job runs
-(:class:`.child.Recording`). They are plain one-way pipes, not a socketpair:
+(:class:`.worker_process.Recording`). They are plain one-way pipes, not a socketpair:
 a small write or read costs about half as much in the kernel (no socket
 buffer per message), on both sides, for every job. The job manager polls the
 result pipe's file descriptor next to its socket, so a result is read the
@@ -36,14 +36,15 @@ import time
 from collections.abc import Callable
 from multiprocessing.context import SpawnContext
 
-# The child process's side: its entry point and the pipe's message kinds.
-from django_eventmq.jobmanager import child as child_side
-from django_eventmq.jobmanager.children import Child as Child
-from django_eventmq.jobmanager.children import Lost as Lost
-from django_eventmq.jobmanager.children import Status as Status
-from django_eventmq.jobmanager.children import Taken as Taken
+from django_eventmq.jobmanager import pipe
+from django_eventmq.jobmanager.child_handles import Child as Child
+from django_eventmq.jobmanager.child_handles import Lost as Lost
+from django_eventmq.jobmanager.child_handles import Status as Status
+from django_eventmq.jobmanager.child_handles import Taken as Taken
 from django_eventmq.jobmanager.pipe import frame, write_all
 from django_eventmq.jobmanager.prefetch import Prefetch
+from django_eventmq.jobmanager.start_failures import StartFailures
+from django_eventmq.jobmanager.worker_process import child_main  # the child's entry point
 from django_eventmq.protocol.status import NOT_RUN
 from django_eventmq.runtime.settings import Settings
 
@@ -59,9 +60,6 @@ RECORDS_BUDGET = 64 * 1024
 #: Size asked for a records pipe (Linux; more than RECORDS_BUDGET, so writing
 #: records never blocks the job manager even while the child's database is slow).
 RECORDS_PIPE_SIZE = 256 * 1024
-
-#: Longest wait before restarting children that keep failing to start.
-MAX_START_DELAY = 10.0
 
 #: Seconds after which a child stopped mid-job that has not exited is sent SIGKILL again.
 KILL_GRACE = 1.0
@@ -104,10 +102,8 @@ class Pool:
         self._unwatch = unwatch or (lambda fd: None)
         self._ctx: SpawnContext = multiprocessing.get_context(start_method)  # type: ignore[assignment]
         self.children: dict[int, Child] = {}  # by pipe fd
-        self._start_failures = 0
-        self._next_start = 0.0
-        self._failure_logged = False
-        self._last_failure = ""
+        #: Children that failed to start: the back-off before the next, and why.
+        self.start_failures = StartFailures()
         #: A warm restart's children may still be here (:meth:`renewed_jobs`).
         self._renewing = False
         #: True/False once a child said whether the hooks record results.
@@ -129,7 +125,7 @@ class Pool:
             fcntl.fcntl(records_out.fileno(), fcntl.F_SETPIPE_SZ, RECORDS_PIPE_SIZE)
         level = logging.getLogger().getEffectiveLevel()
         process = self._ctx.Process(
-            target=child_side.child_main,
+            target=child_main,
             args=(jobs_in, self.settings, self.hooks, level, records_in, results_out),
             name="emq-worker",
             daemon=True,
@@ -165,7 +161,7 @@ class Pool:
         now = _now(now)
         started = []
         active = self.active()
-        while len(active) < self.size and now >= self._next_start:
+        while len(active) < self.size and now >= self.start_failures.next_start:
             if active and not any(child.status is Status.UP for child in active):
                 break  # the one starting comes up first (or fails)
             child = self.spawn(now)
@@ -176,9 +172,7 @@ class Pool:
     @property
     def trouble(self) -> str:
         """Why no child can run jobs ("" while one is up, or none failed to start yet)."""
-        if not self._start_failures:
-            return ""
-        return self._last_failure
+        return self.start_failures.trouble
 
     def busy(self) -> int:
         """Active children running a job."""
@@ -281,9 +275,7 @@ class Pool:
         ``context``: its context line (runtime/job_context.py).
         ``concurrent``: an async job, run beside others (:mod:`.tasks`).
         """
-        data = frame(
-            child_side.encode_job(seq, body_text, soft_timeout, trace, context, concurrent)
-        )
+        data = frame(pipe.encode_job(seq, body_text, soft_timeout, trace, context, concurrent))
         idle = not child.inflight
         if idle:
             size = 0
@@ -377,8 +369,8 @@ class Pool:
         at = _now(now)
         for data in frames:
             kind = data[:1]
-            if kind == child_side.RESULT:
-                seq, status, payload = child_side.decode_result(data)
+            if kind == pipe.RESULT:
+                seq, status, payload = pipe.decode_result(data)
                 entry = inflight.pop(seq, None)
                 if child.concurrent and seq in child.concurrent:
                     # It ran beside others: its time is not the process's, so no
@@ -402,19 +394,19 @@ class Pool:
                     child.idle_since = at
                 child.jobs_run += 1
                 results.append((seq, status, payload))
-            elif kind == child_side.PARTIAL:
+            elif kind == pipe.PARTIAL:
                 try:
-                    child.partials.append(child_side.decode_partial(data))
+                    child.partials.append(pipe.decode_partial_frame(data))
                 except ValueError:  # never from our child code; a bad report is not fatal
                     logger.warning("child %s sent a malformed partial report; dropped", child.pid)
-            elif kind == child_side.RECORDED:
+            elif kind == pipe.RECORDED:
                 if child.records:
                     child.records_bytes -= len(child.records.pop(0))
-            elif kind == child_side.UP:
+            elif kind == pipe.UP:
                 self._up(child, data[1:])
-            elif kind == child_side.FAIL:
+            elif kind == pipe.FAIL:
                 child.failure = data[1:].decode(errors="replace")
-            elif kind == child_side.BYE:
+            elif kind == pipe.BYE:
                 child.said_bye = True
                 child.lingering = data[1:].decode(errors="replace")
                 if child.lingering and child.exit_by:
@@ -429,13 +421,12 @@ class Pool:
             logger.debug("worker child pid=%d up", child.pid)
         child.was_up = True
         caps, _, names = caps.partition(b"\n")
-        child.can_record = child_side.CAN_RECORD in caps
+        child.can_record = pipe.CAN_RECORD in caps
         if names:  # every child imports the same job modules
             self.async_names = frozenset(names.decode().split("\n"))
         self.kinds_known = True
         self.can_record = child.can_record
-        self._start_failures = 0
-        self._failure_logged = False
+        self.start_failures.up()
 
     def died(self) -> list[Child]:
         """Children that exited (or closed their pipe) unasked, not reaped yet; not
@@ -458,7 +449,7 @@ class Pool:
 
     # -- stopping one child mid-job ------------------------------------------
     def kill(self, child: Child, now: float | None = None) -> Taken:
-        """Stop ``child`` now (SIGKILL: children ignore SIGTERM, see :func:`.child.child_main`).
+        """Stop ``child`` now (SIGKILL: children ignore SIGTERM, see ``child_main``).
 
         Its running job is the caller's to report; the jobs queued behind it
         and its unhandled records are handed back so nothing is lost.
@@ -488,7 +479,7 @@ class Pool:
         for child in list(self.children.values()):
             if child.status is Status.RETIRING and not child.inflight:
                 with contextlib.suppress(OSError):
-                    write_all(child.out_fd, frame(child_side.EXIT))
+                    write_all(child.out_fd, frame(pipe.EXIT))
                 child.retired = True
                 self._mark_dead(child)
             elif child.status is Status.KILLING:
@@ -522,7 +513,7 @@ class Pool:
             child.close_pipes()
             code = child._exitcode = child.process.exitcode
             if not child.was_up and not child.retired:
-                self._start_failed(child, at)
+                self.start_failures.failed(child, at)
             elif child.forced:  # warned when it was killed
                 logger.debug("worker child pid=%d killed for not exiting, reaped", child.pid)
             elif child.kill_at or (child.retired and not child.inflight):
@@ -571,19 +562,6 @@ class Pool:
                 child.records_bytes = 0
         return taken
 
-    def _start_failed(self, child: Child, now: float) -> None:
-        self._start_failures += 1
-        delay = min(0.5 * 2 ** (self._start_failures - 1), MAX_START_DELAY)
-        self._next_start = now + delay
-        why = child.failure or f"exit code {child.process.exitcode}"
-        # One line, bounded: it goes to the routers (FEATURES, NACK reasons) and emq_status.
-        self._last_failure = f"worker processes cannot start: {' '.join(why.split())[:400]}"
-        if not self._failure_logged:
-            logger.error("worker child pid=%d failed to start: %s", child.pid, why)
-            self._failure_logged = True
-        else:
-            logger.debug("worker child pid=%d failed to start again: %s", child.pid, why)
-
     # -- stopping ------------------------------------------------------------
     def close(self, timeout: float = 2.0) -> None:
         """Stop every child: ask politely, then kill (children ignore SIGTERM)."""
@@ -591,7 +569,7 @@ class Pool:
         for child in children:
             if child.status not in (Status.DEAD, Status.KILLING):
                 with contextlib.suppress(OSError):
-                    write_all(child.out_fd, frame(child_side.EXIT))
+                    write_all(child.out_fd, frame(pipe.EXIT))
         deadline = time.monotonic() + timeout
         for child in children:
             if not child.inflight:

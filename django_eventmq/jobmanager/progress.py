@@ -1,11 +1,11 @@
-"""Partial replies: what a running job reports before its final value.
+"""In a worker child: partial replies, what a running job reports before its final value.
 
 A job reports with :func:`progress` (``django_eventmq.progress(value)``), or
 by being a generator: each value it yields is a partial, its ``return``
 value the final one. At most :data:`PARTIAL_RATE` reports a second per job
 go on, twice bounded: in the worker child (:class:`PartialGate`, so a job
 reporting per row costs a few microseconds a report, not a pipe write) and
-in the job manager (:class:`Coalescer`, so no child can flood the router). A
+in the job manager (:class:`.partials.Coalescer`, so no child can flood the router). A
 report held back is replaced by the next one and sent when its turn comes;
 the last report is always sent, before the job's outcome.
 
@@ -16,20 +16,16 @@ checks its value and does nothing else.
 from __future__ import annotations
 
 import contextvars
-import heapq
-import itertools
 import threading
 import time
-from collections.abc import Callable, Hashable
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 from django_eventmq.errors import SerializationError
+from django_eventmq.jobmanager.pipe import PARTIAL_INTERVAL as PARTIAL_INTERVAL
+from django_eventmq.jobmanager.pipe import PARTIAL_RATE as PARTIAL_RATE
 from django_eventmq.protocol import encode_json
 from django_eventmq.protocol.extensions import MAX_PARTIAL_BYTES
-
-#: Partials per second per job that leave a job manager; faster reports are coalesced.
-PARTIAL_RATE = 20
-PARTIAL_INTERVAL = 1.0 / PARTIAL_RATE
 
 #: Set by the worker child around each job: sends one encoded partial payload.
 _reporter: Callable[[str], object] | None = None
@@ -144,66 +140,3 @@ class PartialGate:
                 text, self._held = self._held, None
                 self._last = time.monotonic()
                 self._send(self._seq, text)
-
-
-K = TypeVar("K", bound=Hashable)
-
-
-class Coalescer(Generic[K]):
-    """Lets at most one partial per ``interval`` seconds through per key; the rest coalesce.
-
-    Sans-IO: times are passed in. ``send(key, payload)`` is called for each
-    partial let through. A partial that comes too soon is held (a newer one
-    replaces it) until :meth:`flush_due` finds its time has come, or
-    :meth:`flush` sends it early (just before the job's outcome).
-    """
-
-    def __init__(self, send: Callable[[K, str], None], interval: float = PARTIAL_INTERVAL) -> None:
-        self.send = send
-        self.interval = interval
-        self._last: dict[K, float] = {}
-        self._held: dict[K, str] = {}
-        self._due: list[tuple[float, int, K]] = []
-        self._order = itertools.count()
-        #: Partials replaced by a newer one before they were sent.
-        self.coalesced = 0
-
-    def offer(self, key: K, payload: str, now: float) -> None:
-        """A new partial for ``key``: sent now, or held until its turn."""
-        last = self._last.get(key)
-        if key in self._held:
-            self._held[key] = payload
-            self.coalesced += 1
-        elif last is None or now - last >= self.interval:
-            self._last[key] = now
-            self.send(key, payload)
-        else:
-            self._held[key] = payload
-            heapq.heappush(self._due, (last + self.interval, next(self._order), key))
-
-    def flush_due(self, now: float) -> None:
-        """Send held partials whose turn has come."""
-        due = self._due
-        while due and due[0][0] <= now:
-            _, _, key = heapq.heappop(due)
-            payload = self._held.pop(key, None)
-            if payload is not None:
-                self._last[key] = now
-                self.send(key, payload)
-
-    def flush(self, key: K) -> None:
-        """Send ``key``'s held partial now (its outcome follows), and forget the key."""
-        payload = self._held.pop(key, None)
-        self._last.pop(key, None)
-        if payload is not None:
-            self.send(key, payload)
-
-    def next_due(self) -> float | None:
-        """When :meth:`flush_due` next has something to send (None: nothing held)."""
-        due, held = self._due, self._held
-        while due and due[0][2] not in held:
-            heapq.heappop(due)  # flushed early
-        return due[0][0] if due else None
-
-    def __len__(self) -> int:
-        return len(self._held)

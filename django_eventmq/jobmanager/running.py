@@ -15,8 +15,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from django_eventmq.jobmanager.children import Child
-from django_eventmq.jobmanager.lifecycle import ManagedJob
+from django_eventmq.jobmanager.child_handles import Child
+from django_eventmq.jobmanager.managed_job import ManagedJob
 
 #: Shortest time between two RUNNING to one router (seconds).
 EVERY = 0.5

@@ -1,51 +1,55 @@
 """Graceful stop: hand back or finish the jobs held, then say goodbye.
 
-A mixin of :class:`.manager.JobManager` (the state it uses belongs to the job
-manager).
+The job manager holds one :class:`Shutdown`; it turns the job manager's
+loop (``turn``) until the jobs are over or the grace period is.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
+from django_eventmq.jobmanager.lifecycle import Lifecycle
 from django_eventmq.jobmanager.link import RouterLink
 from django_eventmq.runtime.settings import Settings
-
-if TYPE_CHECKING:
-    from django_eventmq.jobmanager.manager import _Held
 
 logger = logging.getLogger("django_eventmq.jobmanager")
 
 
 class Shutdown:
-    """The drain on SIGTERM (mixed into the job manager)."""
+    """The drain on SIGTERM."""
 
-    settings: Settings
-    lifecycle: Lifecycle
-    jobs: dict[int, ManagedJob]
-    links: list[RouterLink[_Held]]
+    def __init__(
+        self,
+        settings: Settings,
+        lifecycle: Lifecycle,
+        links: Sequence[RouterLink[Any]],
+        *,
+        turn: Callable[[int], None],
+        wait_ms: Callable[[int], int],
+        flush_records: Callable[[float], None],
+    ) -> None:
+        #: Seconds the jobs held get to finish (SHUTDOWN_GRACE).
+        self.grace = settings.shutdown_grace
+        self.lifecycle = lifecycle
+        self.jobs = lifecycle.jobs
+        self.links = links
+        #: One turn of the job manager's loop, waiting up to the given milliseconds.
+        self._turn = turn
+        #: The poll timeout of a turn (shorter when a retry or a partial is due).
+        self._wait_ms = wait_ms
+        #: Hands every outcome record waiting to a child, due or not.
+        self._flush_records = flush_records
 
-    if TYPE_CHECKING:
-
-        @property
-        def link(self) -> RouterLink[_Held]: ...
-
-        def loop_once(self, timeout_ms: int | None = None, now: float | None = None) -> None: ...
-
-        def _wait_ms(self, timeout_ms: int) -> int: ...
-
-        def _send_records(self, now: float, *, force: bool = False) -> None: ...
-
-    def _drain(self, timeout_ms: int) -> None:
+    def drain(self, timeout_ms: int) -> None:
         """Hand back or finish jobs within the grace period, then say goodbye."""
-        grace = self.settings.shutdown_grace
-        self.loop_once(0)  # take in REQUESTs already delivered: the router counts them as ours
+        grace = self.grace
+        self._turn(0)  # take in REQUESTs already delivered: the router counts them as ours
         links = self.links
         if len(links) == 1:
-            if self.link.session.extended:
+            if links[0].session.extended:
                 # Our router can give unstarted jobs to someone else right away.
                 self.lifecycle.hand_back_unstarted()
         elif any(link.session.extended for link in links):
@@ -56,12 +60,12 @@ class Shutdown:
             )
         deadline = time.monotonic() + grace
         while self.jobs and time.monotonic() < deadline:
-            self.loop_once(self._wait_ms(timeout_ms))
+            self._turn(self._wait_ms(timeout_ms))
         if self.jobs:
             logger.warning(
                 "jobmanager stopping: grace period over, terminating jobs msgid=%s",
                 ",".join(job.msgid for job in self.jobs.values()),
             )
-        self._send_records(time.monotonic(), force=True)
+        self._flush_records(time.monotonic())
         for link in self.links:
             link.goodbye()  # "jobmanager stopped" is run_service's line, after close()

@@ -2,18 +2,20 @@
 jobs out, start replacements, renew them all on a warm restart (SIGHUP), and
 grow or shrink their number (AUTOSCALE).
 
-A mixin of :class:`.manager.JobManager` (the state it uses belongs to the job
-manager).
+The job manager holds one :class:`Supervision` and runs a pass when it is
+due (:attr:`Supervision.next_at`) or asked for (:meth:`Supervision.wake`).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
+from django_eventmq.jobmanager.credit import Credit
+from django_eventmq.jobmanager.lifecycle import Lifecycle
+from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import Pool, Status
-from django_eventmq.jobmanager.prefetch import Prefetch
 from django_eventmq.jobmanager.running import RunningReport
 from django_eventmq.runtime.settings import Settings
 
@@ -25,46 +27,60 @@ SUPERVISE_EVERY = 0.2
 
 
 class Supervision:
-    """Supervision passes and autoscaling (mixed into the job manager)."""
+    """Supervision passes, warm restarts and autoscaling of one job manager's children."""
 
-    settings: Settings
-    pool: Pool
-    prefetch: Prefetch
-    lifecycle: Lifecycle
-    jobs: dict[int, ManagedJob]
-    links: list[Any]
-    running: RunningReport
-    autoscale: tuple[int, int] | None
-    #: Slots offered beyond the pool's while autoscaling and every child is busy.
-    _headroom: int
-    _reload_asked: bool
-    _next_supervise: float
+    def __init__(
+        self,
+        settings: Settings,
+        pool: Pool,
+        lifecycle: Lifecycle,
+        credit: Credit,
+        recorder: Recorder,
+        links: Sequence[Any],
+        *,
+        stopping: Callable[[], bool],
+        check_trouble: Callable[[], None],
+    ) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.prefetch = pool.prefetch
+        self.lifecycle = lifecycle
+        self.jobs = lifecycle.jobs
+        self.credit = credit
+        self.recorder = recorder
+        self.links = links
+        self._stopping = stopping
+        #: Stops taking jobs while no worker process can start (the job manager's).
+        self._check_trouble = check_trouble
+        #: ``(MIN, MAX)`` worker processes when autoscaling (AUTOSCALE), else None.
+        self.autoscale = settings.autoscale_bounds
+        #: What the children run, told to the routers (emq_status --jobs).
+        self.running = RunningReport()
+        #: When the next pass is due (monotonic; 0: at the next turn).
+        self.next_at = 0.0
+        #: Set by SIGHUP (:meth:`reload`): renew the children at the next pass.
+        self.reload_asked = False
 
-    if TYPE_CHECKING:
+    def reload(self) -> None:
+        """Renew the children at the next turn (only sets flags: safe from a signal handler)."""
+        self.reload_asked = True
+        self.next_at = 0.0
 
-        @property
-        def stopping(self) -> bool: ...
+    def wake(self) -> None:
+        """Run a pass at the next turn (a child died, or retired)."""
+        self.next_at = 0.0
 
-        @property
-        def slots(self) -> int: ...
-
-        def _resend_records(self, batches: list[bytes]) -> None: ...
-
-        def _top_up(self) -> None: ...
-
-        def _check_trouble(self) -> None: ...
-
-    def _supervise(self, now: float) -> None:
+    def supervise(self, now: float) -> None:
         """Reap dead children, retire worn ones, time jobs out, start replacements."""
-        self._next_supervise = now + SUPERVISE_EVERY
+        self.next_at = now + SUPERVISE_EVERY
         pool, lifecycle = self.pool, self.lifecycle
         pool.check(now)
-        self._resend_records(pool.orphan_records())
+        self.recorder.resend(pool.orphan_records())
         lifecycle.lost(now)
         lifecycle.check_timeouts(now)
         lifecycle.due_retries(now)
-        if not self.stopping:
-            if self._reload_asked:
+        if not self._stopping():
+            if self.reload_asked:
                 self._renew(now)
             if self.autoscale is not None:
                 self._autoscale(now)
@@ -72,11 +88,11 @@ class Supervision:
             self._check_trouble()
         if lifecycle.pending:
             lifecycle.dispatch(now)
-        self._top_up()
+        self.credit.top_up()
         self.running.turn(now, pool.active(), self.jobs, self.links)
 
     def _renew(self, now: float) -> None:
-        self._reload_asked = False
+        self.reload_asked = False
         old = self.lifecycle.renew(now)
         logger.info(
             "reload: starting %d new worker processes; %d old ones finish their jobs and exit",
@@ -119,8 +135,8 @@ class Supervision:
                 self.waiting,
             )
             size = new
-        # _supervise's _top_up offers the new children's slots and the headroom.
-        self._headroom = high - size if saturated else 0
+        # supervise()'s top-up offers the new children's slots and the headroom.
+        self.credit.headroom = high - size if saturated else 0
         if size > low and pool.retire_idle(self.settings.autoscale_idle, low, now):
             logger.info(
                 "autoscale: %d -> %d workers (idle for %gs)",
@@ -128,6 +144,3 @@ class Supervision:
                 pool.size,
                 self.settings.autoscale_idle,
             )
-
-    def _wake_supervisor(self) -> None:
-        self._next_supervise = 0.0

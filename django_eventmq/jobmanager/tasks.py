@@ -1,6 +1,6 @@
 """In a worker child: async jobs running at once on the child's event loop.
 
-The job manager flags an ``async def`` job (``J*`` frame, :mod:`.child`), and
+The job manager flags an ``async def`` job (``J*`` frame, :mod:`.pipe`), and
 the child runs it as a task of its event loop (:func:`.invoke.event_loop`)
 beside the other async jobs, at most ``ASYNC_CONCURRENCY`` at a time, in the
 order they came. Each task is one job with its own soft limit

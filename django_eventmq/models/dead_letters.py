@@ -1,7 +1,7 @@
 """Dead letters: jobs that will not run again by themselves (see :mod:`.models`).
 
 A job lands here when its last attempt failed or timed out (written next to
-its ``failed``/``timed_out`` results row by :func:`django_eventmq.results.record_results`).
+its ``failed``/``timed_out`` results row by :func:`django_eventmq.result_recording.record_results`).
 Jobs the router set aside as poisoned live in the router's journal, not here:
 the admin page (:mod:`django_eventmq.admin.dead_letters`) lists them over the
 router's admin socket. A row keeps what a retry needs: queue, job, args,

@@ -1,7 +1,7 @@
 """The job results table (imported by :mod:`django_eventmq.models`).
 
 One :class:`JobResult` row per job msgid, written in batches by job-manager
-workers (:func:`django_eventmq.results.record_results`) for ``reply_requested``
+workers (:func:`django_eventmq.result_recording.record_results`) for ``reply_requested``
 jobs, or for every job with ``RECORD_ALL_RESULTS``. The Tasks backend also
 writes the ``queued`` row when it enqueues.
 """

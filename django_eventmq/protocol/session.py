@@ -1,7 +1,7 @@
 """One peer's eMQP conversation as a sans-IO state machine (no sockets, no clock).
 
 Messages go in (:meth:`receive`), the messages to send come out; the time is
-passed in as a float and never read here. Three sides:
+passed in as a float and never read here. Two sides:
 
 - :class:`JobManagerSession`: a job manager's view of its router on one
   socket: INFORM -> ACK, then the FEATURES exchange. A router of ours sends
@@ -12,24 +12,27 @@ passed in as a float and never read here. Three sides:
 - :class:`RouterPeerSession`: a router's view of one job manager: its INFORM
   (answered with ACK and our FEATURES), the features it announced, and its
   credit (READY, DONE and NACK give a slot, a job handed out takes one,
-  UNREADY takes some back, owed when none is free).
-- :class:`ClientSession`: a client's FEATURES handshake with a router's
-  frontend (no INFORM there): ours answers, the reference never does.
+  UNREADY takes some back, owed when none is free, a peer that stops voids it).
+- a client's FEATURES handshake with a router's frontend (no INFORM there)
+  is :mod:`.client_session`.
 
-A method called in a state where its event cannot happen raises
-:class:`ProtocolError` naming the state.
+Each state change is a step in its side's table (:mod:`.transitions`): a
+method whose event the table refuses in the current state raises
+:class:`ProtocolError` naming the event and the state. What each side
+announces in FEATURES is :mod:`.features`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import Enum
-from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.bundle import BUNDLE
+
+# Re-exported: the client names it here.
+from django_eventmq.protocol.client_session import ClientSession as ClientSession
 from django_eventmq.protocol.extensions import (
     Cancel,
     Done,
@@ -40,8 +43,16 @@ from django_eventmq.protocol.extensions import (
     Running,
     Unready,
 )
+
+# Re-exported: the router and the job manager name these here.
+from django_eventmq.protocol.features import FEATURES_WAIT as FEATURES_WAIT
+from django_eventmq.protocol.features import HOLDING as HOLDING
+from django_eventmq.protocol.features import JOBMANAGER_FEATURES as JOBMANAGER_FEATURES
+from django_eventmq.protocol.features import ROUTER_FEATURES as ROUTER_FEATURES
+from django_eventmq.protocol.features import TROUBLE as TROUBLE
+from django_eventmq.protocol.features import bundle_bytes as bundle_bytes
+from django_eventmq.protocol.features import with_bundle_bytes as with_bundle_bytes
 from django_eventmq.protocol.ids import new_msgid
-from django_eventmq.protocol.limits import MAX_MESSAGE_BYTES
 from django_eventmq.protocol.messages import (
     Ack,
     Disconnect,
@@ -54,109 +65,23 @@ from django_eventmq.protocol.messages import (
     Request,
 )
 from django_eventmq.protocol.packed import PACKED
-
-#: What a router of ours tells a job manager it speaks, right after the ACK of its INFORM.
-#: ``"bundle"``'s value is the most bytes of one frame the announcer takes (its
-#: ``MAX_MESSAGE_BYTES``: ZeroMQ drops a peer that sends more); a router or job
-#: manager announces its own setting (:func:`with_bundle_bytes`).
-ROUTER_FEATURES: Mapping[str, int] = MappingProxyType(
-    {BUNDLE: MAX_MESSAGE_BYTES}
-    | dict.fromkeys(
-        (
-            "cancel",
-            "delay",
-            "done",
-            "nack",
-            PACKED,
-            "partial",
-            "priority",
-            "queued",
-            "reject",
-            "running",
-            "unready",
-        ),
-        1,
-    )
+from django_eventmq.protocol.transitions import (
+    JOBMANAGER_TABLE,
+    PEER_TABLE,
+    JobManagerEvent,
+    PeerEvent,
+    step,
 )
-#: The key of a job manager's FEATURES answer that lists the msgids of the jobs it
-#: holds (still running, or not reported yet): after a failover or a reconnect its
-#: new router keeps them in flight on it instead of handing them out again.
-HOLDING = "holding"
-#: The key of a job manager's FEATURES that says why it takes no jobs now (none of
-#: its worker processes can start): sent again, without it, once it can. A router
-#: shows it (STATUS); it is no negotiation, so a FEATURES may restate it any time.
-TROUBLE = "trouble"
-#: What a job manager of ours answers to its router's FEATURES.
-#: ``"poisoned"``: the job manager records a job the router sets aside after the death
-#: it reported (REJECT to it, see :meth:`RouterPeerSession.poisoned`).
-JOBMANAGER_FEATURES: Mapping[str, int] = MappingProxyType(
-    dict.fromkeys(
-        (
-            "done",
-            "nack",
-            "cancel",
-            "timeout",
-            "retry",
-            "partial",
-            "unready",
-            "poisoned",
-            "running",
-            PACKED,
-        ),
-        1,
-    )
-    | {BUNDLE: MAX_MESSAGE_BYTES}
-)
-
-
-def with_bundle_bytes(features: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
-    """``features`` announcing bundles of at most ``max_bytes`` (the announcer's
-    ``MAX_MESSAGE_BYTES``), if they announce bundles at all."""
-    result = dict(features)
-    if BUNDLE in result:
-        result[BUNDLE] = max_bytes
-    return result
-
-
-def bundle_bytes(value: object) -> int:
-    """The most bytes of one bundle to a peer whose FEATURES gave ``value`` for
-    ``"bundle"``: a whole number >= 1 is its limit (at most MAX_MESSAGE_BYTES);
-    anything else (absent, false, not a number): 0, it gets no bundle."""
-    if type(value) is not int or value < 1:
-        return 0
-    return min(value, MAX_MESSAGE_BYTES)
-
-
-#: Seconds after the ACK a job manager waits for FEATURES before taking its
-#: router for the reference (ours sends it right after the ACK).
-FEATURES_WAIT = 0.5
+from django_eventmq.protocol.transitions import ClientState as ClientState
+from django_eventmq.protocol.transitions import JobManagerState as JobManagerState
+from django_eventmq.protocol.transitions import PeerState as PeerState
 
 _T = TypeVar("_T")
 
-
-def _illegal(side: str, event: str, state: Enum) -> ProtocolError:
-    return ProtocolError(f"{side}: {event} is not allowed in state {state.name}")
-
-
 # -- the job manager's side ---------------------------------------------------------
 
-
-class JobManagerState(Enum):
-    #: Nothing sent yet on this socket.
-    IDLE = "idle"
-    #: INFORM sent; waiting for its ACK.
-    INFORMING = "informing"
-    #: ACKed; waiting for FEATURES (until a deadline) to know how to report.
-    DECIDING = "deciding"
-    #: The router speaks our extensions: DONE, NACK, CANCEL, maybe PARTIAL, UNREADY.
-    EXTENDED = "extended"
-    #: The router is the reference: REPLY then READY, as the reference job manager does.
-    REFERENCE = "reference"
-    #: The conversation is over (DISCONNECT, KBAI, or the socket was dropped).
-    CLOSED = "closed"
-
-
 _JM = JobManagerState
+_JE = JobManagerEvent
 _SETTLED = frozenset({_JM.EXTENDED, _JM.REFERENCE})
 
 
@@ -189,9 +114,12 @@ class JobManagerSession(Generic[_T]):
         self.bundle_bytes = 0
         self._inform_msgid = ""
         self._decide_by = 0.0
-        #: A FEATURES came before the ACK of our INFORM: the mode it says, set at the ACK.
-        self._early: bool | None = None
+        #: A FEATURES came before the ACK of our INFORM: its event, taken at the ACK.
+        self._early: JobManagerEvent | None = None
         self._held: list[_T] = []
+
+    def _step(self, event: JobManagerEvent, what: str = "") -> None:
+        self.state = step("job manager", JOBMANAGER_TABLE, self.state, event, what)
 
     # -- what the caller asks -------------------------------------------------------
     @property
@@ -220,11 +148,9 @@ class JobManagerSession(Generic[_T]):
     # -- events from the caller -----------------------------------------------------
     def inform(self, queues: QueueSpec) -> Inform:
         """The INFORM that opens the conversation."""
-        if self.state is not _JM.IDLE:
-            raise _illegal("job manager", "INFORM", self.state)
+        self._step(_JE.INFORM)
         message = Inform(msgid=new_msgid(), queues=queues, peer_type=C.PEER_WORKER)
         self._inform_msgid = message.msgid
-        self.state = _JM.INFORMING
         return message
 
     def receive(self, message: Message, now: float) -> list[Message]:
@@ -234,42 +160,47 @@ class JobManagerSession(Generic[_T]):
         (the caller logs and drops it).
         """
         state = self.state
-        if type(message) is Request and (state is _JM.EXTENDED or state is _JM.REFERENCE):
-            self._on_request()  # the per-job case, settled: nothing else to decide
+        kind = type(message)
+        if kind is Request and (state is _JM.EXTENDED or state is _JM.REFERENCE):
+            self._on_request()  # the per-job case, settled: the table's self-loop
             return []
-        if state is _JM.IDLE or state is _JM.CLOSED:
-            raise _illegal("job manager", f"receiving {message.command}", state)
+        what = f"receiving {message.command}"
         if isinstance(message, Features):
-            return self._on_features(message)
+            return self._on_features(message, what)
         if state is _JM.DECIDING:
-            # Ours sends FEATURES right after the ACK: anything else first
-            # means a router that does not speak our extensions.
-            self.state = _JM.REFERENCE
-        if isinstance(message, Ack):
-            self._on_ack(message, now)
-        elif isinstance(message, Request):
+            self._step(_JE.NOT_FEATURES_FIRST, what)
+        if kind is Ack:
+            assert isinstance(message, Ack)
+            if message.ack_msgid != self._inform_msgid:
+                self._step(_JE.MESSAGE, what)  # an ACK of something else
+            else:
+                self._on_ack(now, what)
+        elif kind is Request:
+            self._step(_JE.REQUEST, what)
             self._on_request()
-        elif isinstance(message, (Cancel, Reject)) and not self.extended:
-            raise _illegal("job manager", message.command, self.state)
+        elif isinstance(message, (Cancel, Reject)):
+            self._step(_JE.ROUTER_EXTENSION, what)
         elif isinstance(message, (Disconnect, Kbai)):
+            self._step(_JE.GOODBYE, what)
             self.close()
+        else:
+            self._step(_JE.MESSAGE, what)
         return []
 
     def tick(self, now: float) -> None:
         """Time passed: settle on REFERENCE once the FEATURES deadline is over."""
         if self.state is _JM.DECIDING and now >= self._decide_by:
-            self.state = _JM.REFERENCE
+            self._step(_JE.DEADLINE)
 
     def close(self) -> None:
         """The socket is gone; a new one starts a new session."""
-        self.state = _JM.CLOSED
+        self._step(_JE.CLOSE)
         self.send_packed = False
         self.send_bundle = False
 
     def successor(self) -> JobManagerSession[_T]:
         """A fresh session for a new socket, taking over the outcomes still held."""
-        if self.state is not _JM.CLOSED:
-            raise _illegal("job manager", "a new conversation", self.state)
+        self._step(_JE.SUCCESSOR)
         fresh: JobManagerSession[_T] = JobManagerSession(
             features=self.our_features, features_wait=self.features_wait
         )
@@ -279,8 +210,7 @@ class JobManagerSession(Generic[_T]):
 
     def hold(self, item: _T) -> None:
         """Keep an outcome until the mode is settled."""
-        if self.settled:
-            raise _illegal("job manager", "holding an outcome", self.state)
+        self._step(_JE.HOLD)
         self._held.append(item)
 
     def peek_held(self) -> list[_T]:
@@ -289,14 +219,14 @@ class JobManagerSession(Generic[_T]):
 
     def take_held(self) -> list[_T]:
         """The held outcomes, once the mode is settled (then report each)."""
-        if not self.settled:
-            raise _illegal("job manager", "releasing held outcomes", self.state)
+        self._step(_JE.RELEASE)
         held, self._held = self._held, []
         return held
 
     def done(self, job_msgid: str, status: str, payload: str) -> Done:
         """DONE for a finished job; it frees the slot at the router."""
-        self._require_extended("DONE")
+        if self.state is not _JM.EXTENDED:  # the one state the table allows it in
+            self._step(_JE.DONE)
         self.credit += 1
         return Done(msgid=new_msgid(), job_msgid=job_msgid, status=status, payload=payload)
 
@@ -315,14 +245,14 @@ class JobManagerSession(Generic[_T]):
 
     def nack(self, job_msgid: str, reason: str) -> Nack:
         """NACK: a job handed back unrun; it frees the slot at the router."""
-        self._require_extended("NACK")
+        self._step(_JE.NACK)
         self.credit += 1
         return Nack(msgid=new_msgid(), job_msgid=job_msgid, reason=reason)
 
     def reply(self, job_msgid: str, payload: str) -> Reply:
         """REPLY for a finished job (reference mode; the slot is freed by READY)."""
-        if self.state is not _JM.REFERENCE:
-            raise _illegal("job manager", "REPLY", self.state)
+        if self.state is not _JM.REFERENCE:  # the one state the table allows it in
+            self._step(_JE.REPLY)
         return Reply(msgid=new_msgid(), payload=payload, reply_to=job_msgid)
 
     def partial(self, job_msgid: str, payload: str) -> Partial | None:
@@ -360,36 +290,29 @@ class JobManagerSession(Generic[_T]):
             self.credit = free
         return out
 
-    # -- transitions ------------------------------------------------------------------
-    def _require_extended(self, command: str) -> None:
-        if self.state is not _JM.EXTENDED:
-            raise _illegal("job manager", command, self.state)
-
-    def _on_ack(self, message: Ack, now: float) -> None:
-        if message.ack_msgid != self._inform_msgid or self.state is not _JM.INFORMING:
-            return  # an ACK of something else: nothing to do with the conversation
+    # -- what a message does besides its step -------------------------------------------
+    def _on_ack(self, now: float, what: str) -> None:
+        if self.state is not _JM.INFORMING:
+            self._step(_JE.INFORM_ACKED, what)  # a repeat: changes nothing
+            return
+        self._step(_JE.INFORM_ACKED)
         self._decide_by = now + self.features_wait
-        self.state = _JM.DECIDING
-        if self._early is not None:
-            self.state = _JM.EXTENDED if self._early else _JM.REFERENCE
+        if self._early is not None:  # the FEATURES that came first, taken now
+            self._step(self._early)
 
     def _on_request(self) -> None:
         # Below 0 only after UNREADY: slots the router owes us back.
         if self.credit > 0 or self.router_speaks("unready"):
             self.credit -= 1
 
-    def _on_features(self, message: Features) -> list[Message]:
-        if self.state is _JM.REFERENCE or self.state is _JM.EXTENDED:
-            # Too late: we report as the mode we settled on, and the router,
-            # without our answer, takes us for a job manager that does not
-            # speak the extensions: both sides agree.
-            raise _illegal("job manager", "FEATURES", self.state)
-        self.router_features = dict(message.features)
+    def _on_features(self, message: Features, what: str) -> list[Message]:
         speaks_done = bool(message.features.get("done", 1))
-        if self.state is _JM.DECIDING:
-            self.state = _JM.EXTENDED if speaks_done else _JM.REFERENCE
-        else:  # INFORMING: settled when the ACK comes
-            self._early = speaks_done
+        event = _JE.FEATURES if speaks_done else _JE.FEATURES_WITHOUT_DONE
+        before = self.state
+        self._step(event, what)
+        if before is _JM.INFORMING:  # settled when the ACK comes
+            self._early = event
+        self.router_features = dict(message.features)
         answer = Features(msgid=new_msgid(), features=self.our_features)
         # After our answer: what we send from now on may go packed.
         self.send_packed = bool(message.features.get(PACKED))
@@ -400,19 +323,8 @@ class JobManagerSession(Generic[_T]):
 
 # -- the router's side ----------------------------------------------------------------
 
-
-class PeerState(Enum):
-    #: Nothing heard from the peer yet.
-    NEW = "new"
-    #: INFORM answered with ACK and our FEATURES; the peer has not shown it speaks them.
-    INFORMED = "informed"
-    #: The peer speaks our extensions (it sent FEATURES, DONE, NACK or UNREADY).
-    EXTENDED = "extended"
-    #: The peer said goodbye (KBAI), or was dropped.
-    GONE = "gone"
-
-
 _P = PeerState
+_PE = PeerEvent
 
 
 class RouterPeerSession:
@@ -441,7 +353,7 @@ class RouterPeerSession:
         #: What the peer's FEATURES said (empty until it sends one).
         self.announced: dict[str, Any] = {}
         self.queues: QueueSpec = ()
-        #: Free slots it announced and we have not used.
+        #: Free slots it announced and we have not used (none once it stops or leaves).
         self.credit = 0
         #: Slots it took back (UNREADY) while none was free: the next ones it frees pay this.
         self.debt = 0
@@ -453,9 +365,28 @@ class RouterPeerSession:
         self.bundle = False
         self.bundle_bytes = 0
 
+    @classmethod
+    def registered(cls, queues: QueueSpec) -> RouterPeerSession:
+        """A peer given its queues directly, with no INFORM to answer (the routing's
+        own tests register workers so): past its INFORM, nothing to send."""
+        session = cls()
+        session._step(_PE.INFORM)
+        session.queues = queues
+        return session
+
+    def _step(self, event: PeerEvent, what: str = "") -> None:
+        self.state = step("router", PEER_TABLE, self.state, event, what)
+
     @property
     def extended(self) -> bool:
-        return self.state is _P.EXTENDED
+        """It speaks our extensions (a peer that stops said so with a NACK)."""
+        state = self.state
+        return state is _P.EXTENDED or state is _P.STOPPING
+
+    @property
+    def stopping(self) -> bool:
+        """It is shutting down (:meth:`stop`): no more jobs for it."""
+        return self.state is _P.STOPPING
 
     def speaks(self, key: str) -> bool:
         """Its FEATURES named extension ``key`` (only a FEATURES fills ``announced``)."""
@@ -471,19 +402,15 @@ class RouterPeerSession:
 
     def receive(self, message: Message) -> list[Message]:
         """A message from the peer; returns what to send back (ACK + FEATURES to its INFORM)."""
-        if self.state is _P.GONE:
-            raise _illegal("router", f"receiving {message.command}", self.state)
         if isinstance(message, Inform):
             return self._on_inform(message)
-        if self.state is _P.NEW:
-            # The reference router drops what an unknown worker sends; so do we.
-            raise _illegal("router", message.command, self.state)
+        what = f"receiving {message.command}"
         if isinstance(message, Features):
+            self._step(_PE.FEATURES, what)
             self.announced = dict(message.features)
             self.packed = self.speaks(PACKED)
             self.bundle_bytes = bundle_bytes(self.announced.get(BUNDLE))
             self.bundle = self.bundle_bytes > 0
-            self.state = _P.EXTENDED
         elif isinstance(message, Ready):
             self.free_slot()
         elif isinstance(message, (Done, Nack)):
@@ -491,14 +418,24 @@ class RouterPeerSession:
         elif isinstance(message, Unready):
             self.take_back(message.count)
         elif isinstance(message, Kbai):
-            self.state = _P.GONE
+            self._step(_PE.GOODBYE, what)
+            self.credit = self.debt = 0  # void: nothing more goes to it
+        else:
+            self._step(_PE.MESSAGE, what)
         return []
 
     # The router reads READY and DONE straight from their frames (no message
-    # object: they come once per job); it tells the session with these.
+    # object: they come once per job); it tells the session with these. A
+    # peer of ours or a reference one: a plain check stands for the table's
+    # self-loop, the table decides the rest.
     def free_slot(self) -> bool:
         """The peer freed a slot (READY, DONE, NACK, or a job that could not be sent
-        to it): True when the slot is free, False when it paid an UNREADY debt."""
+        to it): True when the slot is free, False when it paid an UNREADY debt or
+        the peer stops."""
+        state = self.state
+        if state is not _P.EXTENDED and state is not _P.INFORMED:
+            self._step(_PE.SLOT_FREED)
+            return False  # stopping: no slot it frees is used
         if self.debt:
             self.debt -= 1
             return False
@@ -507,11 +444,15 @@ class RouterPeerSession:
 
     def reported(self) -> None:
         """A DONE or NACK came: the peer speaks our extensions (it reports each job)."""
-        self.state = _P.EXTENDED
+        if self.state is not _P.EXTENDED:
+            self._step(_PE.REPORTED)
 
     def job_reported(self) -> bool:
         """A DONE or NACK came (:meth:`reported`) and freed its slot (:meth:`free_slot`)."""
-        self.state = _P.EXTENDED
+        if self.state is not _P.EXTENDED:
+            self._step(_PE.REPORTED)
+            if self.state is _P.STOPPING:
+                return False
         if self.debt:
             self.debt -= 1
             return False
@@ -519,21 +460,29 @@ class RouterPeerSession:
         return True
 
     def take_back(self, count: int) -> int:
-        """UNREADY ``count``: free slots go first, the rest is owed; returns the slots taken."""
-        self.state = _P.EXTENDED
+        """UNREADY ``count``: free slots go first, the rest is owed; returns the slots
+        taken (none from a peer that stops: it has none, and frees none)."""
+        self._step(_PE.UNREADY)
+        if self.state is _P.STOPPING:
+            return 0
         taken = min(count, self.credit)
         self.credit -= taken
         self.debt += count - taken
         return taken
 
+    def stop(self) -> None:
+        """The peer is shutting down (NACK "stopping"): the slots it announced are
+        void and none it frees is used; it keeps and reports its jobs."""
+        self._step(_PE.STOP)
+        self.credit = 0
+
     def hand_out(self) -> None:
         """A job handed out to the peer: it uses one of its free slots."""
-        # Credit comes only after INFORM (READY, DONE, NACK): one test per job.
-        if self.credit > 0 and self.state is not _P.GONE:
+        # Credit only in INFORMED or EXTENDED (stopping and leaving void it): one test per job.
+        if self.credit > 0:
             self.credit -= 1
             return
-        if self.state is _P.NEW or self.state is _P.GONE:
-            raise _illegal("router", "handing out a job", self.state)
+        self._step(_PE.HAND_OUT)
         raise ProtocolError("router: handing out a job with no free slot at the peer")
 
     def dispatch(self, message: Request) -> Request:
@@ -544,7 +493,10 @@ class RouterPeerSession:
     def cancel(self, job_msgid: str) -> Cancel:
         """CANCEL for a job the peer runs (only a peer whose FEATURES named ``"cancel"``)."""
         if not self.speaks("cancel"):
-            raise _illegal("router", "CANCEL (the peer did not announce it)", self.state)
+            raise ProtocolError(
+                f"router: CANCEL (the peer did not announce it) is not allowed in state "
+                f"{self.state.name}"
+            )
         return Cancel(msgid=new_msgid(), job_msgid=job_msgid)
 
     def poisoned(self, job_msgid: str, reason: str) -> Reject | None:
@@ -556,103 +508,14 @@ class RouterPeerSession:
         return Reject(msgid=new_msgid(), job_msgid=job_msgid, reason=reason)
 
     def _on_inform(self, message: Inform) -> list[Message]:
-        if self.state is not _P.NEW:
-            raise _illegal("router", "a second INFORM", self.state)
+        informed = step("router", PEER_TABLE, self.state, _PE.INFORM, "a second INFORM")
         if message.peer_type != C.PEER_WORKER:
             raise ProtocolError("router: a scheduler INFORM on the backend")
         self.queues = message.effective_queues()
-        self.state = _P.INFORMED
+        self.state = informed
         # Only a peer that got FEATURES uses our extensions (a reference job
         # manager ignores a command it does not know once it has its ACK).
         return [
             Ack(msgid=new_msgid(), ack_msgid=message.msgid),
             Features(msgid=new_msgid(), features=self.our_features),
         ]
-
-
-# -- the client's side ----------------------------------------------------------------
-
-
-class ClientState(Enum):
-    #: Our FEATURES not sent yet.
-    IDLE = "idle"
-    #: FEATURES sent; a router of ours answers it before anything else.
-    ASKING = "asking"
-    #: The router answered: it is ours, and its FEATURES say what we may send.
-    ANSWERED = "answered"
-    #: Something else came first, or the deadline passed: the reference router.
-    REFERENCE = "reference"
-
-
-_C = ClientState
-
-
-class ClientSession:
-    """A client's FEATURES handshake with a router's frontend."""
-
-    def __init__(self, features: Mapping[str, Any]) -> None:
-        self.state = _C.IDLE
-        self.our_features = dict(features)
-        #: The router's answer (None: not yet, or the reference router).
-        self.router_features: dict[str, Any] | None = None
-        #: REQUESTs may go packed (the answer said ``"packed"``); an attribute,
-        #: not a look-up in :attr:`router_features`: the client reads it per job.
-        self.send_packed = False
-        #: FEATURES answers received so far (a new one says the router read
-        #: everything sent before the FEATURES it answers, see :meth:`probe`).
-        self.answers = 0
-        #: Until when (the caller's clock) an answer to :meth:`ask` may come.
-        self.decide_by = 0.0
-
-    def speaks(self, key: str) -> bool:
-        return self.router_features is not None and bool(self.router_features.get(key))
-
-    @property
-    def asking(self) -> bool:
-        """Our FEATURES went and nothing came back yet (before the deadline)."""
-        return self.state is _C.ASKING
-
-    def ask(self, now: float, *, wait: float) -> Features:
-        """Our FEATURES (sent first on a new socket, or again to re-check the router)."""
-        self.state = _C.ASKING
-        self.router_features = None
-        self.send_packed = False
-        self.decide_by = now + wait
-        return Features(msgid=new_msgid(), features=self.our_features)
-
-    def probe(self) -> Features:
-        """Our FEATURES again to a router that answered: its next answer comes once
-        it read all we sent before (nothing it said is forgotten meanwhile)."""
-        if self.state is not _C.ANSWERED:
-            raise _illegal("client", "FEATURES to a router that did not answer", self.state)
-        return Features(msgid=new_msgid(), features=self.our_features)
-
-    def receive(self, message: Message) -> None:
-        """A message from the router."""
-        if isinstance(message, Features):
-            self.answered(message.features)
-        else:
-            self.heard()
-
-    def answered(self, features: Mapping[str, Any]) -> None:
-        """The router's FEATURES: an answer (to our first FEATURES, a later one, or
-        a bulk sender's on the same socket) says the router is ours."""
-        if self.state is _C.IDLE:
-            raise _illegal("client", "receiving FEATURES", self.state)
-        self.router_features = dict(features)
-        self.send_packed = bool(features.get(PACKED))
-        self.answers += 1
-        self.state = _C.ANSWERED
-
-    def heard(self) -> None:
-        """Something other than FEATURES came (the client may not decode it: an ACK)."""
-        state = self.state
-        if state is _C.ASKING:
-            self.state = _C.REFERENCE
-        elif state is _C.IDLE:
-            raise _illegal("client", "receiving a message", state)
-
-    def tick(self, now: float) -> None:
-        """Time passed: no answer by the deadline means the reference router."""
-        if self.state is _C.ASKING and now >= self.decide_by:
-            self.state = _C.REFERENCE

@@ -26,9 +26,7 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from django_eventmq.protocol import constants as C
-from django_eventmq.protocol.ids import new_msgid
-from django_eventmq.protocol.messages import Inform, QueueSpec
+from django_eventmq.protocol.messages import QueueSpec
 from django_eventmq.protocol.session import RouterPeerSession
 from django_eventmq.router.waiting import Loader, RoutedJob, Waiting
 
@@ -41,8 +39,9 @@ _NEVER = float("-inf")
 class JobManagerPeer:
     """A job manager connected to the backend.
 
-    What it negotiated (its INFORM, the features it announced) and its credit
-    (free slots, UNREADY debt) are in its :attr:`session`; the rest is routing.
+    What it negotiated (its INFORM, the features it announced), its credit
+    (free slots, UNREADY debt) and whether it is stopping are in its
+    :attr:`session`; the rest is routing.
     """
 
     identity: bytes
@@ -56,8 +55,6 @@ class JobManagerPeer:
     inflight: deque[RoutedJob] = field(default_factory=deque)
     #: Changes whenever the worker's place in the LRU heaps changes.
     stamp: int = 0
-    #: It is shutting down (NACK "stopping"): no more jobs for it; it keeps its in-flight ones.
-    stopping: bool = False
     #: What its worker processes run, from its last RUNNING: ``{msgid: (pid, started)}``
     #: (started: our monotonic clock); None: it sent none (a reference job manager).
     running: dict[str, tuple[int, float]] | None = None
@@ -66,6 +63,12 @@ class JobManagerPeer:
     def slots(self) -> int:
         """Free slots it announced and we have not used (its session's credit)."""
         return self.session.credit
+
+    @property
+    def stopping(self) -> bool:
+        """It is shutting down (NACK "stopping"): no more jobs for it; it keeps its
+        in-flight ones."""
+        return self.session.stopping
 
     @property
     def debt(self) -> int:
@@ -115,14 +118,13 @@ class Routing:
         """Register a worker (no free slots until it says READY).
 
         ``session``: the conversation that answered its INFORM (without one, as
-        in tests of the routing alone, a session is given the INFORM here).
+        in tests of the routing alone, the worker is registered with ``queues``).
         A worker that INFORMs again restarted: its old registration is removed
         and the jobs it had are returned (see :meth:`remove_worker`).
         """
         released = self.remove_worker(identity) if identity in self.workers else []
         if session is None:
-            session = RouterPeerSession()
-            session.receive(Inform(msgid=new_msgid(), queues=queues, peer_type=C.PEER_WORKER))
+            session = RouterPeerSession.registered(queues)
         spec = _dedupe(queues)
         order = tuple(name for _, name in sorted(spec, key=lambda wn: -wn[0]))
         worker = JobManagerPeer(
@@ -174,8 +176,7 @@ class Routing:
         worker = self.workers.get(identity)
         if worker is None or worker.stopping:
             return
-        worker.stopping = True
-        worker.session.credit = 0  # what it announced before stopping is void
+        worker.session.stop()  # what it announced before stopping is void
         worker.stamp = next(self._seq)  # invalidates its heap entries
 
     def expired(self, now: float, timeout: float) -> list[bytes]:
@@ -215,7 +216,7 @@ class Routing:
         manager is lost, then it is handed out again.
         """
         worker = self.workers[identity]
-        if worker.stopping or not worker.session.free_slot():
+        if not worker.session.free_slot():
             return None  # stopping, or paid UNREADY debt
         return self._after_free_slot(worker, now)
 
@@ -228,13 +229,9 @@ class Routing:
         finished) and a waiting job the worker now runs.
         """
         worker = self.workers[identity]
-        session = worker.session
         job = self.release_from(identity, msgid)
-        if worker.stopping:
-            session.reported()  # it still speaks our extensions; no slot it frees is used
-            return job, None
-        if not session.job_reported():
-            return job, None  # paid UNREADY debt
+        if not worker.session.job_reported():
+            return job, None  # stopping (no slot it frees is used), or paid UNREADY debt
         return job, self._after_free_slot(worker, now)
 
     def adopt(self, identity: bytes, job: RoutedJob, now: float) -> bool:

@@ -1,6 +1,6 @@
 """The running job's own context: :func:`current_job` (msgid, queue, attempt, ...).
 
-A worker child sets it around each job it runs (``jobmanager/child.py``) in a
+A worker child sets it around each job it runs (``jobmanager/worker_process.py``) in a
 :class:`contextvars.ContextVar`, so an ``async def`` job's task (which copies
 the context it was created in) and every job of a generator or plain function
 see their own. Outside a job it is None.

@@ -26,8 +26,8 @@ _jobs: dict[str, Callable[..., Any]] = {}
 #: Journals, results rows and clients of an older release keep sending the old
 #: name, so it must keep resolving (to the job, never to an import of it).
 ALIASES: dict[str, str] = {
-    # The Django Tasks runner moved into the backend's module.
-    "django_eventmq.tasks_runner.run_task": "django_eventmq.tasks_backend.run_task",
+    # The Django Tasks runner lived in the backend's module for a release.
+    "django_eventmq.tasks_backend.run_task": "django_eventmq.tasks_runner.run_task",
 }
 
 

@@ -10,7 +10,7 @@ nor keeps a schedule waiting. Several schedulers sweep the same rows
 harmlessly (a row deleted twice is deleted once).
 
 Never imports Django: the store does the deleting
-(:meth:`.scheduler.ScheduleStore.expire_results`).
+(:meth:`.scheduler.ScheduleDatabase.expire_results`).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ class OutboxRow(NamedTuple):
 
 
 class OutboxStore(Protocol):
-    """The outbox table (the Django ORM in ``django_eventmq.outbox``)."""
+    """The outbox table (the Django ORM in ``django_eventmq.schedule_database``)."""
 
     def due(self, before: datetime, limit: int) -> Sequence[OutboxRow]:
         """Up to ``limit`` rows written before ``before``, oldest first."""

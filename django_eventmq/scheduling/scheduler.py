@@ -5,10 +5,10 @@ It connects a DEALER to the router's frontend, announces itself with
 the router (spec and reference frame forms) and sends ordinary REQUESTs with
 ``reply-requested`` (as the reference does) when a schedule is due.
 
-The store (:class:`ScheduleStore`) is the source of truth, so a restarted
+The database (:class:`ScheduleDatabase`) is the source of truth, so a restarted
 scheduler resumes where the last one stopped, an edit made elsewhere (the
 Django admin) reaches a running scheduler at its next poll, and several
-schedulers can share one store: each run is *claimed* in the store before it
+schedulers can share one database: each run is *claimed* in it before it
 is sent, and only the scheduler whose claim succeeds sends it. Runs are only
 fired while the router is reachable; runs that fell due meanwhile follow the
 catch-up policy (:mod:`.schedules`). It is also the outbox's relay
@@ -97,8 +97,10 @@ class ScheduleState:
         )
 
 
-class ScheduleStore(Protocol):
-    """Where schedules live (the Django ORM in ``django_eventmq.schedule_store``)."""
+class ScheduleDatabase(Protocol):
+    """What the scheduler keeps in its database: schedules, claimed runs, results to
+    expire (the Django ORM in ``django_eventmq.schedule_database``). Not the router
+    journal's kept SCHEDULE messages (``router/journal/schedules.py``)."""
 
     def versions(self) -> dict[int, int]:
         """``{id: revision}`` of every enabled schedule; a revision changes on every edit."""
@@ -153,7 +155,7 @@ class Scheduler(Service):
     def __init__(
         self,
         settings: Settings,
-        store: ScheduleStore,
+        store: ScheduleDatabase,
         *,
         catchup: str | None = None,
         poll_interval: float | None = None,

@@ -10,10 +10,11 @@ from django.test import override_settings
 from prometheus_client.core import Metric
 
 from django_eventmq import conf
-from django_eventmq.__main__ import main, router_service
+from django_eventmq.__main__ import main
 from django_eventmq.cli import metrics, status
 from django_eventmq.cli import options as cli
 from django_eventmq.errors import ConfigurationError
+from django_eventmq.router.process import router_service
 from django_eventmq.runtime.settings import Settings, from_mapping
 
 URL = "postgresql://eventmq@db.example:5432/jobs"

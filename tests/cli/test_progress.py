@@ -14,8 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_eventmq.cli import admin_client, progressbar
+from django_eventmq.cli import progressbar
 from django_eventmq.cli.progressbar import ProgressBar
+from django_eventmq.runtime import admin_client
 from tests.support import ROOT, wait_for
 from tests.system.ops.conftest import start_router
 
@@ -128,7 +129,7 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 AGED_ROWS = """
 import datetime as dt
 from django.utils import timezone
-from django_eventmq.results import record_results
+from django_eventmq.result_recording import record_results
 from django_eventmq.models.results import JobResult
 record_results([{"msgid": f"old-{n}", "queue": "default", "job": "shop.jobs.x", "args": [],
     "kwargs": {}, "status": "succeeded", "value": n, "error": None, "attempt": 1,

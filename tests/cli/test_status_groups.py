@@ -14,10 +14,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_eventmq.cli import admin_client, status_command, status_groups
 from django_eventmq.cli import options as cli_options
+from django_eventmq.cli import status_command, status_groups
 from django_eventmq.cli.status import Snapshot
 from django_eventmq.errors import BrokerUnavailable, ConfigurationError
+from django_eventmq.runtime import admin_client
 from django_eventmq.runtime.settings import Settings
 from tests.cli.test_group_options import GROUP
 

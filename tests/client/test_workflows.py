@@ -20,8 +20,9 @@ from django_eventmq.client.workflows import (
 from django_eventmq.errors import ConfigurationError, JobError, SerializationError
 from django_eventmq.models import Workflow
 from django_eventmq.protocol import parse_job
-from django_eventmq.results import normalise, record_results
-from django_eventmq.workflows import WorkflowHandle, note_outcomes
+from django_eventmq.result_recording import normalise, record_results
+from django_eventmq.workflow_steps import note_outcomes
+from django_eventmq.workflows import WorkflowHandle
 from tests.support import result_record
 from tests.system.e2e import workflow_jobs as wj
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 from django_eventmq.client.workflows import member_msgid, stages_to_json
 from django_eventmq.models import JobResult, Workflow
 from django_eventmq.protocol import Cancel, Features
-from django_eventmq.results import record_results
+from django_eventmq.result_recording import record_results
 from django_eventmq.runtime import transport
 from tests.django.results.conftest import raw_broker
 from tests.support import result_record

@@ -12,11 +12,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_eventmq.client.workflows import RUNNER, Stages, member_msgid, stages_to_json
-from django_eventmq.errors import JobNotAllowed
+from django_eventmq.errors import JobNotAllowed, WorkflowCancelled
 from django_eventmq.models import Workflow, WorkflowStep
 from django_eventmq.protocol import Message, Request, parse_job
 from django_eventmq.runtime import retry_policy
-from django_eventmq.workflows import WorkflowCancelled, chain, run_step
+from django_eventmq.workflow_steps import run_step
+from django_eventmq.workflows import chain
 from tests.django.results.conftest import ThreadRouter, ack
 from tests.django.results.conftest import thread_router as thread_router  # a fixture
 from tests.support import wait_for

@@ -21,9 +21,8 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from django_eventmq.admin import dashboard as admin_dashboard
-from django_eventmq.cli import admin_client
 from django_eventmq.errors import BrokerUnavailable
-from django_eventmq.runtime import security, transport
+from django_eventmq.runtime import admin_client, security, transport
 from django_eventmq.runtime.settings import Settings, from_mapping
 from django_eventmq.runtime.transport import Channel
 from tests.django.curve_router import curve_router

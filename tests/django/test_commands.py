@@ -396,6 +396,18 @@ def test_emq_subscribe_reports_a_start_error_as_a_command_error(settings):
         remove_subscriber(handler)
 
 
+@pytest.mark.django_db
+def test_emq_scheduler_reports_a_start_error_as_a_command_error(settings):
+    # A CURVE setting that cannot work (this process's own key pair missing) is a
+    # CommandError saying what to fix, as from the other process commands.
+    settings.EVENTMQ = {
+        "CURVE_SERVER_PUBLIC_KEY": "8fd-l*>s$iy#k$>:Mr%&>j:nICGWAztBYcTyytRz",
+        "BROKER_ADDR": "tcp://127.0.0.1:9",
+    }
+    with pytest.raises(CommandError, match="CURVE_CLIENT_SECRET_KEY is not"):
+        call_command("emq_scheduler")
+
+
 def test_emq_scheduler_on_a_database_never_migrated_says_to_migrate(tmp_path):
     done = run(
         [sys.executable, "manage.py", "emq_scheduler", "--broker", "tcp://127.0.0.1:1"],

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from django_eventmq.cli.admin_client import ask
 from django_eventmq.client.connection import Client
 from django_eventmq.protocol import Headers, Request, new_msgid
+from django_eventmq.runtime.admin_client import ask
 from django_eventmq.runtime.settings import Settings
 from tests.fake_router import body
 from tests.support import Proc, python_module, wait_for

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from django_eventmq.jobmanager import child as worker
-from django_eventmq.jobmanager.child import Hooks, JobRunner, load_hooks
+from django_eventmq.jobmanager import pipe, worker_process
+from django_eventmq.jobmanager.job_runner import Hooks, JobRunner, load_hooks
 from django_eventmq.jobmanager.pipe import FrameReader, frame, write_all
 from django_eventmq.protocol.status import JobStatus
 from django_eventmq.runtime.registry import import_job_modules
@@ -108,9 +108,9 @@ def test_load_hooks_uses_what_the_module_defines() -> None:
 
 
 def test_result_codec_round_trip() -> None:
-    data = worker.encode_result(b"42", JobStatus.OK, '{"value":"a\\nb"}')
-    assert worker.decode_result(data) == (42, JobStatus.OK, '{"value":"a\\nb"}')
-    assert worker.encode_job(7, '["run",{}]') == b'J7\n["run",{}]'
+    data = pipe.encode_result(b"42", JobStatus.OK, '{"value":"a\\nb"}')
+    assert pipe.decode_result(data) == (42, JobStatus.OK, '{"value":"a\\nb"}')
+    assert pipe.encode_job(7, '["run",{}]') == b'J7\n["run",{}]'
 
 
 class PipeEnd:
@@ -126,7 +126,7 @@ class PipeEnd:
 
         def serve() -> None:
             try:
-                worker.serve(theirs.fileno(), runner, records_fd)
+                worker_process.serve(theirs.fileno(), runner, records_fd)
             except BaseException as exc:
                 self.errors.append(exc)
 
@@ -161,12 +161,12 @@ def test_serve_skips_a_queued_job_that_is_cancelled_before_it_starts() -> None:
     try:
         # One write, read in one go: the cancel is seen before job 2 would start.
         end.write(
-            worker.encode_job(1, body("add", 1, 1)),
-            worker.encode_job(2, body("add", 2, 2)),
+            pipe.encode_job(1, body("add", 1, 1)),
+            pipe.encode_job(2, body("add", 2, 2)),
             b"C2",
-            worker.encode_job(3, body("add", 3, 3)),
+            pipe.encode_job(3, body("add", 3, 3)),
         )
-        results = [worker.decode_result(f) for f in end.read_until(3)]
+        results = [pipe.decode_result(f) for f in end.read_until(3)]
     finally:
         end.close()
     assert (2, JobStatus.CANCELLED, "") in results
@@ -191,24 +191,24 @@ def test_serve_writes_records_while_a_job_runs_and_acknowledges() -> None:
     hooks = Hooks(before_job=lambda: waited.append(recorded.wait(10)), record_results=record)
     end = PipeEnd(JobRunner((), hooks))
     try:
-        end.write(worker.encode_job(1, body("noop")))
-        write_all(end.records.fileno(), frame(worker.encode_records([{"msgid": "a"}])))
+        end.write(pipe.encode_job(1, body("noop")))
+        write_all(end.records.fileno(), frame(pipe.encode_records([{"msgid": "a"}])))
         frames = end.read_until(2)
     finally:
         end.close()
     assert waited == [True]
     assert seen == [[{"msgid": "a"}]]
-    done = worker.encode_result(b"1", JobStatus.OK, '{"value":null}')
-    assert sorted(frames) == sorted([worker.RECORDED, done])
+    done = pipe.encode_result(b"1", JobStatus.OK, '{"value":null}')
+    assert sorted(frames) == sorted([pipe.RECORDED, done])
 
 
 def test_serve_with_a_records_pipe_exits_cleanly() -> None:
     """Stopping writes what waits on the records pipe while its thread is waiting on it."""
     seen: list[list[dict[str, object]]] = []
     end = PipeEnd(JobRunner((), Hooks(record_results=seen.append)))
-    end.write(worker.encode_job(1, body("noop")))
+    end.write(pipe.encode_job(1, body("noop")))
     end.read_until(1)  # serve() is running, its records thread waiting
-    end.write(worker.EXIT)
+    end.write(pipe.EXIT)
     end.thread.join(10)
     end.close()
     assert not end.thread.is_alive()
@@ -217,14 +217,12 @@ def test_serve_with_a_records_pipe_exits_cleanly() -> None:
 
 def test_serve_exits_after_the_jobs_before_exit() -> None:
     end = PipeEnd(JobRunner())
-    end.write(
-        worker.encode_job(1, body("add", 1, 2)), worker.EXIT, worker.encode_job(2, body("noop"))
-    )
+    end.write(pipe.encode_job(1, body("add", 1, 2)), pipe.EXIT, pipe.encode_job(2, body("noop")))
     frames = end.read_until(1)
     end.thread.join(10)
     assert not end.thread.is_alive()
     end.close()
-    assert [worker.decode_result(f)[0] for f in frames] == [1]
+    assert [pipe.decode_result(f)[0] for f in frames] == [1]
 
 
 def test_frame_reader_joins_split_frames_and_splits_joined_ones() -> None:

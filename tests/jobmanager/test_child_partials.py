@@ -10,8 +10,8 @@ import pytest
 from django_eventmq import progress
 from django_eventmq.client.handles import EagerHandle
 from django_eventmq.errors import SerializationError
-from django_eventmq.jobmanager import child as worker
-from django_eventmq.jobmanager.child import JobRunner
+from django_eventmq.jobmanager import pipe
+from django_eventmq.jobmanager.job_runner import JobRunner
 from django_eventmq.jobmanager.progress import encode_partial
 from django_eventmq.protocol.extensions import MAX_PARTIAL_BYTES
 from django_eventmq.protocol.status import JobStatus
@@ -72,13 +72,13 @@ def test_after_a_job_progress_no_longer_reaches_its_reporter():
 def test_serve_writes_partial_frames_before_the_result():
     end = PipeEnd(JobRunner())
     try:
-        end.write(worker.encode_job(7, body("count_up", "p", 2, path=JOBS)))
+        end.write(pipe.encode_job(7, body("count_up", "p", 2, path=JOBS)))
         frames = end.read_until(3)
     finally:
         end.close()
-    assert [f[:1] for f in frames] == [worker.PARTIAL, worker.PARTIAL, worker.RESULT]
-    assert worker.decode_partial(frames[0]) == (7, '{"value":{"label":"p","i":0}}')
-    assert worker.decode_result(frames[2])[:2] == (7, JobStatus.OK)
+    assert [f[:1] for f in frames] == [pipe.PARTIAL, pipe.PARTIAL, pipe.RESULT]
+    assert pipe.decode_partial_frame(frames[0]) == (7, '{"value":{"label":"p","i":0}}')
+    assert pipe.decode_result(frames[2])[:2] == (7, JobStatus.OK)
 
 
 def test_an_eager_generator_job_runs_to_its_end():

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from django_eventmq.jobmanager.partials import Coalescer
 from django_eventmq.jobmanager.progress import (
     PARTIAL_INTERVAL,
     PARTIAL_RATE,
-    Coalescer,
     PartialGate,
 )
 from tests.support import wait_for

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
+from django_eventmq.jobmanager.lifecycle import Lifecycle
+from django_eventmq.jobmanager.managed_job import ManagedJob
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import Pool
 from django_eventmq.protocol.status import JobStatus, expired_reply

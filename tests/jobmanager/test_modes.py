@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from django_eventmq.jobmanager.lifecycle import ManagedJob
+from django_eventmq.jobmanager.managed_job import ManagedJob
 from django_eventmq.jobmanager.manager import JobManager
 from django_eventmq.protocol import Disconnect, Done, Features, Nack, Ready, Reply, new_msgid
 from django_eventmq.protocol.bundle import BUNDLE

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.jobmanager import child as worker
+from django_eventmq.jobmanager import pipe
 from django_eventmq.jobmanager import pool as pool_module
-from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
+from django_eventmq.jobmanager.lifecycle import Lifecycle
+from django_eventmq.jobmanager.managed_job import ManagedJob
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import PIPE_BUDGET, Child, Pool, Status
 from django_eventmq.protocol.status import JobStatus
@@ -289,14 +290,14 @@ def test_records_go_to_an_idle_child_or_are_written_while_a_job_runs(
         busy, idle = up_all(pool)
         assert pool.can_record is True
         pool.send(busy, 1, "m1", body("slow", 30))
-        batch = worker.encode_records([{"msgid": "m0", "status": "succeeded"}])
+        batch = pipe.encode_records([{"msgid": "m0", "status": "succeeded"}])
         assert pool.send_records(batch)
         assert (busy.records, idle.records) == ([], [batch])
         wait_for(lambda: collect(pool, idle, []) and not idle.records, 10, "acknowledged")
         assert read_records(target) == [{"msgid": "m0", "status": "succeeded"}]
         # With no idle child, a busy one takes it, and writes it while its job runs.
         pool.send(idle, 2, "m2", body("slow", 30))
-        later = worker.encode_records([{"msgid": "m1", "status": "running"}])
+        later = pipe.encode_records([{"msgid": "m1", "status": "running"}])
         assert pool.send_records(later)
         taker = busy if busy.records else idle
         assert taker.records == [later] and taker.inflight
@@ -324,9 +325,9 @@ def test_a_malformed_partial_report_is_dropped_and_the_results_still_read(
     try:
         write_all(
             theirs.fileno(),
-            frame(worker.PARTIAL + b"\n" + b'{"value":1}')  # no seq: the job had ended
-            + frame(worker.encode_partial(b"7", '{"value":2}'))
-            + frame(worker.encode_result(b"7", "ok", '{"value":3}')),
+            frame(pipe.PARTIAL + b"\n" + b'{"value":1}')  # no seq: the job had ended
+            + frame(pipe.encode_partial_frame(b"7", '{"value":2}'))
+            + frame(pipe.encode_result(b"7", "ok", '{"value":3}')),
         )
         with caplog.at_level(logging.WARNING, logger="django_eventmq.pool"):
             results = pool.receive(child, now=1.0)
@@ -380,7 +381,7 @@ def test_a_job_read_goes_at_once_only_to_an_idle_child() -> None:
         assert idle.msgids == ["a"] and busy.msgids == ["running"]
         assert [life.jobs[seq].msgid for seq in life.pending] == ["b"]
         (written,) = FrameReader(ends[6].fileno()).read()  # idle's job pipe, read end
-        assert written.startswith(worker.JOB)
+        assert written.startswith(pipe.JOB)
         life.dispatch(1.0)  # the turn's call: it may queue behind a running job
         assert not life.pending and "b" in idle.msgids + busy.msgids
     finally:

@@ -257,10 +257,10 @@ def test_short_jobs_grow_the_prefetch_to_the_cap(
     jm.until(router, lambda: router.count(Ready) >= 2, "a READY per worker process")
     jm.steps(router, 5)
     assert router.count(Ready) == 2  # no job timed yet: no prefetch
-    assert (jm.jm.slots, jm.jm.pool.depth) == (2, 1)
+    assert (jm.jm.credit.slots, jm.jm.pool.depth) == (2, 1)
     grow(jm, router, identity)
     jm.until(router, lambda: router.count(Ready) == 8, "READY for the prefetch")
-    assert (jm.jm.prefetch.value, jm.jm.pool.depth, jm.jm.slots) == (6, 4, 8)
+    assert (jm.jm.prefetch.value, jm.jm.pool.depth, jm.jm.credit.slots) == (6, 4, 8)
     assert router_holds(router, requests=2) == 8
     assert sent(router, Unready) == []
 
@@ -276,7 +276,7 @@ def test_long_jobs_shrink_it_to_zero_and_our_router_is_told_to_keep_fewer_slots(
     for i in range(8):  # one per slot; each "runs" 10 s by the job manager's clock
         router.request(identity, body("add", i, i))
     jm.until(router, lambda: router.count(Done) == 10, "eight long jobs done", advance=10.0)
-    assert (jm.jm.prefetch.value, jm.jm.pool.depth, jm.jm.slots) == (0, 1, 2)
+    assert (jm.jm.prefetch.value, jm.jm.pool.depth, jm.jm.credit.slots) == (0, 1, 2)
     # The UNREADY waits a turn or more (SHRINK_AFTER) behind the last DONE.
     jm.until(router, lambda: sent(router, Unready) != [], "an UNREADY", advance=10.0)
     jm.steps(router, 3)
@@ -317,7 +317,7 @@ def test_no_prefetch_means_none_however_short_the_jobs(
     jm.until(router, lambda: router.count(Done) == 6, "six jobs done")
     jm.steps(router, 5)
     assert (router.count(Ready), sent(router, Unready)) == (2, [])
-    assert (jm.jm.prefetch.value, jm.jm.pool.depth, jm.jm.slots) == (0, 1, 2)
+    assert (jm.jm.prefetch.value, jm.jm.pool.depth, jm.jm.credit.slots) == (0, 1, 2)
 
 
 def test_a_budget_of_zero_announces_the_whole_prefetch_at_once(

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from django_eventmq.cli.admin_client import ask
 from django_eventmq.client.connection import Client
 from django_eventmq.protocol import Headers, Request, new_msgid
+from django_eventmq.runtime.admin_client import ask
 from django_eventmq.runtime.settings import Settings
 from tests.fake_router import SAMPLE, body
 from tests.support import Proc, python_module, wait_for

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from django_eventmq import Retry
 from django_eventmq.client.jobs import job
 from django_eventmq.errors import ConfigurationError, EventMQError
-from django_eventmq.jobmanager.child import JobRunner
-from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
+from django_eventmq.jobmanager.job_runner import JobRunner
+from django_eventmq.jobmanager.lifecycle import Lifecycle
+from django_eventmq.jobmanager.managed_job import ManagedJob
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import Pool
 from django_eventmq.protocol import Headers, JobBody, Request, codec

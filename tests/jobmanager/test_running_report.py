@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_eventmq.jobmanager.lifecycle import ManagedJob
+from django_eventmq.jobmanager.managed_job import ManagedJob
 from django_eventmq.jobmanager.running import EVERY, REFRESH, RunningReport
 from django_eventmq.protocol import Running, new_msgid
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.jobmanager import child as worker
-from django_eventmq.jobmanager import invoke
-from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
+from django_eventmq.jobmanager import invoke, pipe
+from django_eventmq.jobmanager.lifecycle import Lifecycle
+from django_eventmq.jobmanager.managed_job import ManagedJob
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import Child, Pool, Status
 from django_eventmq.protocol.status import JobStatus
@@ -76,9 +76,9 @@ def run(child: tuple[Pool, Child]) -> Run:
 
 
 def test_job_frame_carries_the_soft_timeout() -> None:
-    assert worker.encode_job(7, "[]", 3) == b"J7:3\n[]"
-    assert worker.decode_job(b"J7:3\n[]") == (b"7", 3, b"[]")
-    assert worker.decode_job(worker.encode_job(7, "[]")) == (b"7", None, b"[]")
+    assert pipe.encode_job(7, "[]", 3) == b"J7:3\n[]"
+    assert pipe.decode_job_frame(b"J7:3\n[]")[:3] == (b"7", 3, b"[]")
+    assert pipe.decode_job_frame(pipe.encode_job(7, "[]"))[:3] == (b"7", None, b"[]")
 
 
 def test_a_job_catches_the_soft_limit_cleans_up_and_returns(run: Run, tmp_path: Path) -> None:

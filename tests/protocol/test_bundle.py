@@ -17,10 +17,10 @@ from django_eventmq.protocol.bundle import (
     size_bound,
     unbundle,
 )
+from django_eventmq.protocol.features import JOBMANAGER_FEATURES, ROUTER_FEATURES
 from django_eventmq.protocol.limits import MAX_MESSAGE_BYTES
 from django_eventmq.protocol.packed import PREFIX as PACKED_PREFIX
 from django_eventmq.protocol.packed import pack
-from django_eventmq.protocol.session import JOBMANAGER_FEATURES, ROUTER_FEATURES
 from tests.protocol.test_vectors import CASES, _strip_identity
 
 V = b"eMQP/1.0"

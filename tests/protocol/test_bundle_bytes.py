@@ -13,13 +13,9 @@ import pytest
 
 from django_eventmq.protocol import Features
 from django_eventmq.protocol.bundle import BUNDLE, bundle, runs
+from django_eventmq.protocol.features import ROUTER_FEATURES, bundle_bytes, with_bundle_bytes
 from django_eventmq.protocol.limits import MAX_MESSAGE_BYTES
-from django_eventmq.protocol.session import (
-    ROUTER_FEATURES,
-    RouterPeerSession,
-    bundle_bytes,
-    with_bundle_bytes,
-)
+from django_eventmq.protocol.session import RouterPeerSession
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import pytest
 
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol import Queued, decode, encode
-from django_eventmq.protocol.session import ROUTER_FEATURES
+from django_eventmq.protocol.features import ROUTER_FEATURES
 
 
 def test_round_trip_and_frames() -> None:

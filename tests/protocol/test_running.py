@@ -6,7 +6,7 @@ import pytest
 
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol import Running, decode, encode, new_msgid
-from django_eventmq.protocol.session import JOBMANAGER_FEATURES, ROUTER_FEATURES
+from django_eventmq.protocol.features import JOBMANAGER_FEATURES, ROUTER_FEATURES
 from tests.protocol.test_session import extended, reference
 
 

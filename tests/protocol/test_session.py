@@ -25,20 +25,17 @@ from django_eventmq.protocol import (
     new_msgid,
 )
 from django_eventmq.protocol import constants as C
-from django_eventmq.protocol.packed import PACKED
-from django_eventmq.protocol.session import (
+from django_eventmq.protocol.client_session import ClientSession
+from django_eventmq.protocol.features import (
     FEATURES_WAIT,
     HOLDING,
     JOBMANAGER_FEATURES,
     ROUTER_FEATURES,
     TROUBLE,
-    ClientSession,
-    ClientState,
-    JobManagerSession,
-    JobManagerState,
-    PeerState,
-    RouterPeerSession,
 )
+from django_eventmq.protocol.packed import PACKED
+from django_eventmq.protocol.session import JobManagerSession, RouterPeerSession
+from django_eventmq.protocol.transitions import ClientState, JobManagerState, PeerState
 
 JM = JobManagerState
 QUEUES = ((10, "default"),)
@@ -438,6 +435,27 @@ def test_router_frame_level_calls_count_as_the_messages_do() -> None:
         )
         == (PeerState.EXTENDED, 0, 1)
     )
+
+
+def test_router_a_peer_that_stops_gets_no_more_jobs_and_still_reports() -> None:
+    """NACK "stopping": the slots it announced are void, none it frees is used,
+    its DONEs still count as reports (it speaks our extensions)."""
+    peer = informed()
+    peer.receive(Ready(msgid=new_msgid()))
+    peer.receive(Ready(msgid=new_msgid()))
+    peer.stop()
+    assert (peer.state, peer.credit, peer.stopping, peer.extended) == (
+        PeerState.STOPPING,
+        0,
+        True,
+        True,
+    )
+    assert not peer.free_slot() and not peer.job_reported() and peer.take_back(2) == 0
+    assert (peer.credit, peer.debt) == (0, 0)
+    with pytest.raises(ProtocolError, match="STOPPING"):
+        peer.hand_out()
+    peer.receive(Kbai(msgid=new_msgid()))
+    assert peer.state is PeerState.GONE
 
 
 def test_router_kbai_ends_the_conversation() -> None:

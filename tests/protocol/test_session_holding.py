@@ -8,7 +8,8 @@ import pytest
 
 from django_eventmq.protocol import Features, Inform, new_msgid
 from django_eventmq.protocol import constants as C
-from django_eventmq.protocol.session import HOLDING, JOBMANAGER_FEATURES, RouterPeerSession
+from django_eventmq.protocol.features import HOLDING, JOBMANAGER_FEATURES
+from django_eventmq.protocol.session import RouterPeerSession
 
 
 def answered(features: dict[str, Any]) -> RouterPeerSession:

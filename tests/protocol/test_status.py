@@ -156,10 +156,11 @@ def test_every_status_the_job_manager_reports_is_a_done_status() -> None:
 
 
 def test_every_status_a_worker_child_writes_is_a_child_status() -> None:
-    path = PACKAGE / "jobmanager" / "child.py"
+    path = PACKAGE / "jobmanager" / "job_runner.py"
     module = module_of(path)
     allowed = frozenset(map(str, CHILD_STATUSES))
-    sites = list(status_arguments([path], {"encode_result": 1}))
+    process = PACKAGE / "jobmanager" / "worker_process.py"
+    sites = list(status_arguments([process, path], {"encode_result": 1}))
     # JobRunner.run and run_async return a status themselves or what the helpers that
     # prepare, call and settle a job return (_prepare's _Prepared is no status).
     followed = {"run", "_call", "run_async", "_prepare", "_failure", "_success"}
@@ -190,7 +191,7 @@ def test_every_status_a_worker_child_writes_is_a_child_status() -> None:
         ), [ast.unparse(r) for r in delegated]
         sites += [
             (
-                f"child.py:{r.lineno} return",
+                f"job_runner.py:{r.lineno} return",
                 values_of(r.elts[0], cast(ast.FunctionDef, runner), module),
             )
             for r in returns
@@ -231,9 +232,9 @@ def test_the_results_table_stores_exactly_the_job_statuses() -> None:
 
 
 def test_records_in_either_vocabulary_map_onto_a_row_status() -> None:
-    from django_eventmq import results
+    from django_eventmq import result_recording
 
-    aliases = results._STATUS_ALIASES
+    aliases = result_recording._STATUS_ALIASES
     assert set(aliases) == set(map(str, DONE_STATUSES)) | set(map(str, RESULT_STATUSES))
     assert set(aliases.values()) <= set(map(str, RESULT_STATUSES))
 

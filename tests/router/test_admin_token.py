@@ -16,10 +16,9 @@ from typing import Any
 import pytest
 import zmq
 
-from django_eventmq.cli import admin_client
 from django_eventmq.errors import AdminRefused
 from django_eventmq.protocol import constants as C
-from django_eventmq.runtime import admin_token
+from django_eventmq.runtime import admin_client, admin_token
 from django_eventmq.runtime.settings import Settings
 from tests.router.test_crash import JOB, RouterProcess, worker
 from tests.router.test_router import Peer

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import zmq
 
-from django_eventmq.cli.admin_client import ask
 from django_eventmq.protocol import JobBody
 from django_eventmq.protocol.batch import pack_jobs
+from django_eventmq.runtime.admin_client import ask
 from tests.router.test_router import JOB, ROUTER_LOG, Harness, Peer, make_settings, warnings
 from tests.support import Proc, python_module, wait_for
 from tests.system.ops.conftest import start_router as router_process

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import zmq
 
-from django_eventmq.cli.admin_client import ask
 from django_eventmq.protocol import parse_headers
 from django_eventmq.protocol.batch import pack_jobs
 from django_eventmq.router.router import Router
+from django_eventmq.runtime.admin_client import ask
 from tests.router.test_router import make_settings
 from tests.support import wait_for
 from tests.system.ops.conftest import start_router as router_process

@@ -13,7 +13,7 @@ from django_eventmq.scheduling.timing import DuePlan, first_run
 
 
 class MemoryStore:
-    """A ScheduleStore in a dict: the scheduler core tests run without Django."""
+    """A ScheduleDatabase in a dict: the scheduler core tests run without Django."""
 
     def __init__(self) -> None:
         self.rows: dict[int, ScheduleState] = {}

@@ -24,8 +24,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from django_eventmq.cli import admin_client
 from django_eventmq.protocol import Heartbeat, Inform, Kbai, Request
+from django_eventmq.runtime import admin_client
 from django_eventmq.scheduling.api import schedule, unschedule
 from tests.fake_router import FakeRouter
 from tests.support import ROOT, Proc, free_port, wait_for

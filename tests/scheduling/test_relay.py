@@ -99,7 +99,7 @@ def test_a_row_that_cannot_be_sent_is_said_once_and_left(store, relay, caplog):
     assert "broken" in store.rows
 
 
-def test_a_failing_outbox_table_is_said_once_and_the_schedule_store_not_blamed(caplog):
+def test_a_failing_outbox_table_is_said_once_and_the_schedule_database_not_blamed(caplog):
     # A site not migrated for the outbox yet: the relay's every turn fails. Said with
     # the schedule store's failures, the two flapped "failed" / "works again" each turn.
     from django_eventmq.runtime.settings import Settings

@@ -17,7 +17,7 @@ from django_eventmq.protocol import Reject, new_msgid, parse_headers
 from django_eventmq.protocol import Schedule as ScheduleMessage
 from django_eventmq.protocol.unique import not_unique_reason
 from django_eventmq.runtime.settings import Settings
-from django_eventmq.schedule_store import sync_declared
+from django_eventmq.schedule_database import sync_declared
 from django_eventmq.scheduling.api import schedule
 from django_eventmq.scheduling.scheduler import Scheduler
 from django_eventmq.scheduling.timing import every

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
-from django_eventmq.errors import EventMQError
+from django_eventmq.management.process_command import command_errors
 from django_eventmq.runtime import security
 
 
@@ -23,9 +23,7 @@ class Command(BaseCommand):
         security.add_keys_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
+        with command_errors():
             lines = security.make_keys(options["names"], options["dir"], force=options["force"])
-        except EventMQError as exc:
-            raise CommandError(str(exc)) from None
         for line in lines:
             self.stdout.write(line)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandParser
 
-from django_eventmq import conf
 from django_eventmq.cli import options as cli
-from django_eventmq.errors import EventMQError
+from django_eventmq.management.process_command import ProcessCommand
+from django_eventmq.runtime.service import Service
+from django_eventmq.runtime.settings import Settings
 
 
-class Command(BaseCommand):
+class Command(ProcessCommand):
     help = (
         "Run the EventMQ publisher: binds the incoming address (publish() and other PUBLISH "
         "senders) and the outgoing address (subscribers) and relays each event to the "
@@ -25,16 +26,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         cli.add_publisher_arguments(parser)
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def make_service(self, settings: Settings, options: dict[str, Any]) -> Service:
         from django_eventmq.pubsub.publisher import Publisher
 
-        try:
-            settings = conf.settings_with_options(options)
-        except EventMQError as exc:
-            raise CommandError(str(exc)) from None
-        cli.configure_logging(options["log_level"])
-        publisher = Publisher(settings, hwm=options["hwm"])
-        try:
-            publisher.run()
-        except EventMQError as exc:
-            raise CommandError(str(exc)) from None
+        return Publisher(settings, hwm=options["hwm"])

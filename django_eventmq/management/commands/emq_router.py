@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandParser
 from django.db import connections
 
-from django_eventmq import conf
 from django_eventmq.cli import options as cli
-from django_eventmq.errors import EventMQError
+from django_eventmq.management.process_command import ProcessCommand
+from django_eventmq.runtime.service import Service
+from django_eventmq.runtime.settings import Settings
 
 
-class Command(BaseCommand):
+class Command(ProcessCommand):
     help = (
         "Run the EventMQ router: binds the frontend (clients, schedulers), backend (job "
         "managers) and admin addresses and routes jobs between them until SIGTERM/SIGINT. "
@@ -29,38 +29,14 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         cli.add_router_arguments(parser, metrics=True)
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            settings = conf.settings_with_options(options)
-            # Before anything starts: --metrics without its extra is one line, not a traceback.
-            metrics = cli.metrics_module() if options.get("metrics") else None
-        except EventMQError as exc:
-            raise CommandError(str(exc)) from None
-        cli.configure_logging(options["log_level"])
+    def make_service(self, settings: Settings, options: dict[str, Any]) -> Service:
         connections.close_all()
-        from django_eventmq.__main__ import router_service
+        from django_eventmq.router.process import router_service
 
-        try:
-            router = router_service(settings, journal_recover=bool(options.get("journal_recover")))
-        except EventMQError as exc:
-            raise CommandError(str(exc)) from None
-        server = self._start_metrics(metrics, options.get("metrics"), router, settings.admin_addr)
-        try:
-            router.run()
-        except EventMQError as exc:
-            raise CommandError(str(exc)) from None
-        finally:
-            if server is not None:
-                server.close()
+        return router_service(settings, journal_recover=bool(options.get("journal_recover")))
 
-    def _start_metrics(
-        self, metrics: ModuleType | None, addr: str | None, router: Any, admin_addr: str
-    ) -> Any:
-        if metrics is None or not addr:
-            return None
+    def metrics_registry(self, metrics: Any, service: Service, settings: Settings) -> Any:
         # The router binds its admin address in run(); ask for it on each scrape.
-        registry = metrics.router_registry(lambda: getattr(router, "admin_address", admin_addr))
-        try:
-            return metrics.start_metrics_server(addr, registry)
-        except EventMQError as exc:
-            raise CommandError(str(exc)) from None
+        return metrics.router_registry(
+            lambda: getattr(service, "admin_address", settings.admin_addr)
+        )

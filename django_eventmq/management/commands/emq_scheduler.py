@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError
 from django.utils import timezone
 
-from django_eventmq import conf
 from django_eventmq.cli import options as cli
 from django_eventmq.client.jobs import declared_schedules
-from django_eventmq.errors import EventMQError
+from django_eventmq.management.process_command import ProcessCommand
 from django_eventmq.runtime import registry
+from django_eventmq.runtime.service import Service
+from django_eventmq.runtime.settings import Settings
 
 
-class Command(BaseCommand):
+class Command(ProcessCommand):
     help = (
         "Run the EventMQ scheduler: connects to the router's frontend as a scheduler, keeps "
         "schedules in the Schedule table (SCHEDULE/UNSCHEDULE messages, the admin, "
@@ -27,20 +28,19 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         cli.add_scheduler_arguments(parser)
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        from django_eventmq.outbox import DjangoOutboxStore
-        from django_eventmq.schedule_store import DjangoScheduleStore, sync_declared
+    def make_service(self, settings: Settings, options: dict[str, Any]) -> Service:
+        from django_eventmq.schedule_database import (
+            DjangoOutboxStore,
+            DjangoScheduleDatabase,
+            sync_declared,
+        )
         from django_eventmq.scheduling.scheduler import Scheduler
 
         try:
-            settings = conf.settings_with_options(options)
-            cli.configure_logging(options["log_level"])
             # Apps' jobs.py are imported by the app; JOB_MODULES may name more.
             registry.import_job_modules(settings.job_modules)
             kept, removed = sync_declared(declared_schedules(), now=timezone.now())
-            scheduler = Scheduler(settings, DjangoScheduleStore(), outbox=DjangoOutboxStore())
-        except EventMQError as exc:
-            raise CommandError(str(exc)) from None
+            scheduler = Scheduler(settings, DjangoScheduleDatabase(), outbox=DjangoOutboxStore())
         except DatabaseError as exc:
             # Most often a database that was never migrated: say the fix, not a traceback.
             raise CommandError(
@@ -49,4 +49,4 @@ class Command(BaseCommand):
             ) from None
         if kept or removed:
             self.stderr.write(f"schedules from code: {kept} in the table, {removed} removed")
-        scheduler.run()
+        return scheduler

@@ -8,9 +8,10 @@ from typing import Any, TextIO, cast
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_eventmq.cli import admin_client, status_command
 from django_eventmq.cli import options as cli
-from django_eventmq.errors import EventMQError
+from django_eventmq.cli import status_command
+from django_eventmq.management.process_command import command_errors
+from django_eventmq.runtime import admin_client
 from django_eventmq.runtime.config import get_settings
 
 
@@ -29,10 +30,8 @@ class Command(BaseCommand):
         cli.add_status_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
+        with command_errors():
             settings = get_settings()  # a bad STATUS_ADMIN_ADDRS stops here, named
-        except EventMQError as exc:
-            raise CommandError(str(exc)) from None
         # The raw stream, not Django's wrapper: frames are written whole and
         # --watch asks it isatty().
         out = cast(TextIO, self.stdout._out)  # typed as a callable in django-stubs

@@ -14,7 +14,7 @@ from django.utils import timezone
 from django_eventmq.management.commands.emq_purge_results import parse_age
 from django_eventmq.models.results import JobResult
 from django_eventmq.protocol import parse_job
-from django_eventmq.results import record_results
+from django_eventmq.result_recording import record_results
 from tests.django.results.conftest import receive_request
 
 pytestmark = pytest.mark.django_db

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.jobmanager.lifecycle import Lifecycle, ManagedJob
+from django_eventmq.jobmanager.lifecycle import Lifecycle
+from django_eventmq.jobmanager.managed_job import ManagedJob
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import Pool
 from django_eventmq.protocol import Headers, JobBody, Message, Reply, Request, codec

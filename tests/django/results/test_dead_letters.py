@@ -19,7 +19,7 @@ from django_eventmq.models.dead_letters import DeadLetter
 from django_eventmq.models.results import JobResult
 from django_eventmq.protocol import parse_job
 from django_eventmq.protocol.status import JobStatus
-from django_eventmq.results import record_results
+from django_eventmq.result_recording import record_results
 from tests.django.results.conftest import receive_request
 from tests.router.test_router import Harness, Peer
 from tests.support import result_record, tcp_addr

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.cli import admin_client
 from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.protocol import constants as C
+from django_eventmq.runtime import admin_client
 from tests.django.curve_router import curve_router
 from tests.keys import Keys
 from tests.keys import keys as keys

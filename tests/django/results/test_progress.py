@@ -7,7 +7,7 @@ import time
 import pytest
 
 from django_eventmq.models.results import JobResult
-from django_eventmq.results import record_results
+from django_eventmq.result_recording import record_results
 from tests.support import result_record
 
 pytestmark = pytest.mark.django_db

@@ -13,7 +13,7 @@ from django_eventmq import worker_hooks
 from django_eventmq.client.handles import JobHandle, ResultNotReady
 from django_eventmq.errors import JobError
 from django_eventmq.models.results import JobResult
-from django_eventmq.results import record_cancel, record_queued, record_results
+from django_eventmq.result_recording import record_cancel, record_queued, record_results
 from tests.pg_support import require_postgres
 from tests.support import ROOT, clean_environ, result_record, run_checked
 
@@ -135,7 +135,7 @@ def test_cancel_of_an_unrecorded_job_then_the_job_manager_knows_better():
 
 @pytest.mark.parametrize(
     "runner",
-    # The name on the wire today, and the name the job is registered under.
+    # The name on the wire (and registered), and the one a release registered it under.
     ["django_eventmq.tasks_runner.run_task", "django_eventmq.tasks_backend.run_task"],
 )
 def test_task_runner_records_show_the_task(runner):

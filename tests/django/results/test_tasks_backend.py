@@ -8,7 +8,6 @@ real job-manager workers).
 from __future__ import annotations
 
 import json
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -27,13 +26,13 @@ from django.tasks.exceptions import (
 )
 from django.tasks.signals import task_enqueued, task_finished, task_started
 
-from django_eventmq import tasks_backend
+from django_eventmq import tasks_backend, tasks_runner
 from django_eventmq.errors import BrokerUnavailable, JobNotAllowed
-from django_eventmq.jobmanager.child import JobRunner
+from django_eventmq.jobmanager.job_runner import JobRunner
 from django_eventmq.models.results import JobResult
 from django_eventmq.protocol import parse_job
 from django_eventmq.protocol.status import JobStatus
-from django_eventmq.results import record_results
+from django_eventmq.result_recording import record_results
 from django_eventmq.tasks_backend import EventMQBackend, WorkerDied
 from tests.django.results import tasks
 from tests.django.results.conftest import ack
@@ -292,7 +291,7 @@ def test_runner_runs_the_task_and_sends_started_and_finished(tmp_path):
     task_started.connect(started)
     task_finished.connect(finished)
     try:
-        value = tasks_backend.run_task(
+        value = tasks_runner.run_task(
             "tests.django.results.tasks.multiply", [log, 4, 5], {}, "default", "tid", 1.0
         )
     finally:
@@ -313,7 +312,7 @@ def test_runner_runs_the_task_and_sends_started_and_finished(tmp_path):
 def test_runner_sends_finished_and_reraises_when_the_task_fails(tmp_path):
     log = str(tmp_path / "log")
     with pytest.raises(ValueError, match="task went wrong"):
-        tasks_backend.run_task("tests.django.results.tasks.broken", [log], {}, "default", "tid2")
+        tasks_runner.run_task("tests.django.results.tasks.broken", [log], {}, "default", "tid2")
     assert (
         Path(log).read_text().splitlines()[-1] == f"signal finished tid2 {TaskResultStatus.FAILED}"
     )
@@ -346,7 +345,7 @@ def test_a_task_raising_keyboard_interrupt_fails_with_that_class(tmp_path):
 
 def test_runner_passes_the_context(tmp_path):
     log = str(tmp_path / "log")
-    assert tasks_backend.run_task("tests.django.results.tasks.with_context", [log], {}) == 1
+    assert tasks_runner.run_task("tests.django.results.tasks.with_context", [log], {}) == 1
 
 
 @pytest.mark.parametrize(
@@ -360,29 +359,30 @@ def test_runner_passes_the_context(tmp_path):
 )
 def test_runner_refuses_what_is_not_a_registered_task(path):
     with pytest.raises(JobNotAllowed, match="not a Django task"):
-        tasks_backend.run_task(path, [], {})
+        tasks_runner.run_task(path, [], {})
 
 
-def test_the_runner_is_a_registered_job_under_its_new_and_its_old_name():
+def test_the_runner_is_a_registered_job_under_its_wire_name_and_its_last_releases():
     from django_eventmq.protocol import JobBody
     from django_eventmq.runtime import registry
 
-    new = JobBody(path="django_eventmq.tasks_backend", callable="run_task")
-    old = JobBody(path=tasks_backend.RUNNER_PATH, callable=tasks_backend.RUNNER_CALLABLE)
-    assert old.name == "django_eventmq.tasks_runner.run_task"  # in journals and result rows
-    assert registry.resolve(new) is tasks_backend.run_task.func
-    assert registry.resolve(old) is tasks_backend.run_task.func
+    wire = JobBody(path=tasks_backend.RUNNER_PATH, callable=tasks_backend.RUNNER_CALLABLE)
+    assert wire.name == "django_eventmq.tasks_runner.run_task"  # in journals and result rows
+    # The name the release that kept it in the backend's module registered it under.
+    between = JobBody(path="django_eventmq.tasks_backend", callable="run_task")
+    assert registry.resolve(wire) is tasks_runner.run_task.func
+    assert registry.resolve(between) is tasks_runner.run_task.func
 
 
-def test_a_body_naming_the_old_runner_path_runs_the_task_in_a_worker(tmp_path):
-    # What a journal of an older release, or an older client, holds; the
-    # module it names no longer exists and is not imported.
+def test_a_body_naming_the_runner_as_the_last_release_did_runs_the_task_in_a_worker(tmp_path):
+    # What a journal or the results of the release that registered the runner
+    # in the backend's module may hold: the alias, never an import, runs it.
     log = str(tmp_path / "log")
     body = json.dumps(
         [
             "run",
             {
-                "path": "django_eventmq.tasks_runner",
+                "path": "django_eventmq.tasks_backend",
                 "callable": "run_task",
                 "args": ["tests.django.results.tasks.multiply", [log, 3, 4], {}, "default", "t"],
                 "kwargs": {},
@@ -391,7 +391,6 @@ def test_a_body_naming_the_old_runner_path_runs_the_task_in_a_worker(tmp_path):
     )
     status, payload = JobRunner().run(body)
     assert (status, json.loads(payload)) == ("ok", {"value": 12})
-    assert "django_eventmq.tasks_runner" not in sys.modules
 
 
 def _runner_record(msgid, status, *, attempt, value=None, error=None, jobmanager="jm", pid=99):

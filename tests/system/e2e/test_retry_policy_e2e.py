@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.cli import admin_client
 from django_eventmq.errors import JobError
 from django_eventmq.router.journal.schema import DELAYED
+from django_eventmq.runtime import admin_client
 from tests.support import ROOT, Proc, migrated_env, tcp_addr, wait_for
 from tests.system.e2e import retry_jobs
 from tests.system.e2e.retry_jobs import runs

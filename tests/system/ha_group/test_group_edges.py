@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import zmq
 
-from django_eventmq.cli import admin_client
+from django_eventmq.runtime import admin_client
 from django_eventmq.runtime.settings import Settings
 from tests.pg_support import pg_dsn, pg_group  # noqa: F401 - fixtures
 from tests.support import free_port, wait_for

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from django_eventmq.cli import admin_client
 from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.protocol import constants as C
+from django_eventmq.runtime import admin_client
 from tests.support import free_port
 from tests.system.ha_group.support import Member
 

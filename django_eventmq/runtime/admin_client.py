@@ -1,9 +1,13 @@
 """Asking a running router's admin socket (``emq_status``, the admin dashboard, metrics).
 
+Here in ``runtime/`` because processes of every kind ask: the command-line
+tools, the Django web process (the dashboard, dead letters' poisoned jobs)
+and a process serving ``--metrics``.
+
 Admin tools connect with the CURVE key the settings give them (see
 :func:`.security.client_secret_setting`); a router that refuses the handshake
 is reported at once, with the setting to change, instead of after the timeout.
-The router's command-line options are in :mod:`.options`. Never imports Django.
+Never imports Django.
 
 The tools read one router, or several: :func:`parse_admin_groups` reads a list
 such as ``"tcp://a:47293,tcp://b:47293;tcp://c:47293"`` (``,`` between the

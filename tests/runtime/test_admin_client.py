@@ -4,9 +4,9 @@ tests/django/test_admin_curve.py's refusal test, which then hit pytest's timeout
 
 from __future__ import annotations
 
-from django_eventmq.cli.admin_client import send_now
 from django_eventmq.protocol import AdminRequest, new_msgid
 from django_eventmq.runtime import transport
+from django_eventmq.runtime.admin_client import send_now
 from tests.support import tcp_addr
 
 

@@ -1,6 +1,11 @@
-"""The scheduler's store on the Django ORM.
+"""The scheduler's database on the Django ORM: schedules, their runs, old results,
+and the outbox rows its relay sends.
 
-It implements :class:`~django_eventmq.scheduling.scheduler.ScheduleStore`.
+:class:`DjangoScheduleDatabase` implements
+:class:`~django_eventmq.scheduling.scheduler.ScheduleDatabase`;
+:class:`DjangoOutboxStore` is the relay's view of the outbox table
+(:class:`~django_eventmq.scheduling.relay.OutboxStore`; web processes write it
+through :mod:`.outbox`).
 
 A run is claimed by inserting a :class:`ScheduleRun` row; the unique
 ``(schedule, fire_time)`` constraint makes that race-free on PostgreSQL and
@@ -20,10 +25,12 @@ from django.db import DatabaseError, IntegrityError, close_old_connections, conn
 from django.db.models import F
 
 from django_eventmq.client.jobs import Job
+from django_eventmq.models.outbox import OutboxJob
 from django_eventmq.models.schedules import Schedule, ScheduleRun
 from django_eventmq.protocol import Headers, parse_headers
 from django_eventmq.results import expire_results
 from django_eventmq.scheduling.identity import ScheduleSpec, job_body, schedule_identity
+from django_eventmq.scheduling.relay import OutboxRow
 from django_eventmq.scheduling.scheduler import ScheduleState
 from django_eventmq.scheduling.timing import DuePlan, Periodic
 
@@ -63,7 +70,7 @@ def to_state(row: Schedule) -> ScheduleState:
     )
 
 
-class DjangoScheduleStore:
+class DjangoScheduleDatabase:
     """Schedules in :class:`Schedule` rows, claims in :class:`ScheduleRun` rows."""
 
     @_db
@@ -217,25 +224,18 @@ def sync_declared(
     return len(keys), int(removed)
 
 
-def run_now(row: Schedule, *, send: Callable[[str, str, Headers, str], str]) -> str:
-    """Send one run of ``row`` right away (admin "run now"); returns its msgid.
+# -- the outbox relay's table ------------------------------------------------------------
+class DjangoOutboxStore:
+    """The relay's view of the table: the rows due, and deleting those answered."""
 
-    ``send(queue, body_text, headers, msgid)`` is the client's ``request``.
-    The regular timing is not touched.
-    """
-    from django.utils import timezone
+    @_db
+    def due(self, before: datetime, limit: int) -> list[OutboxRow]:
+        rows = OutboxJob.objects.filter(created__lt=before).order_by("created")[:limit]
+        return [OutboxRow(*row) for row in rows.values_list("msgid", "queue", "headers", "body")]
 
-    from django_eventmq.protocol import new_msgid
-
-    msgid = new_msgid()
-    now = timezone.now()
-    ScheduleRun.objects.create(schedule=row, fire_time=now, msgid=msgid, claimed_by="admin")
-    headers = parse_headers(row.headers).with_(reply_requested=True)
-    send(row.queue, row.job_body().encode(), headers, msgid)
-    Schedule.objects.filter(pk=row.pk).update(
-        total_runs=F("total_runs") + 1, last_run=now, last_msgid=msgid
-    )
-    return msgid
+    @_db
+    def delete(self, msgids: Sequence[str]) -> None:
+        OutboxJob.objects.filter(msgid__in=list(msgids)).delete()
 
 
-__all__ = ["DjangoScheduleStore", "run_now", "sync_declared", "upsert_spec"]
+__all__ = ["DjangoOutboxStore", "DjangoScheduleDatabase", "sync_declared", "upsert_spec"]

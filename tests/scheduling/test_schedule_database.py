@@ -12,7 +12,7 @@ from django_eventmq.client.jobs import Job
 from django_eventmq.models import Schedule, ScheduleRun
 from django_eventmq.protocol import EMPTY_HEADERS, JobBody, Request, parse_headers
 from django_eventmq.runtime.settings import Settings
-from django_eventmq.schedule_store import DjangoScheduleStore, sync_declared
+from django_eventmq.schedule_database import DjangoScheduleDatabase, sync_declared
 from django_eventmq.scheduling.identity import ScheduleSpec, job_identity
 from django_eventmq.scheduling.scheduler import Scheduler
 from django_eventmq.scheduling.timing import DuePlan, Timing, crontab, every
@@ -32,7 +32,7 @@ def spec(timing: Timing | None, **extra: object) -> ScheduleSpec:
 
 
 def test_same_job_and_timing_updates_its_row_and_other_timing_adds_one() -> None:
-    store = DjangoScheduleStore()
+    store = DjangoScheduleDatabase()
     first = store.upsert(spec(Timing(interval=60)), T0)
     again = store.upsert(
         ScheduleSpec(
@@ -69,7 +69,7 @@ def test_job_identity_matches_the_reference_hash() -> None:
 
 
 def test_unschedule_with_and_without_timing() -> None:
-    store = DjangoScheduleStore()
+    store = DjangoScheduleDatabase()
     store.upsert(spec(Timing(interval=60)), T0)
     store.upsert(spec(Timing(interval=120)), T0)
     store.upsert(spec(Timing(cron="0 9 * * *")), T0)
@@ -81,7 +81,7 @@ def test_unschedule_with_and_without_timing() -> None:
 
 def test_claim_is_granted_once() -> None:
     row = ScheduleFactory()
-    store = DjangoScheduleStore()
+    store = DjangoScheduleDatabase()
     assert store.claim(row.pk, T0, "m1", "a")
     assert not store.claim(row.pk, T0, "m2", "b")
     assert store.claim(row.pk, T0 + timedelta(seconds=1), "m3", "b")
@@ -97,7 +97,7 @@ def test_concurrent_claims_from_threads_grant_one() -> None:
     def worker(n: int) -> None:
         barrier.wait()
         try:
-            results.append(DjangoScheduleStore().claim(row.pk, T0, f"m{n}", str(n)))
+            results.append(DjangoScheduleDatabase().claim(row.pk, T0, f"m{n}", str(n)))
         except OperationalError:  # SQLite: "table is locked"; the scheduler retries later
             results.append("busy")
         finally:
@@ -115,7 +115,7 @@ def test_concurrent_claims_from_threads_grant_one() -> None:
 def test_record_fire_counts_runs_and_finishes_run_count() -> None:
     row = ScheduleFactory(run_count=2, nohaste=False)
     assert row.runs_left == 2
-    store = DjangoScheduleStore()
+    store = DjangoScheduleDatabase()
     (state,) = store.load([row.pk])
     store.record_fire(state, [(T0, "m1")], DuePlan((T0,), T0 + timedelta(minutes=1), 1), T0)
     row.refresh_from_db()
@@ -129,7 +129,7 @@ def test_record_fire_counts_runs_and_finishes_run_count() -> None:
 
 def test_record_fire_keeps_an_edit_made_meanwhile() -> None:
     row = ScheduleFactory(interval=60)
-    store = DjangoScheduleStore()
+    store = DjangoScheduleDatabase()
     (state,) = store.load([row.pk])
     row.interval = 5  # an admin edit lands between load and record
     row.save()
@@ -141,7 +141,7 @@ def test_record_fire_keeps_an_edit_made_meanwhile() -> None:
 
 def test_versions_change_on_every_save_and_hide_disabled() -> None:
     row = ScheduleFactory()
-    store = DjangoScheduleStore()
+    store = DjangoScheduleDatabase()
     before = store.versions()[row.pk]
     row.queue = "other"
     row.save()
@@ -171,7 +171,7 @@ def test_sync_declared_creates_keeps_and_removes_code_schedules() -> None:
 def test_prune_forgets_old_claims() -> None:
     old = ScheduleRunFactory(fire_time=T0 - timedelta(days=30))
     ScheduleRunFactory(schedule=old.schedule, fire_time=T0)
-    assert DjangoScheduleStore().prune(T0 - timedelta(days=7)) == 1
+    assert DjangoScheduleDatabase().prune(T0 - timedelta(days=7)) == 1
 
 
 def test_scheduler_restart_resumes_from_the_table(router: FakeRouter) -> None:
@@ -180,7 +180,7 @@ def test_scheduler_restart_resumes_from_the_table(router: FakeRouter) -> None:
     Schedule.objects.filter(pk=row.pk).update(next_run=T0)
     settings = Settings(broker_addr=router.addr)
     for attempt, now in enumerate((T0, T0 + timedelta(minutes=10, seconds=30))):
-        sched = Scheduler(settings, DjangoScheduleStore(), poll_interval=0.0)
+        sched = Scheduler(settings, DjangoScheduleDatabase(), poll_interval=0.0)
         try:
 
             def tick(sched: Scheduler = sched, now: datetime = now) -> bool:
