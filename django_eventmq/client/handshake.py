@@ -7,7 +7,7 @@ it says ``"batch"``), so an answer read by either is known to both. A
 pipeline with a socket of its own (Spark) makes its own.
 
 The state of the exchange (asked, answered, the reference router that never
-answers) is :class:`~django_eventmq.protocol.session.ClientSession`'s; this
+answers) is :class:`~django_eventmq.protocol.client_session.ClientSession`'s; this
 object adds the socket: sending our FEATURES, at once or when a router is
 connected, and remembering one that could not go yet.
 """

@@ -35,8 +35,9 @@ from django_eventmq.protocol import (
 from django_eventmq.protocol.bundle import PREFIX as BUNDLE_PREFIX
 from django_eventmq.protocol.bundle import bundle, runs, unbundle
 from django_eventmq.protocol.codec import packed_request, plain_request
+from django_eventmq.protocol.features import HOLDING, with_bundle_bytes
 from django_eventmq.protocol.packed import pack
-from django_eventmq.protocol.session import HOLDING, JobManagerSession, with_bundle_bytes
+from django_eventmq.protocol.session import JobManagerSession
 from django_eventmq.runtime import security, transport
 from django_eventmq.runtime.addresses import AddressCycle, parse_addresses
 from django_eventmq.runtime.settings import Settings

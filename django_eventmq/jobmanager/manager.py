@@ -31,7 +31,7 @@ Choices worth knowing:
   READY from a worker it does not know), and only once the mode is settled:
   our answer to FEATURES goes before the first READY, so our router knows at
   once that we report with DONE. With a reference router the first READY
-  waits for its first message after the ACK, or ``protocol.session.FEATURES_WAIT`` at most.
+  waits for its first message after the ACK, or ``protocol.features.FEATURES_WAIT`` at most.
 * ``QUEUE_ALLOWED_JOBS`` is checked here, before a job reaches a child: a job
   not allowed on its queue is answered ``refused`` and never runs.
 * A REQUEST for a queue we did not announce is run anyway (the registry still
@@ -85,9 +85,10 @@ from django_eventmq.protocol import (
     new_msgid,
     parse_job,
 )
+from django_eventmq.protocol.features import TROUBLE
 from django_eventmq.protocol.headers import attempt_of
-from django_eventmq.protocol.session import TROUBLE, JobManagerState
 from django_eventmq.protocol.status import JobStatus
+from django_eventmq.protocol.transitions import JobManagerState
 from django_eventmq.runtime import registry, tracing, transport
 from django_eventmq.runtime.addresses import parse_groups
 from django_eventmq.runtime.logs import job_debug

@@ -8,8 +8,8 @@ from django_eventmq.jobmanager.managed_job import ManagedJob
 from django_eventmq.jobmanager.manager import JobManager
 from django_eventmq.protocol import Disconnect, Done, Features, Nack, Ready, Reply, new_msgid
 from django_eventmq.protocol.bundle import BUNDLE
+from django_eventmq.protocol.features import JOBMANAGER_FEATURES, ROUTER_FEATURES
 from django_eventmq.protocol.packed import PACKED
-from django_eventmq.protocol.session import JOBMANAGER_FEATURES, ROUTER_FEATURES
 from tests.fake_router import FakeRouter, body
 from tests.jobs_fixtures.running import payload, running, settings_for
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from django_eventmq.protocol import Cancel, Heartbeat, Message, Request, decode
-from django_eventmq.protocol.session import ROUTER_FEATURES
+from django_eventmq.protocol.features import ROUTER_FEATURES
 from tests.router.test_router import Harness, Peer
 from tests.support import wait_for
 

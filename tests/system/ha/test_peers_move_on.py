@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from django_eventmq.protocol import Disconnect, Done, Features, Inform, Ready, new_msgid
-from django_eventmq.protocol.session import HOLDING
+from django_eventmq.protocol.features import HOLDING
 from django_eventmq.runtime.addresses import HANDSHAKE_WAIT
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.scheduling.scheduler import Scheduler
