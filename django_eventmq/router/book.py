@@ -96,9 +96,10 @@ EXPIRED_PAYLOAD = (
 )
 
 Deliver = Callable[[JobManagerPeer, RoutedJob], None]
-ToClient = Callable[[bytes, Message], None]
+#: Sends a message to a client (what it returns is not used).
+ToClient = Callable[[bytes, Message], object]
 #: Tells the job manager ``identity`` that the job ``msgid`` whose death it reported is
-#: set aside (``reason``), once the journal holds that (``Router._tell_set_aside``).
+#: set aside (``reason``), once the journal holds that (``CommitAcks.tell_set_aside``).
 SetAside = Callable[[bytes, str, str], None]
 #: A REQUEST to accept: its frames (as a DEALER sent them), msgid, queue and headers.
 Accepting = tuple[list[bytes], str, str, Headers]
@@ -126,6 +127,10 @@ def job_values(
     )
 
 
+def _not_connected(worker: JobManagerPeer, job: RoutedJob) -> None:
+    raise RuntimeError("Book.connect() was not called: nothing sends its hand-outs")
+
+
 class Book(BookReports, BookHeld):
     """Every job the router holds, in memory (bounded) and in the journal."""
 
@@ -133,17 +138,18 @@ class Book(BookReports, BookHeld):
         self,
         settings: Settings,
         journal: JournalLike,
-        deliver: Deliver,
-        to_client: ToClient,
+        deliver: Deliver | None = None,
+        to_client: ToClient = lambda identity, message: None,
         after_commit: ToClient | None = None,
         set_aside: SetAside | None = None,
     ) -> None:
-        """``after_commit``: sends what tells a client of a change the journal must
+        """``deliver``: hands a job to a worker (or given by :meth:`connect`);
+        ``after_commit``: sends what tells a client of a change the journal must
         hold first (by default ``to_client``: a book alone, in tests); ``set_aside``:
         tells a job manager that a job whose death it reported is poisoned."""
         self.settings = settings
         self.journal = journal
-        self.deliver = deliver
+        self.deliver: Deliver = deliver or _not_connected
         self.to_client = to_client
         self.after_commit = after_commit or to_client
         self.set_aside = set_aside
@@ -175,6 +181,13 @@ class Book(BookReports, BookHeld):
         self._seq = 0
         self._next_due: float | None = None
         self._last_digest: tuple[bytes, bytes] | None = None
+
+    def connect(self, deliver: Deliver, after_commit: ToClient, set_aside: SetAside) -> None:
+        """The router's parts that send what the book hands out and tells (made
+        after the book: they use it)."""
+        self.deliver = deliver
+        self.after_commit = after_commit
+        self.set_aside = set_aside
 
     # -- start-up ----------------------------------------------------------------
     def recover(self) -> None:
