@@ -79,6 +79,8 @@ class Backend:
         (:meth:`handlers`)."""
         self.settings = settings
         self.book = book
+        #: The book's part that takes job managers' reports (DONE, READY, ...).
+        self.reports = book.reports
         self.backend = backend
         self.frontend = frontend
         self.hand_outs = hand_outs
@@ -183,7 +185,7 @@ class Backend:
         if worker is None:
             return False
         worker.last_heard = now
-        self.book.ready(identity, now)
+        self.reports.ready(identity, now)
         return True
 
     def _fast_done(self, done: DoneFields, raw: list[bytes], now: float) -> bool:
@@ -210,7 +212,7 @@ class Backend:
             self._from_unknown_worker(identity, frames, message, now)
             return True
         worker.last_heard = now
-        self.book.done(identity, job_msgid, status, payload, now)
+        self.reports.done(identity, job_msgid, status, payload, now)
         return True
 
     def _on_worker_message(
@@ -223,10 +225,10 @@ class Backend:
         worker.last_heard = now
         kind = type(msg)
         if kind is Ready:
-            self.book.ready(identity, now)
+            self.reports.ready(identity, now)
         elif kind is Done:
             assert isinstance(msg, Done)
-            self.book.done(identity, msg.job_msgid, msg.status, msg.payload, now)
+            self.reports.done(identity, msg.job_msgid, msg.status, msg.payload, now)
         elif kind is Partial:
             assert isinstance(msg, Partial)
             self._on_partial(identity, frames, msg)
@@ -234,7 +236,7 @@ class Backend:
             self._on_reply(identity, frames, msg)
         elif kind is Nack:
             assert isinstance(msg, Nack)
-            self.book.nack(identity, msg.job_msgid, msg.reason, now)
+            self.reports.nack(identity, msg.job_msgid, msg.reason, now)
         elif kind is Features:
             session = worker.session
             trouble = session.announced.get(TROUBLE)
@@ -243,7 +245,7 @@ class Backend:
                 _say_trouble(identity, session.announced.get(TROUBLE))
             holding = session.holding()
             if holding:  # jobs it still runs: a failover or a reconnect
-                self.book.adopt(identity, holding, now)
+                self.reports.adopt(identity, holding, now)
         elif kind is Unready:
             assert isinstance(msg, Unready)
             self.book.routing.unready(identity, msg.count)
@@ -255,7 +257,7 @@ class Backend:
             # Kept for emq_status --jobs only: the start times on our clock.
             worker.running = {m: (int(pid), now - age) for m, (pid, age) in msg.jobs.items()}
         elif kind is Kbai:
-            self.book.worker_left(identity, now)
+            self.book.outcomes.worker_left(identity, now)
             self._remember_departed(identity)
             log.info("worker %s said goodbye", show(identity))
         # HEARTBEAT, ACK: hearing from it was the point.
@@ -266,7 +268,7 @@ class Backend:
         if msg.reply_to is None:
             self._warn("backend", identity, "REPLY without the id of the request it answers")
             return
-        client = self.book.reply(identity, msg.reply_to)
+        client = self.reports.reply(identity, msg.reply_to)
         if client is None:
             log.debug("REPLY for msgid %s: no client waits for it", msg.reply_to)
             return
@@ -293,9 +295,9 @@ class Backend:
         if isinstance(msg, Reply):
             self._on_reply(identity, frames, msg)
         elif isinstance(msg, Done):
-            self.book.done(identity, msg.job_msgid, msg.status, msg.payload, now)
+            self.reports.done(identity, msg.job_msgid, msg.status, msg.payload, now)
         elif isinstance(msg, Nack):
-            self.book.nack(identity, msg.job_msgid, msg.reason, now)
+            self.reports.nack(identity, msg.job_msgid, msg.reason, now)
         if isinstance(msg, Kbai) or identity in self._departed:
             log.debug("%s from departed worker %s", msg.command, show(identity))
             return

@@ -7,10 +7,11 @@ iteration, or calls :meth:`Book.undo` if it cannot) and
 ``to_client(identity, message)`` for what it tells clients (replies, REJECTs),
 and ``after_commit(identity, message)`` for what must wait for the journal
 commit holding the change it tells of (a cancelled job's answer, a poisoned
-job's REJECT: a crash before that commit would run the job again). Its parts are mixins:
-:mod:`.book_reports` (what job managers report), :mod:`.book_outcomes` (what
-becomes of a job handed out) and :mod:`.book_held` (delayed, parked,
-cancelled and poisoned jobs).
+job's REJECT: a crash before that commit would run the job again). Its parts,
+each with its own state: :attr:`Book.delays` (:mod:`.delays`: delayed and
+rate-limit parked jobs), :attr:`Book.outcomes` (:mod:`.outcomes`: what becomes
+of a job: lost, retried, finished, refused, expired, cancelled, poisoned) and
+:attr:`Book.reports` (:mod:`.reports`: what job managers report).
 
 Promises (README "Nothing lost"):
 
@@ -35,7 +36,7 @@ two are assumed roughly in sync). A pop from a wait queue skips it
 a job manager reports one it held too long as DONE ``cancelled`` with an
 ``Expired`` error (:func:`~django_eventmq.protocol.status.expired_reply`); each is
 finished (deleted from the journal, its msgid remembered), counted per queue
-in :attr:`Book.jobs_expired` (and as ``cancelled`` in the finished-jobs stats,
+in :attr:`.Outcomes.jobs_expired` (and as ``cancelled`` in the finished-jobs stats,
 whose words are the DONE's), and its client, if it asked for a reply, gets
 an ``Expired`` error reply.
 
@@ -54,19 +55,15 @@ import logging
 import math
 import sqlite3
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from django_eventmq.protocol import Message, Reply, new_msgid
+from django_eventmq.protocol import Message, new_msgid
 from django_eventmq.protocol.extensions import Reject
 from django_eventmq.protocol.headers import Headers
-from django_eventmq.protocol.status import EXPIRED_ERROR, JobStatus
 from django_eventmq.protocol.views import stored_request
-from django_eventmq.router.book_held import CANCELLED_PAYLOAD as CANCELLED_PAYLOAD
-from django_eventmq.router.book_held import BookHeld
-from django_eventmq.router.book_reports import BookReports
 from django_eventmq.router.dedup import FinishedWindow, StoredMsgids
+from django_eventmq.router.delays import Delays
 from django_eventmq.router.journal.api import JournalLike
 from django_eventmq.router.journal.store import (
     DELAYED,
@@ -77,7 +74,9 @@ from django_eventmq.router.journal.store import (
     new_row,
     parcel_digest,
 )
+from django_eventmq.router.outcomes import Outcomes
 from django_eventmq.router.rate_limits import RateLimits, queue_rates
+from django_eventmq.router.reports import Reports
 from django_eventmq.router.routing import JobManagerPeer, RoutedJob, Routing
 from django_eventmq.router.stored import jobs_from_rows
 from django_eventmq.router.unique import UniqueKeys
@@ -88,12 +87,6 @@ from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.stats import Stats
 
 log = logging.getLogger("django_eventmq.router")
-
-#: The reply a client that asked for one gets for a job that expired before it started.
-EXPIRED_PAYLOAD = (
-    f'{{"value": null, "error": {{"type": "{EXPIRED_ERROR}", "message": "not started before'
-    ' its expiry; it never ran", "traceback": ""}}'
-)
 
 Deliver = Callable[[JobManagerPeer, RoutedJob], None]
 #: Sends a message to a client (what it returns is not used).
@@ -131,7 +124,7 @@ def _not_connected(worker: JobManagerPeer, job: RoutedJob) -> None:
     raise RuntimeError("Book.connect() was not called: nothing sends its hand-outs")
 
 
-class Book(BookReports, BookHeld):
+class Book:
     """Every job the router holds, in memory (bounded) and in the journal."""
 
     def __init__(
@@ -157,29 +150,23 @@ class Book(BookReports, BookHeld):
         #: Rate limits per queue (RATE_LIMITS) and per rate key (headers); docs/rate-limits.md.
         self.rate_limits = RateLimits(queue_rates(settings.rate_limits))
         self.routing.waiting.limits = self.rate_limits
-        self.delayed: Counter[str] = Counter()
-        self.poisoned: Counter[str] = Counter()
-        self.expired = 0
         self.duplicates = 0
         self.rejected = 0
         self.recovered = 0
-        #: Waiting jobs kept in flight on the job manager that said it holds them.
-        self.adopted = 0
         #: Jobs received, handed out, finished, retried; read by admin STATUS and metrics.
         self.stats = Stats()
         #: msgids finished recently (kept in the journal too): a resend is not run again.
         self.finished = FinishedWindow(journal, settings.dedup_memory, settings.dedup_window)
         #: msgids that may be in a job row (no lookup for the others; see :meth:`accept`).
         self.stored_msgids = StoredMsgids()
-        #: Leases that ran out, per queue.
-        self.expired_by_queue: Counter[str] = Counter()
-        #: Jobs not started before their ``expires`` time (never run), per queue.
-        self.jobs_expired: Counter[str] = Counter()
         self._expiry = self.routing.waiting.expiry
         #: Unique jobs' keys and who holds them (:mod:`.unique`).
         self.unique = UniqueKeys()
         self._seq = 0
-        self._next_due: float | None = None
+        #: The parts (see the module doc).
+        self.delays = Delays(journal, self.routing, self.rate_limits, self.finished)
+        self.outcomes = Outcomes(self)
+        self.reports = Reports(self)
         self._last_digest: tuple[bytes, bytes] | None = None
 
     def connect(self, deliver: Deliver, after_commit: ToClient, set_aside: SetAside) -> None:
@@ -199,10 +186,10 @@ class Book(BookReports, BookHeld):
             wait_queue = self.routing.waiting.queue(queue)
             wait_queue.count = n
             wait_queue.spill_all()
-        self.delayed = counts[DELAYED]
-        self.poisoned = counts[POISONED]
+        delayed = self.delays.delayed = counts[DELAYED]
+        poisoned = self.outcomes.poisoned = counts[POISONED]
         self._seq = journal.max_seq()
-        self._next_due = journal.next_due()
+        self.delays.due_at = journal.next_due()
         # Unique jobs' keys: those of held jobs, before anyone is answered.
         if keys := self.unique.rebuild(journal.unique_rows()):
             log.info("unique keys read back: %d held by jobs in the journal", keys)
@@ -212,16 +199,16 @@ class Book(BookReports, BookHeld):
                 journal.path,
                 len(self.finished),
             )
-        held = sum(counts[WAITING].values()) + sum(self.delayed.values())
-        if held or self.poisoned:
+        held = sum(counts[WAITING].values()) + sum(delayed.values())
+        if held or poisoned:
             log.warning(
                 "journal %s: %d job(s) waiting (%d of them had been handed out and are handed "
                 "out again), %d delayed, %d poisoned",
                 journal.path,
                 sum(counts[WAITING].values()),
                 self.recovered,
-                sum(self.delayed.values()),
-                sum(self.poisoned.values()),
+                sum(delayed.values()),
+                sum(poisoned.values()),
             )
 
     def _load(self, queue: str, after: Key | None, limit: int) -> list[RoutedJob] | None:
@@ -239,13 +226,13 @@ class Book(BookReports, BookHeld):
                 seq = journal.next_parcel(queue, upto)
                 if seq is None:
                     break
-                self._open_parcel(seq)
+                self.open_parcel(seq)
                 rows = journal.waiting(queue, after, limit)
         except JournalUnavailable:
             return None
         return jobs_from_rows(rows, time.monotonic())
 
-    def _open_parcel(self, seq: int) -> None:
+    def open_parcel(self, seq: int) -> None:
         queue, dropped = self.journal.open_parcel(seq, self.finished)
         self.stored_msgids.full = True  # rows whose msgids the book did not see
         if dropped:
@@ -262,7 +249,7 @@ class Book(BookReports, BookHeld):
 
     def backlog(self) -> int:
         """Jobs accepted and not handed out (waiting + delayed)."""
-        return self.routing.waiting.total() + sum(self.delayed.values())
+        return self.routing.waiting.total() + sum(self.delays.delayed.values())
 
     def is_held(self, msgid: str) -> bool:
         """Known without a disk read: in memory, or finished recently."""
@@ -288,8 +275,8 @@ class Book(BookReports, BookHeld):
         the in-memory window, delayed and poisoned ones."""
         return (
             self.routing.waiting.some_on_disk()
-            or any(self.delayed.values())
-            or any(self.poisoned.values())
+            or any(self.delays.delayed.values())
+            or any(self.outcomes.poisoned.values())
         )
 
     def _may_be_stored(self, msgid: str) -> bool:
@@ -336,7 +323,7 @@ class Book(BookReports, BookHeld):
         wall = time.time()
         if headers.expires is not None and headers.expires <= wall:
             self.stats.received[queue] += 1
-            self._expired(job, stored=False)
+            self.outcomes.expired_job(job, stored=False)
             return True
         due = headers.delay_until
         delayed = due is not None and due > wall
@@ -509,24 +496,23 @@ class Book(BookReports, BookHeld):
         queue = job.queue
         self.stats.received[queue] += 1
         if due is not None:
-            self.delayed[queue] += 1
-            if self._next_due is None or due < self._next_due:
-                self._next_due = due
+            self.delays.delayed[queue] += 1
+            self.delays.due_sooner(due)
             return
         worker = self.routing.submit(job, now)
         if worker is not None:
-            self._hand_out(worker, job, now, stored_as_leased=stored_as_leased)
+            self.hand_out(worker, job, now, stored_as_leased=stored_as_leased)
         elif self._expiry.expired:
-            self.settle_expired()
+            self.outcomes.settle_expired()
         if self.rate_limits.parked:
-            self.settle_parked()
+            self.delays.settle_parked()
 
     def reject(self, identity: bytes, msgid: str, reason: str) -> None:
         self.rejected += 1
         self.to_client(identity, Reject(msgid=new_msgid(), job_msgid=msgid, reason=reason))
 
     # -- handing out ---------------------------------------------------------------
-    def _hand_out(
+    def hand_out(
         self, worker: JobManagerPeer, job: RoutedJob, now: float, *, stored_as_leased: bool = False
     ) -> None:
         self.lease(job, now)
@@ -561,31 +547,28 @@ class Book(BookReports, BookHeld):
         routing = self.routing
         for queue in queues if queues is not None else list(routing.waiting):
             while (pair := routing.dispatch_waiting(queue, now)) is not None:
-                self._hand_out(*pair, now)
+                self.hand_out(*pair, now)
         if self._expiry.expired:
-            self.settle_expired()
+            self.outcomes.settle_expired()
         if self.rate_limits.parked:
-            self.settle_parked()
+            self.delays.settle_parked()
 
-    def settle_expired(self) -> None:
-        """Finish the jobs a wait queue skipped because their ``expires`` time passed."""
-        dropped = self._expiry.expired
-        while dropped:
-            self._expired(dropped.pop(0))
+    def next_due(self) -> float | None:
+        """When the router must wake up for a delayed job (:meth:`.Delays.next_due`)."""
+        return self.delays.next_due()
 
-    def _expired(self, job: RoutedJob, *, stored: bool = True) -> None:
-        """``job`` was not started before its expiry: finished, never run."""
-        self.jobs_expired[job.queue] += 1
-        self.stats.finish(job.queue, JobStatus.CANCELLED)  # the DONE words
-        job_debug(log, "expired before it started, not run", job.msgid, job.queue)
-        if stored:
-            self._forget_finished(job)
-        else:
-            self.finished.add(job.msgid)
-        if job.reply and job.client:
-            self.to_client(
-                job.client, Reply(msgid=new_msgid(), payload=EXPIRED_PAYLOAD, reply_to=job.msgid)
-            )
+    def promote_due(self, wall: float, now: float) -> None:
+        """Delayed jobs whose time has come start waiting (or run); queues at their
+        rate limit whose time has come go on."""
+        delays = self.delays
+        if self.rate_limits.parked:
+            delays.settle_parked()
+        due = self.rate_limits.due_queues()
+        if due:
+            self.pump(now, due)
+        queues = delays.promote(wall, now)
+        if queues is not None:
+            self.pump(now, queues)
 
     def undo(self, job: RoutedJob) -> None:
         """Sending ``job`` failed: it waits again (its worker keeps the slot)."""

@@ -505,7 +505,7 @@ class Frontend:
         assert isinstance(msg, Cancel)
         if self._owners and not self._may_cancel(identity, msg.job_msgid):
             return
-        running = self.book.cancel(msg.job_msgid)
+        running = self.book.outcomes.cancel(msg.job_msgid)
         if running is None:
             return
         worker = self.book.routing.workers.get(running.worker) if running.worker else None

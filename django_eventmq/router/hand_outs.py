@@ -178,4 +178,4 @@ class HandOuts:
         for _worker, job in self.unsent:
             if job.worker == identity:
                 self.book.undo(job)  # clears job.worker: the flush skips the entry
-        self.book.worker_failed(identity, why)
+        self.book.outcomes.worker_failed(identity, why)

@@ -58,7 +58,7 @@ class QueueMarks:
     def _queue_backlog(self, queue: str) -> int:
         """Waiting + delayed jobs of ``queue``."""
         waiting = self.book.routing.waiting.get(queue)
-        return (waiting.count if waiting is not None else 0) + self.book.delayed[queue]
+        return (waiting.count if waiting is not None else 0) + self.book.delays.delayed[queue]
 
     def queue_full(self, queue: str) -> bool:
         """A new job for ``queue`` must be withheld (its mark reached, or jobs withheld

@@ -520,17 +520,17 @@ class Router(Service):
         if msg.action == C.STATUS:
             body = admin_json.status(self.routing, now)
             body["poisoned_messages"] = admin_json.poisoned(self.book)
-            body["poisoned_messages_total"] = sum(self.book.poisoned.values())
+            body["poisoned_messages_total"] = sum(self.book.outcomes.poisoned.values())
             # Jobs dropped at hand-out because their ``expires`` time passed.
-            body["expired_messages_by_queue"] = dict(self.book.jobs_expired)
+            body["expired_messages_by_queue"] = dict(self.book.outcomes.jobs_expired)
             body.update(self.book.stats.as_dict())
             body["journal_failure"] = self.book.journal.failure
             if self._status_extra is not None:
                 body.update(self._status_extra())
         elif msg.action == C.POISONED_RETRY:
-            body = {"retried": self.book.retry_poisoned(msg.arguments, now)}
+            body = {"retried": self.book.outcomes.retry_poisoned(msg.arguments, now)}
         elif msg.action == C.POISONED_PURGE:
-            body = {"purged": self.book.purge_poisoned(msg.arguments)}
+            body = {"purged": self.book.outcomes.purge_poisoned(msg.arguments)}
         elif msg.action == C.ROUTER_SHOW_WORKERS:
             body = admin_json.show_workers(self.routing)
         elif msg.action == C.ROUTER_SHOW_JOBS:
@@ -563,7 +563,7 @@ class Router(Service):
         for identity in self.routing.expired(now, s.heartbeat_timeout):
             book.stats.heartbeats_missed += 1
             self.hand_outs.drop_worker(identity, f"silent for more than {s.heartbeat_timeout}s")
-        book.expire_leases(now)
+        book.outcomes.expire_leases(now)
         for queue, count in self._unserved.check(self.routing, now):
             log.warning(
                 "%d job(s) wait on queue %r, which no connected job manager serves; "

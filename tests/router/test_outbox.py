@@ -52,7 +52,7 @@ def router() -> Iterator[Router]:
 def hand_out_one(router: Router, msgid: str) -> None:
     now = time.monotonic()
     router.routing.add_worker(WORKER, ((10, "default"),), now)
-    router.book.ready(WORKER, now)
+    router.book.reports.ready(WORKER, now)
     frames = [b"", b"eMQP/1.0", b"REQUEST", msgid.encode(), b"default", b"guarantee", BODY]
     router.book.accept(b"client-1", frames, msgid, "default", parse_headers("guarantee"), now)
     assert [job.msgid for _worker, job in router.hand_outs.unsent] == [
@@ -69,7 +69,7 @@ def test_a_dropped_workers_unsent_jobs_wait_again_without_a_death(router: Router
     waiting = router.routing.waiting.index
     assert "m-1" in waiting  # waits again...
     assert waiting["m-1"].deaths == 0  # ...not poisoned, though POISON_AFTER is 1
-    assert not router.book.poisoned
+    assert not router.book.outcomes.poisoned
     assert "m-1" not in router.routing.inflight
 
 
@@ -81,7 +81,7 @@ def test_a_job_that_was_sent_still_counts_a_death_when_its_worker_is_dropped(
 
     router.hand_outs.drop_worker(WORKER, "silent for more than 5s")
 
-    assert router.book.poisoned["default"] == 1  # POISON_AFTER=1: set aside
+    assert router.book.outcomes.poisoned["default"] == 1  # POISON_AFTER=1: set aside
 
 
 def test_an_unexpected_send_error_strands_no_job_after_it(
@@ -90,7 +90,7 @@ def test_an_unexpected_send_error_strands_no_job_after_it(
     """ZeroMQ errors other than 'full' and 'unreachable' cannot be provoked on demand:
     the first send is made to raise one; the job after it must go out next time."""
     hand_out_one(router, "m-3")
-    router.book.ready(WORKER, time.monotonic())
+    router.book.reports.ready(WORKER, time.monotonic())
     frames = [b"", b"eMQP/1.0", b"REQUEST", b"m-4", b"default", b"", BODY]
     router.book.accept(b"client-1", frames, "m-4", "default", parse_headers(""), time.monotonic())
     assert [job.msgid for _w, job in router.hand_outs.unsent] == ["m-3", "m-4"]

@@ -13,7 +13,7 @@ import pytest
 import zmq
 
 from django_eventmq.router import scheduler_relay
-from django_eventmq.router.book import CANCELLED_PAYLOAD
+from django_eventmq.router.outcomes import CANCELLED_PAYLOAD
 from tests.router.test_router import JOB, Harness, Peer, make_settings
 from tests.support import wait_for
 

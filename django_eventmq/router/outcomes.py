@@ -1,0 +1,260 @@
+"""What becomes of a job the router holds: its worker went away or its lease ran
+out (it waits again, or is set aside as poisoned), it is retried later,
+finished, refused, expired before it started, or cancelled; and the poisoned
+jobs' admin commands (POISONED_RETRY, POISONED_PURGE).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from django_eventmq.protocol import Reply, new_msgid
+from django_eventmq.protocol.extensions import Reject, refusal_reason
+from django_eventmq.protocol.status import EXPIRED_ERROR, JobStatus
+from django_eventmq.router.journal.store import (
+    DELAYED,
+    LEASED,
+    POISONED,
+    WAITING,
+    JournalUnavailable,
+    Row,
+)
+from django_eventmq.router.routing import RoutedJob
+from django_eventmq.router.stored import job_from_row
+from django_eventmq.runtime.logs import job_debug, job_fields
+from django_eventmq.runtime.outbox import show
+from django_eventmq.runtime.retry import backoff
+
+if TYPE_CHECKING:
+    from django_eventmq.router.book import Book
+
+log = logging.getLogger("django_eventmq.router")
+
+#: The reply a client that asked for one gets for a job cancelled before it ran.
+CANCELLED_PAYLOAD = (
+    '{"value": null, "error": {"type": "Cancelled", "message": "cancelled before it ran",'
+    ' "traceback": ""}}'
+)
+#: The reply a client that asked for one gets for a job that expired before it started.
+EXPIRED_PAYLOAD = (
+    f'{{"value": null, "error": {{"type": "{EXPIRED_ERROR}", "message": "not started before'
+    ' its expiry; it never ran", "traceback": ""}}'
+)
+
+
+class Outcomes:
+    """A job's ends and losses, and the counts of them."""
+
+    def __init__(self, book: Book) -> None:
+        """``book``: the book this is part of (its journal, routing, senders)."""
+        self.book = book
+        self.settings = book.settings
+        self.journal = book.journal
+        self.routing = book.routing
+        self.stats = book.stats
+        self.finished = book.finished
+        self.unique = book.unique
+        self.delays = book.delays
+        #: Jobs set aside per queue (POISONED in the journal).
+        self.poisoned: Counter[str] = Counter()
+        #: Leases that ran out, in all and per queue.
+        self.expired = 0
+        self.expired_by_queue: Counter[str] = Counter()
+        #: Jobs not started before their ``expires`` time (never run), per queue.
+        self.jobs_expired: Counter[str] = Counter()
+
+    # -- workers that go away -----------------------------------------------------------
+    def worker_failed(self, identity: bytes, why: str) -> None:
+        """A worker is dead or unreachable: its jobs are handed out again."""
+        jobs = self.routing.remove_worker(identity)
+        for job in jobs:
+            self.died(job, f"its job manager {why}")
+        if jobs:
+            log.warning(
+                "worker %s dropped (%s): %d in-flight job(s) handed out again (msgids %s)",
+                show(identity),
+                why,
+                len(jobs),
+                ", ".join(job.msgid for job in jobs[:20]),
+            )
+        else:
+            log.warning("worker %s dropped (%s)", show(identity), why)
+
+    def worker_left(self, identity: bytes, now: float) -> None:
+        """A worker said KBAI: it finishes its jobs; they are handed out again if it
+        has not reported them within ``shutdown_grace + lease_grace``."""
+        grace = now + self.settings.shutdown_grace + self.settings.lease_grace
+        for job in self.routing.remove_worker(identity):
+            job.lease_until = min(job.lease_until, grace)
+
+    def expire_leases(self, now: float) -> None:
+        for job in [j for j in self.routing.inflight.values() if j.lease_until <= now]:
+            self.expired += 1
+            self.expired_by_queue[job.queue] += 1
+            self.routing.release(job)
+            self.died(job, "its lease ran out")
+
+    # -- outcomes ----------------------------------------------------------------------
+    def died(self, job: RoutedJob, why: str, reporter: bytes | None = None) -> None:
+        """``job`` was lost (``why``): it waits again, or is set aside as poisoned.
+        ``reporter``: the job manager that saw its worker process die."""
+        job_debug(log, "waits again (%s)", job.msgid, job.queue, why)
+        job.deaths += 1
+        self.routing.release(job)
+        if job.deaths >= self.settings.poison_after:
+            reason = f"poisoned: {why}, {job.deaths} time(s)"
+            self.journal.poison(job.seq, job.deaths, reason)
+            self.unique.release(job.msgid)
+            self.poisoned[job.queue] += 1
+            log.warning(
+                "job set aside msgid=%s queue=%s: %s",
+                job.msgid,
+                job.queue,
+                reason,
+                extra=job_fields(job.msgid, job.queue),
+            )
+            if job.client:  # once the journal holds it poisoned
+                self.book.after_commit(
+                    job.client, Reject(msgid=new_msgid(), job_msgid=job.msgid, reason=reason)
+                )
+            set_aside = self.book.set_aside
+            if reporter is not None and set_aside is not None:
+                set_aside(reporter, job.msgid, reason)  # it records the job's end
+            return
+        self.journal.requeue(job.seq, job.deaths)
+        self.routing.requeued += 1
+        self.routing.waiting.push(job)
+
+    def retry(self, job: RoutedJob, asked: float | None = None) -> None:
+        """Hold ``job`` (in the journal, DELAYED) for ``asked`` seconds (the job's retry
+        policy, as its job manager said), else this router's back-off."""
+        s = self.settings
+        job.attempts += 1
+        self.stats.retried[job.queue] += 1
+        pause = backoff(job.attempts, s.retry_backoff_base, s.retry_backoff_cap)
+        if asked is not None:
+            pause = asked
+        self.delays.delay(job, time.time() + pause)
+        n, of = job.attempts, job.retry_count
+        job_debug(log, "retry %d of %d in %.1fs", job.msgid, job.queue, n, of, pause)
+
+    def finish(self, job: RoutedJob, payload: str | None, *, committed: bool = False) -> None:
+        """``committed``: the client's answer waits for the commit holding the removal."""
+        self.forget_finished(job)
+        if job.reply and job.client and payload is not None:
+            send = self.book.after_commit if committed else self.book.to_client
+            send(job.client, Reply(msgid=new_msgid(), payload=payload, reply_to=job.msgid))
+
+    def refused(self, job: RoutedJob, payload: str) -> None:
+        """A job manager refused the job (not registered, not allowed, bad body): the
+        client that asked gets REJECT with the reason, not a REPLY."""
+        self.forget_finished(job)
+        if job.reply and job.client:
+            reject = Reject(msgid=new_msgid(), job_msgid=job.msgid, reason=refusal_reason(payload))
+            self.book.to_client(job.client, reject)
+
+    def forget_finished(self, job: RoutedJob) -> None:
+        self.journal.delete(job.seq)
+        self.finished.add(job.msgid)
+        self.unique.release(job.msgid)
+
+    # -- expired before it started -----------------------------------------------------
+    def settle_expired(self) -> None:
+        """Finish the jobs a wait queue skipped because their ``expires`` time passed."""
+        dropped = self.routing.waiting.expiry.expired
+        while dropped:
+            self.expired_job(dropped.pop(0))
+
+    def expired_job(self, job: RoutedJob, *, stored: bool = True) -> None:
+        """``job`` was not started before its expiry: finished, never run."""
+        self.jobs_expired[job.queue] += 1
+        self.stats.finish(job.queue, JobStatus.CANCELLED)  # the DONE words
+        job_debug(log, "expired before it started, not run", job.msgid, job.queue)
+        if stored:
+            self.forget_finished(job)
+        else:
+            self.finished.add(job.msgid)
+        if job.reply and job.client:
+            self.book.to_client(
+                job.client, Reply(msgid=new_msgid(), payload=EXPIRED_PAYLOAD, reply_to=job.msgid)
+            )
+
+    # -- cancelling --------------------------------------------------------------------
+    def cancel(self, msgid: str) -> RoutedJob | None:
+        """CANCEL: drop the job if it has not been handed out.
+
+        Returns the job when it is running (the caller forwards CANCEL to its
+        worker if that worker can take it); None otherwise.
+        """
+        running = self.routing.inflight.get(msgid)
+        if running is not None:
+            return running
+        job = self.routing.waiting.index.get(msgid)
+        if job is not None:
+            self.routing.waiting.queue(job.queue).discard(job)
+        else:
+            try:
+                found = self.journal.find(msgid)
+                if found is None:
+                    for seq in self.journal.parcels_holding(msgid):
+                        self.book.open_parcel(seq)
+                    found = self.journal.find(msgid)
+            except JournalUnavailable as exc:
+                log.warning("CANCEL for msgid %s not applied: journal: %s", msgid, exc.reason)
+                return None
+            if found is None:
+                log.debug("CANCEL for msgid %s: not held", msgid)
+                return None
+            state, row = found
+            if state == LEASED:
+                return None
+            job = job_from_row(row, 0.0)
+            if state == WAITING:
+                self.routing.waiting.queue(row.queue).forget_on_disk()
+            elif state == DELAYED:
+                self.delays.delayed[row.queue] -= 1
+                self.book.rate_limits.unparked(row.queue, row.headers)
+            elif state == POISONED:
+                self.poisoned[row.queue] -= 1
+        self.stats.finish(job.queue, JobStatus.CANCELLED)
+        self.finish(job, CANCELLED_PAYLOAD, committed=True)  # "never runs": once stored
+        job_debug(log, "cancelled before it ran", msgid, job.queue)
+        return None
+
+    # -- poisoned jobs (admin POISONED_RETRY / POISONED_PURGE) -----------------------------
+    def _take_poisoned(self, msgids: Iterable[str]) -> list[Row]:
+        """The rows of those of ``msgids`` poisoned here, no longer counted as poisoned."""
+        rows = []
+        for msgid in msgids:
+            found = self.journal.find(msgid)
+            if found is not None and found[0] == POISONED:
+                self.poisoned[found[1].queue] -= 1
+                rows.append(found[1])
+        return rows
+
+    def retry_poisoned(self, msgids: Iterable[str], now: float) -> list[str]:
+        """Poisoned jobs wait again with their deaths forgotten; the msgids that were
+        poisoned here (others are not touched)."""
+        rows = self._take_poisoned(msgids)
+        # They hold their unique keys again (freed when they were set aside).
+        self.unique.rebuild((row.msgid, row.headers, row.accepted) for row in rows)
+        for row in rows:
+            self.journal.unpoison(row.seq)
+            job = job_from_row(row, now)
+            job.deaths = 0
+            self.routing.waiting.push(job)
+            log.info("poisoned job msgid=%s queue=%s waits again (admin)", row.msgid, row.queue)
+        self.book.pump(now, sorted({row.queue for row in rows}))
+        return [row.msgid for row in rows]
+
+    def purge_poisoned(self, msgids: Iterable[str]) -> list[str]:
+        """Poisoned jobs deleted from the journal; the msgids that were poisoned here."""
+        rows = self._take_poisoned(msgids)
+        for row in rows:
+            self.journal.delete(row.seq)
+            log.info("poisoned job msgid=%s queue=%s purged (admin)", row.msgid, row.queue)
+        return [row.msgid for row in rows]
