@@ -56,12 +56,10 @@ import math
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from django_eventmq.protocol import Message, new_msgid
 from django_eventmq.protocol.extensions import Reject
 from django_eventmq.protocol.headers import Headers
-from django_eventmq.protocol.views import stored_request
 from django_eventmq.router.dedup import FinishedWindow, StoredMsgids
 from django_eventmq.router.delays import Delays
 from django_eventmq.router.journal.api import JournalLike
@@ -71,7 +69,8 @@ from django_eventmq.router.journal.store import (
     POISONED,
     WAITING,
     JournalUnavailable,
-    new_row,
+    Parcel,
+    job_values,
     parcel_digest,
 )
 from django_eventmq.router.outcomes import Outcomes
@@ -96,28 +95,6 @@ ToClient = Callable[[bytes, Message], object]
 SetAside = Callable[[bytes, str, str], None]
 #: A REQUEST to accept: its frames (as a DEALER sent them), msgid, queue and headers.
 Accepting = tuple[list[bytes], str, str, Headers]
-
-
-def job_values(
-    job: RoutedJob, state: int, accepted: float, due: float | None, owner: str | None = None
-) -> list[Any]:
-    """A new job's journal row (see :meth:`.journal.Journal.add`); ``owner``: the
-    CURVE key that sent it (CANCEL_POLICY ``owner``)."""
-    request = stored_request(job.frames)
-    return new_row(
-        job.seq,
-        job.msgid,
-        job.queue,
-        job.priority,
-        state,
-        job.guarantee,
-        request.headers,
-        request.body,
-        job.client,
-        accepted,
-        due or 0.0,
-        owner,
-    )
 
 
 def _not_connected(worker: JobManagerPeer, job: RoutedJob) -> None:
@@ -333,7 +310,7 @@ class Book:
         worker = None if delayed or limited else self.routing.free_worker(queue)
         state = DELAYED if delayed else (LEASED if worker is not None else WAITING)
         stored = self.journal.add(
-            job_values(job, state, wall, due if delayed else None, owner),
+            job_values(job, state, wall, (due or 0.0) if delayed else 0.0, owner),
             on_disk=self._may_be_stored(msgid),
         )
         self.stored_msgids.add(msgid)
@@ -374,7 +351,7 @@ class Book:
             )
         stored = self.journal.add_many(
             [
-                job_values(job, WAITING if due is None else DELAYED, wall, due, owner)
+                job_values(job, WAITING if due is None else DELAYED, wall, due or 0.0, owner)
                 for job, due in fresh
             ]
         )
@@ -430,16 +407,18 @@ class Book:
         seq = self._seq + 1
         self._seq += count
         journal.add_parcel(
-            seq,
-            count,
-            queue,
-            headers.priority,
-            headers.guarantee,
-            headers_frame,
-            identity,
-            time.time(),
-            jobs_frame,
-            self._digest(jobs_frame),
+            Parcel(
+                seq=seq,
+                count=count,
+                queue=queue,
+                priority=headers.priority,
+                guarantee=headers.guarantee,
+                headers=headers_frame,
+                client=identity,
+                accepted=time.time(),
+                jobs=jobs_frame,
+                digest=self._digest(jobs_frame),
+            )
         )
         wait_queue.wait_on_disk(count)
         self.stats.received[queue] += count

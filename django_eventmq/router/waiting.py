@@ -83,6 +83,16 @@ class RoutedJob:
     def key(self) -> Key:
         return (-self.priority, self.seq)
 
+    @property
+    def header_frame(self) -> bytes:
+        """Its REQUEST's header frame, as the client sent it."""
+        return self.frames[5]
+
+    @property
+    def body(self) -> bytes:
+        """Its REQUEST's body frame, as the client sent it."""
+        return self.frames[6]
+
 
 def expires_at(job: RoutedJob) -> float:
     """``job.expires``, read from its header frame the first time (a job rebuilt from

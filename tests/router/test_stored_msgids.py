@@ -12,6 +12,7 @@ from django_eventmq.protocol import parse_headers
 from django_eventmq.router.book import Book
 from django_eventmq.router.dedup import RESTART_AFTER, StoredMsgids
 from django_eventmq.router.journal.store import Journal
+from tests.router.test_journal import parcel
 from tests.router.test_unique import make_book
 
 BODY = b'["run", {}]'
@@ -97,7 +98,7 @@ def test_a_resend_of_a_job_from_an_opened_parcel_is_a_duplicate(tmp_path: Path) 
     for msgid in ("m1", "m2", "m3"):
         assert accept(book, msgid)
     journal.commit()
-    journal.add_parcel(10, 3, "q", 0, True, b"guarantee", b"c", 1.0, parcel_frame())
+    journal.add_parcel(parcel(10, 3, parcel_frame(), queue="q"))
     book.routing.waiting.queue("q").wait_on_disk(3)
     book._seq = 12
     book.open_parcel(10)
