@@ -77,6 +77,7 @@ from django_eventmq.router.outcomes import Outcomes
 from django_eventmq.router.rate_limits import RateLimits, queue_rates
 from django_eventmq.router.reports import Reports
 from django_eventmq.router.routing import JobManagerPeer, RoutedJob, Routing
+from django_eventmq.router.stages import Stages
 from django_eventmq.router.stored import jobs_from_rows
 from django_eventmq.router.unique import UniqueKeys
 from django_eventmq.router.waiting import Key
@@ -137,8 +138,11 @@ class Book:
         #: msgids that may be in a job row (no lookup for the others; see :meth:`accept`).
         self.stored_msgids = StoredMsgids()
         self._expiry = self.routing.waiting.expiry
-        #: Unique jobs' keys and who holds them (:mod:`.unique`).
+        #: The features plugged into the points of a job's path (:mod:`.stages`).
+        self.stages = Stages()
+        #: Unique jobs' keys and who holds them (:mod:`.unique`): a stage.
         self.unique = UniqueKeys()
+        self.stages.plug(self.unique)
         self._seq = 0
         #: The parts (see the module doc).
         self.delays = Delays(journal, self.routing, self.rate_limits, self.finished)
@@ -317,7 +321,8 @@ class Book:
         if not stored:
             self.duplicates += 1
             return False
-        self.unique.hold(msgid, headers, wall)
+        for hook in self.stages.accepted:
+            hook(job, headers, wall)
         self._route_new(job, due if delayed else None, now, stored_as_leased=state == LEASED)
         return True
 
@@ -357,11 +362,12 @@ class Book:
         )
         for job, _ in fresh:
             self.stored_msgids.add(job.msgid)
-        keyed = {msgid: headers for _, msgid, _, headers in requests if headers.unique_key}
+        accepted = self.stages.accepted
+        headers_of = {msgid: headers for _, msgid, _, headers in requests} if accepted else {}
         for job, due in fresh:
             if job.seq in stored:
-                if job.msgid in keyed:
-                    self.unique.hold(job.msgid, keyed[job.msgid], wall)
+                for hook in accepted:
+                    hook(job, headers_of[job.msgid], wall)
                 self._route_new(job, due, now)
             else:
                 self.duplicates += 1

@@ -58,6 +58,7 @@ class Outcomes:
         self.stats = book.stats
         self.finished = book.finished
         self.unique = book.unique
+        self.stages = book.stages
         self.delays = book.delays
         #: Jobs set aside per queue (POISONED in the journal).
         self.poisoned: Counter[str] = Counter()
@@ -108,7 +109,8 @@ class Outcomes:
         if job.deaths >= self.settings.poison_after:
             reason = f"poisoned: {why}, {job.deaths} time(s)"
             self.journal.poison(job.seq, job.deaths, reason)
-            self.unique.release(job.msgid)
+            for hook in self.stages.set_aside:
+                hook(job)
             self.poisoned[job.queue] += 1
             log.warning(
                 "job set aside msgid=%s queue=%s: %s",
@@ -160,7 +162,8 @@ class Outcomes:
     def forget_finished(self, job: RoutedJob) -> None:
         self.journal.delete(job.seq)
         self.finished.add(job.msgid)
-        self.unique.release(job.msgid)
+        for hook in self.stages.finished:
+            hook(job)
 
     # -- expired before it started -----------------------------------------------------
     def settle_expired(self) -> None:
