@@ -171,7 +171,7 @@ def monitor(book: Book) -> dict[str, Any]:
         entry(queue)["expired"] = n
     # Jobs not started before their ``expires`` time ("expired" above is leases);
     # only in the queues that had any.
-    for queue, n in book.outcomes.jobs_expired.items():
+    for queue, n in book.expired_jobs.by_queue.items():
         if n:
             entry(queue)["jobs_expired"] = n
     # Unique jobs refused because another job held their key (only queues that had any).
@@ -191,7 +191,7 @@ def monitor(book: Book) -> dict[str, Any]:
         "store_bytes": book.journal.size_bytes(),
         "syncs": book.journal.syncs,
         "expired": book.outcomes.expired,
-        "jobs_expired": sum(book.outcomes.jobs_expired.values()),
+        "jobs_expired": sum(book.expired_jobs.by_queue.values()),
         "rate_limited": sum(limit["held_back"] for limit in limited.values()),
         "requeued": routing.requeued,
         "recovered": book.recovered,

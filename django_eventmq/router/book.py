@@ -10,7 +10,9 @@ commit holding the change it tells of (a cancelled job's answer, a poisoned
 job's REJECT: a crash before that commit would run the job again). Its parts,
 each with its own state: :attr:`Book.delays` (:mod:`.delays`: delayed and
 rate-limit parked jobs), :attr:`Book.outcomes` (:mod:`.outcomes`: what becomes
-of a job: lost, retried, finished, refused, expired, cancelled, poisoned) and
+of a job: lost, retried, finished, refused, cancelled, poisoned),
+:attr:`Book.expired_jobs` (:mod:`.expiry`: jobs not started before their
+expiry) and
 :attr:`Book.reports` (:mod:`.reports`: what job managers report).
 
 Promises (README "Nothing lost"):
@@ -30,15 +32,7 @@ Promises (README "Nothing lost"):
   restart too), is acknowledged again and not run twice.
 
 Expiry: a job with an ``expires`` header is never handed out after that
-time (the router's wall clock; the client computed it from its own, so the
-two are assumed roughly in sync). A pop from a wait queue skips it
-(:class:`.waiting.Expiry`), a new job that arrives expired is not stored, and
-a job manager reports one it held too long as DONE ``cancelled`` with an
-``Expired`` error (:func:`~django_eventmq.protocol.status.expired_reply`); each is
-finished (deleted from the journal, its msgid remembered), counted per queue
-in :attr:`.Outcomes.jobs_expired` (and as ``cancelled`` in the finished-jobs stats,
-whose words are the DONE's), and its client, if it asked for a reply, gets
-an ``Expired`` error reply.
+time; see :mod:`.expiry`.
 
 Attempts: a job retried after DONE status ``retry`` is handed out with an
 ``attempt:K`` header (K = 2 for the first retry; any ``attempt:N`` it had is
@@ -62,6 +56,7 @@ from django_eventmq.protocol.extensions import Reject
 from django_eventmq.protocol.headers import Headers
 from django_eventmq.router.dedup import FinishedWindow, StoredMsgids
 from django_eventmq.router.delays import Delays
+from django_eventmq.router.expiry import ExpiredJobs
 from django_eventmq.router.journal.api import JournalLike
 from django_eventmq.router.journal.store import (
     DELAYED,
@@ -147,6 +142,7 @@ class Book:
         #: The parts (see the module doc).
         self.delays = Delays(journal, self.routing, self.rate_limits, self.finished)
         self.outcomes = Outcomes(self)
+        self.expired_jobs = ExpiredJobs(self)
         self.reports = Reports(self)
         self._last_digest: tuple[bytes, bytes] | None = None
 
@@ -304,7 +300,7 @@ class Book:
         wall = time.time()
         if headers.expires is not None and headers.expires <= wall:
             self.stats.received[queue] += 1
-            self.outcomes.expired_job(job, stored=False)
+            self.expired_jobs.expired(job, stored=False)
             return True
         due = headers.delay_until
         delayed = due is not None and due > wall
@@ -488,7 +484,7 @@ class Book:
         if worker is not None:
             self.hand_out(worker, job, now, stored_as_leased=stored_as_leased)
         elif self._expiry.expired:
-            self.outcomes.settle_expired()
+            self.expired_jobs.settle()
         if self.rate_limits.parked:
             self.delays.settle_parked()
 
@@ -534,7 +530,7 @@ class Book:
             while (pair := routing.dispatch_waiting(queue, now)) is not None:
                 self.hand_out(*pair, now)
         if self._expiry.expired:
-            self.outcomes.settle_expired()
+            self.expired_jobs.settle()
         if self.rate_limits.parked:
             self.delays.settle_parked()
 

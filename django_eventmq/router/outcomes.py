@@ -1,6 +1,6 @@
 """What becomes of a job the router holds: its worker went away or its lease ran
 out (it waits again, or is set aside as poisoned), it is retried later,
-finished, refused, expired before it started, or cancelled; and the poisoned
+finished, refused or cancelled (expired before it started: :mod:`.expiry`); and the poisoned
 jobs' admin commands (POISONED_RETRY, POISONED_PURGE).
 """
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from django_eventmq.protocol import Reply, new_msgid
 from django_eventmq.protocol.extensions import Reject, refusal_reason
-from django_eventmq.protocol.status import EXPIRED_ERROR, JobStatus
+from django_eventmq.protocol.status import JobStatus
 from django_eventmq.router.journal.store import (
     DELAYED,
     LEASED,
@@ -39,11 +39,6 @@ CANCELLED_PAYLOAD = (
     '{"value": null, "error": {"type": "Cancelled", "message": "cancelled before it ran",'
     ' "traceback": ""}}'
 )
-#: The reply a client that asked for one gets for a job that expired before it started.
-EXPIRED_PAYLOAD = (
-    f'{{"value": null, "error": {{"type": "{EXPIRED_ERROR}", "message": "not started before'
-    ' its expiry; it never ran", "traceback": ""}}'
-)
 
 
 class Outcomes:
@@ -65,8 +60,6 @@ class Outcomes:
         #: Leases that ran out, in all and per queue.
         self.expired = 0
         self.expired_by_queue: Counter[str] = Counter()
-        #: Jobs not started before their ``expires`` time (never run), per queue.
-        self.jobs_expired: Counter[str] = Counter()
 
     # -- workers that go away -----------------------------------------------------------
     def worker_failed(self, identity: bytes, why: str) -> None:
@@ -164,27 +157,6 @@ class Outcomes:
         self.finished.add(job.msgid)
         for hook in self.stages.finished:
             hook(job)
-
-    # -- expired before it started -----------------------------------------------------
-    def settle_expired(self) -> None:
-        """Finish the jobs a wait queue skipped because their ``expires`` time passed."""
-        dropped = self.routing.waiting.expiry.expired
-        while dropped:
-            self.expired_job(dropped.pop(0))
-
-    def expired_job(self, job: RoutedJob, *, stored: bool = True) -> None:
-        """``job`` was not started before its expiry: finished, never run."""
-        self.jobs_expired[job.queue] += 1
-        self.stats.finish(job.queue, JobStatus.CANCELLED)  # the DONE words
-        job_debug(log, "expired before it started, not run", job.msgid, job.queue)
-        if stored:
-            self.forget_finished(job)
-        else:
-            self.finished.add(job.msgid)
-        if job.reply and job.client:
-            self.book.to_client(
-                job.client, Reply(msgid=new_msgid(), payload=EXPIRED_PAYLOAD, reply_to=job.msgid)
-            )
 
     # -- cancelling --------------------------------------------------------------------
     def cancel(self, msgid: str) -> RoutedJob | None:

@@ -39,6 +39,7 @@ class Reports:
         self.finished = book.finished
         self.stats = book.stats
         self.outcomes = book.outcomes
+        self.expired_jobs = book.expired_jobs
         self._expiry = book.routing.waiting.expiry
         #: Waiting jobs kept in flight on the job manager that said it holds them.
         self.adopted = 0
@@ -49,7 +50,7 @@ class Reports:
         if job is not None:
             self.book.hand_out(self.routing.workers[identity], job, now)
         if self._expiry.expired:
-            self.outcomes.settle_expired()
+            self.expired_jobs.settle()
 
     def reply(self, identity: bytes, msgid: str) -> bytes | None:
         """A worker's REPLY (the reference's way) finished ``msgid``; returns its client."""
@@ -82,7 +83,7 @@ class Reports:
             if nxt is not None:
                 self.book.hand_out(worker, nxt, now)
             if self._expiry.expired:
-                self.outcomes.settle_expired()
+                self.expired_jobs.settle()
         else:
             job = self.routing.release_from(identity, msgid)
         if job is None:
@@ -96,9 +97,7 @@ class Reports:
             self.outcomes.died(job, f"its worker process died ({died})", identity)
         elif status == JobStatus.CANCELLED and expired_reply(payload):
             # The job manager held it past its expiry and did not start it.
-            self.outcomes.jobs_expired[job.queue] += 1
-            self.stats.finish(job.queue, JobStatus.CANCELLED)  # the DONE words
-            self.outcomes.finish(job, payload)
+            self.expired_jobs.reported(job, payload)
         elif status == JobStatus.RETRY and job.attempts < job.retry_count:
             self.outcomes.retry(job, retry_policy.delay_in_payload(payload))
         else:
@@ -132,7 +131,7 @@ class Reports:
             if nxt is not None:
                 self.book.hand_out(worker, nxt, now)
             if self._expiry.expired:
-                self.outcomes.settle_expired()
+                self.expired_jobs.settle()
         if job is None:
             self._stale(identity, msgid, "NACK")
             return

@@ -522,7 +522,7 @@ class Router(Service):
             body["poisoned_messages"] = admin_json.poisoned(self.book)
             body["poisoned_messages_total"] = sum(self.book.outcomes.poisoned.values())
             # Jobs dropped at hand-out because their ``expires`` time passed.
-            body["expired_messages_by_queue"] = dict(self.book.outcomes.jobs_expired)
+            body["expired_messages_by_queue"] = dict(self.book.expired_jobs.by_queue)
             body.update(self.book.stats.as_dict())
             body["journal_failure"] = self.book.journal.failure
             if self._status_extra is not None:
