@@ -164,7 +164,7 @@ def monitor(book: Book) -> dict[str, Any]:
     for queue, n in book.delays.delayed.items():
         if n:
             entry(queue)["delayed"] = n
-    for queue, n in book.outcomes.poisoned.items():
+    for queue, n in book.poisoned.by_queue.items():
         if n:
             entry(queue)["poisoned"] = n
     for queue, n in book.outcomes.expired_by_queue.items():
@@ -187,7 +187,7 @@ def monitor(book: Book) -> dict[str, Any]:
         "parcels": book.journal.parcel_count(),
         "in_flight": len(routing.inflight),
         "delayed": sum(book.delays.delayed.values()),
-        "poisoned": sum(book.outcomes.poisoned.values()),
+        "poisoned": sum(book.poisoned.by_queue.values()),
         "store_bytes": book.journal.size_bytes(),
         "syncs": book.journal.syncs,
         "expired": book.outcomes.expired,
@@ -214,7 +214,7 @@ def poisoned(book: Book, limit: int = 100) -> list[dict[str, Any]]:
     them (from the journal at start, then as it sets jobs aside and takes them
     back): with none counted the journal is not asked (its read would write
     the kept changes first, at every STATUS)."""
-    if not any(n > 0 for n in book.outcomes.poisoned.values()):
+    if not any(n > 0 for n in book.poisoned.by_queue.values()):
         return []
     return [
         {

@@ -10,7 +10,8 @@ commit holding the change it tells of (a cancelled job's answer, a poisoned
 job's REJECT: a crash before that commit would run the job again). Its parts,
 each with its own state: :attr:`Book.delays` (:mod:`.delays`: delayed and
 rate-limit parked jobs), :attr:`Book.outcomes` (:mod:`.outcomes`: what becomes
-of a job: lost, retried, finished, refused, cancelled, poisoned),
+of a job: lost, finished, refused, cancelled), :attr:`Book.poisoned`
+(:mod:`.poisoned`), :attr:`Book.retries` (:mod:`.retries`),
 :attr:`Book.expired_jobs` (:mod:`.expiry`: jobs not started before their
 expiry) and
 :attr:`Book.reports` (:mod:`.reports`: what job managers report).
@@ -69,8 +70,10 @@ from django_eventmq.router.journal.store import (
     parcel_digest,
 )
 from django_eventmq.router.outcomes import Outcomes
+from django_eventmq.router.poisoned import PoisonedJobs
 from django_eventmq.router.rate_limits import RateLimits, queue_rates
 from django_eventmq.router.reports import Reports
+from django_eventmq.router.retries import Retries
 from django_eventmq.router.routing import JobManagerPeer, RoutedJob, Routing
 from django_eventmq.router.stages import Stages
 from django_eventmq.router.stored import jobs_from_rows
@@ -141,6 +144,8 @@ class Book:
         self._seq = 0
         #: The parts (see the module doc).
         self.delays = Delays(journal, self.routing, self.rate_limits, self.finished)
+        self.poisoned = PoisonedJobs(self)
+        self.retries = Retries(self)
         self.outcomes = Outcomes(self)
         self.expired_jobs = ExpiredJobs(self)
         self.reports = Reports(self)
@@ -164,7 +169,7 @@ class Book:
             wait_queue.count = n
             wait_queue.spill_all()
         delayed = self.delays.delayed = counts[DELAYED]
-        poisoned = self.outcomes.poisoned = counts[POISONED]
+        poisoned = self.poisoned.by_queue = counts[POISONED]
         self._seq = journal.max_seq()
         self.delays.due_at = journal.next_due()
         # Unique jobs' keys: those of held jobs, before anyone is answered.
@@ -253,7 +258,7 @@ class Book:
         return (
             self.routing.waiting.some_on_disk()
             or any(self.delays.delayed.values())
-            or any(self.outcomes.poisoned.values())
+            or any(self.poisoned.by_queue.values())
         )
 
     def _may_be_stored(self, msgid: str) -> bool:

@@ -1,15 +1,12 @@
 """What becomes of a job the router holds: its worker went away or its lease ran
-out (it waits again, or is set aside as poisoned), it is retried later,
-finished, refused or cancelled (expired before it started: :mod:`.expiry`); and the poisoned
-jobs' admin commands (POISONED_RETRY, POISONED_PURGE).
+out (it waits again, or is set aside: :mod:`.poisoned`), it is finished,
+refused or cancelled. Retries are :mod:`.retries`, expiry :mod:`.expiry`.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from django_eventmq.protocol import Reply, new_msgid
@@ -21,13 +18,11 @@ from django_eventmq.router.journal.store import (
     POISONED,
     WAITING,
     JournalUnavailable,
-    Row,
 )
 from django_eventmq.router.routing import RoutedJob
 from django_eventmq.router.stored import job_from_row
-from django_eventmq.runtime.logs import job_debug, job_fields
+from django_eventmq.runtime.logs import job_debug
 from django_eventmq.runtime.outbox import show
-from django_eventmq.runtime.retry import backoff
 
 if TYPE_CHECKING:
     from django_eventmq.router.book import Book
@@ -55,8 +50,7 @@ class Outcomes:
         self.unique = book.unique
         self.stages = book.stages
         self.delays = book.delays
-        #: Jobs set aside per queue (POISONED in the journal).
-        self.poisoned: Counter[str] = Counter()
+        self.poisoned = book.poisoned
         #: Leases that ran out, in all and per queue.
         self.expired = 0
         self.expired_by_queue: Counter[str] = Counter()
@@ -94,48 +88,17 @@ class Outcomes:
 
     # -- outcomes ----------------------------------------------------------------------
     def died(self, job: RoutedJob, why: str, reporter: bytes | None = None) -> None:
-        """``job`` was lost (``why``): it waits again, or is set aside as poisoned.
-        ``reporter``: the job manager that saw its worker process die."""
+        """``job`` was lost (``why``): it waits again, or is set aside as poisoned
+        (:mod:`.poisoned`). ``reporter``: the job manager that saw its worker process
+        die."""
         job_debug(log, "waits again (%s)", job.msgid, job.queue, why)
         job.deaths += 1
         self.routing.release(job)
-        if job.deaths >= self.settings.poison_after:
-            reason = f"poisoned: {why}, {job.deaths} time(s)"
-            self.journal.poison(job.seq, job.deaths, reason)
-            for hook in self.stages.set_aside:
-                hook(job)
-            self.poisoned[job.queue] += 1
-            log.warning(
-                "job set aside msgid=%s queue=%s: %s",
-                job.msgid,
-                job.queue,
-                reason,
-                extra=job_fields(job.msgid, job.queue),
-            )
-            if job.client:  # once the journal holds it poisoned
-                self.book.after_commit(
-                    job.client, Reject(msgid=new_msgid(), job_msgid=job.msgid, reason=reason)
-                )
-            set_aside = self.book.set_aside
-            if reporter is not None and set_aside is not None:
-                set_aside(reporter, job.msgid, reason)  # it records the job's end
+        if self.poisoned.set_aside(job, why, reporter):
             return
         self.journal.requeue(job.seq, job.deaths)
         self.routing.requeued += 1
         self.routing.waiting.push(job)
-
-    def retry(self, job: RoutedJob, asked: float | None = None) -> None:
-        """Hold ``job`` (in the journal, DELAYED) for ``asked`` seconds (the job's retry
-        policy, as its job manager said), else this router's back-off."""
-        s = self.settings
-        job.attempts += 1
-        self.stats.retried[job.queue] += 1
-        pause = backoff(job.attempts, s.retry_backoff_base, s.retry_backoff_cap)
-        if asked is not None:
-            pause = asked
-        self.delays.delay(job, time.time() + pause)
-        n, of = job.attempts, job.retry_count
-        job_debug(log, "retry %d of %d in %.1fs", job.msgid, job.queue, n, of, pause)
 
     def finish(self, job: RoutedJob, payload: str | None, *, committed: bool = False) -> None:
         """``committed``: the client's answer waits for the commit holding the removal."""
@@ -194,42 +157,8 @@ class Outcomes:
                 self.delays.delayed[row.queue] -= 1
                 self.book.rate_limits.unparked(row.queue, row.headers)
             elif state == POISONED:
-                self.poisoned[row.queue] -= 1
+                self.poisoned.by_queue[row.queue] -= 1
         self.stats.finish(job.queue, JobStatus.CANCELLED)
         self.finish(job, CANCELLED_PAYLOAD, committed=True)  # "never runs": once stored
         job_debug(log, "cancelled before it ran", msgid, job.queue)
         return None
-
-    # -- poisoned jobs (admin POISONED_RETRY / POISONED_PURGE) -----------------------------
-    def _take_poisoned(self, msgids: Iterable[str]) -> list[Row]:
-        """The rows of those of ``msgids`` poisoned here, no longer counted as poisoned."""
-        rows = []
-        for msgid in msgids:
-            found = self.journal.find(msgid)
-            if found is not None and found[0] == POISONED:
-                self.poisoned[found[1].queue] -= 1
-                rows.append(found[1])
-        return rows
-
-    def retry_poisoned(self, msgids: Iterable[str], now: float) -> list[str]:
-        """Poisoned jobs wait again with their deaths forgotten; the msgids that were
-        poisoned here (others are not touched)."""
-        rows = self._take_poisoned(msgids)
-        # They hold their unique keys again (freed when they were set aside).
-        self.unique.rebuild((row.msgid, row.headers, row.accepted) for row in rows)
-        for row in rows:
-            self.journal.unpoison(row.seq)
-            job = job_from_row(row, now)
-            job.deaths = 0
-            self.routing.waiting.push(job)
-            log.info("poisoned job msgid=%s queue=%s waits again (admin)", row.msgid, row.queue)
-        self.book.pump(now, sorted({row.queue for row in rows}))
-        return [row.msgid for row in rows]
-
-    def purge_poisoned(self, msgids: Iterable[str]) -> list[str]:
-        """Poisoned jobs deleted from the journal; the msgids that were poisoned here."""
-        rows = self._take_poisoned(msgids)
-        for row in rows:
-            self.journal.delete(row.seq)
-            log.info("poisoned job msgid=%s queue=%s purged (admin)", row.msgid, row.queue)
-        return [row.msgid for row in rows]

@@ -15,7 +15,6 @@ from django_eventmq.protocol.status import JobStatus, expired_reply
 from django_eventmq.router.journal.store import LEASED, WAITING, JournalUnavailable
 from django_eventmq.router.routing import RoutedJob
 from django_eventmq.router.stored import job_from_row
-from django_eventmq.runtime import retry_policy
 from django_eventmq.runtime.logs import job_debug
 from django_eventmq.runtime.outbox import show
 
@@ -40,6 +39,7 @@ class Reports:
         self.stats = book.stats
         self.outcomes = book.outcomes
         self.expired_jobs = book.expired_jobs
+        self.retries = book.retries
         self._expiry = book.routing.waiting.expiry
         #: Waiting jobs kept in flight on the job manager that said it holds them.
         self.adopted = 0
@@ -98,8 +98,8 @@ class Reports:
         elif status == JobStatus.CANCELLED and expired_reply(payload):
             # The job manager held it past its expiry and did not start it.
             self.expired_jobs.reported(job, payload)
-        elif status == JobStatus.RETRY and job.attempts < job.retry_count:
-            self.outcomes.retry(job, retry_policy.delay_in_payload(payload))
+        elif status == JobStatus.RETRY and self.retries.take(job, payload):
+            pass  # it waits for its next attempt
         else:
             self.routing.count_finished(job, identity)
             # A retry past its retry-count is a failure; time from hand-out to report.

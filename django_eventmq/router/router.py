@@ -520,7 +520,7 @@ class Router(Service):
         if msg.action == C.STATUS:
             body = admin_json.status(self.routing, now)
             body["poisoned_messages"] = admin_json.poisoned(self.book)
-            body["poisoned_messages_total"] = sum(self.book.outcomes.poisoned.values())
+            body["poisoned_messages_total"] = sum(self.book.poisoned.by_queue.values())
             # Jobs dropped at hand-out because their ``expires`` time passed.
             body["expired_messages_by_queue"] = dict(self.book.expired_jobs.by_queue)
             body.update(self.book.stats.as_dict())
@@ -528,9 +528,9 @@ class Router(Service):
             if self._status_extra is not None:
                 body.update(self._status_extra())
         elif msg.action == C.POISONED_RETRY:
-            body = {"retried": self.book.outcomes.retry_poisoned(msg.arguments, now)}
+            body = {"retried": self.book.poisoned.retry(msg.arguments, now)}
         elif msg.action == C.POISONED_PURGE:
-            body = {"purged": self.book.outcomes.purge_poisoned(msg.arguments)}
+            body = {"purged": self.book.poisoned.purge(msg.arguments)}
         elif msg.action == C.ROUTER_SHOW_WORKERS:
             body = admin_json.show_workers(self.routing)
         elif msg.action == C.ROUTER_SHOW_JOBS:

@@ -69,7 +69,7 @@ def test_a_dropped_workers_unsent_jobs_wait_again_without_a_death(router: Router
     waiting = router.routing.waiting.index
     assert "m-1" in waiting  # waits again...
     assert waiting["m-1"].deaths == 0  # ...not poisoned, though POISON_AFTER is 1
-    assert not router.book.outcomes.poisoned
+    assert not router.book.poisoned.by_queue
     assert "m-1" not in router.routing.inflight
 
 
@@ -81,7 +81,7 @@ def test_a_job_that_was_sent_still_counts_a_death_when_its_worker_is_dropped(
 
     router.hand_outs.drop_worker(WORKER, "silent for more than 5s")
 
-    assert router.book.outcomes.poisoned["default"] == 1  # POISON_AFTER=1: set aside
+    assert router.book.poisoned.by_queue["default"] == 1  # POISON_AFTER=1: set aside
 
 
 def test_an_unexpected_send_error_strands_no_job_after_it(

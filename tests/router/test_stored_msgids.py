@@ -86,7 +86,7 @@ def test_a_job_read_back_after_a_restart_and_delayed_is_still_a_duplicate(
     assert not accept(book, "m1")  # finished recently
     book.reports.done(b"jm", "m2", "died", "worker died", 2.0)
     journal.commit()
-    assert book.outcomes.poisoned["q"] == 1  # poison_after=1: set aside, on disk only
+    assert book.poisoned.by_queue["q"] == 1  # poison_after=1: set aside, on disk only
     assert book._some_only_on_disk()
     assert not accept(book, "m2")  # held on disk only: a duplicate
     journal.commit()

@@ -177,7 +177,7 @@ def test_the_key_is_freed_when_its_job_ends(end: str) -> None:
             book.reports.reply(b"jm", "a")
         else:
             book.outcomes.worker_failed(b"jm", "went silent")  # poison_after=1: set aside
-            assert book.outcomes.poisoned == {"q": 1}
+            assert book.poisoned.by_queue == {"q": 1}
     assert book.unique.holder(KEY) is None
     assert accept(book, "b")  # the key is free again
 

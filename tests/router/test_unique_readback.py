@@ -65,11 +65,11 @@ def test_a_poisoned_job_holds_no_key_after_a_restart(reopen: Reopen) -> None:
     accept(book, "bad")
     with_worker(book)
     book.outcomes.worker_failed(b"jm", "went silent")
-    assert book.outcomes.poisoned == {"q": 1}
+    assert book.poisoned.by_queue == {"q": 1}
     book.journal.commit()
     again, _sent, _told = make_book(reopen())
     again.recover()
-    assert again.outcomes.poisoned == {"q": 1} and len(again.unique) == 0
+    assert again.poisoned.by_queue == {"q": 1} and len(again.unique) == 0
     assert again.unique.refusal("new", "q", unique()) is None
     again.journal.close()
 
@@ -80,7 +80,7 @@ def test_a_poisoned_job_retried_from_the_admin_holds_its_key_again(reopen: Reope
     with_worker(book)
     book.outcomes.worker_failed(b"jm", "went silent")
     assert book.unique.holder(KEY) is None  # freed when set aside
-    assert book.outcomes.retry_poisoned(["bad"], 2.0) == ["bad"]
+    assert book.poisoned.retry(["bad"], 2.0) == ["bad"]
     reason = book.unique.refusal("dup", "q", unique())
     assert reason is not None and holder_of(reason) == "bad"
     with_worker(book)  # handed out again, still holding it
@@ -97,6 +97,6 @@ def test_a_retried_poisoned_job_leaves_a_key_taken_since_to_its_new_holder(
     with_worker(book)
     book.outcomes.worker_failed(b"jm", "went silent")
     accept(book, "new")  # took the freed key
-    book.outcomes.retry_poisoned(["bad"], 2.0)
+    book.poisoned.retry(["bad"], 2.0)
     assert book.unique.holder(KEY) == "new"
     book.journal.close()
