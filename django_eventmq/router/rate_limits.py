@@ -116,10 +116,10 @@ class RateLimits:
         #: Parked jobs per queue, until they come due again (a count, not their ids: a
         #: flood of them costs no memory; see :meth:`unparked`).
         self.parked_by_queue: Counter[str] = Counter()
-        #: When a queue held by its own limit may hand out again (inf: none is held).
+        #: When a queue at its own limit may hand out again (inf: none is).
         self.wake = math.inf
         #: Queues that found their limit reached since the last :meth:`due_queues`.
-        self.held: set[str] = set()
+        self.at_limit: set[str] = set()
         #: Times a job was parked by its key's limit, per queue.
         self.throttled: Counter[str] = Counter()
         # Per key: when the next job parked in a row may go (spreads them out).
@@ -143,7 +143,7 @@ class RateLimits:
         at = log.free_at(now)
         if at <= now:
             return True
-        self.held.add(queue)
+        self.at_limit.add(queue)
         self.wake = min(self.wake, at)
         return False
 
@@ -187,7 +187,7 @@ class RateLimits:
 
     def come_back(self, queue: str) -> None:
         """A pop parked :attr:`park_batch` jobs: ``queue`` goes on at the next turn."""
-        self.held.add(queue)
+        self.at_limit.add(queue)
         self.wake = min(self.wake, self.clock())
 
     def unparked(self, queue: str, headers: bytes = RATE_LIMIT_B) -> None:
@@ -199,17 +199,17 @@ class RateLimits:
             self.parked_by_queue[queue] -= 1
 
     def due_queues(self) -> list[str]:
-        """The queues held by their own limit whose wake time has come (then forgotten)."""
+        """The queues at their own limit whose wake time has come (then forgotten)."""
         now = self.clock()
         if now < self.wake:
             return []
-        held = sorted(self.held)
-        self.held.clear()
+        due = sorted(self.at_limit)
+        self.at_limit.clear()
         self.wake = math.inf
-        return held
+        return due
 
     def wake_in(self) -> float | None:
-        """Seconds until :meth:`due_queues` has something (None: nothing is held)."""
+        """Seconds until :meth:`due_queues` has something (None: no queue waits)."""
         if self.wake == math.inf:
             return None
         return max(0.0, self.wake - self.clock())
