@@ -9,7 +9,8 @@ The points:
 
 - ``accepted(job, headers, wall)``: a new job is stored (``headers``: its
   parsed headers, ``wall``: unix time of acceptance).
-- ``handed_out(job)``: a job went to a job manager.
+- ``handed_out(job, jobmanager)``: a job was sent to the job manager
+  ``jobmanager`` (its identity).
 - ``finished(job)``: a job left the router for good: done, refused, expired,
   cancelled.
 - ``set_aside(job)``: a job was poisoned (its worker died too often); it stays
@@ -17,7 +18,9 @@ The points:
 - ``retrying(job)``: a job waits (delayed) for its next attempt.
 
 Plugged today: :mod:`.unique` (unique keys: taken when accepted, freed when
-finished or set aside).
+finished or set aside). Tracing is not a stage: it turns on and off while the
+router runs (``runtime.tracing.ON``), so a plugged hook would cost a call per
+job while it is off, where its check costs less.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ POINTS = ("accepted", "handed_out", "finished", "set_aside", "retrying")
 
 Hook = Callable[[RoutedJob], None]
 AcceptedHook = Callable[[RoutedJob, Headers, float], None]
+HandedOutHook = Callable[[RoutedJob, bytes], None]
 
 
 class Stages:
@@ -42,7 +46,7 @@ class Stages:
 
     def __init__(self) -> None:
         self.accepted: list[AcceptedHook] = []
-        self.handed_out: list[Hook] = []
+        self.handed_out: list[HandedOutHook] = []
         self.finished: list[Hook] = []
         self.set_aside: list[Hook] = []
         self.retrying: list[Hook] = []
