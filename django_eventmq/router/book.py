@@ -143,7 +143,7 @@ class Book:
         self.stages.plug(self.unique)
         self._seq = 0
         #: The parts (see the module doc).
-        self.delays = Delays(journal, self.routing, self.rate_limits, self.finished)
+        self.delays = Delays(journal, self.routing, self.rate_limits)
         self.poisoned = PoisonedJobs(self)
         self.retries = Retries(self)
         self.outcomes = Outcomes(self)
@@ -491,7 +491,7 @@ class Book:
         elif self._expiry.expired:
             self.expired_jobs.settle()
         if self.rate_limits.parked:
-            self.delays.settle_parked()
+            self.settle_parked()
 
     def reject(self, identity: bytes, msgid: str, reason: str) -> None:
         self.rejected += 1
@@ -537,18 +537,22 @@ class Book:
         if self._expiry.expired:
             self.expired_jobs.settle()
         if self.rate_limits.parked:
-            self.delays.settle_parked()
+            self.settle_parked()
 
     def next_due(self) -> float | None:
         """When the router must wake up for a delayed job (:meth:`.Delays.next_due`)."""
         return self.delays.next_due()
+
+    def settle_parked(self) -> None:
+        """Jobs a rate limit parked wait as delayed (:meth:`.RateLimits.settle`)."""
+        self.rate_limits.settle(self.delays.delay, self.finished)
 
     def promote_due(self, wall: float, now: float) -> None:
         """Delayed jobs whose time has come start waiting (or run); queues at their
         rate limit whose time has come go on."""
         delays = self.delays
         if self.rate_limits.parked:
-            delays.settle_parked()
+            self.settle_parked()
         due = self.rate_limits.due_queues()
         if due:
             self.pump(now, due)

@@ -2,8 +2,8 @@
 journal (state DELAYED) and promoted when due.
 
 A job whose ``rate-key`` is at its rate limit is skipped by a pop into
-``RateLimits.parked`` (:mod:`.rate_limits`); :meth:`Delays.settle_parked`
-delays it until it may go, so a flood of them costs no memory.
+``RateLimits.parked`` (:mod:`.rate_limits`); ``RateLimits.settle`` delays it
+here until it may go, so a flood of them costs no memory.
 """
 
 from __future__ import annotations
@@ -12,19 +12,13 @@ import logging
 import time
 from collections import Counter
 
-from django_eventmq.router.dedup import FinishedWindow
 from django_eventmq.router.journal.api import JournalLike
 from django_eventmq.router.journal.store import JournalUnavailable
 from django_eventmq.router.rate_limits import RateLimits
 from django_eventmq.router.routing import RoutedJob, Routing
 from django_eventmq.router.stored import job_from_row
-from django_eventmq.runtime.logs import job_debug
 
 log = logging.getLogger("django_eventmq.router")
-
-#: Seconds added to a parked job's due time: the wall and monotonic clocks are read
-#: apart, and a job promoted a hair early would be parked again at the back.
-PARK_MARGIN = 0.002
 
 
 class Delays:
@@ -35,13 +29,10 @@ class Delays:
         journal: JournalLike,
         routing: Routing,
         rate_limits: RateLimits,
-        finished: FinishedWindow,
     ) -> None:
-        """``finished``: msgids finished recently (a parked job cancelled meanwhile)."""
         self.journal = journal
         self.routing = routing
         self.rate_limits = rate_limits
-        self.finished = finished
         #: Delayed jobs per queue.
         self.delayed: Counter[str] = Counter()
         #: When the first delayed job is due (Unix time; None: none is).
@@ -89,17 +80,3 @@ class Delays:
         except JournalUnavailable:
             pass  # due_at stays: tried again once the journal can be written
         return sorted(queues)
-
-    def settle_parked(self) -> None:
-        """Jobs a wait queue held back by their key's rate limit wait as delayed until
-        they may go (in the journal, so a flood of them costs no memory)."""
-        limits = self.rate_limits
-        parked, limits.parked = limits.parked, []
-        wall, mono = time.time(), limits.clock()
-        for job, at in parked:
-            if job.msgid in self.finished:  # cancelled meanwhile
-                limits.unparked(job.queue)
-                continue
-            due = wall + (at - mono) + PARK_MARGIN
-            self.delay(job, due)
-            job_debug(log, "rate limit reached: waits %.3fs", job.msgid, job.queue, due - wall)
