@@ -161,17 +161,17 @@ def monitor(book: Book) -> dict[str, Any]:
         entry(queue)["queued"] = wait_queue.count
     for job in routing.inflight.values():
         entry(job.queue)["in_flight"] += 1
-    for queue, n in book.delayed.items():
+    for queue, n in book.delays.delayed.items():
         if n:
             entry(queue)["delayed"] = n
-    for queue, n in book.poisoned.items():
+    for queue, n in book.poisoned.by_queue.items():
         if n:
             entry(queue)["poisoned"] = n
-    for queue, n in book.expired_by_queue.items():
+    for queue, n in book.outcomes.expired_by_queue.items():
         entry(queue)["expired"] = n
     # Jobs not started before their ``expires`` time ("expired" above is leases);
     # only in the queues that had any.
-    for queue, n in book.jobs_expired.items():
+    for queue, n in book.expired_jobs.by_queue.items():
         if n:
             entry(queue)["jobs_expired"] = n
     # Unique jobs refused because another job held their key (only queues that had any).
@@ -186,17 +186,17 @@ def monitor(book: Book) -> dict[str, Any]:
         "in_memory": routing.waiting.memory(),
         "parcels": book.journal.parcel_count(),
         "in_flight": len(routing.inflight),
-        "delayed": sum(book.delayed.values()),
-        "poisoned": sum(book.poisoned.values()),
+        "delayed": sum(book.delays.delayed.values()),
+        "poisoned": sum(book.poisoned.by_queue.values()),
         "store_bytes": book.journal.size_bytes(),
         "syncs": book.journal.syncs,
-        "expired": book.expired,
-        "jobs_expired": sum(book.jobs_expired.values()),
+        "expired": book.outcomes.expired,
+        "jobs_expired": sum(book.expired_jobs.by_queue.values()),
         "rate_limited": sum(limit["held_back"] for limit in limited.values()),
         "requeued": routing.requeued,
         "recovered": book.recovered,
         # Waiting jobs a reconnecting job manager said it still holds (after a failover).
-        "adopted": book.adopted,
+        "adopted": book.reports.adopted,
         "duplicates": book.duplicates,
         "rejected": book.rejected,
         # Unique keys taken now, and jobs refused as not unique (counted in rejected too).
@@ -214,7 +214,7 @@ def poisoned(book: Book, limit: int = 100) -> list[dict[str, Any]]:
     them (from the journal at start, then as it sets jobs aside and takes them
     back): with none counted the journal is not asked (its read would write
     the kept changes first, at every STATUS)."""
-    if not any(n > 0 for n in book.poisoned.values()):
+    if not any(n > 0 for n in book.poisoned.by_queue.values()):
         return []
     return [
         {

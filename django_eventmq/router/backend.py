@@ -1,17 +1,14 @@
 """The router's backend: job managers (INFORM, READY, DONE, NACK, REPLY, ...) and
 handing jobs to them.
 
-A mixin of :class:`.router.Router`: the state it uses (sockets, the book)
-belongs to the router. What happens to a job lives in :mod:`.dispatch`; this
-module turns messages into calls on it and sends what it hands out.
+What happens to a job lives in :mod:`.book`; this module turns messages into
+calls on it. Sending what the book hands out is :mod:`.hand_outs`.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING
 
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol import (
@@ -35,9 +32,8 @@ from django_eventmq.protocol import (
 )
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.bundle import PREFIX as BUNDLE_PREFIX
-from django_eventmq.protocol.bundle import bundle, runs, unbundle
-from django_eventmq.protocol.headers import with_reply_requested
-from django_eventmq.protocol.packed import done_of, pack
+from django_eventmq.protocol.bundle import unbundle
+from django_eventmq.protocol.packed import done_of
 from django_eventmq.protocol.session import (
     ROUTER_FEATURES,
     TROUBLE,
@@ -52,9 +48,10 @@ from django_eventmq.protocol.views import (
     ready_identity,
 )
 from django_eventmq.router.book import Book
-from django_eventmq.router.frontend import DRAIN_CAP
-from django_eventmq.router.routing import JobManagerPeer, RoutedJob
-from django_eventmq.runtime import tracing, transport
+from django_eventmq.router.commit_acks import CommitAcks
+from django_eventmq.router.frontend import DRAIN_CAP, Handle
+from django_eventmq.router.hand_outs import HandOuts
+from django_eventmq.runtime import transport
 from django_eventmq.runtime.outbox import MEMORY as WARN_MEMORY
 from django_eventmq.runtime.outbox import Handler, WarnOnce, forward, send, show
 from django_eventmq.runtime.settings import Settings
@@ -63,40 +60,39 @@ from django_eventmq.runtime.transport import Channel
 log = logging.getLogger("django_eventmq.router")
 
 
-def _asking_reply(frames: list[bytes]) -> list[bytes]:
-    """A stored REQUEST's frames with ``reply-requested`` in its header frame."""
-    headers = with_reply_requested(frames[5])
-    return frames if headers is frames[5] else [*frames[:5], headers, *frames[6:]]
+class Backend:
+    """The backend socket's handlers: what job managers send."""
 
+    def __init__(
+        self,
+        settings: Settings,
+        book: Book,
+        backend: Channel,
+        frontend: Channel,
+        hand_outs: HandOuts,
+        commits: CommitAcks,
+        warn: WarnOnce,
+        handle: Handle,
+    ) -> None:
+        """``frontend``: where REPLY and PARTIAL go on to clients; ``handle``: decodes
+        a message the fast paths did not take, then calls its handler
+        (:meth:`handlers`)."""
+        self.settings = settings
+        self.book = book
+        #: The book's part that takes job managers' reports (DONE, READY, ...).
+        self.reports = book.reports
+        self.backend = backend
+        self.frontend = frontend
+        self.hand_outs = hand_outs
+        self.commits = commits
+        self._warn = warn
+        self._handle = handle
+        #: Workers that said KBAI: their late messages are expected, not an error.
+        self._departed: OrderedDict[bytes, None] = OrderedDict()
+        #: Unknown backend peers we told to DISCONNECT, and when.
+        self._told: OrderedDict[bytes, float] = OrderedDict()
 
-class BackendHandlers:
-    """Handlers for the backend socket (mixed into the router)."""
-
-    settings: Settings
-    book: Book
-    frontend: Channel
-    backend: Channel
-    _warn: WarnOnce
-    #: A job could not be sent: poll briefly and pump again.
-    _retry: bool
-    #: Workers that said KBAI: their late messages are expected, not an error.
-    _departed: OrderedDict[bytes, None]
-    #: Unknown backend peers we told to DISCONNECT, and when.
-    _told: OrderedDict[bytes, float]
-    #: Jobs handed out and not sent yet (see :meth:`_deliver`).
-    _outbox: list[tuple[JobManagerPeer, RoutedJob]]
-    #: Jobs up to this seq are in the journal (see :meth:`_flush_deliveries`).
-    _durable_seq: int
-    #: Held jobs whose lease starts when they are sent (the router's ``_hold_leases``).
-    _leases_held: set[int]
-
-    if TYPE_CHECKING:
-
-        def _handle(self, channel: Channel, raw: list[bytes], now: float) -> None: ...
-
-        def _sync(self, *, force: bool = False, now: float | None = None) -> None: ...
-
-    def _backend_handlers(self) -> dict[type, Handler]:
+    def handlers(self) -> dict[type, Handler]:
         return {
             Inform: self._on_backend_inform,
             Ready: self._on_worker_message,
@@ -113,7 +109,7 @@ class BackendHandlers:
             Running: self._on_worker_message,
         }
 
-    def _drain_backend(self, now: float) -> None:
+    def drain(self, now: float) -> None:
         """Take what job managers sent, READY and DONE straight from their frames;
         a bundle (:mod:`..protocol.bundle`) is each message it carries, in order."""
         recv = self.backend.recv_frames
@@ -177,19 +173,19 @@ class BackendHandlers:
         self._departed.pop(identity, None)
         self._told.pop(identity, None)
         if identity in routing.workers:
-            self._worker_failed(identity, "informed again")
+            self.hand_outs.drop_worker(identity, "informed again")
         routing.add_worker(identity, session.queues, now, session)
         log.info("worker %s connected, queues %s", show(identity), list(session.queues))
         for answer in answers:
-            self._send_to_worker(identity, answer, now)
-        self._retry = True  # jobs it had may wait again
+            self.send_to_worker(identity, answer, now)
+        self.hand_outs.retry = True  # jobs it had may wait again
 
     def _fast_ready(self, identity: bytes, now: float) -> bool:
         worker = self.book.routing.workers.get(identity)
         if worker is None:
             return False
         worker.last_heard = now
-        self.book.ready(identity, now)
+        self.reports.ready(identity, now)
         return True
 
     def _fast_done(self, done: DoneFields, raw: list[bytes], now: float) -> bool:
@@ -208,7 +204,7 @@ class BackendHandlers:
         worker = self.book.routing.workers.get(identity)
         if worker is None:
             try:
-                # ``raw`` as received: a packed DONE is its one frame (_drain_backend).
+                # ``raw`` as received: a packed DONE is its one frame (drain).
                 frames = after_identity(self.backend.unpacked(raw) if len(raw) == 2 else raw)
                 message = decode(frames)
             except ProtocolError:
@@ -216,7 +212,7 @@ class BackendHandlers:
             self._from_unknown_worker(identity, frames, message, now)
             return True
         worker.last_heard = now
-        self.book.done(identity, job_msgid, status, payload, now)
+        self.reports.done(identity, job_msgid, status, payload, now)
         return True
 
     def _on_worker_message(
@@ -229,10 +225,10 @@ class BackendHandlers:
         worker.last_heard = now
         kind = type(msg)
         if kind is Ready:
-            self.book.ready(identity, now)
+            self.reports.ready(identity, now)
         elif kind is Done:
             assert isinstance(msg, Done)
-            self.book.done(identity, msg.job_msgid, msg.status, msg.payload, now)
+            self.reports.done(identity, msg.job_msgid, msg.status, msg.payload, now)
         elif kind is Partial:
             assert isinstance(msg, Partial)
             self._on_partial(identity, frames, msg)
@@ -240,7 +236,7 @@ class BackendHandlers:
             self._on_reply(identity, frames, msg)
         elif kind is Nack:
             assert isinstance(msg, Nack)
-            self.book.nack(identity, msg.job_msgid, msg.reason, now)
+            self.reports.nack(identity, msg.job_msgid, msg.reason, now)
         elif kind is Features:
             session = worker.session
             trouble = session.announced.get(TROUBLE)
@@ -249,7 +245,7 @@ class BackendHandlers:
                 _say_trouble(identity, session.announced.get(TROUBLE))
             holding = session.holding()
             if holding:  # jobs it still runs: a failover or a reconnect
-                self.book.adopt(identity, holding, now)
+                self.reports.adopt(identity, holding, now)
         elif kind is Unready:
             assert isinstance(msg, Unready)
             self.book.routing.unready(identity, msg.count)
@@ -261,7 +257,7 @@ class BackendHandlers:
             # Kept for emq_status --jobs only: the start times on our clock.
             worker.running = {m: (int(pid), now - age) for m, (pid, age) in msg.jobs.items()}
         elif kind is Kbai:
-            self.book.worker_left(identity, now)
+            self.book.outcomes.worker_left(identity, now)
             self._remember_departed(identity)
             log.info("worker %s said goodbye", show(identity))
         # HEARTBEAT, ACK: hearing from it was the point.
@@ -272,7 +268,7 @@ class BackendHandlers:
         if msg.reply_to is None:
             self._warn("backend", identity, "REPLY without the id of the request it answers")
             return
-        client = self.book.reply(identity, msg.reply_to)
+        client = self.reports.reply(identity, msg.reply_to)
         if client is None:
             log.debug("REPLY for msgid %s: no client waits for it", msg.reply_to)
             return
@@ -299,9 +295,9 @@ class BackendHandlers:
         if isinstance(msg, Reply):
             self._on_reply(identity, frames, msg)
         elif isinstance(msg, Done):
-            self.book.done(identity, msg.job_msgid, msg.status, msg.payload, now)
+            self.reports.done(identity, msg.job_msgid, msg.status, msg.payload, now)
         elif isinstance(msg, Nack):
-            self.book.nack(identity, msg.job_msgid, msg.reason, now)
+            self.reports.nack(identity, msg.job_msgid, msg.reason, now)
         if isinstance(msg, Kbai) or identity in self._departed:
             log.debug("%s from departed worker %s", msg.command, show(identity))
             return
@@ -320,137 +316,12 @@ class BackendHandlers:
             self._departed.popitem(last=False)
 
     # -- sending to job managers ----------------------------------------------------
-    def _deliver(self, worker: JobManagerPeer, job: RoutedJob) -> None:
-        """Queue a handed-out job for its worker; :meth:`_flush_deliveries` sends it.
-
-        The jobs one loop iteration hands out are sent together: a message
-        written right after another into the same pipe does not wake
-        ZeroMQ's I/O thread again, and that wake-up (a system call) was the
-        largest per-job cost of the router.
-        """
-        self._outbox.append((worker, job))
-
-    def _flush_deliveries(self) -> None:
-        """Send the queued jobs that are in the journal; a job its worker cannot take
-        now waits again (at the front). A job accepted since the last journal
-        commit stays queued until a commit returned (the router's :meth:`_sync`):
-        a job manager never runs a job the journal may not have."""
-        if not self._outbox:
-            return
-        outbox, self._outbox = self._outbox, []
-        durable = self._durable_seq
-        ready = [entry for entry in outbox if entry[1].seq <= durable]
-        if len(ready) < len(outbox):
-            self._outbox = [entry for entry in outbox if entry[1].seq > durable]
-        # Per worker, in the order they were handed out: a job manager that reads
-        # bundles gets its jobs as one (one send, one receive for the turn).
-        by_worker: dict[bytes, list[tuple[JobManagerPeer, RoutedJob]]] = {}
-        for entry in ready:
-            by_worker.setdefault(entry[0].identity, []).append(entry)
-        groups = list(by_worker.values())
-        for position, group in enumerate(groups):
-            try:
-                self._send_jobs(group)
-            except BaseException:
-                # Unexpected (the caller logs it): the other workers' jobs must not be
-                # stranded, leased but never sent. They go out next time (this
-                # worker's own went back to the outbox in _send_jobs).
-                self._outbox[:0] = [e for later in groups[position + 1 :] for e in later]
-                raise
-
-    def _send_jobs(self, group: list[tuple[JobManagerPeer, RoutedJob]]) -> None:
-        """Send the jobs of ``group`` (one worker's, in order): as bundles to a job
-        manager that reads them, else one message each. A job taken back meanwhile
-        is skipped, one whose worker left waits again; a send the worker cannot take
-        now (Again) puts its jobs back to wait, an unreachable worker fails with
-        every job of its not sent. When a send raises unexpectedly, the jobs after
-        it go back to the outbox, for next time."""
-        book = self.book
-        identity = group[0][0].identity
-        worker = book.routing.workers.get(identity)
-        jobs: list[RoutedJob] = []
-        for entry_worker, job in group:
-            if job.worker != identity:
-                continue  # taken back meanwhile (its worker failed): it waits again already
-            if worker is not entry_worker:
-                book.undo(job)  # its worker left before the job went out
-                self._retry = True
-                continue
-            jobs.append(job)
-        if worker is None or not jobs:
-            return
-        send = self.backend.send_frames
-        start = 0
-        messages = [job.frames for job in jobs]
-        # A worker that INFORMed again has a new session: no bundle before its FEATURES.
-        # Cut at what its FEATURES said it takes: ZeroMQ drops a peer for a bigger frame.
-        session = worker.session
-        if session.bundle and len(jobs) > 1:
-            cuts = runs(messages, max_bytes=session.bundle_bytes)
-        else:
-            cuts = [1] * len(jobs)
-        for taken in cuts:
-            run = jobs[start : start + taken]
-            start += taken
-            try:
-                if taken > 1:
-                    frame = bundle(messages[start - taken : start])
-                    send([identity, frame], flags=transport.NOBLOCK)
-                elif session.packed:
-                    send([identity, pack(run[0].frames)], flags=transport.NOBLOCK)
-                elif session.extended:
-                    send([identity, *run[0].frames], flags=transport.NOBLOCK)
-                else:  # a reference job manager: its REPLY says which job ended
-                    send([identity, *_asking_reply(run[0].frames)], flags=transport.NOBLOCK)
-            except transport.Again:
-                log.debug("worker %s is not taking messages; %d job(s) wait", show(identity), taken)
-                for job in run:
-                    book.undo(job)
-                self._retry = True
-                continue
-            except BaseException as exc:
-                if isinstance(exc, transport.ZMQError) and exc.errno == transport.EHOSTUNREACH:
-                    for job in jobs[start - taken :]:
-                        book.undo(job)
-                    self._worker_failed(identity, "unreachable")  # and its jobs still queued
-                    self._retry = True
-                    return
-                # The jobs after it go out next time; its own stay leased (handed out
-                # again when the lease ends), as a send that may have left.
-                self._outbox[:0] = [(worker, job) for job in jobs[start:]]
-                raise
-            for job in run:
-                self._sent(worker, job)
-
-    def _sent(self, worker: JobManagerPeer, job: RoutedJob) -> None:
-        """A job went out to ``worker``."""
-        worker.last_sent = job.dispatched_at
-        book = self.book
-        book.stats.dispatched[job.queue] += 1
-        if tracing.ON:  # the hand-out span of a traced job (runtime/tracing.py)
-            tracing.handed_out(job.frames, job.msgid, job.queue, show(worker.identity))
-        if self._leases_held and job.seq in self._leases_held:
-            self._leases_held.discard(job.seq)
-            book.lease(job, time.monotonic())  # held back by the journal: its lease starts now
-
-    def _worker_failed(self, identity: bytes, why: str) -> None:
-        """Drop a worker; its jobs still in the outbox never left, so they wait again
-        without a death counted (deaths poison a job)."""
-        self._undo_unsent(identity, self._outbox)
-        self.book.worker_failed(identity, why)
-
-    def _undo_unsent(
-        self, identity: bytes, entries: list[tuple[JobManagerPeer, RoutedJob]]
-    ) -> None:
-        for _worker, job in entries:
-            if job.worker == identity:
-                self.book.undo(job)  # clears job.worker: the flush skips the entry
-
-    def _send_to_worker(self, identity: bytes, message: Message, now: float) -> None:
-        # A job handed out goes first (a CANCEL may follow it), once it is stored.
-        if any(worker.identity == identity for worker, _job in self._outbox):
-            self._sync(force=True)
-        self._flush_deliveries()
+    def send_to_worker(self, identity: bytes, message: Message, now: float) -> None:
+        """Send ``message`` to a job manager, after the jobs handed to it (a CANCEL may
+        follow its job), once they are stored."""
+        if self.hand_outs.to(identity):
+            self.commits.sync(force=True)
+        self.hand_outs.flush()
         if send(self.backend, identity, message):
             worker = self.book.routing.workers.get(identity)
             if worker is not None:

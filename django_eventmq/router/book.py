@@ -7,10 +7,14 @@ iteration, or calls :meth:`Book.undo` if it cannot) and
 ``to_client(identity, message)`` for what it tells clients (replies, REJECTs),
 and ``after_commit(identity, message)`` for what must wait for the journal
 commit holding the change it tells of (a cancelled job's answer, a poisoned
-job's REJECT: a crash before that commit would run the job again). Its parts are mixins:
-:mod:`.book_reports` (what job managers report), :mod:`.book_outcomes` (what
-becomes of a job handed out) and :mod:`.book_held` (delayed, parked,
-cancelled and poisoned jobs).
+job's REJECT: a crash before that commit would run the job again). Its parts,
+each with its own state: :attr:`Book.delays` (:mod:`.delays`: delayed and
+rate-limit parked jobs), :attr:`Book.outcomes` (:mod:`.outcomes`: what becomes
+of a job: lost, finished, refused, cancelled), :attr:`Book.poisoned`
+(:mod:`.poisoned`), :attr:`Book.retries` (:mod:`.retries`),
+:attr:`Book.expired_jobs` (:mod:`.expiry`: jobs not started before their
+expiry) and
+:attr:`Book.reports` (:mod:`.reports`: what job managers report).
 
 Promises (README "Nothing lost"):
 
@@ -29,15 +33,7 @@ Promises (README "Nothing lost"):
   restart too), is acknowledged again and not run twice.
 
 Expiry: a job with an ``expires`` header is never handed out after that
-time (the router's wall clock; the client computed it from its own, so the
-two are assumed roughly in sync). A pop from a wait queue skips it
-(:class:`.waiting.Expiry`), a new job that arrives expired is not stored, and
-a job manager reports one it held too long as DONE ``cancelled`` with an
-``Expired`` error (:func:`~django_eventmq.protocol.status.expired_reply`); each is
-finished (deleted from the journal, its msgid remembered), counted per queue
-in :attr:`Book.jobs_expired` (and as ``cancelled`` in the finished-jobs stats,
-whose words are the DONE's), and its client, if it asked for a reply, gets
-an ``Expired`` error reply.
+time; see :mod:`.expiry`.
 
 Attempts: a job retried after DONE status ``retry`` is handed out with an
 ``attempt:K`` header (K = 2 for the first retry; any ``attempt:N`` it had is
@@ -54,19 +50,14 @@ import logging
 import math
 import sqlite3
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any
 
-from django_eventmq.protocol import Message, Reply, new_msgid
+from django_eventmq.protocol import Message, new_msgid
 from django_eventmq.protocol.extensions import Reject
 from django_eventmq.protocol.headers import Headers
-from django_eventmq.protocol.status import EXPIRED_ERROR, JobStatus
-from django_eventmq.protocol.views import stored_request
-from django_eventmq.router.book_held import CANCELLED_PAYLOAD as CANCELLED_PAYLOAD
-from django_eventmq.router.book_held import BookHeld
-from django_eventmq.router.book_reports import BookReports
 from django_eventmq.router.dedup import FinishedWindow, StoredMsgids
+from django_eventmq.router.delays import Delays
+from django_eventmq.router.expiry import ExpiredJobs
 from django_eventmq.router.journal.api import JournalLike
 from django_eventmq.router.journal.store import (
     DELAYED,
@@ -74,11 +65,17 @@ from django_eventmq.router.journal.store import (
     POISONED,
     WAITING,
     JournalUnavailable,
-    new_row,
+    Parcel,
+    job_values,
     parcel_digest,
 )
+from django_eventmq.router.outcomes import Outcomes
+from django_eventmq.router.poisoned import PoisonedJobs
 from django_eventmq.router.rate_limits import RateLimits, queue_rates
+from django_eventmq.router.reports import Reports
+from django_eventmq.router.retries import Retries
 from django_eventmq.router.routing import JobManagerPeer, RoutedJob, Routing
+from django_eventmq.router.stages import Stages
 from django_eventmq.router.stored import jobs_from_rows
 from django_eventmq.router.unique import UniqueKeys
 from django_eventmq.router.waiting import Key
@@ -89,61 +86,39 @@ from django_eventmq.runtime.stats import Stats
 
 log = logging.getLogger("django_eventmq.router")
 
-#: The reply a client that asked for one gets for a job that expired before it started.
-EXPIRED_PAYLOAD = (
-    f'{{"value": null, "error": {{"type": "{EXPIRED_ERROR}", "message": "not started before'
-    ' its expiry; it never ran", "traceback": ""}}'
-)
-
 Deliver = Callable[[JobManagerPeer, RoutedJob], None]
-ToClient = Callable[[bytes, Message], None]
+#: Sends a message to a client (what it returns is not used).
+ToClient = Callable[[bytes, Message], object]
 #: Tells the job manager ``identity`` that the job ``msgid`` whose death it reported is
-#: set aside (``reason``), once the journal holds that (``Router._tell_set_aside``).
+#: set aside (``reason``), once the journal holds that (``CommitAcks.tell_set_aside``).
 SetAside = Callable[[bytes, str, str], None]
 #: A REQUEST to accept: its frames (as a DEALER sent them), msgid, queue and headers.
 Accepting = tuple[list[bytes], str, str, Headers]
 
 
-def job_values(
-    job: RoutedJob, state: int, accepted: float, due: float | None, owner: str | None = None
-) -> list[Any]:
-    """A new job's journal row (see :meth:`.journal.Journal.add`); ``owner``: the
-    CURVE key that sent it (CANCEL_POLICY ``owner``)."""
-    request = stored_request(job.frames)
-    return new_row(
-        job.seq,
-        job.msgid,
-        job.queue,
-        job.priority,
-        state,
-        job.guarantee,
-        request.headers,
-        request.body,
-        job.client,
-        accepted,
-        due or 0.0,
-        owner,
-    )
+def _not_connected(worker: JobManagerPeer, job: RoutedJob) -> None:
+    raise RuntimeError("Book.connect() was not called: nothing sends its hand-outs")
 
 
-class Book(BookReports, BookHeld):
+class Book:
     """Every job the router holds, in memory (bounded) and in the journal."""
 
     def __init__(
         self,
         settings: Settings,
         journal: JournalLike,
-        deliver: Deliver,
-        to_client: ToClient,
+        deliver: Deliver | None = None,
+        to_client: ToClient = lambda identity, message: None,
         after_commit: ToClient | None = None,
         set_aside: SetAside | None = None,
     ) -> None:
-        """``after_commit``: sends what tells a client of a change the journal must
+        """``deliver``: hands a job to a worker (or given by :meth:`connect`);
+        ``after_commit``: sends what tells a client of a change the journal must
         hold first (by default ``to_client``: a book alone, in tests); ``set_aside``:
         tells a job manager that a job whose death it reported is poisoned."""
         self.settings = settings
         self.journal = journal
-        self.deliver = deliver
+        self.deliver: Deliver = deliver or _not_connected
         self.to_client = to_client
         self.after_commit = after_commit or to_client
         self.set_aside = set_aside
@@ -151,30 +126,37 @@ class Book(BookReports, BookHeld):
         #: Rate limits per queue (RATE_LIMITS) and per rate key (headers); docs/rate-limits.md.
         self.rate_limits = RateLimits(queue_rates(settings.rate_limits))
         self.routing.waiting.limits = self.rate_limits
-        self.delayed: Counter[str] = Counter()
-        self.poisoned: Counter[str] = Counter()
-        self.expired = 0
         self.duplicates = 0
         self.rejected = 0
         self.recovered = 0
-        #: Waiting jobs kept in flight on the job manager that said it holds them.
-        self.adopted = 0
         #: Jobs received, handed out, finished, retried; read by admin STATUS and metrics.
         self.stats = Stats()
         #: msgids finished recently (kept in the journal too): a resend is not run again.
         self.finished = FinishedWindow(journal, settings.dedup_memory, settings.dedup_window)
         #: msgids that may be in a job row (no lookup for the others; see :meth:`accept`).
         self.stored_msgids = StoredMsgids()
-        #: Leases that ran out, per queue.
-        self.expired_by_queue: Counter[str] = Counter()
-        #: Jobs not started before their ``expires`` time (never run), per queue.
-        self.jobs_expired: Counter[str] = Counter()
         self._expiry = self.routing.waiting.expiry
-        #: Unique jobs' keys and who holds them (:mod:`.unique`).
+        #: The features plugged into the points of a job's path (:mod:`.stages`).
+        self.stages = Stages()
+        #: Unique jobs' keys and who holds them (:mod:`.unique`): a stage.
         self.unique = UniqueKeys()
+        self.stages.plug(self.unique)
         self._seq = 0
-        self._next_due: float | None = None
+        #: The parts (see the module doc).
+        self.delays = Delays(journal, self.routing, self.rate_limits)
+        self.poisoned = PoisonedJobs(self)
+        self.retries = Retries(self)
+        self.outcomes = Outcomes(self)
+        self.expired_jobs = ExpiredJobs(self)
+        self.reports = Reports(self)
         self._last_digest: tuple[bytes, bytes] | None = None
+
+    def connect(self, deliver: Deliver, after_commit: ToClient, set_aside: SetAside) -> None:
+        """The router's parts that send what the book hands out and tells (made
+        after the book: they use it)."""
+        self.deliver = deliver
+        self.after_commit = after_commit
+        self.set_aside = set_aside
 
     # -- start-up ----------------------------------------------------------------
     def recover(self) -> None:
@@ -186,10 +168,10 @@ class Book(BookReports, BookHeld):
             wait_queue = self.routing.waiting.queue(queue)
             wait_queue.count = n
             wait_queue.spill_all()
-        self.delayed = counts[DELAYED]
-        self.poisoned = counts[POISONED]
+        delayed = self.delays.delayed = counts[DELAYED]
+        poisoned = self.poisoned.by_queue = counts[POISONED]
         self._seq = journal.max_seq()
-        self._next_due = journal.next_due()
+        self.delays.due_at = journal.next_due()
         # Unique jobs' keys: those of held jobs, before anyone is answered.
         if keys := self.unique.rebuild(journal.unique_rows()):
             log.info("unique keys read back: %d held by jobs in the journal", keys)
@@ -199,16 +181,16 @@ class Book(BookReports, BookHeld):
                 journal.path,
                 len(self.finished),
             )
-        held = sum(counts[WAITING].values()) + sum(self.delayed.values())
-        if held or self.poisoned:
+        held = sum(counts[WAITING].values()) + sum(delayed.values())
+        if held or poisoned:
             log.warning(
                 "journal %s: %d job(s) waiting (%d of them had been handed out and are handed "
                 "out again), %d delayed, %d poisoned",
                 journal.path,
                 sum(counts[WAITING].values()),
                 self.recovered,
-                sum(self.delayed.values()),
-                sum(self.poisoned.values()),
+                sum(delayed.values()),
+                sum(poisoned.values()),
             )
 
     def _load(self, queue: str, after: Key | None, limit: int) -> list[RoutedJob] | None:
@@ -226,13 +208,13 @@ class Book(BookReports, BookHeld):
                 seq = journal.next_parcel(queue, upto)
                 if seq is None:
                     break
-                self._open_parcel(seq)
+                self.open_parcel(seq)
                 rows = journal.waiting(queue, after, limit)
         except JournalUnavailable:
             return None
         return jobs_from_rows(rows, time.monotonic())
 
-    def _open_parcel(self, seq: int) -> None:
+    def open_parcel(self, seq: int) -> None:
         queue, dropped = self.journal.open_parcel(seq, self.finished)
         self.stored_msgids.full = True  # rows whose msgids the book did not see
         if dropped:
@@ -249,7 +231,7 @@ class Book(BookReports, BookHeld):
 
     def backlog(self) -> int:
         """Jobs accepted and not handed out (waiting + delayed)."""
-        return self.routing.waiting.total() + sum(self.delayed.values())
+        return self.routing.waiting.total() + sum(self.delays.delayed.values())
 
     def is_held(self, msgid: str) -> bool:
         """Known without a disk read: in memory, or finished recently."""
@@ -275,8 +257,8 @@ class Book(BookReports, BookHeld):
         the in-memory window, delayed and poisoned ones."""
         return (
             self.routing.waiting.some_on_disk()
-            or any(self.delayed.values())
-            or any(self.poisoned.values())
+            or any(self.delays.delayed.values())
+            or any(self.poisoned.by_queue.values())
         )
 
     def _may_be_stored(self, msgid: str) -> bool:
@@ -323,7 +305,7 @@ class Book(BookReports, BookHeld):
         wall = time.time()
         if headers.expires is not None and headers.expires <= wall:
             self.stats.received[queue] += 1
-            self._expired(job, stored=False)
+            self.expired_jobs.expired(job, stored=False)
             return True
         due = headers.delay_until
         delayed = due is not None and due > wall
@@ -333,14 +315,15 @@ class Book(BookReports, BookHeld):
         worker = None if delayed or limited else self.routing.free_worker(queue)
         state = DELAYED if delayed else (LEASED if worker is not None else WAITING)
         stored = self.journal.add(
-            job_values(job, state, wall, due if delayed else None, owner),
+            job_values(job, state, wall, (due or 0.0) if delayed else 0.0, owner),
             on_disk=self._may_be_stored(msgid),
         )
         self.stored_msgids.add(msgid)
         if not stored:
             self.duplicates += 1
             return False
-        self.unique.hold(msgid, headers, wall)
+        for hook in self.stages.accepted:
+            hook(job, headers, wall)
         self._route_new(job, due if delayed else None, now, stored_as_leased=state == LEASED)
         return True
 
@@ -374,17 +357,18 @@ class Book(BookReports, BookHeld):
             )
         stored = self.journal.add_many(
             [
-                job_values(job, WAITING if due is None else DELAYED, wall, due, owner)
+                job_values(job, WAITING if due is None else DELAYED, wall, due or 0.0, owner)
                 for job, due in fresh
             ]
         )
         for job, _ in fresh:
             self.stored_msgids.add(job.msgid)
-        keyed = {msgid: headers for _, msgid, _, headers in requests if headers.unique_key}
+        accepted = self.stages.accepted
+        headers_of = {msgid: headers for _, msgid, _, headers in requests} if accepted else {}
         for job, due in fresh:
             if job.seq in stored:
-                if job.msgid in keyed:
-                    self.unique.hold(job.msgid, keyed[job.msgid], wall)
+                for hook in accepted:
+                    hook(job, headers_of[job.msgid], wall)
                 self._route_new(job, due, now)
             else:
                 self.duplicates += 1
@@ -430,16 +414,18 @@ class Book(BookReports, BookHeld):
         seq = self._seq + 1
         self._seq += count
         journal.add_parcel(
-            seq,
-            count,
-            queue,
-            headers.priority,
-            headers.guarantee,
-            headers_frame,
-            identity,
-            time.time(),
-            jobs_frame,
-            self._digest(jobs_frame),
+            Parcel(
+                seq=seq,
+                count=count,
+                queue=queue,
+                priority=headers.priority,
+                guarantee=headers.guarantee,
+                headers=headers_frame,
+                client=identity,
+                accepted=time.time(),
+                jobs=jobs_frame,
+                digest=self._digest(jobs_frame),
+            )
         )
         wait_queue.wait_on_disk(count)
         self.stats.received[queue] += count
@@ -496,15 +482,14 @@ class Book(BookReports, BookHeld):
         queue = job.queue
         self.stats.received[queue] += 1
         if due is not None:
-            self.delayed[queue] += 1
-            if self._next_due is None or due < self._next_due:
-                self._next_due = due
+            self.delays.delayed[queue] += 1
+            self.delays.due_sooner(due)
             return
         worker = self.routing.submit(job, now)
         if worker is not None:
-            self._hand_out(worker, job, now, stored_as_leased=stored_as_leased)
+            self.hand_out(worker, job, now, stored_as_leased=stored_as_leased)
         elif self._expiry.expired:
-            self.settle_expired()
+            self.expired_jobs.settle()
         if self.rate_limits.parked:
             self.settle_parked()
 
@@ -513,7 +498,7 @@ class Book(BookReports, BookHeld):
         self.to_client(identity, Reject(msgid=new_msgid(), job_msgid=msgid, reason=reason))
 
     # -- handing out ---------------------------------------------------------------
-    def _hand_out(
+    def hand_out(
         self, worker: JobManagerPeer, job: RoutedJob, now: float, *, stored_as_leased: bool = False
     ) -> None:
         self.lease(job, now)
@@ -548,31 +533,32 @@ class Book(BookReports, BookHeld):
         routing = self.routing
         for queue in queues if queues is not None else list(routing.waiting):
             while (pair := routing.dispatch_waiting(queue, now)) is not None:
-                self._hand_out(*pair, now)
+                self.hand_out(*pair, now)
         if self._expiry.expired:
-            self.settle_expired()
+            self.expired_jobs.settle()
         if self.rate_limits.parked:
             self.settle_parked()
 
-    def settle_expired(self) -> None:
-        """Finish the jobs a wait queue skipped because their ``expires`` time passed."""
-        dropped = self._expiry.expired
-        while dropped:
-            self._expired(dropped.pop(0))
+    def next_due(self) -> float | None:
+        """When the router must wake up for a delayed job (:meth:`.Delays.next_due`)."""
+        return self.delays.next_due()
 
-    def _expired(self, job: RoutedJob, *, stored: bool = True) -> None:
-        """``job`` was not started before its expiry: finished, never run."""
-        self.jobs_expired[job.queue] += 1
-        self.stats.finish(job.queue, JobStatus.CANCELLED)  # the DONE words
-        job_debug(log, "expired before it started, not run", job.msgid, job.queue)
-        if stored:
-            self._forget_finished(job)
-        else:
-            self.finished.add(job.msgid)
-        if job.reply and job.client:
-            self.to_client(
-                job.client, Reply(msgid=new_msgid(), payload=EXPIRED_PAYLOAD, reply_to=job.msgid)
-            )
+    def settle_parked(self) -> None:
+        """Jobs a rate limit parked wait as delayed (:meth:`.RateLimits.settle`)."""
+        self.rate_limits.settle(self.delays.delay, self.finished)
+
+    def promote_due(self, wall: float, now: float) -> None:
+        """Delayed jobs whose time has come start waiting (or run); queues at their
+        rate limit whose time has come go on."""
+        delays = self.delays
+        if self.rate_limits.parked:
+            self.settle_parked()
+        due = self.rate_limits.due_queues()
+        if due:
+            self.pump(now, due)
+        queues = delays.promote(wall, now)
+        if queues is not None:
+            self.pump(now, queues)
 
     def undo(self, job: RoutedJob) -> None:
         """Sending ``job`` failed: it waits again (its worker keeps the slot)."""

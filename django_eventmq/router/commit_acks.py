@@ -1,31 +1,29 @@
 """The router's journal commits and the ACKs that wait for them.
 
-A mixin of :class:`.router.Router`: the state it uses (the book and its
-journal, the ACKs waiting, the jobs handed out and not sent yet) belongs to the
-router. One commit (a group commit: one sync for everything a loop iteration
+One commit (a group commit: one sync for everything a loop iteration
 changed) stores what clients sent; only then are their ACKs sent, bundled to
-the clients that read bundles. Under load the ACKs wait a little for a bigger
-group (:data:`COMMIT_GROUP_WAIT`, :data:`COMMIT_GROUP_MAX`).
+the clients that read bundles, and the jobs it stored handed to their job
+managers (:class:`.hand_outs.HandOuts`). Under load the ACKs wait a little for
+a bigger group (:data:`COMMIT_GROUP_WAIT`, :data:`COMMIT_GROUP_MAX`).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from django_eventmq.protocol import Message, new_msgid
 from django_eventmq.protocol.bundle import MAX_BUNDLE_MESSAGES, ack_bundle, bundle, runs
 from django_eventmq.protocol.packed import pack
 from django_eventmq.protocol.views import ack_frames
 from django_eventmq.router.book import Book
+from django_eventmq.router.hand_outs import HandOuts
 from django_eventmq.router.lease_keeper import LeaseKeeper
-from django_eventmq.router.routing import JobManagerPeer, RoutedJob
 from django_eventmq.runtime.outbox import Outbox, send
 from django_eventmq.runtime.transport import Channel
 
-#: Clients remembered as reading bundles (:meth:`Router.reads_bundles`).
+#: Clients remembered as reading bundles (:meth:`CommitAcks.reads_bundles`).
 BUNDLE_CLIENTS = 10_000
 
 #: Changes that only cost a duplicate run if lost (leases, finished jobs) are
@@ -41,51 +39,71 @@ COMMIT_GROUP_MAX = 8192
 
 
 class CommitAcks:
-    """Journal commits and the ACKs they release (mixed into the router)."""
+    """Journal commits and the messages they release: ACKs, and what tells of a
+    change the journal must hold first."""
 
-    book: Book
-    frontend: Channel
-    backend: Channel
-    #: What clients are sent (the ACKs among it), counted and bounded.
-    outbox: Outbox
-    #: (client identity, REQUEST or SCHEDULE msgid, packed) to ACK once the journal
-    #: is committed; ``packed``: the ACK goes in the form the REQUEST came in.
-    _acks: list[tuple[bytes, bytes, bool]]
-    #: Messages to clients that tell of a change the journal must hold first (a
-    #: cancelled job's answer, a poisoned job's REJECT): like ACKs, they force a
-    #: commit and are sent once it returned.
-    _after_commit: list[tuple[bytes, Message]]
-    #: The same for job managers (a poisoned job's REJECT to the one that reported it).
-    _after_commit_workers: list[tuple[bytes, Message]]
-    #: Jobs handed out and not sent yet (see the backend's ``_deliver``).
-    _outbox: list[tuple[JobManagerPeer, RoutedJob]]
-    #: When the journal was last committed (monotonic seconds).
-    _last_commit: float
-    #: The group leader's lease checks (None: the SQLite journal, no lease).
-    _lease: LeaseKeeper | None
-    #: Every job up to this seq is in the journal (a commit returned).
-    _durable_seq: int
-    #: Seqs of held hand-outs whose leases wait for them to be sent (:meth:`_hold_leases`).
-    _leases_held: set[int]
-    #: When ACKs started waiting for a bigger group commit (None: none waits).
-    _acks_since: float | None
-    #: Clients that read bundles, each with the largest frame it takes (:meth:`reads_bundles`).
-    _bundle_clients: OrderedDict[bytes, int]
-    #: Clients are not read (high-water mark, or the journal cannot be written).
-    _blocked: bool
+    def __init__(
+        self,
+        book: Book,
+        frontend: Channel,
+        backend: Channel,
+        outbox: Outbox,
+        hand_outs: HandOuts,
+        lease: LeaseKeeper | None,
+        blocked: Callable[[], bool],
+    ) -> None:
+        """``outbox``: what clients are sent, counted and bounded; ``lease``: the group
+        leader's lease checks (None: the SQLite journal); ``blocked``: True while the
+        router does not read clients (no ACK then waits for a bigger group)."""
+        self.book = book
+        self.frontend = frontend
+        self.backend = backend
+        self.outbox = outbox
+        self.hand_outs = hand_outs
+        self._lease = lease
+        self._blocked = blocked
+        #: (client identity, REQUEST or SCHEDULE msgid, packed) to ACK once the journal
+        #: is committed; ``packed``: the ACK goes in the form the REQUEST came in.
+        #: The list is kept (cleared, never replaced): the frontend holds its ``append``.
+        self.acks: list[tuple[bytes, bytes, bool]] = []
+        #: Messages to clients that tell of a change the journal must hold first (a
+        #: cancelled job's answer, a poisoned job's REJECT): like ACKs, they force a
+        #: commit and are sent once it returned.
+        self._after_commit: list[tuple[bytes, Message]] = []
+        #: The same for job managers (a poisoned job's REJECT to the one that reported it).
+        self._after_commit_workers: list[tuple[bytes, Message]] = []
+        #: When the journal was last committed (monotonic seconds).
+        self._last_commit = 0.0
+        #: When ACKs started waiting for a bigger group commit (None: none waits).
+        self._acks_since: float | None = None
+        #: Clients whose FEATURES said they read bundles: the ACKs one commit
+        #: releases to one of them go as one (:meth:`reads_bundles`, :meth:`_send_acks`).
+        #: Each with the largest frame it takes (its FEATURES' "bundle" value).
+        self._bundle_clients: OrderedDict[bytes, int] = OrderedDict()
 
-    if TYPE_CHECKING:
+    def tell_client(self, identity: bytes, message: Message) -> None:
+        """Send ``message`` to a client once the next commit returned."""
+        self._after_commit.append((identity, message))
 
-        def _flush_deliveries(self) -> None: ...
+    def tell_set_aside(self, identity: bytes, job_msgid: str, reason: str) -> None:
+        """REJECT, after the commit, to the job manager whose report poisoned the job:
+        it records the job's end (the router has no database)."""
+        worker = self.book.routing.workers.get(identity)
+        reject = worker.session.poisoned(job_msgid, reason) if worker is not None else None
+        if reject is not None:
+            self._after_commit_workers.append((identity, reject))
 
-    def _sync(self, *, force: bool = False, now: float | None = None) -> None:
+    def sync(self, *, force: bool = False, now: float | None = None) -> None:
+        """Commit the journal if anything waits on it (or it is time), then send the
+        hand-outs, ACKs and messages the commit released."""
         journal = self.book.journal
+        hand_outs = self.hand_outs
         t = time.monotonic() if now is None else now
-        if self._acks and not force and self._group_growing(t):
+        if self.acks and not force and self._group_growing(t):
             return
         if (journal.pending or journal.failure is not None) and (
-            self._acks
-            or self._outbox
+            self.acks
+            or hand_outs.unsent
             or self._after_commit
             or self._after_commit_workers
             or force
@@ -101,18 +119,19 @@ class CommitAcks:
             if journal.pending:
                 # Not written (journal.failure says why; it is retried): nothing
                 # that depends on it leaves, neither ACKs nor new jobs' hand-outs.
-                self._hold_leases()
+                hand_outs.pause_leases()
                 return
-            self._durable_seq = last
+            hand_outs.durable_seq = last
         elif not journal.pending:
-            self._durable_seq = self.book.last_seq
-        if self._outbox:
-            self._flush_deliveries()  # the jobs this commit stored
-        if self._leases_held and not self._outbox:
-            self._leases_held.clear()  # those taken back meanwhile get a lease when handed out
+            hand_outs.durable_seq = self.book.last_seq
+        if hand_outs.unsent:
+            hand_outs.flush()  # the jobs this commit stored
+        if hand_outs.leases_paused and not hand_outs.unsent:
+            hand_outs.leases_paused.clear()  # those taken back meanwhile get one when sent
         self._acks_since = None
-        if self._acks:
-            acks, self._acks = self._acks, []
+        if self.acks:
+            acks = self.acks[:]
+            self.acks.clear()
             self._send_acks(acks)
         if self._after_commit:
             told, self._after_commit = self._after_commit, []
@@ -172,14 +191,6 @@ class CommitAcks:
                         send_frames(_alone(identity, chunk[at], entries[cut + at][1]))
                     at += taken
 
-    def _hold_leases(self) -> None:
-        """Jobs handed out but held back (not stored yet) do not run: nor do their
-        leases, which start again when they are sent (:meth:`_sent`)."""
-        for _worker, job in self._outbox:
-            if job.lease_until != math.inf:
-                job.lease_until = math.inf
-                self._leases_held.add(job.seq)
-
     def _group_growing(self, now: float) -> bool:
         """True while ACKs may wait for a bigger group commit (see COMMIT_GROUP_WAIT)."""
         if self._acks_since is None:
@@ -187,7 +198,7 @@ class CommitAcks:
         return (
             now - self._acks_since < COMMIT_GROUP_WAIT
             and self.book.journal.pending < COMMIT_GROUP_MAX
-            and not self._blocked
+            and not self._blocked()
             and self.frontend.poll(0)
         )
 

@@ -1,8 +1,6 @@
 """The router's frontend: clients (REQUEST, BATCH, CANCEL, FEATURES). Schedulers and
-what is sent to them (INFORM, SCHEDULE, ...) are in :mod:`.frontend_schedulers`.
-
-A mixin of :class:`.router.Router`: the state it uses (sockets, the book, the
-ACKs waiting for the journal) belongs to the router.
+what is sent to them (INFORM, SCHEDULE, ...) are in :mod:`.scheduler_relay`, the
+queues' own high-water marks in :mod:`.queue_marks`.
 
 Limits (``MAX_BODY_BYTES``, header bounds; see :mod:`..protocol.limits`): a
 REQUEST, SCHEDULE or UNSCHEDULE outside them is logged once per peer and
@@ -27,9 +25,8 @@ per-client state about who reads packed messages.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import repeat
-from typing import TYPE_CHECKING
 
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol import (
@@ -74,10 +71,10 @@ from django_eventmq.protocol.views import (
     stored_request,
 )
 from django_eventmq.router.book import Accepting, Book
-from django_eventmq.router.frontend_schedulers import SchedulerHandlers, _cannot_store
-from django_eventmq.router.holds import QueueMarks
+from django_eventmq.router.commit_acks import CommitAcks
 from django_eventmq.router.journal.store import JournalUnavailable
-from django_eventmq.router.routing import Schedulers
+from django_eventmq.router.queue_marks import QueueMarks, Replay
+from django_eventmq.router.scheduler_relay import SchedulerRelay, cannot_store
 from django_eventmq.runtime import security, tracing, transport
 from django_eventmq.runtime.outbox import Handler, Outbox, WarnOnce, show
 from django_eventmq.runtime.settings import Settings
@@ -88,54 +85,71 @@ log = logging.getLogger("django_eventmq.router")
 #: Messages taken from one socket per loop iteration, so no socket starves the others.
 DRAIN_CAP = 256
 
+#: The router's way to decode a message and call its handler (``Router._handle``).
+Handle = Callable[[Channel, list[bytes], float], None]
+#: Sends a message to a job manager once the jobs handed to it went (``Backend.send_to_worker``).
+ToWorker = Callable[[bytes, Message, float], None]
 
-class FrontendHandlers(SchedulerHandlers, QueueMarks):
-    """Handlers for the frontend socket (mixed into the router)."""
 
-    settings: Settings
-    book: Book
-    frontend: Channel
-    #: What clients are sent (ACKs, REJECTs, replies, FEATURES), counted and bounded.
-    outbox: Outbox
-    schedulers: Schedulers
-    _warn: WarnOnce
-    _limits: Limits
-    #: (client identity, REQUEST or SCHEDULE msgid, packed) to ACK once the journal
-    #: is committed; ``packed``: the ACK goes in the form the REQUEST came in.
-    _acks: list[tuple[bytes, bytes, bool]]
+class Frontend:
+    """The frontend socket's handlers: what clients and schedulers send."""
 
-    if TYPE_CHECKING:
-
-        def reads_bundles(self, identity: bytes, max_bytes: int) -> None: ...
-
-        def _handle(self, channel: Channel, raw: list[bytes], now: float) -> None: ...
-
-        def _send_to_worker(self, identity: bytes, message: Message, now: float) -> None: ...
-
-    #: CANCEL_POLICY owner with CURVE on: each job keeps the key that sent it, read
-    #: with each message (``_sender``), and a CANCEL must come from it or an admin key.
-    _owners = False
-    _admin_keys: frozenset[str] = frozenset()
-    _sender: str | None = None
-    #: CANCELs refused under that policy (MONITOR).
-    cancels_refused = 0
-
-    def _frontend_handlers(self) -> dict[type, Handler]:
-        s = self.settings
-        self._owners = security.server_curve(s) and s.cancel_policy == "owner"
+    def __init__(
+        self,
+        settings: Settings,
+        book: Book,
+        frontend: Channel,
+        outbox: Outbox,
+        commits: CommitAcks,
+        marks: QueueMarks,
+        relay: SchedulerRelay,
+        to_worker: ToWorker,
+        checks: tuple[WarnOnce, Limits, tuple[type[BaseException], ...]],
+        handle: Handle,
+    ) -> None:
+        """``outbox``: what clients are sent (ACKs, REJECTs, replies, FEATURES),
+        counted and bounded; ``checks``: the router's warnings said once, its limits,
+        and the exceptions a handler re-raises (``Router.fatal``); ``handle``: decodes
+        a message the fast paths did not take and calls its handler (:meth:`handlers`)."""
+        self.settings = settings
+        self.book = book
+        self.frontend = frontend
+        self.outbox = outbox
+        self.commits = commits
+        self.marks = marks
+        self.relay = relay
+        self._to_worker = to_worker
+        self._warn, self._limits, self.fatal = checks
+        self._handle = handle
+        #: The ACKs waiting for the commit (``CommitAcks.acks``): (client, msgid, packed).
+        self._ack = commits.acks.append
+        #: CANCEL_POLICY owner with CURVE on: each job keeps the key that sent it,
+        #: read with each message (``_sender``), and a CANCEL must come from it or an
+        #: admin key.
+        self._owners = security.server_curve(settings) and settings.cancel_policy == "owner"
+        self._admin_keys: frozenset[str] = frozenset()
         if self._owners:
-            admins = security.allowed_keys(s, security.ADMIN)
+            admins = security.allowed_keys(settings, security.ADMIN)
             self._admin_keys = frozenset(key.decode() for key in admins)
+        self._sender: str | None = None
+        #: CANCELs refused under that policy (MONITOR).
+        self.cancels_refused = 0
+        #: BATCH messages taken, and the jobs they carried (tests and diagnostics).
+        self.batches_received = 0
+        self.batch_jobs_received = 0
+
+    def handlers(self) -> dict[type, Handler]:
+        relay = self.relay
         return {
             Request: self._on_request,
             Batch: self._on_batch,
             Features: self._on_frontend_features,
             Cancel: self._on_cancel,
-            Schedule: self._on_schedule,
-            Unschedule: self._on_schedule,
-            Inform: self._on_frontend_inform,
-            Heartbeat: self._on_frontend_heartbeat,
-            Kbai: self._on_frontend_kbai,
+            Schedule: relay.on_schedule,
+            Unschedule: relay.on_schedule,
+            Inform: relay.on_inform,
+            Heartbeat: relay.on_heartbeat,
+            Kbai: relay.on_kbai,
             Disconnect: self._ignore,
             Ack: self._ignore,
         }
@@ -144,12 +158,12 @@ class FrontendHandlers(SchedulerHandlers, QueueMarks):
         """At the high-water mark, with ``coming`` jobs (of a BATCH) not stored yet."""
         return self.book.backlog() + coming >= self.settings.high_water_mark
 
-    def _drain_frontend(self, now: float) -> None:
+    def drain(self, now: float) -> None:
         """Take what clients sent, REQUESTs straight from their frames."""
         recv = self.frontend.recv_frames
         owners = self._owners
         block = self.settings.hwm_policy == "block"
-        schedulers = self.schedulers.peers
+        schedulers = self.relay.schedulers.peers
         # Jobs that may come before the high-water mark is counted again (a sum over
         # the queues): a REQUEST adds at most one job to the backlog, so counting once
         # per run of REQUESTs gives the answers counting before each one would give.
@@ -209,7 +223,7 @@ class FrontendHandlers(SchedulerHandlers, QueueMarks):
         try:
             self._limits.check_request_frames(msgid_b, headers_b, body)
         except OverLimit as exc:
-            self._over_limit(identity, exc)
+            self.over_limit(identity, exc)
             return True
         job = (msgid_b, queue_b, headers_b, body)
         try:
@@ -220,7 +234,7 @@ class FrontendHandlers(SchedulerHandlers, QueueMarks):
             log.exception("frontend: error handling REQUEST %s from %s", msgid, show(identity))
         return True
 
-    def _over_limit(self, identity: bytes, exc: OverLimit) -> None:
+    def over_limit(self, identity: bytes, exc: OverLimit) -> None:
         """A client's message outside the limits: warn once, REJECT it (see module doc)."""
         if not exc.msgid:
             self._warn("frontend", identity, exc.reason, "dropped")
@@ -250,14 +264,16 @@ class FrontendHandlers(SchedulerHandlers, QueueMarks):
             self.book.reject(identity, msgid, reason)
             return
         if (
-            self.queue_full(queue)
+            self.marks.queue_full(queue)
             and not self.book.is_held(msgid)
-            and self._hold(
+            and self.marks.withhold(
                 queue,
                 msgid,
                 1,
                 identity,
-                lambda at: self._accept(identity, job, msgid, queue, headers, at, packed=packed),
+                self._later(
+                    lambda at: self._accept(identity, job, msgid, queue, headers, at, packed=packed)
+                ),
             )
         ):
             return
@@ -268,12 +284,22 @@ class FrontendHandlers(SchedulerHandlers, QueueMarks):
             self.book.accept(identity, frames, msgid, queue, headers, now, self._sender)
         except JournalUnavailable as exc:  # it failed with this very insert
             tracing.end(span, exc.reason)
-            self.book.reject(identity, msgid, _cannot_store(exc.reason))
+            self.book.reject(identity, msgid, cannot_store(exc.reason))
             return
         if span is not None:
             tracing.end(span)
         # New or a duplicate: either way the job is held; the ACK waits for the commit.
-        self._acks.append((identity, msgid_b, packed))
+        self._ack((identity, msgid_b, packed))
+
+    def _later(self, replay: Replay) -> Replay:
+        """``replay`` as a withheld message's, with the CURVE key it came with."""
+        sender = self._sender
+
+        def again(now: float) -> None:
+            self._sender = sender  # the key it came with (CANCEL_POLICY owner)
+            replay(now)
+
+        return again
 
     def _refusal(self, queue: bytes, body: bytes, msgid: str, coming: int = 0) -> str | None:
         """Why a REQUEST (or a BATCH's job) of ``queue`` with ``body`` is refused, if
@@ -284,7 +310,7 @@ class FrontendHandlers(SchedulerHandlers, QueueMarks):
         if failure is not None and not self.book.is_held(msgid):
             if self.book.stored_while_failing(msgid):
                 return None  # a duplicate: acknowledged once what is kept is written
-            return _cannot_store(failure)
+            return cannot_store(failure)
         if (
             self.settings.hwm_policy == "reject"
             and not self.book.is_held(msgid)
@@ -296,7 +322,7 @@ class FrontendHandlers(SchedulerHandlers, QueueMarks):
                 "HIGH_WATER_MARK, or send it again later with the same msgid (Spark: the "
                 "same run_id)"
             )
-        return self._held_refusal(queue, msgid)
+        return self.marks.refusal(queue, msgid)
 
     def _not_unique(self, msgid: str, queue: str, headers: Headers) -> str | None:
         """Why a unique job is refused: another job holds its key (:mod:`.unique`).
@@ -317,10 +343,6 @@ class FrontendHandlers(SchedulerHandlers, QueueMarks):
         return not_unique_reason(first, "it is in the same BATCH")
 
     # -- BATCH -----------------------------------------------------------------------
-    #: BATCH messages taken, and the jobs they carried (tests and diagnostics).
-    batches_received = 0
-    batch_jobs_received = 0
-
     def _fast_batch(self, batch: BatchFields, now: float) -> None:
         """A BATCH straight from its frames (:func:`.views.batch_fields`)."""
         identity, msgid_b, frame = batch
@@ -346,7 +368,9 @@ class FrontendHandlers(SchedulerHandlers, QueueMarks):
             known = parcels and self.book.same_parcel(frame, len(ends) // 4)
         except JournalUnavailable:
             known = False
-        if not known and self._hold_batch(batch, ends):
+        if not known and self.marks.withhold_batch(
+            batch, ends, self._later(lambda at: self._fast_batch(batch, at))
+        ):
             return
         try:
             as_parcel = known or (parcels and self._as_parcel(identity, frame, ends, now))
@@ -355,7 +379,7 @@ class FrontendHandlers(SchedulerHandlers, QueueMarks):
         if as_parcel:
             self.batches_received += 1
             self.batch_jobs_received += len(ends) // 4
-            self._acks.append((identity, msgid_b, False))
+            self._ack((identity, msgid_b, False))
             return
         self._accept_batch(identity, msgid_b, jobs_at(frame, ends), now)
 
@@ -394,7 +418,7 @@ class FrontendHandlers(SchedulerHandlers, QueueMarks):
             )
             return
         if told:
-            self._acks.append((identity, batch_msgid, False))
+            self._ack((identity, batch_msgid, False))
 
     def _as_parcel(self, identity: bytes, frame: bytes, ends: list[int], now: float) -> bool:
         """Store the BATCH as one parcel (:meth:`.Book.accept_parcel`) if its jobs
@@ -404,7 +428,7 @@ class FrontendHandlers(SchedulerHandlers, QueueMarks):
         if (
             route is None
             or not route[0]
-            or self.queue_full(route[0].decode())
+            or self.marks.queue_full(route[0].decode())
             or self.book.journal.failure is not None
         ):
             return False
@@ -465,7 +489,7 @@ class FrontendHandlers(SchedulerHandlers, QueueMarks):
         """A client says what it speaks; we answer with what our frontend takes."""
         limit = bundle_bytes(msg.features.get(BUNDLE)) if isinstance(msg, Features) else 0
         if limit:
-            self.reads_bundles(identity, limit)  # its ACKs go bundled (Router._sync)
+            self.commits.reads_bundles(identity, limit)  # its ACKs go bundled (CommitAcks.sync)
         features = {
             PACKED: 1,
             "batch": 1,
@@ -481,12 +505,12 @@ class FrontendHandlers(SchedulerHandlers, QueueMarks):
         assert isinstance(msg, Cancel)
         if self._owners and not self._may_cancel(identity, msg.job_msgid):
             return
-        running = self.book.cancel(msg.job_msgid)
+        running = self.book.outcomes.cancel(msg.job_msgid)
         if running is None:
             return
         worker = self.book.routing.workers.get(running.worker) if running.worker else None
         if worker is not None and worker.session.speaks("cancel"):
-            self._send_to_worker(worker.identity, worker.session.cancel(msg.job_msgid), now)
+            self._to_worker(worker.identity, worker.session.cancel(msg.job_msgid), now)
         else:
             log.info(
                 "CANCEL for msgid %s: it runs on a job manager that cannot cancel; it runs on",

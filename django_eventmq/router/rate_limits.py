@@ -18,7 +18,7 @@ What happens to a job that may not go out yet (see :mod:`.waiting`):
   up when the oldest time of the log leaves the period (:attr:`RateLimits.wake`);
 - its key's limit is reached: the job leaves the queue (other jobs of the
   queue go on) into :attr:`RateLimits.parked`, with the time at which it may
-  go; the book stores it as delayed until then (:meth:`.book.Book.settle_parked`).
+  go; :meth:`RateLimits.settle` stores it as delayed until then (:mod:`.delays`).
   Jobs of one key parked in a row are spread one period / N apart, so a flood
   of them comes back at the rate it may run, not all at once.
 
@@ -30,20 +30,28 @@ Pure bookkeeping: time comes from an injected clock (monotonic seconds).
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol.headers import RATE_LIMIT_B, Rate, parse_rate, rate_of
 from django_eventmq.protocol.views import stored_request
+from django_eventmq.runtime.logs import job_debug
 
 if TYPE_CHECKING:
     from django_eventmq.router.waiting import RoutedJob
 
-__all__ = ["PARK_BATCH", "RateLimits", "SlidingLog", "queue_rates"]
+log = logging.getLogger("django_eventmq.router")
+
+__all__ = ["PARK_BATCH", "PARK_MARGIN", "RateLimits", "SlidingLog", "queue_rates"]
+
+#: Seconds added to a parked job's due time: the wall and monotonic clocks are read
+#: apart, and a job promoted a hair early would be parked again at the back.
+PARK_MARGIN = 0.002
 
 #: Default of :attr:`RateLimits.park_batch`.
 PARK_BATCH = 1000
@@ -116,10 +124,10 @@ class RateLimits:
         #: Parked jobs per queue, until they come due again (a count, not their ids: a
         #: flood of them costs no memory; see :meth:`unparked`).
         self.parked_by_queue: Counter[str] = Counter()
-        #: When a queue held by its own limit may hand out again (inf: none is held).
+        #: When a queue at its own limit may hand out again (inf: none is).
         self.wake = math.inf
         #: Queues that found their limit reached since the last :meth:`due_queues`.
-        self.held: set[str] = set()
+        self.at_limit: set[str] = set()
         #: Times a job was parked by its key's limit, per queue.
         self.throttled: Counter[str] = Counter()
         # Per key: when the next job parked in a row may go (spreads them out).
@@ -143,7 +151,7 @@ class RateLimits:
         at = log.free_at(now)
         if at <= now:
             return True
-        self.held.add(queue)
+        self.at_limit.add(queue)
         self.wake = min(self.wake, at)
         return False
 
@@ -187,8 +195,22 @@ class RateLimits:
 
     def come_back(self, queue: str) -> None:
         """A pop parked :attr:`park_batch` jobs: ``queue`` goes on at the next turn."""
-        self.held.add(queue)
+        self.at_limit.add(queue)
         self.wake = min(self.wake, self.clock())
+
+    def settle(self, delay: Callable[[RoutedJob, float], None], gone: Container[str]) -> None:
+        """The parked jobs wait as delayed (``delay(job, due)``, in the journal, so a
+        flood of them costs no memory) until they may go; those whose msgid is in
+        ``gone`` (cancelled meanwhile) are dropped."""
+        parked, self.parked = self.parked, []
+        wall, mono = time.time(), self.clock()
+        for job, at in parked:
+            if job.msgid in gone:
+                self.unparked(job.queue)
+                continue
+            due = wall + (at - mono) + PARK_MARGIN
+            delay(job, due)
+            job_debug(log, "rate limit reached: waits %.3fs", job.msgid, job.queue, due - wall)
 
     def unparked(self, queue: str, headers: bytes = RATE_LIMIT_B) -> None:
         """A delayed job of ``queue`` with these headers came due or was cancelled: if it
@@ -199,17 +221,17 @@ class RateLimits:
             self.parked_by_queue[queue] -= 1
 
     def due_queues(self) -> list[str]:
-        """The queues held by their own limit whose wake time has come (then forgotten)."""
+        """The queues at their own limit whose wake time has come (then forgotten)."""
         now = self.clock()
         if now < self.wake:
             return []
-        held = sorted(self.held)
-        self.held.clear()
+        due = sorted(self.at_limit)
+        self.at_limit.clear()
         self.wake = math.inf
-        return held
+        return due
 
     def wake_in(self) -> float | None:
-        """Seconds until :meth:`due_queues` has something (None: nothing is held)."""
+        """Seconds until :meth:`due_queues` has something (None: no queue waits)."""
         if self.wake == math.inf:
             return None
         return max(0.0, self.wake - self.clock())

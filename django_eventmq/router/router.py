@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -40,10 +39,11 @@ from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.limits import OverLimit
 from django_eventmq.protocol.views import after_identity, identity_of
 from django_eventmq.router import admin_socket as admin_json
-from django_eventmq.router.backend import BackendHandlers
+from django_eventmq.router.backend import Backend
 from django_eventmq.router.book import Book
 from django_eventmq.router.commit_acks import COMMIT_INTERVAL, CommitAcks
-from django_eventmq.router.frontend import DRAIN_CAP, FrontendHandlers
+from django_eventmq.router.frontend import DRAIN_CAP, Frontend
+from django_eventmq.router.hand_outs import HandOuts
 from django_eventmq.router.journal.api import JournalLike
 from django_eventmq.router.journal.salvage import salvage
 from django_eventmq.router.journal.store import (
@@ -54,7 +54,9 @@ from django_eventmq.router.journal.store import (
     resolve_path,
 )
 from django_eventmq.router.lease_keeper import LeasedJournal, LeaseKeeper
+from django_eventmq.router.queue_marks import QueueMarks
 from django_eventmq.router.routing import Routing, Schedulers
+from django_eventmq.router.scheduler_relay import SchedulerRelay
 from django_eventmq.router.unserved import UnservedQueues
 from django_eventmq.runtime import security, transport
 from django_eventmq.runtime.admin_token import AdminGate
@@ -81,23 +83,35 @@ SNDHWM = 100_000
 FRONTEND_RCVHWM = 1_000
 
 
-class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
+class Router(Service):
     """The eMQP/1.0 router, a runtime.service :class:`Service` (its ``run()`` installs
     SIGTERM/SIGINT in the main thread): ``run()`` in its own thread or process,
     ``stop()`` from anywhere.
 
-    The frontend's handlers are in :mod:`.frontend`, the backend's in
-    :mod:`.backend`, the journal commits and their ACKs in :mod:`.commit_acks`;
-    this class owns the sockets, the loop, back-pressure, the admin socket and
-    the timers.
+    This class owns the sockets, the loop, back-pressure, the admin socket and
+    the timers. Its parts, made by :meth:`start` (they need the journal), each
+    own their state: :attr:`front` (:mod:`.frontend`: clients) with
+    :attr:`marks` (:mod:`.queue_marks`) and :attr:`relay`
+    (:mod:`.scheduler_relay`: schedulers), :attr:`back` (:mod:`.backend`: job
+    managers), :attr:`hand_outs` (:mod:`.hand_outs`: jobs handed out, sent once
+    stored), :attr:`commits` (:mod:`.commit_acks`: the journal's commits and
+    the ACKs they release) and :attr:`book` (:mod:`.book`: every job held).
     """
 
     #: The bound sockets, made by :meth:`start`.
     frontend: Channel
     backend: Channel
     admin: Channel
-    #: Every job held, made by :meth:`start` (it needs the journal).
+    #: What clients are sent (ACKs, REJECTs, replies, FEATURES), counted and bounded.
+    outbox: Outbox
+    #: The parts, made by :meth:`start` (see the class doc).
     book: Book
+    hand_outs: HandOuts
+    commits: CommitAcks
+    marks: QueueMarks
+    relay: SchedulerRelay
+    front: Frontend
+    back: Backend
 
     label = "router"
     log = log
@@ -145,17 +159,8 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
         self.backend_address = ""
         self.admin_address = ""
         self.journal_path = ""
-        self._retry = False
         self._blocked = False
         self._next_tick = 0.0
-        self._last_commit = 0.0
-        #: Every job up to this seq is in the journal (a commit returned): only those
-        #: are handed out (see :meth:`_flush_deliveries`).
-        self._durable_seq = 0
-        #: Seqs of held hand-outs whose leases wait for them to be sent (:meth:`_hold_leases`).
-        self._leases_held: set[int] = set()
-        #: When ACKs started waiting for a bigger group commit (None: none waits).
-        self._acks_since: float | None = None
         self._tick = settings.heartbeat_interval / 4
         self._warn = WarnOnce()
         self._limits = security.limits_from_settings(settings)
@@ -163,17 +168,6 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
         self._unserved = UnservedQueues(grace=2 * settings.heartbeat_timeout)
         #: The ZAP policies of our three sockets (CURVE keys, admin local-only), from start().
         self._guard: security.Guard | None = None
-        self._acks = []
-        self._after_commit = []
-        self._after_commit_workers = []
-        #: Clients whose FEATURES said they read bundles: the ACKs one commit
-        #: releases to one of them go as one (:meth:`reads_bundles`, :meth:`_send_acks`).
-        #: Each with the largest frame it takes (its FEATURES' "bundle" value).
-        self._bundle_clients: OrderedDict[bytes, int] = OrderedDict()
-        self._departed = OrderedDict()
-        self._told = OrderedDict()
-        self._outbox = []
-        self._init_holds()
         self._channels: list[Channel] = []
         self._poller: transport.Poller | None = None
         self._handlers: dict[Channel, tuple[str, bool, dict[type, Handler]]] = {}
@@ -226,9 +220,7 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
             self.lost = isinstance(exc, self._lost_errors)
             self.close()
             raise
-        self.outbox = Outbox(self.frontend, s.outbox_budget, s.outbox_peer_bytes)
-        self.book = Book(s, journal, self._deliver, self._to_client, self._tell_after_commit)
-        self.book.set_aside = self._tell_set_aside
+        self._make_parts(journal)
         try:
             self.book.recover()
         except JournalUnavailable as exc:
@@ -240,11 +232,11 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
             self.lost = isinstance(exc, self._lost_errors)
             self.close()
             raise
-        self._durable_seq = self.book.last_seq
-        self._recover_schedules()
+        self.hand_outs.durable_seq = self.book.last_seq
+        self.relay.recover()
         self._handlers = {
-            self.frontend: ("frontend", False, self._frontend_handlers()),
-            self.backend: ("backend", False, self._backend_handlers()),
+            self.frontend: ("frontend", False, self.front.handlers()),
+            self.backend: ("backend", False, self.back.handlers()),
             self.admin: ("admin", True, self._admin_handlers()),
         }
         self._poller = transport.Poller(*self._channels, *([self.admin] if borrowed else []))
@@ -258,6 +250,38 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
             log.info("journal: %s", self.journal_path)
         elif s.journal:
             log.info("journal: %s (sync %s)", self.journal_path, s.journal_sync)
+
+    def _make_parts(self, journal: JournalLike) -> None:
+        """The router's parts (see the class doc), each given what it uses."""
+        s = self.settings
+        self.outbox = outbox = Outbox(self.frontend, s.outbox_budget, s.outbox_peer_bytes)
+        self.book = book = Book(s, journal, to_client=outbox.send)
+        self.hand_outs = hand_outs = HandOuts(self.backend, book)
+        self.commits = commits = CommitAcks(
+            book, self.frontend, self.backend, outbox, hand_outs, self._lease, self._is_blocked
+        )
+        # The book hands out and tells through the parts made from it.
+        book.connect(hand_outs.deliver, commits.tell_client, commits.tell_set_aside)
+        self.back = Backend(
+            s, book, self.backend, self.frontend, hand_outs, commits, self._warn, self._handle
+        )
+        self.marks = QueueMarks(s, book, self.fatal)
+        self.relay = SchedulerRelay(book, self.frontend, self.schedulers, commits, self._warn)
+        self.front = Frontend(
+            s,
+            book,
+            self.frontend,
+            outbox,
+            commits,
+            self.marks,
+            self.relay,
+            self.back.send_to_worker,
+            (self._warn, self._limits, self.fatal),
+            self._handle,
+        )
+
+    def _is_blocked(self) -> bool:
+        return self._blocked
 
     def _open_journal(self) -> JournalLike:
         """The journal; a damaged one is refused, or salvaged with ``journal_recover``."""
@@ -310,8 +334,8 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
         book = getattr(self, "book", None)
         if book is not None and self._channels and not self.lost:
             try:
-                self._sync(force=True)
-                self._flush_deliveries()
+                self.commits.sync(force=True)
+                self.hand_outs.flush()
             except self._lost_errors as exc:
                 self.lost = True
                 log.warning("journal lost while closing: %s", exc)
@@ -367,7 +391,8 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
             self.start()
         assert self._poller is not None
         timeout_ms = min(timeout_ms, max(1, int(self._tick * 1000)))
-        if self._retry or self.outbox:
+        hand_outs = self.hand_outs
+        if hand_outs.retry or self.outbox:
             timeout_ms = min(timeout_ms, RETRY_MS)
         due = self.book.next_due()
         if due is not None:
@@ -379,22 +404,22 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
         t = time.monotonic() if now is None else now
         for channel in ready:
             if channel is self.frontend:
-                self._drain_frontend(t)
+                self.front.drain(t)
             elif channel is self.backend:
-                self._drain_backend(t)
+                self.back.drain(t)
             else:
                 self._drain(channel, t)
-        if self._retry:
-            self._retry = False
+        if hand_outs.retry:
+            hand_outs.retry = False
             self.book.pump(t)
         self.book.promote_due(time.time(), t)
-        self.release_held(t)
+        self.marks.release(t)
         if t >= self._next_tick:
             self._next_tick = t + self._tick
             self._housekeeping(t)
-        self._flush_deliveries()
+        hand_outs.flush()
         self.outbox.flush()
-        self._sync(now=t)
+        self.commits.sync(now=t)
         if lease is not None:
             lease.heartbeat()
         self._check_high_water()
@@ -460,7 +485,7 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
             self._limits.check_message(message)
         except OverLimit as exc:
             if channel is self.frontend:
-                self._over_limit(identity, exc)
+                self.front.over_limit(identity, exc)
             else:
                 self._warn(name, identity, exc.reason, "dropped")
             return
@@ -495,17 +520,17 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
         if msg.action == C.STATUS:
             body = admin_json.status(self.routing, now)
             body["poisoned_messages"] = admin_json.poisoned(self.book)
-            body["poisoned_messages_total"] = sum(self.book.poisoned.values())
+            body["poisoned_messages_total"] = sum(self.book.poisoned.by_queue.values())
             # Jobs dropped at hand-out because their ``expires`` time passed.
-            body["expired_messages_by_queue"] = dict(self.book.jobs_expired)
+            body["expired_messages_by_queue"] = dict(self.book.expired_jobs.by_queue)
             body.update(self.book.stats.as_dict())
             body["journal_failure"] = self.book.journal.failure
             if self._status_extra is not None:
                 body.update(self._status_extra())
         elif msg.action == C.POISONED_RETRY:
-            body = {"retried": self.book.retry_poisoned(msg.arguments, now)}
+            body = {"retried": self.book.poisoned.retry(msg.arguments, now)}
         elif msg.action == C.POISONED_PURGE:
-            body = {"purged": self.book.purge_poisoned(msg.arguments)}
+            body = {"purged": self.book.poisoned.purge(msg.arguments)}
         elif msg.action == C.ROUTER_SHOW_WORKERS:
             body = admin_json.show_workers(self.routing)
         elif msg.action == C.ROUTER_SHOW_JOBS:
@@ -515,8 +540,8 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
             body["blocked"] = self._blocked
             body["journal_failure"] = self.book.journal.failure
             body.update(self.outbox.as_dict())
-            body["held"] = self.held_counts()
-            body["cancels_refused"] = self.cancels_refused
+            body["held"] = self.marks.withheld_counts()
+            body["cancels_refused"] = self.front.cancels_refused
         else:
             body = admin_json.show_schedulers(self.schedulers)
         send(self.admin, identity, Reply(msgid=new_msgid(), payload=json.dumps(body)))
@@ -530,21 +555,6 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
             send(self.frontend, scheduler_id, Kbai(msgid=new_msgid()))
         self.stop()
 
-    # -- sending to clients ----------------------------------------------------------
-    def _to_client(self, identity: bytes, message: Message) -> None:
-        self.outbox.send(identity, message)
-
-    def _tell_after_commit(self, identity: bytes, message: Message) -> None:
-        self._after_commit.append((identity, message))
-
-    def _tell_set_aside(self, identity: bytes, job_msgid: str, reason: str) -> None:
-        """REJECT, after the commit, to the job manager whose report poisoned the job:
-        it records the job's end (the router has no database)."""
-        worker = self.routing.workers.get(identity)
-        reject = worker.session.poisoned(job_msgid, reason) if worker is not None else None
-        if reject is not None:
-            self._after_commit_workers.append((identity, reject))
-
     # -- heartbeats, leases ----------------------------------------------------------
     def _housekeeping(self, now: float) -> None:
         """Drop silent peers, hand out jobs whose lease ran out, send heartbeats."""
@@ -552,8 +562,8 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
         book = self.book
         for identity in self.routing.expired(now, s.heartbeat_timeout):
             book.stats.heartbeats_missed += 1
-            self._worker_failed(identity, f"silent for more than {s.heartbeat_timeout}s")
-        book.expire_leases(now)
+            self.hand_outs.drop_worker(identity, f"silent for more than {s.heartbeat_timeout}s")
+        book.outcomes.expire_leases(now)
         for queue, count in self._unserved.check(self.routing, now):
             log.warning(
                 "%d job(s) wait on queue %r, which no connected job manager serves; "
@@ -573,7 +583,7 @@ class Router(Service, FrontendHandlers, BackendHandlers, CommitAcks):
                 )
         for worker in list(self.routing.workers.values()):
             if now - worker.last_sent >= s.heartbeat_interval:
-                self._send_to_worker(worker.identity, self._heartbeat(), now)
+                self.back.send_to_worker(worker.identity, self._heartbeat(), now)
         for scheduler in list(self.schedulers.peers.values()):
             if now - scheduler.last_sent >= s.heartbeat_interval and send(
                 self.frontend, scheduler.identity, self._heartbeat()

@@ -10,7 +10,8 @@ most ``boundary`` (``None``: all of them), so loading more is one keyset
 query "after ``boundary``".
 
 A job whose ``expires`` time passed while it waited is not handed out: a pop
-skips it into ``Waiting.expiry.expired``, for the book to finish as expired.
+skips it into ``Waiting.expiry.expired`` (:mod:`.expiry`), for the book to
+finish as expired.
 Rate limits (:mod:`.rate_limits`): a queue at its limit hands nothing out; a
 job whose key is at its limit is skipped into ``Waiting.limits.parked``, for
 the book to delay, and the pop goes on with the next job.
@@ -23,14 +24,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from django_eventmq.errors import ProtocolError
-from django_eventmq.protocol.headers import Rate, expires_of
-from django_eventmq.protocol.views import stored_request
+from django_eventmq.protocol.headers import Rate
+from django_eventmq.router.expiry import Expiry
 from django_eventmq.router.rate_limits import RateLimits
 
 Key = tuple[int, int]
@@ -83,36 +82,15 @@ class RoutedJob:
     def key(self) -> Key:
         return (-self.priority, self.seq)
 
+    @property
+    def header_frame(self) -> bytes:
+        """Its REQUEST's header frame, as the client sent it."""
+        return self.frames[5]
 
-def expires_at(job: RoutedJob) -> float:
-    """``job.expires``, read from its header frame the first time (a job rebuilt from
-    the journal does not carry it); inf when it has none."""
-    at = job.expires
-    if at != at:  # nan: not read yet
-        try:
-            found = expires_of(stored_request(job.frames).headers)
-        except ProtocolError:
-            found = None
-        at = job.expires = math.inf if found is None else found
-    return at
-
-
-class Expiry:
-    """Jobs a pop skipped because their ``expires`` time passed, and the clock it asks."""
-
-    __slots__ = ("clock", "expired")
-
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        self.clock = clock
-        self.expired: list[RoutedJob] = []
-
-    def passed(self, job: RoutedJob) -> bool:
-        """True (and ``job`` kept in :attr:`expired`) if it may no longer be handed out."""
-        at = expires_at(job)
-        if at == math.inf or at > self.clock():
-            return False
-        self.expired.append(job)
-        return True
+    @property
+    def body(self) -> bytes:
+        """Its REQUEST's body frame, as the client sent it."""
+        return self.frames[6]
 
 
 class WaitQueue:

@@ -94,7 +94,7 @@ def test_a_batch_is_stored_acknowledged_once_and_handed_out_byte_for_byte(start_
     assert [f[2] for f in until_ack(client, msgid)] == [b"ACK"]
     info = h.ask("MONITOR")
     assert (info["queued"], info["rejected"], info["duplicates"]) == (300, 0, 0)
-    assert (h.router.batches_received, h.router.batch_jobs_received) == (1, 300)
+    assert (h.router.front.batches_received, h.router.front.batch_jobs_received) == (1, 300)
     request_acked_next(h, client)  # no second ACK, nothing else came
     # A job manager gets each job as the REQUEST it would have been; one that does
     # not speak DONE (this bare peer, as the reference's) is asked for a reply too.
@@ -216,13 +216,17 @@ def test_a_batch_decoded_as_a_message_is_handled_the_same() -> None:
     try:
         handle = router._handle
         handle(router.frontend, [b"client", b"", V, b"BATCH", b"b1", pack_jobs(jobs(2))], 0.0)
-        assert router._acks == [(b"client", b"b1", False)]
+        assert router.commits.acks == [(b"client", b"b1", False)]
         # A REJECT that cannot go out (no such peer here) means no ACK: the
         # client must not count the refused job as stored.
         bad = [(b"bad", b"email", b"", b"{}"), *jobs(3, prefix="k")]
         handle(router.frontend, [b"client", b"", V, b"BATCH", b"b2", pack_jobs(bad)], 0.0)
-        assert router._acks == [(b"client", b"b1", False)]
-        assert (router.book.backlog(), router.book.rejected, router.batches_received) == (5, 1, 2)
+        assert router.commits.acks == [(b"client", b"b1", False)]
+        assert (router.book.backlog(), router.book.rejected, router.front.batches_received) == (
+            5,
+            1,
+            2,
+        )
     finally:
         router.close()
 
@@ -236,13 +240,13 @@ def test_send_many_switches_to_batch_once_the_router_answers_features(start_rout
     try:
         first = client.send_many(jobs(3_000), window=1_000, ack_timeout=30)
         assert (first.sent, first.acked, first.rejected) == (3_000, 3_000, {})
-        assert h.router.batches_received >= first.batches >= 1
+        assert h.router.front.batches_received >= first.batches >= 1
         assert client.router_features is not None and client.router_features["batch"] == 1
         # Known now: the next send_many batches from its first job.
-        before = h.router.batch_jobs_received
+        before = h.router.front.batch_jobs_received
         second = client.send_many(jobs(1_200, prefix="k"), window=1_000, ack_timeout=30)
         assert (second.acked, second.batches) == (1_200, 3)  # batches of window // 2 = 500
-        assert h.router.batch_jobs_received - before == 1_200
+        assert h.router.front.batch_jobs_received - before == 1_200
     finally:
         client.close()
     assert h.ask("MONITOR")["queued"] == 4_200

@@ -255,15 +255,15 @@ def test_router_holds_a_retry_for_the_delay_its_job_manager_asked():
         to_client=lambda identity, message: None,
     )
     book.routing.add_worker(b"jm", ((10, "default"),), 0.0)
-    book.ready(b"jm", 0.0)
+    book.reports.ready(b"jm", 0.0)
     request = Request(msgid="r1", queue="default", headers=Headers(retry_count=3), body_text="x")
     assert book.accept(b"c", codec.encode(request), "r1", "default", request.headers, 0.0)
     payload = json.dumps({"value": "m", "attempt": 1, "error": {}, "retry_in": 0.5})
     before = __import__("time").time()
-    book.done(b"jm", "r1", JobStatus.RETRY, payload, 1.0)
+    book.reports.done(b"jm", "r1", JobStatus.RETRY, payload, 1.0)
     due = book.next_due()
     assert due is not None and due - before < 50  # 0.5 s, not the router's 100 s
-    assert book.delayed["default"] == 1
+    assert book.delays.delayed["default"] == 1
 
 
 @pytest.mark.parametrize("payload", ["{}", "not json", '{"retry_in": -1}', '{"retry_in": "x"}'])

@@ -1,4 +1,4 @@
-"""Router._send_acks: a commit's ACKs to a client that reads bundles go as bundles
+"""CommitAcks._send_acks: a commit's ACKs to a client that reads bundles go as bundles
 of at most MAX_BUNDLE_MESSAGES, in order, and one left alone goes in the form its
 REQUEST came in (packed or plain); a client that does not read bundles gets each
 ACK alone. The fast path (bundle.ack_bundle) keeps exactly what runs() cut."""
@@ -12,7 +12,7 @@ import pytest
 from django_eventmq.protocol.bundle import MAX_BUNDLE_MESSAGES, is_bundle, unbundle
 from django_eventmq.protocol.packed import unpack
 from django_eventmq.protocol.views import ack_frames
-from django_eventmq.router.router import Router
+from django_eventmq.router.commit_acks import CommitAcks
 
 BUNDLED = b"client-bundles"
 PLAIN = b"client-plain"
@@ -27,12 +27,12 @@ class _Outbox:
         return True
 
 
-def _router() -> tuple[Router, _Outbox]:
-    router = object.__new__(Router)
+def _commits() -> tuple[CommitAcks, _Outbox]:
+    commits = object.__new__(CommitAcks)
     outbox = _Outbox()
-    router.outbox = outbox  # type: ignore[assignment]
-    router._bundle_clients = OrderedDict({BUNDLED: 1 << 26})
-    return router, outbox
+    commits.outbox = outbox  # type: ignore[assignment]
+    commits._bundle_clients = OrderedDict({BUNDLED: 1 << 26})
+    return commits, outbox
 
 
 def _acked(frames: list[bytes]) -> tuple[bytes, list[bytes]]:
@@ -51,10 +51,10 @@ def _acked(frames: list[bytes]) -> tuple[bytes, list[bytes]]:
 
 @pytest.mark.parametrize("count", [1, 2, 999, 1000, 1001, 2500])
 def test_acks_of_a_commit_cut_by_max_bundle_messages(count: int) -> None:
-    router, outbox = _router()
+    commits, outbox = _commits()
     acks = [(BUNDLED, b"job-%d" % i, i % 2 == 0) for i in range(count)]
     acks.insert(1, (PLAIN, b"plain-job", False))
-    router._send_acks(acks)
+    commits._send_acks(acks)
     sent = [_acked(frames) for frames in outbox.sent]
     assert sent[0] == (PLAIN, [b"plain-job"])
     mine = [msgids for identity, msgids in sent[1:] if identity == BUNDLED]

@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 
 from django_eventmq.protocol import parse_headers
 from django_eventmq.protocol.batch import BatchJob, pack_jobs
-from django_eventmq.router.book import CANCELLED_PAYLOAD, Book
+from django_eventmq.router.book import Book
 from django_eventmq.router.journal.store import MEMORY, WAITING, Journal
+from django_eventmq.router.outcomes import CANCELLED_PAYLOAD
 from django_eventmq.router.routing import RoutedJob
 from tests.client.test_batch_send import (
     BODY,
@@ -361,7 +362,7 @@ def test_every_job_runs_once_in_order_whether_parcelled_or_not(ops: list[Op]) ->
     )
     # One slot: it holds the job in ``sent``, or is free and takes the next arrival.
     book.routing.add_worker(b"jm", ((10, "q"),), 0.0)
-    book.ready(b"jm", 1.0)
+    book.reports.ready(b"jm", 1.0)
     ran: list[str] = []
     cancelled: set[str] = set()
     accepted: set[str] = set()
@@ -373,7 +374,7 @@ def test_every_job_runs_once_in_order_whether_parcelled_or_not(ops: list[Op]) ->
             assert not sent
             keys.append(job.key)
             ran.append(job.msgid)
-            book.done(b"jm", job.msgid, "ok", "{}", 1.0)  # hands out the next one, if any
+            book.reports.done(b"jm", job.msgid, "ok", "{}", 1.0)  # hands out the next one, if any
             n -= 1
         assert keys[1:] == sorted(keys[1:])  # the first may be from before new arrivals
 
@@ -406,7 +407,7 @@ def test_every_job_runs_once_in_order_whether_parcelled_or_not(ops: list[Op]) ->
             book.accept(b"c", frames, msgid, "q", parse_headers(headers.decode()), 1.0)
             accepted.add(msgid)
         elif op[0] == "cancel":
-            if op[1] in accepted and op[1] not in ran and book.cancel(op[1]) is None:
+            if op[1] in accepted and op[1] not in ran and book.outcomes.cancel(op[1]) is None:
                 cancelled.add(op[1])
         else:
             take(op[1])

@@ -229,13 +229,13 @@ def test_the_acks_one_commit_releases_go_as_one_bundle_to_a_client_that_reads_th
     # Connected once answered: the router can route to them.
     reader = _client_answered(stepped, b"bundle-reader", {})
     other = _client_answered(stepped, b"plain-client", {})
-    router.reads_bundles(b"bundle-reader", 1 << 20)
-    router._acks = [
+    router.commits.reads_bundles(b"bundle-reader", 1 << 20)
+    router.commits.acks = [
         (b"bundle-reader", b"m-1", False),
         (b"plain-client", b"m-2", False),
         (b"bundle-reader", b"m-3", True),
     ]
-    router._sync(force=True)
+    router.commits.sync(force=True)
     raw = reader.recv_raw()
     assert len(raw) == 1 and is_bundle(raw[0]), raw
     acks = [decode(frames) for frames in unbundle(raw[0])]
@@ -245,8 +245,8 @@ def test_the_acks_one_commit_releases_go_as_one_bundle_to_a_client_that_reads_th
     # Alone, an ACK goes in the form its REQUEST came in (a BATCH's reader knows
     # plain ACKs only).
     for msgid, packed in ((b"m-4", True), (b"m-5", False)):
-        router._acks = [(b"bundle-reader", msgid, packed)]
-        router._sync(force=True)
+        router.commits.acks = [(b"bundle-reader", msgid, packed)]
+        router.commits.sync(force=True)
         raw = reader.recv_raw()
         assert (len(raw) == 1 and raw[0].startswith(PACKED_PREFIX)) is packed, raw
         assert decode(raw).ack_msgid == msgid.decode()  # type: ignore[attr-defined]
@@ -260,8 +260,8 @@ def test_the_router_remembers_the_most_recent_clients_that_read_bundles(
     monkeypatch.setattr(commit_acks, "BUNDLE_CLIENTS", 2)
     router = stepped.router
     for name in (b"a", b"b", b"a", b"c"):
-        router.reads_bundles(name, 1 << 20)
-    assert list(router._bundle_clients) == [b"a", b"c"]  # b, least recent, forgotten
+        router.commits.reads_bundles(name, 1 << 20)
+    assert list(router.commits._bundle_clients) == [b"a", b"c"]  # b, least recent, forgotten
 
 
 def test_a_client_whose_features_say_bundle_is_remembered_as_reading_them(
@@ -270,16 +270,16 @@ def test_a_client_whose_features_say_bundle_is_remembered_as_reading_them(
     _client_answered(stepped, b"says-bundle", {"packed": 1, "bundle": 65536})
     _client_answered(stepped, b"says-nothing", {"packed": 1})
     _client_answered(stepped, b"says-true", {"packed": 1, "bundle": True})  # no size: none
-    assert dict(stepped.router._bundle_clients) == {b"says-bundle": 65536}
+    assert dict(stepped.router.commits._bundle_clients) == {b"says-bundle": 65536}
 
 
 def test_the_acks_to_a_client_are_cut_at_the_largest_frame_it_takes(stepped: Stepped) -> None:
     router = stepped.router
     reader = _client_answered(stepped, b"small-reader", {})
-    router.reads_bundles(b"small-reader", 400)  # its MAX_MESSAGE_BYTES, lowered
+    router.commits.reads_bundles(b"small-reader", 400)  # its MAX_MESSAGE_BYTES, lowered
     msgids = [b"m-%d" % n for n in range(40)]
-    router._acks = [(b"small-reader", msgid, True) for msgid in msgids]
-    router._sync(force=True)
+    router.commits.acks = [(b"small-reader", msgid, True) for msgid in msgids]
+    router.commits.sync(force=True)
     got: list[str] = []
     while len(got) < len(msgids):
         raw = reader.recv_raw()

@@ -182,7 +182,7 @@ def owners_router(tmp_path: Path) -> Iterator[RouterLoop]:
         make_settings(journal=True, journal_path=str(tmp_path / "journal.sqlite3"), queue_window=2)
     )
     router.start()
-    router._owners = True
+    router.front._owners = True
     try:
         yield router
     finally:
@@ -190,8 +190,8 @@ def owners_router(tmp_path: Path) -> Iterator[RouterLoop]:
 
 
 def cancel(router: RouterLoop, key: str, job_msgid: str) -> None:
-    router._sender = key
-    router._on_cancel(key.encode(), [], Cancel(msgid=new_msgid(), job_msgid=job_msgid), 0.0)
+    router.front._sender = key
+    router.front._on_cancel(key.encode(), [], Cancel(msgid=new_msgid(), job_msgid=job_msgid), 0.0)
 
 
 def test_a_cancel_is_refused_while_the_journal_cannot_say_who_sent_the_job(
@@ -216,7 +216,7 @@ def test_a_cancel_is_refused_while_the_journal_cannot_say_who_sent_the_job(
         assert router.book.journal.commit()  # writable again: the row is stored
         cancel(router, "key-B", "m-1")
         assert "m-1" in router.routing.waiting.index
-        assert router.cancels_refused == 1
+        assert router.front.cancels_refused == 1
         cancel(router, "key-A", "m-1")
         assert "m-1" not in router.routing.waiting.index  # its owner's CANCEL is honoured
     finally:
@@ -231,15 +231,15 @@ def test_a_batch_behind_a_queue_on_disk_keeps_its_senders_key_per_job(
     sender's key, so another key's CANCEL of one of its jobs (waiting on disk
     only, not in memory) is refused and the sender's own is honoured."""
     router = owners_router
-    router._sender = "key-A"
+    router.front._sender = "key-A"
     for n in range(3):  # past QUEUE_WINDOW (2): the queue waits on disk
-        router._fast_request((b"a", b"r-%d" % n, b"default", b"", BODY), 0.0)
+        router.front._fast_request((b"a", b"r-%d" % n, b"default", b"", BODY), 0.0)
     jobs = [(b"b-%d" % n, b"default", b"", BODY) for n in range(3)]
-    router._fast_batch((b"a", b"batch-1", pack_jobs(jobs)), 0.0)
+    router.front._fast_batch((b"a", b"batch-1", pack_jobs(jobs)), 0.0)
     assert router.book.journal.owner_of("b-1") == "key-A"
 
     cancel(router, "key-B", "b-1")
-    assert router.cancels_refused == 1
+    assert router.front.cancels_refused == 1
     cancel(router, "key-A", "b-1")
     assert router.book.journal.owner_of("b-1") is None  # cancelled: no longer held
     assert router.book.journal.owner_of("b-2") == "key-A"

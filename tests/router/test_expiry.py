@@ -14,10 +14,12 @@ from typing import Any
 from django_eventmq.protocol import Message, Reply, parse_headers
 from django_eventmq.protocol.status import JobStatus
 from django_eventmq.router.admin_socket import monitor
-from django_eventmq.router.book import CANCELLED_PAYLOAD, Book
+from django_eventmq.router.book import Book
+from django_eventmq.router.expiry import Expiry
 from django_eventmq.router.journal.store import MEMORY, WAITING, Journal
+from django_eventmq.router.outcomes import CANCELLED_PAYLOAD
 from django_eventmq.router.routing import RoutedJob
-from django_eventmq.router.waiting import Expiry, WaitQueue
+from django_eventmq.router.waiting import WaitQueue
 from tests.router.test_router import Harness, make_settings
 from tests.support import wait_for
 
@@ -80,16 +82,16 @@ def test_the_book_never_hands_out_an_expired_job_and_finishes_it_as_expired() ->
     assert book.journal.counts()[WAITING]["q"] == 3
     clock.now += 50  # "gone" expires while no job manager is there
     book.routing.add_worker(b"jm", ((10, "q"),), 0.0)
-    book.ready(b"jm", 2.0)
+    book.reports.ready(b"jm", 2.0)
     assert [job.msgid for job in sent] == ["kept"]
-    assert book.jobs_expired == {"q": 1}
+    assert book.expired_jobs.by_queue == {"q": 1}
     assert book.stats.finished["q"][JobStatus.CANCELLED] == 1  # the DONE words
     assert "gone" in book.finished  # remembered: a resend does not run it
     assert book.journal.find("gone") is None  # deleted from the journal
     ((identity, reply),) = told
     assert identity == b"client" and isinstance(reply, Reply) and reply.reply_to == "gone"
     assert json.loads(reply.payload)["error"]["type"] == "Expired"
-    book.done(b"jm", "kept", "ok", '{"value": 1}', 3.0)
+    book.reports.done(b"jm", "kept", "ok", '{"value": 1}', 3.0)
     assert [job.msgid for job in sent] == ["kept", "plain"]
     counts = monitor(book)
     assert counts["jobs_expired"] == 1 and counts["per_queue"]["q"]["jobs_expired"] == 1
@@ -99,9 +101,9 @@ def test_the_book_never_hands_out_an_expired_job_and_finishes_it_as_expired() ->
 def test_a_job_that_arrives_expired_is_not_stored_nor_handed_out() -> None:
     book, sent, told, _clock = make_book()
     book.routing.add_worker(b"jm", ((10, "q"),), 0.0)
-    book.ready(b"jm", 1.0)
+    book.reports.ready(b"jm", 1.0)
     accept(book, "late", f"reply-requested,expires:{time.time() - 1}")
-    assert sent == [] and book.jobs_expired == {"q": 1}
+    assert sent == [] and book.expired_jobs.by_queue == {"q": 1}
     assert book.journal.find("late") is None
     assert [m.reply_to for _, m in told if isinstance(m, Reply)] == ["late"]
     accept(book, "fine", f"expires:{time.time() + 600}")
@@ -111,16 +113,16 @@ def test_a_job_that_arrives_expired_is_not_stored_nor_handed_out() -> None:
 def test_a_job_expired_in_a_job_manager_is_counted_and_its_reply_forwarded() -> None:
     book, _sent, told, clock = make_book()
     book.routing.add_worker(b"jm", ((10, "q"),), 0.0)
-    book.ready(b"jm", 1.0)
+    book.reports.ready(b"jm", 1.0)
     accept(book, "held", f"reply-requested,expires:{clock.now + 5}")
     payload = '{"value": null, "error": {"type": "Expired", "message": "m", "traceback": ""}}'
-    book.done(b"jm", "held", JobStatus.CANCELLED, payload, 2.0)
-    assert book.jobs_expired == {"q": 1} and book.journal.find("held") is None
+    book.reports.done(b"jm", "held", JobStatus.CANCELLED, payload, 2.0)
+    assert book.expired_jobs.by_queue == {"q": 1} and book.journal.find("held") is None
     assert [m.payload for _, m in told if isinstance(m, Reply)] == [payload]
     # A plain cancel is not an expiry.
     accept(book, "other", "")
-    book.done(b"jm", "other", JobStatus.CANCELLED, CANCELLED_PAYLOAD, 3.0)
-    assert book.jobs_expired == {"q": 1}
+    book.reports.done(b"jm", "other", JobStatus.CANCELLED, CANCELLED_PAYLOAD, 3.0)
+    assert book.expired_jobs.by_queue == {"q": 1}
     assert book.stats.finished["q"][JobStatus.CANCELLED] == 2
 
 

@@ -89,14 +89,14 @@ def test_a_request_arriving_during_the_turn_keeps_the_group_growing(
     router, client = setup
     client.send("REQUEST", "default", "guarantee", JOB)
     wait_for(lambda: router.frontend.poll(0), what="the first REQUEST")
-    drain = router._drain_frontend
+    drain = router.front.drain
 
     def drain_then_another_arrives(t: float) -> None:
         drain(t)
         client.send("REQUEST", "default", "guarantee", JOB)
         wait_for(lambda: router.frontend.poll(0), what="the second REQUEST")
 
-    monkeypatch.setattr(router, "_drain_frontend", drain_then_another_arrives)
+    monkeypatch.setattr(router.front, "drain", drain_then_another_arrives)
     syncs = router.book.journal.syncs
     router.loop_once(timeout_ms=0, now=time.monotonic())
     assert router.book.journal.syncs == syncs

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from django_eventmq.router.journal.commit import inserts, seq_spans
 from django_eventmq.router.journal.schema import INSERT_CHUNK, INSERT_JOB, INSERT_JOBS
-from django_eventmq.router.journal.store import DELAYED, LEASED, POISONED, WAITING, Journal, new_row
-from tests.router.test_journal import add
+from django_eventmq.router.journal.store import DELAYED, LEASED, POISONED, WAITING, Journal
+from tests.router.test_journal import add, row
 
 _COLUMNS = "seq, msgid, queue, nprio, state, due, deaths, attempts, reason"
 
@@ -197,16 +197,10 @@ def test_a_grouped_insert_counts_each_row_as_a_change(tmp_path: Path) -> None:
     # The router's group commit is bounded by changes (COMMIT_GROUP_MAX), not calls.
     journal = Journal(str(tmp_path / "j.sqlite3"))
     try:
-        rows = [
-            new_row(seq, f"m{seq}", "default", 0, WAITING, True, b"", b"[]", b"c", 1.0)
-            for seq in (1, 2, 3)
-        ]
+        rows = [row(seq, msgid=f"m{seq}") for seq in (1, 2, 3)]
         assert journal.add_many(rows) == {1, 2, 3}
         assert journal.pending == 3
-        assert (
-            journal.add_many([new_row(4, "m1", "default", 0, WAITING, True, b"", b"[]", b"c", 1.0)])
-            == set()
-        )
+        assert journal.add_many([row(4, msgid="m1")]) == set()
     finally:
         journal.close()
 

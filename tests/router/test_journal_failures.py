@@ -338,7 +338,7 @@ def test_a_job_held_back_by_a_failing_journal_keeps_its_lease_until_it_is_sent(
             router.loop_once(timeout_ms=50, now=now + 5 * step)
         assert journal.failure is not None
         job = router.routing.inflight[msgid]
-        assert job.deaths == 0 and not router.book.poisoned
+        assert job.deaths == 0 and not router.book.poisoned.by_queue
         faulty.plan = {}
         sent_after = time.monotonic()
         sent: list[bytes] = []

@@ -52,22 +52,24 @@ def router() -> Iterator[Router]:
 def hand_out_one(router: Router, msgid: str) -> None:
     now = time.monotonic()
     router.routing.add_worker(WORKER, ((10, "default"),), now)
-    router.book.ready(WORKER, now)
+    router.book.reports.ready(WORKER, now)
     frames = [b"", b"eMQP/1.0", b"REQUEST", msgid.encode(), b"default", b"guarantee", BODY]
     router.book.accept(b"client-1", frames, msgid, "default", parse_headers("guarantee"), now)
-    assert [job.msgid for _worker, job in router._outbox] == [msgid]  # handed out, not sent
+    assert [job.msgid for _worker, job in router.hand_outs.unsent] == [
+        msgid
+    ]  # handed out, not sent
 
 
 def test_a_dropped_workers_unsent_jobs_wait_again_without_a_death(router: Router) -> None:
     hand_out_one(router, "m-1")
 
-    router._worker_failed(WORKER, "silent for more than 5s")
-    router._flush_deliveries()
+    router.hand_outs.drop_worker(WORKER, "silent for more than 5s")
+    router.hand_outs.flush()
 
     waiting = router.routing.waiting.index
     assert "m-1" in waiting  # waits again...
     assert waiting["m-1"].deaths == 0  # ...not poisoned, though POISON_AFTER is 1
-    assert not router.book.poisoned
+    assert not router.book.poisoned.by_queue
     assert "m-1" not in router.routing.inflight
 
 
@@ -75,11 +77,11 @@ def test_a_job_that_was_sent_still_counts_a_death_when_its_worker_is_dropped(
     router: Router,
 ) -> None:
     hand_out_one(router, "m-2")
-    router._sync(force=True)  # stored, then sent: the worker may have started it
+    router.commits.sync(force=True)  # stored, then sent: the worker may have started it
 
-    router._worker_failed(WORKER, "silent for more than 5s")
+    router.hand_outs.drop_worker(WORKER, "silent for more than 5s")
 
-    assert router.book.poisoned["default"] == 1  # POISON_AFTER=1: set aside
+    assert router.book.poisoned.by_queue["default"] == 1  # POISON_AFTER=1: set aside
 
 
 def test_an_unexpected_send_error_strands_no_job_after_it(
@@ -88,10 +90,10 @@ def test_an_unexpected_send_error_strands_no_job_after_it(
     """ZeroMQ errors other than 'full' and 'unreachable' cannot be provoked on demand:
     the first send is made to raise one; the job after it must go out next time."""
     hand_out_one(router, "m-3")
-    router.book.ready(WORKER, time.monotonic())
+    router.book.reports.ready(WORKER, time.monotonic())
     frames = [b"", b"eMQP/1.0", b"REQUEST", b"m-4", b"default", b"", BODY]
     router.book.accept(b"client-1", frames, "m-4", "default", parse_headers(""), time.monotonic())
-    assert [job.msgid for _w, job in router._outbox] == ["m-3", "m-4"]
+    assert [job.msgid for _w, job in router.hand_outs.unsent] == ["m-3", "m-4"]
     real_send = router.backend.send_frames
     calls: list[bytes] = []
 
@@ -103,12 +105,12 @@ def test_an_unexpected_send_error_strands_no_job_after_it(
 
     monkeypatch.setattr(router.backend, "send_frames", first_send_fails)
     with pytest.raises(zmq.ZMQError):
-        router._sync(force=True)  # the commit, then the hand-outs it stored
-    assert [job.msgid for _w, job in router._outbox] == ["m-4"]  # kept, not stranded
+        router.commits.sync(force=True)  # the commit, then the hand-outs it stored
+    assert [job.msgid for _w, job in router.hand_outs.unsent] == ["m-4"]  # kept, not stranded
 
-    router._flush_deliveries()
+    router.hand_outs.flush()
 
-    assert calls == [b"m-3", b"m-4"] and router._outbox == []
+    assert calls == [b"m-3", b"m-4"] and router.hand_outs.unsent == []
 
 
 # -- messages for clients that do not read them (OUTBOX_BUDGET) --------------------------
@@ -259,16 +261,16 @@ def test_a_batch_whose_reject_waits_in_the_outbox_gets_no_ack(
         monkeypatch.setattr(router.frontend, "send_frames", pipe.send_frames)
         jobs = [(b"good", b"default", b"", BODY), (b"bad", b"default", b"", b"not a job")]
         batch = (b"client-1", b"batch-1", pack_jobs(jobs))
-        router._fast_batch(batch, time.monotonic())  # its REJECT waits
+        router.front._fast_batch(batch, time.monotonic())  # its REJECT waits
         router.outbox.send_frames([b"client-1", b"x" * 20_000])  # over the cap: cut off
         assert router.outbox.as_dict()["clients_cut_off"] == 1
 
         pipe.full = False  # it reads again
-        router._sync(force=True)
+        router.commits.sync(force=True)
         assert (b"ACK", b"batch-1") not in pipe.got
 
-        router._fast_batch(batch, time.monotonic())  # sent again
-        router._sync(force=True)
+        router.front._fast_batch(batch, time.monotonic())  # sent again
+        router.commits.sync(force=True)
         assert pipe.got == [(b"REJECT", b"bad"), (b"ACK", b"batch-1")]
         assert router.book.duplicates == 1  # the good job, stored once
     finally:

@@ -127,7 +127,7 @@ def test_a_poisoned_jobs_reject_waits_for_the_commit_that_holds_it(
         wait_for(lambda: router.loop_once(timeout_ms=1) or faulty.points > 0, what="a commit")
         for _ in range(5):
             router.loop_once(timeout_ms=1)
-        assert router.book.poisoned["default"] == 1  # set aside in memory...
+        assert router.book.poisoned.by_queue["default"] == 1  # set aside in memory...
         assert not client.pending(), "told REJECT before the journal held it poisoned"
         assert stored_state(path, msgid) == before  # ...not on disk yet
         faulty.full = False

@@ -148,7 +148,7 @@ def make_book(**overrides: object) -> tuple[Book, list[RoutedJob], Clock]:
     book.rate_limits.clock = clock
     book.routing.add_worker(b"jm", ((10, "q"), (10, "r")), 0.0)
     for _ in range(20):
-        book.ready(b"jm", 0.0)
+        book.reports.ready(b"jm", 0.0)
     return book, sent, clock
 
 
@@ -185,7 +185,7 @@ def test_the_book_parks_a_job_at_its_keys_limit_as_delayed_and_runs_it_when_due(
     accept(book, "plain")
     assert [j.msgid for j in sent] == ["a0", "a1", "plain"]
     counts = book.journal.counts()
-    assert counts[DELAYED]["q"] == 2 and book.delayed["q"] == 2
+    assert counts[DELAYED]["q"] == 2 and book.delays.delayed["q"] == 2
     assert monitor(book)["per_queue"]["q"]["rate_limited"] == 2
     due = book.next_due()
     assert due is not None and 0.9 < due - time.time() <= 1.1
@@ -195,7 +195,7 @@ def test_the_book_parks_a_job_at_its_keys_limit_as_delayed_and_runs_it_when_due(
     clock.now += 0.5
     book.promote_due(time.time() + 1.6, 3.0)
     assert [j.msgid for j in sent][3:] == ["a2", "a3"]
-    assert book.delayed["q"] == 0 and monitor(book)["rate_limited"] == 0
+    assert book.delays.delayed["q"] == 0 and monitor(book)["rate_limited"] == 0
 
 
 def test_a_cancelled_parked_job_is_no_longer_held_back_and_never_runs() -> None:
@@ -205,7 +205,7 @@ def test_a_cancelled_parked_job_is_no_longer_held_back_and_never_runs() -> None:
     accept(book, "second", limited)
     assert [j.msgid for j in sent] == ["first"]
     assert book.rate_limits.status({})["q"]["held_back"] == 1
-    assert book.cancel("second") is None
+    assert book.outcomes.cancel("second") is None
     assert book.rate_limits.status({}) == {}
     clock.now += 3600
     book.promote_due(time.time() + 3601, 2.0)
@@ -226,7 +226,7 @@ def test_a_job_waiting_for_a_free_worker_is_counted_when_it_goes_out() -> None:
     assert sent == [] and book.journal.counts()[WAITING]["q"] == 3  # no job manager yet
     book.routing.add_worker(b"jm", ((10, "q"),), 0.0)
     for _ in range(3):
-        book.ready(b"jm", 0.0)
+        book.reports.ready(b"jm", 0.0)
     book.promote_due(time.time(), 0.0)  # the turn's end: parked jobs are stored
     assert [j.msgid for j in sent] == ["a0", "a1"]
     assert book.journal.counts()[DELAYED]["q"] == 1
@@ -283,16 +283,16 @@ def test_one_pop_parks_a_bounded_batch_and_the_queue_goes_on_at_the_next_turn() 
         accept(book, f"a{i}", "rate-limit:1/h,rate-key:k")
     accept(book, "plain")
     book.routing.add_worker(b"jm", ((10, "q"),), 0.0)
-    book.ready(b"jm", 0.0)
-    book.ready(b"jm", 0.0)  # a0 goes out; a1..a3 parked, then the pop stops
+    book.reports.ready(b"jm", 0.0)
+    book.reports.ready(b"jm", 0.0)  # a0 goes out; a1..a3 parked, then the pop stops
     assert [j.msgid for j in sent] == ["a0"]
     assert book.rate_limits.wake_in() == 0.0  # the next turn goes on at once
     book.promote_due(time.time(), 0.0)  # a turn: a4..a6 parked
-    assert [j.msgid for j in sent] == ["a0"] and book.delayed["q"] == 6
+    assert [j.msgid for j in sent] == ["a0"] and book.delays.delayed["q"] == 6
     book.promote_due(time.time(), 0.0)  # the next: a7 parked, "plain" goes out
     assert [j.msgid for j in sent] == ["a0", "plain"]
     book.promote_due(time.time(), 0.0)
-    assert book.delayed["q"] == 7 and book.rate_limits.wake_in() is None
+    assert book.delays.delayed["q"] == 7 and book.rate_limits.wake_in() is None
 
 
 def test_idle_keys_are_dropped_once_many_were_seen() -> None:

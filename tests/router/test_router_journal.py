@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import zmq
 
-from django_eventmq.router import frontend_schedulers
-from django_eventmq.router.book import CANCELLED_PAYLOAD
+from django_eventmq.router import scheduler_relay
+from django_eventmq.router.outcomes import CANCELLED_PAYLOAD
 from tests.router.test_router import JOB, Harness, Peer, make_settings
 from tests.support import wait_for
 
@@ -509,7 +509,7 @@ def test_a_reference_workers_reply_finishes_the_job_in_the_journal(
 def test_kept_schedules_reach_a_scheduler_in_order_read_in_pages(
     start: Callable[..., Harness], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(frontend_schedulers, "SCHEDULES_PER_READ", 2)
+    monkeypatch.setattr(scheduler_relay, "SCHEDULES_PER_READ", 2)
     h = start()
     client = h.peer("frontend", "client")
     sent = []

@@ -22,7 +22,7 @@ def book_with_jobs(count: int) -> Book:
     for name in (b"ours", b"reference"):
         book.routing.add_worker(name, ((10, "q"),), 0.0)
         for _ in range(count // 2):
-            book.ready(name, 0.0)
+            book.reports.ready(name, 0.0)
     for n in range(count):
         msgid = f"m{n}"
         frames = [b"", b"eMQP/1.0", b"REQUEST", msgid.encode(), b"q", b"", BODY]

@@ -19,9 +19,9 @@ def test_no_poisoned_job_counted_no_journal_read(tmp_path: Path) -> None:
 def test_poisoned_jobs_are_listed(tmp_path: Path) -> None:
     book, journal = open_book(tmp_path / "j.sqlite3")
     book.routing.add_worker(b"jm", ((10, "q"),), 0.0)
-    book.ready(b"jm", 1.0)
+    book.reports.ready(b"jm", 1.0)
     assert accept(book, "m1")
-    book.done(b"jm", "m1", "died", "worker died", 2.0)  # poison_after=1
+    book.reports.done(b"jm", "m1", "died", "worker died", 2.0)  # poison_after=1
     assert [entry["msgid"] for entry in admin_socket.poisoned(book)] == ["m1"]
     journal.close()
     book, journal = open_book(tmp_path / "j.sqlite3")  # counted again after a restart

@@ -12,6 +12,7 @@ from django_eventmq.protocol import parse_headers
 from django_eventmq.router.book import Book
 from django_eventmq.router.dedup import RESTART_AFTER, StoredMsgids
 from django_eventmq.router.journal.store import Journal
+from tests.router.test_journal import parcel
 from tests.router.test_unique import make_book
 
 BODY = b'["run", {}]'
@@ -77,15 +78,15 @@ def test_a_job_read_back_after_a_restart_and_delayed_is_still_a_duplicate(
     book, journal = open_book(path, window=10)
     assert book.stored_msgids.full
     book.routing.add_worker(b"jm", ((10, "q"),), 0.0)
-    book.ready(b"jm", 1.0)  # reads m1 and m2 back, hands them out
+    book.reports.ready(b"jm", 1.0)  # reads m1 and m2 back, hands them out
     journal.commit()
     assert accept(book, "m3")  # everything in memory: the filter starts again
     assert not book.stored_msgids.full
-    book.done(b"jm", "m1", "retry", "{}", 2.0)  # no retry-count: finished
+    book.reports.done(b"jm", "m1", "retry", "{}", 2.0)  # no retry-count: finished
     assert not accept(book, "m1")  # finished recently
-    book.done(b"jm", "m2", "died", "worker died", 2.0)
+    book.reports.done(b"jm", "m2", "died", "worker died", 2.0)
     journal.commit()
-    assert book.poisoned["q"] == 1  # poison_after=1: set aside, on disk only
+    assert book.poisoned.by_queue["q"] == 1  # poison_after=1: set aside, on disk only
     assert book._some_only_on_disk()
     assert not accept(book, "m2")  # held on disk only: a duplicate
     journal.commit()
@@ -97,10 +98,10 @@ def test_a_resend_of_a_job_from_an_opened_parcel_is_a_duplicate(tmp_path: Path) 
     for msgid in ("m1", "m2", "m3"):
         assert accept(book, msgid)
     journal.commit()
-    journal.add_parcel(10, 3, "q", 0, True, b"guarantee", b"c", 1.0, parcel_frame())
+    journal.add_parcel(parcel(10, 3, parcel_frame(), queue="q"))
     book.routing.waiting.queue("q").wait_on_disk(3)
     book._seq = 12
-    book._open_parcel(10)
+    book.open_parcel(10)
     journal.commit()
     assert book.stored_msgids.full
     assert not accept(book, "p2")  # a job of the opened parcel, on disk only

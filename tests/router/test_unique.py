@@ -150,7 +150,7 @@ def accept(book: Book, msgid: str, headers: str = f"unique-key:{KEY}") -> bool:
 
 def with_worker(book: Book) -> None:
     book.routing.add_worker(b"jm", ((10, "q"),), 0.0)
-    book.ready(b"jm", 1.0)
+    book.reports.ready(b"jm", 1.0)
 
 
 @pytest.mark.parametrize("end", ["done", "cancelled", "expired", "poisoned", "reply"])
@@ -162,22 +162,22 @@ def test_the_key_is_freed_when_its_job_ends(end: str) -> None:
     assert accept(book, "a", headers)
     assert book.unique.holder(KEY) == "a"
     if end == "cancelled":
-        assert book.cancel("a") is None
+        assert book.outcomes.cancel("a") is None
     elif end == "expired":
         deadline = time.time() + 0.1
         wait_for(lambda: time.time() > deadline, 5, what="its expiry")
         with_worker(book)  # the pop skips it: finished as expired
-        assert sent == [] and book.jobs_expired == {"q": 1}
+        assert sent == [] and book.expired_jobs.by_queue == {"q": 1}
     else:
         with_worker(book)
         assert [job.msgid for job in sent] == ["a"]
         if end == "done":
-            book.done(b"jm", "a", JobStatus.SUCCEEDED, '{"value": 1}', 2.0)
+            book.reports.done(b"jm", "a", JobStatus.SUCCEEDED, '{"value": 1}', 2.0)
         elif end == "reply":
-            book.reply(b"jm", "a")
+            book.reports.reply(b"jm", "a")
         else:
-            book.worker_failed(b"jm", "went silent")  # poison_after=1: set aside
-            assert book.poisoned == {"q": 1}
+            book.outcomes.worker_failed(b"jm", "went silent")  # poison_after=1: set aside
+            assert book.poisoned.by_queue == {"q": 1}
     assert book.unique.holder(KEY) is None
     assert accept(book, "b")  # the key is free again
 
@@ -186,8 +186,8 @@ def test_a_retrying_job_keeps_its_key() -> None:
     book, _sent, _told = make_book()
     accept(book, "a", f"retry-count:2,unique-key:{KEY}")
     with_worker(book)
-    book.done(b"jm", "a", JobStatus.RETRY, '{"value": null}', 2.0)  # delayed for its retry
-    assert book.delayed == {"q": 1} and book.unique.holder(KEY) == "a"
+    book.reports.done(b"jm", "a", JobStatus.RETRY, '{"value": null}', 2.0)  # delayed for its retry
+    assert book.delays.delayed == {"q": 1} and book.unique.holder(KEY) == "a"
 
 
 def test_a_job_that_arrives_expired_takes_no_key() -> None:
@@ -239,7 +239,7 @@ def test_a_job_handed_out_before_the_first_check_keeps_its_key(tmp_path: Path) -
     assert [job.msgid for job in sent] == ["a"]
     reason = again.unique.refusal("b", "q", unique())
     assert reason is not None and holder_of(reason) == "a"
-    again.done(b"jm", "a", JobStatus.SUCCEEDED, '{"value": 1}', 2.0)
+    again.reports.done(b"jm", "a", JobStatus.SUCCEEDED, '{"value": 1}', 2.0)
     assert again.unique.holder(KEY) == "a"  # unique_for: taken 600 s from acceptance
     again.journal.close()
 
@@ -249,7 +249,7 @@ def test_a_job_delayed_over_a_restart_keeps_its_key_when_due(tmp_path: Path) -> 
     book, _sent, _told = make_book(Journal(path))
     due = time.time() + 0.2
     accept(book, "later", f"delay-until:{due},unique-key:{KEY}")
-    assert book.delayed == {"q": 1} and book.unique.holder(KEY) == "later"
+    assert book.delays.delayed == {"q": 1} and book.unique.holder(KEY) == "later"
     book.journal.commit()
     book.journal.close()
     again, _sent, _told = make_book(Journal(path))

@@ -50,7 +50,7 @@ def test_a_job_delayed_over_a_restart_refuses_a_duplicate_before_it_is_due(
 ) -> None:
     book, _sent, _told = make_book(reopen())
     accept(book, "later", f"delay-until:{time.time() + 600},unique-key:{KEY}")
-    assert book.delayed == {"q": 1}
+    assert book.delays.delayed == {"q": 1}
     book.journal.commit()
     again, _sent, _told = make_book(reopen())
     again.recover()
@@ -64,12 +64,12 @@ def test_a_poisoned_job_holds_no_key_after_a_restart(reopen: Reopen) -> None:
     book, _sent, _told = make_book(reopen())  # poison_after=1
     accept(book, "bad")
     with_worker(book)
-    book.worker_failed(b"jm", "went silent")
-    assert book.poisoned == {"q": 1}
+    book.outcomes.worker_failed(b"jm", "went silent")
+    assert book.poisoned.by_queue == {"q": 1}
     book.journal.commit()
     again, _sent, _told = make_book(reopen())
     again.recover()
-    assert again.poisoned == {"q": 1} and len(again.unique) == 0
+    assert again.poisoned.by_queue == {"q": 1} and len(again.unique) == 0
     assert again.unique.refusal("new", "q", unique()) is None
     again.journal.close()
 
@@ -78,9 +78,9 @@ def test_a_poisoned_job_retried_from_the_admin_holds_its_key_again(reopen: Reope
     book, sent, _told = make_book(reopen())  # poison_after=1
     accept(book, "bad")
     with_worker(book)
-    book.worker_failed(b"jm", "went silent")
+    book.outcomes.worker_failed(b"jm", "went silent")
     assert book.unique.holder(KEY) is None  # freed when set aside
-    assert book.retry_poisoned(["bad"], 2.0) == ["bad"]
+    assert book.poisoned.retry(["bad"], 2.0) == ["bad"]
     reason = book.unique.refusal("dup", "q", unique())
     assert reason is not None and holder_of(reason) == "bad"
     with_worker(book)  # handed out again, still holding it
@@ -95,8 +95,8 @@ def test_a_retried_poisoned_job_leaves_a_key_taken_since_to_its_new_holder(
     book, _sent, _told = make_book(reopen())
     accept(book, "bad")
     with_worker(book)
-    book.worker_failed(b"jm", "went silent")
+    book.outcomes.worker_failed(b"jm", "went silent")
     accept(book, "new")  # took the freed key
-    book.retry_poisoned(["bad"], 2.0)
+    book.poisoned.retry(["bad"], 2.0)
     assert book.unique.holder(KEY) == "new"
     book.journal.close()

@@ -21,6 +21,7 @@ from django_eventmq.router.journal.schema import (
     POISONED,
     WAITING,
     JobState,
+    Parcel,
     Row,
 )
 
@@ -67,19 +68,7 @@ class JournalLike(Protocol):
     def is_empty(self) -> bool: ...
 
     # parcels
-    def add_parcel(
-        self,
-        seq: int,
-        count: int,
-        queue: str,
-        priority: int,
-        guarantee: bool,
-        headers: bytes,
-        client: bytes,
-        accepted: float,
-        jobs: bytes,
-        digest: bytes | None = None,
-    ) -> None: ...
+    def add_parcel(self, parcel: Parcel) -> None: ...
     def holds_parcel(self, digest: bytes) -> bool: ...
     def parcel_count(self) -> int: ...
     def next_parcel(self, queue: str, upto: tuple[int, int] | None) -> int | None: ...
@@ -140,7 +129,7 @@ class KeptWrites:
         raise NotImplementedError
 
     def add(self, values: list[Any], *, on_disk: bool = False) -> bool:
-        """Store a new job (its :func:`.schema.new_row`); False (nothing stored) when
+        """Store a new job (its :func:`.schema.job_values`); False (nothing stored) when
         its msgid is held already.
 
         Kept for the next write unless ``on_disk`` says the msgid may be stored

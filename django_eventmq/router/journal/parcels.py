@@ -17,47 +17,37 @@ from collections.abc import Container
 
 from django_eventmq.protocol.batch import unpack_jobs
 from django_eventmq.router.journal.commit import JournalBase
-from django_eventmq.router.journal.schema import INSERT_JOB, WAITING, new_row
+from django_eventmq.router.journal.schema import INSERT_JOB, WAITING, Parcel, new_row
 
 
 class ParcelStore(JournalBase):
     """The parcels of :class:`.journal.Journal`."""
 
     # -- parcels: a BATCH stored whole (see the module doc) ----------------------
-    def add_parcel(
-        self,
-        seq: int,
-        count: int,
-        queue: str,
-        priority: int,
-        guarantee: bool,
-        headers: bytes,
-        client: bytes,
-        accepted: float,
-        jobs: bytes,
-        digest: bytes | None = None,
-    ) -> None:
-        """Store ``count`` jobs of ``queue`` (the JOBS frame ``jobs``, whose jobs
-        all carry ``headers``) as one row; they take seqs ``seq .. seq + count - 1``.
-        ``digest``: :func:`parcel_digest` of ``jobs``, if already computed."""
+    def add_parcel(self, parcel: Parcel) -> None:
+        """Store ``parcel`` as one row (its ``count`` jobs take seqs ``seq .. seq +
+        count - 1``)."""
+        p = parcel
+        jobs = p.jobs
         self._now_all(
             [
                 (
                     "INSERT INTO parcels (seq, count, queue, nprio, guarantee, headers, client,"
                     " accepted, jobs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (seq, count, queue, -priority, guarantee, headers, client, accepted, jobs),
+                    (p.seq, p.count, p.queue, -p.priority, p.guarantee, p.headers, p.client,
+                     p.accepted, jobs),
                     False,
                 ),
                 (
                     # REPLACE: a digest left by a parcel lost in a salvage gives way.
                     "INSERT OR REPLACE INTO parcel_digests (seq, digest) VALUES (?, ?)",
-                    (seq, parcel_digest(jobs) if digest is None else digest),
+                    (p.seq, parcel_digest(jobs) if p.digest is None else p.digest),
                     False,
                 ),
             ],
-            count,
-        )
-        self._parcels[queue] += 1
+            p.count,
+        )  # fmt: skip
+        self._parcels[p.queue] += 1
 
     def holds_parcel(self, digest: bytes) -> bool:
         """True if a parcel not opened yet has the JOBS frame whose
@@ -112,8 +102,9 @@ class ParcelStore(JournalBase):
         # We stored the frame after checking it: this cannot fail on a good journal.
         jobs = unpack_jobs(frame, max_jobs=count, max_bytes=len(frame))
         rows = [
-            new_row(seq + i, msgid, queue, -nprio, WAITING, guarantee, headers, job[3], client,
-                    accepted)
+            new_row(seq=seq + i, msgid=msgid, queue=queue, priority=-nprio, state=WAITING,
+                    guarantee=guarantee, headers=headers, body=job[3], client=client,
+                    accepted=accepted)
             for i, job in enumerate(jobs)
             if (msgid := job[0].decode()) not in skip
         ]  # fmt: skip

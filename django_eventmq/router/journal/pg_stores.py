@@ -11,33 +11,33 @@ from django_eventmq.protocol.batch import unpack_jobs
 from django_eventmq.router.journal.parcels import parcel_digest
 from django_eventmq.router.journal.pg_commit import PgJournalBase
 from django_eventmq.router.journal.schedules import pack_frames, unpack_frames
-from django_eventmq.router.journal.schema import WAITING, new_row
+from django_eventmq.router.journal.schema import WAITING, Parcel, new_row
 
 
 class PgParcelStore(PgJournalBase):
     """The parcels of :class:`.postgres.PostgresJournal`."""
 
     # -- parcels (see parcels.py) ----------------------------------------------------------------
-    def add_parcel(
-        self,
-        seq: int,
-        count: int,
-        queue: str,
-        priority: int,
-        guarantee: bool,
-        headers: bytes,
-        client: bytes,
-        accepted: float,
-        jobs: bytes,
-        digest: bytes | None = None,
-    ) -> None:
-        """Store ``count`` jobs of ``queue`` (the JOBS frame ``jobs``) as one row; they
-        take seqs ``seq .. seq + count - 1``. Kept until the next flush (a commit, or
-        a read of parcels), like the jobs' writes: nothing waits on it before then."""
-        digest = parcel_digest(jobs) if digest is None else digest
+    def add_parcel(self, parcel: Parcel) -> None:
+        """Store ``parcel`` as one row (its ``count`` jobs take seqs ``seq .. seq +
+        count - 1``). Kept until the next flush (a commit, or a read of parcels), like
+        the jobs' writes: nothing waits on it before then."""
+        p = parcel
+        seq, count, queue, jobs = p.seq, p.count, p.queue, p.jobs
+        digest = parcel_digest(jobs) if p.digest is None else p.digest
         self._begin(count)
         self._new_parcels.append(
-            (seq, count, queue.encode(), -priority, guarantee, headers, client, accepted, jobs)
+            (
+                seq,
+                count,
+                queue.encode(),
+                -p.priority,
+                p.guarantee,
+                p.headers,
+                p.client,
+                p.accepted,
+                jobs,
+            )
         )
         # The same frame's digest held by an earlier parcel gives way (SQLite's REPLACE).
         earlier = self._digests.get(digest)
@@ -94,8 +94,9 @@ class PgParcelStore(PgJournalBase):
         name = queue.decode()
         jobs = unpack_jobs(frame, max_jobs=count, max_bytes=len(frame))
         rows = [
-            new_row(seq + i, msgid, name, -nprio, WAITING, guarantee, headers, job[3], client,
-                    accepted)
+            new_row(seq=seq + i, msgid=msgid, queue=name, priority=-nprio, state=WAITING,
+                    guarantee=guarantee, headers=headers, body=job[3], client=client,
+                    accepted=accepted)
             for i, job in enumerate(jobs)
             if (msgid := job[0].decode()) not in skip
         ]  # fmt: skip

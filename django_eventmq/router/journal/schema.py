@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import Any, Protocol
 
 
 class JobState(IntEnum):
@@ -122,7 +122,51 @@ INSERT_CHUNK = 64
 INSERT_JOBS = INSERT_JOB + ("," + INSERT_JOB[INSERT_JOB.rindex(" (") :]) * (INSERT_CHUNK - 1)
 
 
+class NewJob(Protocol):
+    """What the journal reads of a new job, by name (the router's
+    :class:`~django_eventmq.router.waiting.RoutedJob`)."""
+
+    seq: int
+    msgid: str
+    queue: str
+    priority: int
+    guarantee: bool
+    client: bytes
+
+    @property
+    def header_frame(self) -> bytes: ...
+
+    @property
+    def body(self) -> bytes: ...
+
+
+def job_values(
+    job: NewJob, state: int, accepted: float, due: float = 0.0, owner: str | None = None
+) -> list[Any]:
+    """A new job's values for :meth:`Journal.add` (in ``INSERT_JOB``'s order), read
+    from the job by name; ``owner``: the CURVE key that sent it (CANCEL_POLICY
+    ``owner``)."""
+    return [
+        job.seq,
+        job.msgid,
+        job.queue,
+        -job.priority,
+        state,
+        due,
+        job.guarantee,
+        job.header_frame,
+        job.body,
+        job.client,
+        accepted,
+        0,
+        0,
+        "",
+        owner,
+    ]
+
+
 def new_row(
+    *,
     seq: int,
     msgid: str,
     queue: str,
@@ -136,7 +180,8 @@ def new_row(
     due: float = 0.0,
     owner: str | None = None,
 ) -> list[Any]:
-    """A new job's values for :meth:`Journal.add` (in ``INSERT_JOB``'s order)."""
+    """A new job's values for :meth:`Journal.add` (in ``INSERT_JOB``'s order) from
+    its fields named one by one (a parcel's job, tests)."""
     return [
         seq,
         msgid,
@@ -154,6 +199,25 @@ def new_row(
         "",
         owner,
     ]
+
+
+@dataclass(slots=True)
+class Parcel:
+    """A BATCH stored as one row (:mod:`.parcels`): ``count`` jobs of ``queue``
+    with the same ``headers``, their JOBS frame ``jobs`` as received; they take
+    seqs ``seq .. seq + count - 1``."""
+
+    seq: int
+    count: int
+    queue: str
+    priority: int
+    guarantee: bool
+    headers: bytes
+    client: bytes
+    accepted: float
+    jobs: bytes
+    #: :func:`.parcels.parcel_digest` of ``jobs``, if already computed.
+    digest: bytes | None = None
 
 
 INSERT_FINISHED = "INSERT INTO finished (seq, msgid, at) VALUES (?, ?, ?)"

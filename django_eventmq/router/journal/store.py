@@ -49,7 +49,9 @@ from django_eventmq.router.journal.schema import (
     POISONED,
     WAITING,
     JobState,
+    Parcel,
     Row,
+    job_values,
     known_state,
     new_row,
     to_row,
@@ -100,8 +102,10 @@ __all__ = [
     "Journal",
     "JournalDamaged",
     "JournalUnavailable",
+    "Parcel",
     "Row",
     "describe",
+    "job_values",
     "new_row",
     "parcel_digest",
     "resolve_path",
@@ -119,7 +123,7 @@ class Journal(ParcelStore, FinishedStore, ScheduleStore):
         return self._now(INSERT_JOB, values, changes=1).rowcount == 1
 
     def add_many(self, rows: list[list[Any]]) -> set[int]:
-        """Insert new jobs (:func:`new_row`) at once; the seqs of those stored (a
+        """Insert new jobs (:func:`job_values`) at once; the seqs of those stored (a
         row whose msgid is held already is not)."""
         if not rows:
             return set()

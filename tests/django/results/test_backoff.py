@@ -106,7 +106,7 @@ def test_router_delays_a_retried_job_by_its_backoff(backoff_settings: Settings) 
         to_client=lambda identity, message: replies.append(message),
     )
     book.routing.add_worker(b"jm", ((10, "default"),), 0.0)
-    book.ready(b"jm", 0.0)
+    book.reports.ready(b"jm", 0.0)
     request = Request(
         msgid="r1",
         queue="default",
@@ -119,7 +119,7 @@ def test_router_delays_a_retried_job_by_its_backoff(backoff_settings: Settings) 
     for _ in range(6):
         assert sent.pop() == b"r1"  # handed to the job manager
         before = time.time()
-        book.done(b"jm", "r1", JobStatus.RETRY, FAILURE, 1.0)
+        book.reports.done(b"jm", "r1", JobStatus.RETRY, FAILURE, 1.0)
         after = time.time()
         due = book.next_due()
         assert due is not None
@@ -131,6 +131,6 @@ def test_router_delays_a_retried_job_by_its_backoff(backoff_settings: Settings) 
         assert book.next_due() is None
     assert pauses == [2, 4, 8, 16, 30, 30]
     assert sent.pop() == b"r1"  # the seventh run
-    book.done(b"jm", "r1", JobStatus.RETRY, FAILURE, 3.0)  # retries used up: finished
+    book.reports.done(b"jm", "r1", JobStatus.RETRY, FAILURE, 3.0)  # retries used up: finished
     assert book.next_due() is None and not sent
     assert [(type(m), m.reply_to) for m in replies] == [(Reply, "r1")]

@@ -14,7 +14,7 @@ from django_eventmq.models.results import JobResult
 from django_eventmq.protocol import Reply, new_msgid
 from django_eventmq.protocol.status import EXPIRED_ERROR, JobStatus
 from django_eventmq.result_recording import record_expired, record_queued, record_results
-from django_eventmq.router.book import EXPIRED_PAYLOAD
+from django_eventmq.router.expiry import EXPIRED_PAYLOAD
 from tests.support import result_record
 
 

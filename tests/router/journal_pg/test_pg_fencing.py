@@ -16,6 +16,7 @@ import pytest
 from django_eventmq.errors import ConfigurationError
 from django_eventmq.protocol.batch import pack_jobs
 from django_eventmq.router.journal.postgres import LEASE_SHARE, PostgresJournal
+from django_eventmq.router.journal.schema import Parcel
 from django_eventmq.router.leadership import LeadershipLost, Lease, fence
 from tests.router.journal_pg.conftest import Opener, add
 from tests.support import free_port, wait_for
@@ -115,9 +116,8 @@ def test_a_fence_that_fails_leaves_nothing_of_its_transaction_and_kills_the_jour
     take_over(other)
     add(journal, 2)
     add(journal, 3, msgid="m1", on_disk=True)  # written at once, inside the transaction
-    journal.add_parcel(
-        10, 2, "email", 0, True, b"", b"c", 1.0, pack_jobs([(b"p", b"email", b"", b"[]")] * 2)
-    )
+    frame = pack_jobs([(b"p", b"email", b"", b"[]")] * 2)
+    journal.add_parcel(Parcel(10, 2, "email", 0, True, b"", b"c", 1.0, frame))
     journal.add_schedule([b"x"], unschedule=False, job_key="A", timing_key="")
     with pytest.raises(LeadershipLost, match="another epoch"):
         journal.commit()

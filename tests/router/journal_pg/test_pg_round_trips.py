@@ -17,6 +17,7 @@ from django_eventmq.router.journal.postgres import PostgresJournal
 from django_eventmq.router.journal.schema import LEASED, POISONED, WAITING
 from django_eventmq.router.leadership import LeadershipLost
 from tests.router.journal_pg.conftest import Opener, add
+from tests.router.test_journal import parcel
 
 pytestmark = pytest.mark.postgres
 
@@ -36,7 +37,7 @@ def _backend(other: psycopg.Connection[Any], journal: PostgresJournal) -> tuple[
 
 
 def _parcel(journal: PostgresJournal, seq: int, frame: bytes, count: int = 5) -> None:
-    journal.add_parcel(seq, count, "email", 0, True, b"guarantee", b"c", 1.0, frame)
+    journal.add_parcel(parcel(seq, count, frame))
 
 
 def _stored(other: psycopg.Connection[Any]) -> list[tuple[int, bytes | None]]:

@@ -1,29 +1,25 @@
 """What job managers report about their jobs: READY, REPLY, DONE, NACK, and the
-jobs one says it still holds (FEATURES ``holding``).
-
-A mixin of :class:`.book.Book` (the state it uses belongs to the book); what
-becomes of a job then is :mod:`.book_outcomes`.
+jobs one says it still holds (FEATURES ``holding``). What becomes of a job then
+is :mod:`.outcomes`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from django_eventmq.protocol.extensions import payload_error
 from django_eventmq.protocol.status import JobStatus, expired_reply
-from django_eventmq.router.book_outcomes import BookOutcomes
-from django_eventmq.router.dedup import FinishedWindow
 from django_eventmq.router.journal.store import LEASED, WAITING, JournalUnavailable
-from django_eventmq.router.routing import JobManagerPeer, RoutedJob
+from django_eventmq.router.routing import RoutedJob
 from django_eventmq.router.stored import job_from_row
-from django_eventmq.router.waiting import Expiry
-from django_eventmq.runtime import retry_policy
 from django_eventmq.runtime.logs import job_debug
 from django_eventmq.runtime.outbox import show
+
+if TYPE_CHECKING:
+    from django_eventmq.router.book import Book
 
 log = logging.getLogger("django_eventmq.router")
 
@@ -31,40 +27,30 @@ log = logging.getLogger("django_eventmq.router")
 NACK_STOPPING = "stopping"
 
 
-class BookReports(BookOutcomes):
-    """Reports from job managers (mixed into the book)."""
+class Reports:
+    """Reports from job managers about their jobs."""
 
-    finished: FinishedWindow
-    jobs_expired: Counter[str]
-    adopted: int
-    _expiry: Expiry
-
-    if TYPE_CHECKING:
-
-        def _hand_out(
-            self,
-            worker: JobManagerPeer,
-            job: RoutedJob,
-            now: float,
-            *,
-            stored_as_leased: bool = False,
-        ) -> None: ...
-
-        def lease(self, job: RoutedJob, now: float) -> None: ...
-
-        def pump(self, now: float, queues: list[str] | None = None) -> None: ...
-
-        def settle_expired(self) -> None: ...
-
-        def _open_parcel(self, seq: int) -> None: ...
+    def __init__(self, book: Book) -> None:
+        """``book``: the book this is part of (hand-outs, leases, its outcomes)."""
+        self.book = book
+        self.journal = book.journal
+        self.routing = book.routing
+        self.finished = book.finished
+        self.stats = book.stats
+        self.outcomes = book.outcomes
+        self.expired_jobs = book.expired_jobs
+        self.retries = book.retries
+        self._expiry = book.routing.waiting.expiry
+        #: Waiting jobs kept in flight on the job manager that said it holds them.
+        self.adopted = 0
 
     # -- reports from workers ---------------------------------------------------------
     def ready(self, identity: bytes, now: float) -> None:
         job = self.routing.ready(identity, now)
         if job is not None:
-            self._hand_out(self.routing.workers[identity], job, now)
+            self.book.hand_out(self.routing.workers[identity], job, now)
         if self._expiry.expired:
-            self.settle_expired()
+            self.expired_jobs.settle()
 
     def reply(self, identity: bytes, msgid: str) -> bytes | None:
         """A worker's REPLY (the reference's way) finished ``msgid``; returns its client."""
@@ -79,7 +65,7 @@ class BookReports(BookOutcomes):
         job_debug(log, "finished: REPLY from %s", msgid, job.queue, show(identity))
         # A reference job manager does not say how it went.
         self.stats.finish(job.queue, JobStatus.UNKNOWN)
-        self._forget_finished(job)
+        self.outcomes.forget_finished(job)
         return job.client if job.reply else None
 
     def done(self, identity: bytes, msgid: str, status: str, payload: str, now: float) -> None:
@@ -95,9 +81,9 @@ class BookReports(BookOutcomes):
         if worker is not None:
             job, nxt = self.routing.done(identity, msgid, now)
             if nxt is not None:
-                self._hand_out(worker, nxt, now)
+                self.book.hand_out(worker, nxt, now)
             if self._expiry.expired:
-                self.settle_expired()
+                self.expired_jobs.settle()
         else:
             job = self.routing.release_from(identity, msgid)
         if job is None:
@@ -108,14 +94,12 @@ class BookReports(BookOutcomes):
         job_debug(log, "DONE %s from %s", msgid, job.queue, status, show(identity))
         if status == JobStatus.DIED:
             died = payload_error(payload, "no reason given")[:200]
-            self._died(job, f"its worker process died ({died})", identity)
+            self.outcomes.died(job, f"its worker process died ({died})", identity)
         elif status == JobStatus.CANCELLED and expired_reply(payload):
             # The job manager held it past its expiry and did not start it.
-            self.jobs_expired[job.queue] += 1
-            self.stats.finish(job.queue, JobStatus.CANCELLED)  # the DONE words
-            self._finish(job, payload)
-        elif status == JobStatus.RETRY and job.attempts < job.retry_count:
-            self._retry(job, retry_policy.delay_in_payload(payload))
+            self.expired_jobs.reported(job, payload)
+        elif status == JobStatus.RETRY and self.retries.take(job, payload):
+            pass  # it waits for its next attempt
         else:
             self.routing.count_finished(job, identity)
             # A retry past its retry-count is a failure; time from hand-out to report.
@@ -124,11 +108,11 @@ class BookReports(BookOutcomes):
             ran = now - job.dispatched_at if job.dispatched_at else None
             self.stats.finish(job.queue, outcome, ran)
             if status == JobStatus.REFUSED:
-                self._refused(job, payload)
+                self.outcomes.refused(job, payload)
             else:
-                self._finish(job, payload)
+                self.outcomes.finish(job, payload)
         if worker is not None and job.worker is None and self.routing.waiting.get(job.queue):
-            self.pump(now, [job.queue])
+            self.book.pump(now, [job.queue])
 
     def nack(self, identity: bytes, msgid: str, reason: str, now: float) -> None:
         """NACK: the job was not run; it waits again at once (no death counted).
@@ -145,9 +129,9 @@ class BookReports(BookOutcomes):
         else:
             job, nxt = self.routing.done(identity, msgid, now)
             if nxt is not None:
-                self._hand_out(worker, nxt, now)
+                self.book.hand_out(worker, nxt, now)
             if self._expiry.expired:
-                self.settle_expired()
+                self.expired_jobs.settle()
         if job is None:
             self._stale(identity, msgid, "NACK")
             return
@@ -155,7 +139,7 @@ class BookReports(BookOutcomes):
         self.journal.requeue(job.seq, job.deaths)
         self.routing.requeued += 1
         self.routing.waiting.push(job)
-        self.pump(now, [job.queue])
+        self.book.pump(now, [job.queue])
 
     def _stale(self, identity: bytes, msgid: str, report: str) -> None:
         """Say so when a report was not applied because another worker holds the job."""
@@ -177,7 +161,7 @@ class BookReports(BookOutcomes):
         is not held (finished already), or the journal cannot be read now (then
         it stays, and may run again)."""
         try:
-            job = self._take_waiting(msgid)
+            job = self.take_waiting(msgid)
         except JournalUnavailable as exc:
             log.warning(
                 "%s for msgid %s not applied: journal: %s; the job waits and may run again",
@@ -190,7 +174,7 @@ class BookReports(BookOutcomes):
             log.debug("%s for msgid %s: not held (already finished)", report, msgid)
         return job
 
-    def _take_waiting(self, msgid: str, now: float = 0.0) -> RoutedJob | None:
+    def take_waiting(self, msgid: str, now: float = 0.0) -> RoutedJob | None:
         """Take the waiting job ``msgid`` out of its queue (in memory, or on disk only:
         a journal read); None if it does not wait. :class:`JournalUnavailable` if
         the journal cannot be read now."""
@@ -207,7 +191,7 @@ class BookReports(BookOutcomes):
         found = journal.find(msgid)
         if found is None:
             for seq in journal.parcels_holding(msgid):
-                self._open_parcel(seq)
+                self.book.open_parcel(seq)
             found = journal.find(msgid)
         if found is None or found[0] != WAITING:
             return None
@@ -242,11 +226,11 @@ class BookReports(BookOutcomes):
                     )
                     self.routing.release(running)
                     self.routing.adopt(identity, running, now)
-                    self.lease(running, now)
+                    self.book.lease(running, now)
                     kept.append(msgid)
                 continue
             try:
-                job = self._take_waiting(msgid, now)
+                job = self.take_waiting(msgid, now)
             except JournalUnavailable as exc:
                 log.warning(
                     "worker %s holds jobs not looked up: journal: %s; they may run again",
@@ -260,7 +244,7 @@ class BookReports(BookOutcomes):
                 )
                 continue
             self.routing.adopt(identity, job, now)
-            self.lease(job, now)
+            self.book.lease(job, now)
             self.journal.set_state(job.seq, LEASED)  # a copy from memory was WAITING
             kept.append(msgid)
         if kept:

@@ -2,10 +2,8 @@
 clients, kept in the journal until a scheduler takes them, and the schedulers'
 INFORM, HEARTBEAT and KBAI.
 
-A mixin of :class:`.frontend.FrontendHandlers` (so of :class:`.router.Router`):
-the state it uses (the frontend socket, the book, the connected schedulers, the
-ACKs waiting for the journal) belongs to the router. Its handlers are in the
-frontend's handler table (``FrontendHandlers._frontend_handlers``).
+Its handlers are in the frontend's handler table (``Frontend.handlers``); it
+owns the connected schedulers (:class:`.routing.Schedulers`).
 
 A SCHEDULE counts as delivered once it is forwarded to a connected scheduler,
 which keeps it in its database (it sends no receipt). Until then it waits in
@@ -22,6 +20,7 @@ from django_eventmq.protocol import Ack, Inform, Message, Schedule, Unschedule, 
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.status import CANNOT_STORE_REFUSAL
 from django_eventmq.router.book import Book
+from django_eventmq.router.commit_acks import CommitAcks
 from django_eventmq.router.routing import SchedulerPeer, Schedulers
 from django_eventmq.runtime.outbox import WarnOnce, forward, send, show
 from django_eventmq.runtime.transport import Channel
@@ -36,24 +35,31 @@ _KEPT = {False: C.SCHEDULE, True: C.UNSCHEDULE}
 SCHEDULES_PER_READ = 500
 
 
-class SchedulerHandlers:
-    """Handlers for schedulers and their messages on the frontend (mixed into it)."""
+class SchedulerRelay:
+    """Schedulers and the messages for them on the frontend."""
 
-    book: Book
-    frontend: Channel
-    schedulers: Schedulers
-    _warn: WarnOnce
-    #: (client identity, REQUEST or SCHEDULE msgid, packed) to ACK once the journal
-    #: is committed; ``packed``: the ACK goes in the form the REQUEST came in.
-    _acks: list[tuple[bytes, bytes, bool]]
+    def __init__(
+        self,
+        book: Book,
+        frontend: Channel,
+        schedulers: Schedulers,
+        commits: CommitAcks,
+        warn: WarnOnce,
+    ) -> None:
+        """``commits``: where a SCHEDULE's ACK waits for the journal commit."""
+        self.book = book
+        self.frontend = frontend
+        self.schedulers = schedulers
+        self.commits = commits
+        self._warn = warn
 
-    def _on_schedule(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
+    def on_schedule(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
         assert isinstance(msg, Schedule | Unschedule)
         unschedule = isinstance(msg, Unschedule)
         job_key, timing_key = _schedule_keys(msg)
         journal = self.book.journal
         if journal.failure is not None:
-            self.book.reject(identity, msg.msgid, _cannot_store(journal.failure))
+            self.book.reject(identity, msg.msgid, cannot_store(journal.failure))
             return
         peers = self.schedulers
         # Kept ones go first, so a scheduler sees the messages in the order sent (a
@@ -73,9 +79,9 @@ class SchedulerHandlers:
                 log.info("UNSCHEDULE %s dropped %d kept SCHEDULE(s)", msg.msgid, dropped)
             log.debug("no scheduler took %s %s: kept in the journal", msg.command, msg.msgid)
         # The ACK goes once the journal is committed.
-        self._acks.append((identity, msg.msgid.encode(), False))
+        self.commits.acks.append((identity, msg.msgid.encode(), False))
 
-    def _recover_schedules(self) -> None:
+    def recover(self) -> None:
         """On start: count the SCHEDULE / UNSCHEDULE messages the journal keeps."""
         self.schedulers.stored = self.book.journal.schedule_count()
         if self.schedulers.stored:
@@ -122,9 +128,7 @@ class SchedulerHandlers:
             return True
         return False
 
-    def _on_frontend_inform(
-        self, identity: bytes, frames: list[bytes], msg: Message, now: float
-    ) -> None:
+    def on_inform(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
         assert isinstance(msg, Inform)
         if msg.peer_type != C.PEER_SCHEDULER:
             self._warn("frontend", identity, "worker INFORM on the frontend (use the backend)")
@@ -134,9 +138,7 @@ class SchedulerHandlers:
         send(self.frontend, identity, Ack(msgid=new_msgid(), ack_msgid=msg.msgid))
         self._flush_schedules(now)
 
-    def _on_frontend_heartbeat(
-        self, identity: bytes, frames: list[bytes], msg: Message, now: float
-    ) -> None:
+    def on_heartbeat(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
         if identity not in self.schedulers.peers:
             # Only a scheduler sends HEARTBEAT here, and only after its INFORM: this
             # one was dropped, or this router restarted since. It is taken back as
@@ -151,14 +153,12 @@ class SchedulerHandlers:
             )
         self._flush_schedules(now)  # kept messages; a retry, should a send have failed
 
-    def _on_frontend_kbai(
-        self, identity: bytes, frames: list[bytes], msg: Message, now: float
-    ) -> None:
+    def on_kbai(self, identity: bytes, frames: list[bytes], msg: Message, now: float) -> None:
         if self.schedulers.remove(identity):
             log.info("scheduler %s said goodbye", show(identity))
 
 
-def _cannot_store(failure: str) -> str:
+def cannot_store(failure: str) -> str:
     """The REJECT reason while the journal cannot be written."""
     return f"{CANNOT_STORE_REFUSAL} (its journal: {failure}); send it again later"
 
