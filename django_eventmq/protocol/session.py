@@ -32,7 +32,6 @@ from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.bundle import BUNDLE
 
 # Re-exported: the client names it here.
-from django_eventmq.protocol.client_session import ClientSession as ClientSession
 from django_eventmq.protocol.extensions import (
     Cancel,
     Done,
@@ -45,13 +44,13 @@ from django_eventmq.protocol.extensions import (
 )
 
 # Re-exported: the router and the job manager name these here.
-from django_eventmq.protocol.features import FEATURES_WAIT as FEATURES_WAIT
-from django_eventmq.protocol.features import HOLDING as HOLDING
-from django_eventmq.protocol.features import JOBMANAGER_FEATURES as JOBMANAGER_FEATURES
-from django_eventmq.protocol.features import ROUTER_FEATURES as ROUTER_FEATURES
-from django_eventmq.protocol.features import TROUBLE as TROUBLE
-from django_eventmq.protocol.features import bundle_bytes as bundle_bytes
-from django_eventmq.protocol.features import with_bundle_bytes as with_bundle_bytes
+from django_eventmq.protocol.features import (
+    FEATURES_WAIT,
+    HOLDING,
+    JOBMANAGER_FEATURES,
+    ROUTER_FEATURES,
+    bundle_bytes,
+)
 from django_eventmq.protocol.ids import new_msgid
 from django_eventmq.protocol.messages import (
     Ack,
@@ -69,12 +68,11 @@ from django_eventmq.protocol.transitions import (
     JOBMANAGER_TABLE,
     PEER_TABLE,
     JobManagerEvent,
+    JobManagerState,
     PeerEvent,
+    PeerState,
     step,
 )
-from django_eventmq.protocol.transitions import ClientState as ClientState
-from django_eventmq.protocol.transitions import JobManagerState as JobManagerState
-from django_eventmq.protocol.transitions import PeerState as PeerState
 
 _T = TypeVar("_T")
 

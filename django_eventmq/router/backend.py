@@ -33,13 +33,9 @@ from django_eventmq.protocol import (
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.bundle import PREFIX as BUNDLE_PREFIX
 from django_eventmq.protocol.bundle import unbundle
+from django_eventmq.protocol.features import ROUTER_FEATURES, TROUBLE, with_bundle_bytes
 from django_eventmq.protocol.packed import done_of
-from django_eventmq.protocol.session import (
-    ROUTER_FEATURES,
-    TROUBLE,
-    RouterPeerSession,
-    with_bundle_bytes,
-)
+from django_eventmq.protocol.session import RouterPeerSession
 from django_eventmq.protocol.status import DONE_STATUSES
 from django_eventmq.protocol.views import (
     DoneFields,

@@ -55,10 +55,10 @@ from django_eventmq.protocol.batch import (
 )
 from django_eventmq.protocol.bundle import BUNDLE
 from django_eventmq.protocol.extensions import Reject
+from django_eventmq.protocol.features import bundle_bytes
 from django_eventmq.protocol.headers import Headers
 from django_eventmq.protocol.limits import Limits, OverLimit
 from django_eventmq.protocol.packed import PACKED, request_of
-from django_eventmq.protocol.session import bundle_bytes
 from django_eventmq.protocol.status import FULL_REFUSAL
 from django_eventmq.protocol.unique import not_unique_reason
 from django_eventmq.protocol.views import (

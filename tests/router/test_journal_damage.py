@@ -89,7 +89,11 @@ def test_a_damaged_wal_is_refused_at_start_and_recovered_on_request(
         wal.unlink()
         size = 0
     elif damage == "truncated":
-        size //= 2
+        # Keep the header and the first frame only. Half the file was not always
+        # damage: after a checkpoint SQLite writes the WAL again from its start and
+        # the frames past the current ones are stale, so the cut could miss them all.
+        page_size = int.from_bytes(wal.read_bytes()[8:12], "big")
+        size = 32 + 24 + page_size
         os.truncate(wal, size)
     else:
         with open(wal, "r+b") as handle:
