@@ -2,7 +2,7 @@
 
 One commit (a group commit: one sync for everything a loop iteration
 changed) stores what clients sent; only then are their ACKs sent, bundled to
-the clients that read bundles, and the jobs it stored handed to their job
+the clients that read bundles, and then the jobs it stored handed to their job
 managers (:class:`.hand_outs.HandOuts`). Under load the ACKs wait a little for
 a bigger group (:data:`COMMIT_GROUP_WAIT`, :data:`COMMIT_GROUP_MAX`).
 """
@@ -124,15 +124,17 @@ class CommitAcks:
             hand_outs.durable_seq = last
         elif not journal.pending:
             hand_outs.durable_seq = self.book.last_seq
-        if hand_outs.unsent:
-            hand_outs.flush()  # the jobs this commit stored
-        if hand_outs.leases_paused and not hand_outs.unsent:
-            hand_outs.leases_paused.clear()  # those taken back meanwhile get one when sent
+        # The ACKs first: a sender waits for its ACK, a job manager's jobs wait in its
+        # prefetch anyway. Both needed only the commit that returned above.
         self._acks_since = None
         if self.acks:
             acks = self.acks[:]
             self.acks.clear()
             self._send_acks(acks)
+        if hand_outs.unsent:
+            hand_outs.flush()  # the jobs this commit stored
+        if hand_outs.leases_paused and not hand_outs.unsent:
+            hand_outs.leases_paused.clear()  # those taken back meanwhile get one when sent
         if self._after_commit:
             told, self._after_commit = self._after_commit, []
             for identity, message in told:
