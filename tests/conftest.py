@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.client import connection as client
-from django_eventmq.pubsub import api as pubsub
+from django_eventmq.client import connection
+from django_eventmq.pubsub import api
 from django_eventmq.runtime import config
 from django_eventmq.runtime.settings import Settings
 from tests.keys import keys as keys
@@ -38,8 +38,8 @@ def _reset_eventmq_config() -> Iterator[None]:
     """Forget cached settings around each test, and close client sockets after it."""
     config.reset()
     yield
-    client.close_clients()
-    pubsub.close_publish_clients()
+    connection.close_clients()
+    api.close_publish_clients()
     config.reset()
 
 
@@ -60,7 +60,7 @@ def _restore_eventmq_logger() -> Iterator[None]:
 def eventmq_settings(settings: Any) -> Callable[..., Settings]:
     """Set ``settings.EVENTMQ`` for this test: ``eventmq_settings(EAGER=True)``.
 
-    Returns the resulting core settings. Restored after the test by
+    Returns the resulting runtime settings. Restored after the test by
     pytest-django's ``settings`` fixture (which fires ``setting_changed``).
     """
 

@@ -13,7 +13,7 @@ the router said nothing for ``give_up`` seconds while some waited.
 
 It sends as fast as the router acknowledges, where a guaranteed send that
 waits for each ACK in turn pays a round trip (and a journal commit) per job.
-Used by :meth:`.client.Client.send_many` and by the Spark integration.
+Used by :meth:`.connection.Client.send_many` and by the Spark integration.
 
 BATCH (our extension, :mod:`..protocol.batch`): with its first job the
 pipeline sends FEATURES and goes on with REQUESTs without waiting. Once a
@@ -71,7 +71,7 @@ log = logging.getLogger("django_eventmq.client")
 
 #: REQUESTs in flight (sent, not yet answered) per pipeline.
 DEFAULT_WINDOW = 10_000
-#: The window of :meth:`.client.Client.send_many`: enough to keep a router's
+#: The window of :meth:`.connection.Client.send_many`: enough to keep a router's
 #: group commits full, small enough to resend cheaply after a router restart.
 CLIENT_WINDOW = 2_000
 #: Seconds without an answer after which a REQUEST is sent again (same msgid).

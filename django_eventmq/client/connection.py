@@ -14,7 +14,7 @@ toward a connected router (``IMMEDIATE``), so with none connected within
 returning a msgid for a job that would go nowhere. What was handed over is
 still in this process's queue until ZeroMQ writes it out; at exit the
 process waits up to ``SEND_TIMEOUT`` for that, and logs once if it could not
-(see :mod:`.client_exit`).
+(see :mod:`.exit`).
 
 ``BROKER_ADDR`` may list the members of a router group
 (``"tcp://a:47291,tcp://b:47291"``): the socket connects to every one, and
@@ -354,7 +354,7 @@ class Client(Inbox):
         Raises :class:`BrokerUnavailable` when no router is connected within
         ``SEND_TIMEOUT``, or the router answered nothing for ``give_up``
         seconds. A router of ours gets them in BATCH messages of up
-        to ``batch`` jobs (0: REQUESTs only; see :mod:`.pipeline`). Without
+        to ``batch`` jobs (0: REQUESTs only; see :mod:`.bulk`). Without
         ``guarantee`` it sends as ``.delay()`` does and waits for nothing.
         """
         encoded = pipeline.encode_requests(requests)

@@ -3,7 +3,7 @@
 Not the process-wide context of :mod:`.transport`: terminating a context is
 the only way to wait until queued messages are written out, and that one
 also holds sockets (a router, a job manager in tests) that stay open. Every
-:class:`~.client.Client` is made in :func:`context` and recorded with
+:class:`~.connection.Client` is made in :func:`context` and recorded with
 :func:`opened`; :func:`flush_at_exit` runs at interpreter exit.
 """
 

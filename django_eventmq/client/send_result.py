@@ -2,7 +2,7 @@
 
 :class:`QueueCounts` is what happened to the jobs of one queue (sent,
 acknowledged, refused, resent, duplicates) and :class:`SendResult` what
-:meth:`.client.Client.send_many` returns; :class:`.bulk.Pipeline` keeps the
+:meth:`.connection.Client.send_many` returns; :class:`.bulk.Pipeline` keeps the
 counts as it sends.
 """
 
@@ -45,7 +45,7 @@ class QueueCounts:
 
 @dataclass(slots=True)
 class SendResult:
-    """What :meth:`.client.Client.send_many` did: counts per queue, and the refused msgids."""
+    """What :meth:`.connection.Client.send_many` did: counts per queue, and the refused msgids."""
 
     #: Per queue name.
     counts: dict[str, QueueCounts] = field(default_factory=dict)

@@ -8,7 +8,7 @@ or three system calls per message; here several frames go out in one
 child runs thousands of tiny jobs a second.
 
 Frame: 4-byte big-endian length, then that many bytes. The first byte of a
-frame's data says what it is (see :mod:`.worker`).
+frame's data says what it is (see :mod:`.child`).
 """
 
 from __future__ import annotations

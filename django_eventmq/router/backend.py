@@ -2,7 +2,7 @@
 handing jobs to them.
 
 A mixin of :class:`.router.Router`: the state it uses (sockets, the book)
-belongs to the router. What happens to a job lives in :mod:`.dispatch`; this
+belongs to the router. What happens to a job lives in :mod:`.book`; this
 module turns messages into calls on it and sends what it hands out.
 """
 

@@ -107,7 +107,7 @@ Accepting = tuple[list[bytes], str, str, Headers]
 def job_values(
     job: RoutedJob, state: int, accepted: float, due: float | None, owner: str | None = None
 ) -> list[Any]:
-    """A new job's journal row (see :meth:`.journal.Journal.add`); ``owner``: the
+    """A new job's journal row (see :meth:`.store.Journal.add`); ``owner``: the
     CURVE key that sent it (CANCEL_POLICY ``owner``)."""
     request = stored_request(job.frames)
     return new_row(
@@ -456,7 +456,7 @@ class Book(BookReports, BookHeld):
         return True
 
     def _digest(self, jobs_frame: bytes) -> bytes:
-        """:func:`.journal.parcel_digest`, once per frame (asked, then stored)."""
+        """:func:`.parcels.parcel_digest`, once per frame (asked, then stored)."""
         last = self._last_digest
         if last is not None and last[0] is jobs_frame:
             return last[1]

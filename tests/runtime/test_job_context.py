@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from django_eventmq import JobContext, current_job
-from django_eventmq.jobmanager import child as worker
+from django_eventmq.jobmanager import child
 from django_eventmq.protocol import JobBody
 from django_eventmq.runtime import job_context
 
@@ -29,8 +29,8 @@ def test_the_context_line_round_trips_through_a_job_frame(
     msgid: str, queue: str, headers: str
 ) -> None:
     line = job_context.encode_line(msgid, queue, 2, headers)
-    frame = worker.encode_job(5, '["run",{}]', 3, b"", line)
-    seq, soft, body, trace, got = worker.decode_job_frame(frame)
+    frame = child.encode_job(5, '["run",{}]', 3, b"", line)
+    seq, soft, body, trace, got = child.decode_job_frame(frame)
     assert (seq, soft, body, trace, got) == (b"5", 3, b'["run",{}]', b"", line)
     context = _running(got, 1).context()
     assert (context.msgid, context.queue, context.attempt) == (msgid, queue, 2)
@@ -38,7 +38,7 @@ def test_the_context_line_round_trips_through_a_job_frame(
 
 
 def test_a_frame_without_a_context_line_still_reads() -> None:
-    assert worker.decode_job_frame(b"J7:3\n[]") == (b"7", 3, b"[]", b"", b"")
+    assert child.decode_job_frame(b"J7:3\n[]") == (b"7", 3, b"[]", b"", b"")
     context = _running(b"").context()
     assert (context.msgid, context.attempt, context.retries_left) == ("", 1, 0)
 

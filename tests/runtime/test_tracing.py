@@ -14,7 +14,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from django_eventmq.client.connection import close_clients
 from django_eventmq.errors import BrokerUnavailable
-from django_eventmq.jobmanager import child as worker
+from django_eventmq.jobmanager import child
 from django_eventmq.protocol import parse_headers
 from django_eventmq.protocol.views import request_frames
 from django_eventmq.runtime import tracing
@@ -139,10 +139,10 @@ def test_the_run_carrier_crosses_the_child_pipe_and_parents_the_run_span(
     assert tracing.run_carrier("m1", "default", ("attempt:2",)) == b""
     assert tracing.run_carrier("m\t1", "default", extra) == b""
     assert tracing.run_carrier("m1", "default", ("traceparent:00-a\nb",)) == b""
-    data = worker.encode_job(7, "[]", 3, carrier)
-    assert worker.decode_traced_job(data) == (b"7", 3, b"[]", carrier)
-    assert worker.decode_job(data) == (b"7", 3, b"[]")
-    assert worker.decode_traced_job(worker.encode_job(8, "[1]")) == (b"8", None, b"[1]", b"")
+    data = child.encode_job(7, "[]", 3, carrier)
+    assert child.decode_traced_job(data) == (b"7", 3, b"[]", carrier)
+    assert child.decode_job(data) == (b"7", 3, b"[]")
+    assert child.decode_traced_job(child.encode_job(8, "[1]")) == (b"8", None, b"[1]", b"")
     with tracing.running(carrier):
         tracing.job_named("app.jobs.f")
         tracing.job_failed(ValueError("bad input"))

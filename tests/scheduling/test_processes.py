@@ -245,13 +245,13 @@ class Stack:
 
 def _serving(running: Stack, eventmq_settings: Any) -> Iterator[Stack]:
     """``running``, with this process's client pointed at its router; stopped afterwards."""
-    from django_eventmq.client import connection as client
+    from django_eventmq.client import connection
 
     try:
         eventmq_settings(BROKER_ADDR=running.frontend)
         yield running
     finally:
-        client.close_clients()
+        connection.close_clients()
         running.stop()
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.client import connection as client
+from django_eventmq.client import connection
 from django_eventmq.protocol import Ack, Cancel, Message, Request, new_msgid
 from django_eventmq.runtime import transport
 from tests.support import receive_request
@@ -39,7 +39,7 @@ def raw_broker(eventmq_settings: Any, **settings: Any) -> Iterator[transport.Cha
         eventmq_settings(BROKER_ADDR=channel.address, **settings)
         yield channel
     finally:
-        client.close_clients()
+        connection.close_clients()
         channel.close()
 
 
@@ -112,6 +112,6 @@ def thread_router(eventmq_settings: Any) -> Iterator[Callable[..., ThreadRouter]
         return router
 
     yield start
-    client.close_clients()
+    connection.close_clients()
     for router in started:
         router.stop()

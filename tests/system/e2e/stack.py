@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from django_eventmq.client import connection as client
+from django_eventmq.client import connection
 from tests.support import Proc, ResultStack, python_module, tcp_addr
 from tests.system.chaos.support import admin_call, start_router
 
@@ -96,7 +96,7 @@ def client_of(stack: S, eventmq_settings: Any, **settings: Any) -> Iterator[S]:
         eventmq_settings(BROKER_ADDR=stack.frontend, **settings)
         yield stack
     finally:
-        client.close_clients()
+        connection.close_clients()
 
 
 @contextmanager

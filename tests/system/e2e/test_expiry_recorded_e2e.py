@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from django_eventmq.cli import status
-from django_eventmq.client import connection as client
+from django_eventmq.client import connection
 from django_eventmq.errors import JobExpired
 from django_eventmq.models.results import JobResult
 from django_eventmq.protocol.status import EXPIRED_ERROR, JobStatus
@@ -36,7 +36,7 @@ def router(tmp_path: Path, eventmq_settings: Any) -> Iterator[tuple[str, str, li
         eventmq_settings(BROKER_ADDR=frontend)
         yield backend, admin, procs
     finally:
-        client.close_clients()
+        connection.close_clients()
         for proc in reversed(procs):
             proc.stop()
 

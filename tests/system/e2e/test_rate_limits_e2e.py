@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.client import connection as client
+from django_eventmq.client import connection
 from tests.support import Proc, clean_environ, python_module, tcp_addr, wait_for
 from tests.system.chaos.support import admin_call, start_router
 from tests.system.e2e.rate_limit_jobs import email, limited, other
@@ -71,7 +71,7 @@ def stack(tmp_path: Path, eventmq_settings: Any) -> Iterator[Stack]:
         warm_up(s, tmp_path / "warm-up")
         yield s
     finally:
-        client.close_clients()
+        connection.close_clients()
         for proc in reversed(s.procs):
             proc.stop()
         if s.router is not None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.client import connection as client
+from django_eventmq.client import connection
 from django_eventmq.errors import JobNotUnique
 from tests.support import Proc, python_module, run_checked, wait_for
 from tests.system.e2e.stack import RouterStack, serving
@@ -111,7 +111,7 @@ def test_a_router_restarted_after_a_crash_still_refuses_a_held_key(
     stack.router.signal(signal.SIGKILL)
     stack.router.popen.wait(10)
     stack.start_router()
-    client.close_clients()  # a fresh socket for the new router
+    connection.close_clients()  # a fresh socket for the new router
     with pytest.raises(JobNotUnique) as refused:
         rebuild.delay(str(out))
     assert refused.value.holder == held

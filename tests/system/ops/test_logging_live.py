@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_eventmq.cli import admin_client as router_cli
+from django_eventmq.cli import admin_client
 from django_eventmq.client.connection import Client
 from django_eventmq.runtime.logs import JobFields, job_debug
 from tests.support import Proc, python_module, wait_for
@@ -19,7 +19,7 @@ JOBS_PER_RUN = 30
 
 
 def processed(site: Site, queue: str = "default") -> int:
-    answer = router_cli.ask(site.admin, "STATUS", 5.0)
+    answer = admin_client.ask(site.admin, "STATUS", 5.0)
     return int(answer["processed_messages_by_queue"].get(queue, 0))
 
 

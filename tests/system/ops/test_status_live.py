@@ -15,13 +15,12 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from django_eventmq.cli import admin_client as router_cli
-from django_eventmq.cli import status
+from django_eventmq.cli import admin_client, status
 from tests.support import ROOT, Proc, free_port, python_module, wait_for
 
 
 def router_status(site) -> dict:
-    return router_cli.ask(site.admin, "STATUS", 5.0)
+    return admin_client.ask(site.admin, "STATUS", 5.0)
 
 
 def run_status(*args: str) -> subprocess.CompletedProcess[str]:

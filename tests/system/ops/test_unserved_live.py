@@ -14,8 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_eventmq.cli import admin_client as router_cli
-from django_eventmq.cli import status_command
+from django_eventmq.cli import admin_client, status_command
 from django_eventmq.client.connection import Client
 from tests.support import Proc, python_module, wait_for
 
@@ -53,7 +52,7 @@ def site() -> Iterator[Site]:
 
 
 def ask(site: Site, command: str = "STATUS") -> dict:
-    return router_cli.ask(site.admin, command, 5.0)
+    return admin_client.ask(site.admin, command, 5.0)
 
 
 def emq_status(site: Site) -> str:
