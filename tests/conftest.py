@@ -21,6 +21,9 @@ from tests.keys import keys as keys
 from tests.router_harness import start_router as start_router
 from tests.router_harness import zctx as zctx
 
+# The `process` marker (tests that start processes), added when collected.
+pytest_plugins = ["tests.process_marks"]
+
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
