@@ -18,10 +18,12 @@ Registered by ``tests/conftest.py`` (``pytest_plugins``).
 from __future__ import annotations
 
 import contextlib
+import dis
 import inspect
 import multiprocessing.process
 import os
 import subprocess
+import sys
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -99,9 +101,30 @@ def _check(obj: Any) -> bool:
     return False
 
 
+def _local_imports(code: types.CodeType) -> dict[str, Any]:
+    """What ``import``/``from ... import`` statements inside ``code`` bind (modules
+    already loaded only: collecting imports nothing new)."""
+    bound: dict[str, Any] = {}
+    module: Any = None
+    for ins in dis.get_instructions(code):
+        if ins.opname == "IMPORT_NAME":
+            module = sys.modules.get(ins.argval)
+            if module is not None:
+                bound[ins.argval.split(".")[0]] = sys.modules.get(ins.argval.split(".")[0])
+        elif ins.opname == "IMPORT_FROM" and module is not None:
+            value = getattr(module, ins.argval, None)
+            if value is None:
+                value = sys.modules.get(f"{module.__name__}.{ins.argval}")
+            bound[ins.argval] = value
+    return bound
+
+
 def _function_starts(func: types.FunctionType) -> bool:
     names = {name for code in _codes(func.__code__) for name in code.co_names}
     scope = dict(func.__globals__)
+    for code in _codes(func.__code__):
+        scope.update({k: v for k, v in _local_imports(code).items() if v is not None})
+        names |= set(code.co_varnames)  # a local import binds a local name
     for cell_name, cell in zip(func.__code__.co_freevars, func.__closure__ or (), strict=False):
         try:
             scope[cell_name] = cell.cell_contents
