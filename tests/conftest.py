@@ -25,6 +25,16 @@ from tests.router_harness import zctx as zctx
 pytest_plugins = ["tests.process_marks"]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Each run records its tests' durations: the next one hands the longest out
+    first (tests/parallel.py)."""
+    try:
+        from tests.parallel import record
+    except ImportError:  # no pytest-xdist: nothing to hand out
+        return
+    record(config)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadgroup`` keeps the Spark tests, and the tests of a file that shares
