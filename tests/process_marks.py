@@ -102,20 +102,23 @@ def _check(obj: Any) -> bool:
 
 
 def _local_imports(code: types.CodeType) -> dict[str, Any]:
-    """What ``import``/``from ... import`` statements inside ``code`` bind (modules
-    already loaded only: collecting imports nothing new)."""
+    """What ``import``/``from ... import`` statements inside ``code`` bind, by the
+    local name (modules already loaded only: collecting imports nothing new)."""
     bound: dict[str, Any] = {}
     module: Any = None
+    value: Any = None
     for ins in dis.get_instructions(code):
         if ins.opname == "IMPORT_NAME":
-            module = sys.modules.get(ins.argval)
-            if module is not None:
-                bound[ins.argval.split(".")[0]] = sys.modules.get(ins.argval.split(".")[0])
+            module = value = sys.modules.get(ins.argval)
+            if ins.argval and "." in ins.argval:  # ``import a.b`` binds ``a``
+                value = sys.modules.get(ins.argval.split(".")[0])
         elif ins.opname == "IMPORT_FROM" and module is not None:
             value = getattr(module, ins.argval, None)
             if value is None:
                 value = sys.modules.get(f"{module.__name__}.{ins.argval}")
+        elif ins.opname.startswith("STORE_") and value is not None:
             bound[ins.argval] = value
+            value = None
     return bound
 
 
@@ -123,8 +126,9 @@ def _function_starts(func: types.FunctionType) -> bool:
     names = {name for code in _codes(func.__code__) for name in code.co_names}
     scope = dict(func.__globals__)
     for code in _codes(func.__code__):
-        scope.update({k: v for k, v in _local_imports(code).items() if v is not None})
-        names |= set(code.co_varnames)  # a local import binds a local name
+        imported = _local_imports(code)
+        scope.update(imported)
+        names |= imported.keys()
     for cell_name, cell in zip(func.__code__.co_freevars, func.__closure__ or (), strict=False):
         try:
             scope[cell_name] = cell.cell_contents
