@@ -1,5 +1,5 @@
 # The two commands of the README: `make demo` and `make test`.
-.PHONY: demo test venv bench lint pipeline
+.PHONY: demo test unit venv bench lint pipeline
 
 # The web server's port: make demo PORT=8017 when 8000 is taken.
 PORT ?= 8000
@@ -9,6 +9,12 @@ demo:
 
 test:
 	scripts/test.sh
+
+# The fast tests: everything that starts no process (tests/process_marks.py).
+# make unit TESTS=tests/router for one folder.
+TESTS ?= tests
+unit: venv
+	.venv/bin/python -m pytest -m "not process" -q $(TESTS)
 
 # .venv with the test and lint tools (make demo installs only what the site runs).
 venv:

@@ -19,7 +19,7 @@ class DjangoEventMQConfig(AppConfig):
         from django_eventmq import hooks as core_hooks
         from django_eventmq.runtime import config
 
-        # Core code (``.delay()``, the job manager) asks runtime.config for its
+        # The runtime (``.delay()``, the job manager) asks runtime.config for its
         # settings; from now on they come from settings.EVENTMQ + EMQ_*.
         config.set_provider(conf.get_settings)
         core_hooks.install()  # .delay_on_commit(), handle.status/.result/.cancel()

@@ -1,9 +1,9 @@
 """Settings from Django: the only module that reads ``django.conf.settings``.
 
-:func:`get_settings` builds the core :class:`~django_eventmq.runtime.settings.Settings`
+:func:`get_settings` builds the runtime's :class:`~django_eventmq.runtime.settings.Settings`
 from ``settings.EVENTMQ`` (a dict whose keys are the upper-cased field names)
 and ``EMQ_*`` environment variables, which win. The app installs it as the
-core settings provider in ``AppConfig.ready()``; core caches the result until
+runtime's settings provider in ``AppConfig.ready()``; the runtime caches it until
 :func:`reset` (called when ``EVENTMQ`` changes, e.g. under ``override_settings``).
 """
 
@@ -40,7 +40,7 @@ def raw_settings() -> dict[str, Any]:
 
 
 def get_settings() -> Settings:
-    """Build settings from ``settings.EVENTMQ`` and ``EMQ_*`` (uncached: core caches).
+    """Build settings from ``settings.EVENTMQ`` and ``EMQ_*`` (uncached: the runtime caches).
 
     A ``JOURNAL_URL`` that names a ``DATABASES`` alias becomes that database's URL.
     """

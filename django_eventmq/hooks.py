@@ -1,6 +1,6 @@
-"""Installs the Django-side hooks core uses (called from ``AppConfig.ready()``).
+"""Installs the Django-side hooks the runtime uses (called from ``AppConfig.ready()``).
 
-Core never imports Django; it asks :mod:`django_eventmq.runtime.hooks`
+The runtime never imports Django; it asks :mod:`django_eventmq.runtime.hooks`
 for these instead: ``transaction.on_commit`` for ``.delay_on_commit()``,
 the results table for ``handle.status`` / ``handle.result``, the
 recording of a cancellation and of a job the router dropped as expired, and
@@ -42,7 +42,7 @@ def _record_expired(msgid: str, message: str) -> None:
 
 
 def install() -> None:
-    """Point core at Django's transactions and our results table."""
+    """Point the runtime at Django's transactions and our results table."""
     from django_eventmq.outbox import TableOutbox
     from django_eventmq.results import TableReader
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from django_eventmq.client.pool import close_clients
-from django_eventmq.pubsub import api as pubsub
+from django_eventmq.pubsub import api
 from django_eventmq.runtime import config
 from django_eventmq.runtime.settings import Settings
 from tests.keys import keys as keys
@@ -39,7 +39,7 @@ def _reset_eventmq_config() -> Iterator[None]:
     config.reset()
     yield
     close_clients()
-    pubsub.close_publish_clients()
+    api.close_publish_clients()
     config.reset()
 
 

@@ -391,7 +391,7 @@ def router_registry(
 
 
 def jobmanager_registry(manager: Any) -> CollectorRegistry:
-    """A registry that reads ``manager`` (a :class:`.jobmanager.JobManager`) on each scrape."""
+    """A registry that reads ``manager`` (a :class:`.manager.JobManager`) on each scrape."""
     registry = CollectorRegistry()
     registry.register(JobManagerCollector(manager))
     return registry

@@ -3,7 +3,7 @@
 :func:`fetch` asks a router's admin socket STATUS, ROUTER_SHOW_WORKERS,
 ROUTER_SHOW_SCHEDULERS (and MONITOR); :func:`summarize` turns two successive
 snapshots into plain rows (throughput needs the previous one); :func:`render`
-draws them. Everything but :func:`fetch` and :func:`watch` is pure, so the
+draws them. Everything but :func:`fetch` and ``--watch`` is pure, so the
 tables are tested without sockets. Several routers (``--admin 'a,b;c'``) are
 :mod:`.status_groups`, built on these pieces; :mod:`.status_command` is the
 command, which reads either. Never imports Django.

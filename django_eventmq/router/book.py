@@ -442,7 +442,7 @@ class Book:
         return True
 
     def _digest(self, jobs_frame: bytes) -> bytes:
-        """:func:`.journal.parcel_digest`, once per frame (asked, then stored)."""
+        """:func:`.journal.parcels.parcel_digest`, once per frame (asked, then stored)."""
         last = self._last_digest
         if last is not None and last[0] is jobs_frame:
             return last[1]

@@ -1,6 +1,6 @@
 """Jobs as the router's journal stores them, turned back into jobs to hand out.
 
-A stored job is its REQUEST's fields (:class:`.journal.Row`); handing it out
+A stored job is its REQUEST's fields (:class:`.schema.Row`); handing it out
 again rebuilds the frames a client sent, with an ``attempt:K`` header when
 it is a retry (see :mod:`.book`, "Attempts").
 """

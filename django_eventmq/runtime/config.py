@@ -1,4 +1,4 @@
-"""Where core code gets its settings.
+"""Where the runtime packages get their settings.
 
 Without Django, settings come from ``EMQ_*`` environment variables. The
 Django app installs a provider in ``AppConfig.ready()`` that reads

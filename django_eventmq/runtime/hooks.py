@@ -1,4 +1,4 @@
-"""Hooks the Django layer installs into core (core itself never imports Django).
+"""Hooks the Django layer installs into the runtime (which never imports Django).
 
 The app's ``ready()`` installs them: how to defer work until the current
 database transaction commits (``.delay_on_commit()``), how to read the

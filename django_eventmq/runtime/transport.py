@@ -49,7 +49,7 @@ _HANDSHAKE_EVENTS = int(
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 )
 #: A connection's handshake done, the connection gone (:meth:`Channel.peer_connected`),
-#: or an attempt to connect refused (:meth:`Channel.never_connected`).
+#: or an attempt to connect refused (:meth:`Channel.unreachable`).
 _PEER_EVENTS = int(
     zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
 )
@@ -408,7 +408,7 @@ class Poller:
         return [self._by_socket[sock] for sock, _ in self._poller.poll(timeout_ms)]
 
 
-# Re-exported so the rest of core names socket kinds without importing zmq.
+# Re-exported so the runtime packages name socket kinds without importing zmq.
 ROUTER = zmq.ROUTER
 DEALER = zmq.DEALER
 PUB = zmq.PUB

@@ -6,14 +6,14 @@ import argparse
 
 import pytest
 
-from django_eventmq.cli import options as cli
+from django_eventmq.cli import options
 from django_eventmq.runtime.settings import Settings
 
 
 def _parse(*argv: str) -> Settings:
     parser = argparse.ArgumentParser()
-    cli.add_router_arguments(parser)
-    return cli.settings_from_options(Settings(), parser.parse_args(list(argv)))
+    options.add_router_arguments(parser)
+    return options.settings_from_options(Settings(), parser.parse_args(list(argv)))
 
 
 def test_journal_path_and_sync():

@@ -11,8 +11,7 @@ from prometheus_client.core import Metric
 
 from django_eventmq import conf
 from django_eventmq.__main__ import main
-from django_eventmq.cli import metrics, status
-from django_eventmq.cli import options as cli
+from django_eventmq.cli import metrics, options, status
 from django_eventmq.errors import ConfigurationError
 from django_eventmq.router.process import router_service
 from django_eventmq.runtime.settings import Settings, from_mapping
@@ -22,8 +21,8 @@ URL = "postgresql://eventmq@db.example:5432/jobs"
 
 def _parse(*argv: str, base: Settings | None = None) -> Settings:
     parser = argparse.ArgumentParser()
-    cli.add_router_arguments(parser)
-    return cli.settings_from_options(base or Settings(), parser.parse_args(list(argv)))
+    options.add_router_arguments(parser)
+    return options.settings_from_options(base or Settings(), parser.parse_args(list(argv)))
 
 
 def test_a_postgresql_journal_is_the_journal_url_not_a_file():
@@ -62,7 +61,7 @@ def test_a_lease_below_the_heartbeat_is_fine_without_a_group():
 
 
 def test_a_lease_shorter_than_the_heartbeat_names_both_settings_on_the_command_line():
-    with pytest.raises(cli.OptionError, match="set LEASE_SECONDS to at least 6"):
+    with pytest.raises(options.OptionError, match="set LEASE_SECONDS to at least 6"):
         _parse("--journal", URL, "--lease-seconds", "2")
 
 
@@ -122,7 +121,9 @@ def test_a_databases_alias_becomes_a_url():
     )
     s = conf.settings_with_options({"journal_path": "pg", "group": "g1"})
     assert (s.journal_url, s.group) == (conf.database_url("pg"), "g1")
-    with pytest.raises(cli.OptionError, match=r"DATABASES\['default'\] uses .*sqlite3, not Post"):
+    with pytest.raises(
+        options.OptionError, match=r"DATABASES\['default'\] uses .*sqlite3, not Post"
+    ):
         conf.settings_with_options({"journal_path": "default"})
 
 
@@ -222,15 +223,16 @@ def test_peers_take_a_list_of_router_addresses():
     with pytest.raises(ConfigurationError, match=r"WORKER_ADDR: element 2 .* is empty"):
         from_mapping({"WORKER_ADDR": "tcp://10.0.0.1:1,"}, environ={})
     parser = argparse.ArgumentParser()
-    cli.add_jobmanager_arguments(parser)
+    options.add_jobmanager_arguments(parser)
     assert (
-        cli.settings_from_options(Settings(), parser.parse_args(["-B", pair])).worker_addr == pair
+        options.settings_from_options(Settings(), parser.parse_args(["-B", pair])).worker_addr
+        == pair
     )
 
 
 def test_a_bad_list_on_the_command_line_says_which_element(capsys):
     parser = argparse.ArgumentParser()
-    cli.add_scheduler_arguments(parser)
+    options.add_scheduler_arguments(parser)
     with pytest.raises(SystemExit):
         parser.parse_args(["--broker", "tcp://10.0.0.1:1,localhost"])
     assert "'localhost' (element 2" in capsys.readouterr().err

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from django_eventmq.cli import options as cli
+from django_eventmq.cli import options as cli_options
 from django_eventmq.runtime.settings import Settings
 
 
@@ -20,13 +20,13 @@ def parse(add, *argv):
 
 def test_router_options_become_settings():
     options = parse(
-        cli.add_router_arguments,
+        cli_options.add_router_arguments,
         "--frontend=tcp://127.0.0.1:6001",
         "--backend=tcp://127.0.0.1:6002",
         "--admin=ipc:///tmp/emq-admin.sock",
         "--log-level=debug",
     )
-    settings = cli.settings_from_options(Settings(), options)
+    settings = cli_options.settings_from_options(Settings(), options)
     assert settings.frontend_addr == "tcp://127.0.0.1:6001"
     assert settings.backend_addr == "tcp://127.0.0.1:6002"
     assert settings.admin_addr == "ipc:///tmp/emq-admin.sock"
@@ -35,7 +35,7 @@ def test_router_options_become_settings():
 
 def test_jobmanager_options_become_settings():
     options = parse(
-        cli.add_jobmanager_arguments,
+        cli_options.add_jobmanager_arguments,
         "-B",
         "tcp://127.0.0.1:6002",
         "-Q",
@@ -50,7 +50,7 @@ def test_jobmanager_options_become_settings():
         "--hooks=myproject.hooks",
     )
     base = Settings(job_modules=("core.jobs",))
-    settings = cli.settings_from_options(base, options)
+    settings = cli_options.settings_from_options(base, options)
     assert settings.worker_addr == "tcp://127.0.0.1:6002"
     assert settings.queues == ((30, "email"), (10, "default"))
     assert (settings.concurrency, settings.prefetch, settings.max_jobs_per_child) == (3, 2, 100)
@@ -61,15 +61,15 @@ def test_jobmanager_options_become_settings():
 
 def test_options_not_given_leave_settings_alone():
     base = Settings(concurrency=7, queues=((5, "x"),))
-    options = parse(cli.add_jobmanager_arguments)
-    assert cli.settings_from_options(base, options) == base
+    options = parse(cli_options.add_jobmanager_arguments)
+    assert cli_options.settings_from_options(base, options) == base
     assert options.hooks is None
     assert options.log_level == "INFO"
 
 
 def test_hooks_default_is_configurable():
     parser = argparse.ArgumentParser()
-    cli.add_jobmanager_arguments(parser, hooks_default="pkg.hooks")
+    cli_options.add_jobmanager_arguments(parser, hooks_default="pkg.hooks")
     assert parser.parse_args([]).hooks == "pkg.hooks"
     assert "default: pkg.hooks" in parser.format_help()
 
@@ -92,21 +92,23 @@ def test_hooks_default_is_configurable():
 )
 def test_bad_values_name_the_option_and_a_fix(argv, message):
     with pytest.raises(argparse.ArgumentError, match=message):
-        parse(cli.add_jobmanager_arguments, *argv)
+        parse(cli_options.add_jobmanager_arguments, *argv)
 
 
 def test_settings_from_options_names_the_option_of_a_bad_value():
     # Values reach settings_from_options unparsed when a caller builds the
     # options itself (call_command with keyword arguments).
-    with pytest.raises(cli.OptionError, match=r"^--concurrency: expected a whole number > 0"):
-        cli.settings_from_options(Settings(), {"concurrency": -2})
-    with pytest.raises(cli.OptionError, match=r"^--frontend: .*not a ZeroMQ address"):
-        cli.settings_from_options(Settings(), {"frontend": "nowhere"})
+    with pytest.raises(
+        cli_options.OptionError, match=r"^--concurrency: expected a whole number > 0"
+    ):
+        cli_options.settings_from_options(Settings(), {"concurrency": -2})
+    with pytest.raises(cli_options.OptionError, match=r"^--frontend: .*not a ZeroMQ address"):
+        cli_options.settings_from_options(Settings(), {"frontend": "nowhere"})
 
 
 def test_help_shows_every_option_with_its_default():
     parser = argparse.ArgumentParser()
-    cli.add_jobmanager_arguments(parser)
+    cli_options.add_jobmanager_arguments(parser)
     text = " ".join(parser.format_help().split())
     for option in (
         "--broker",
@@ -136,9 +138,9 @@ def restore_logger():
 
 
 def test_configure_logging_installs_one_stderr_handler(restore_logger, capsys):
-    cli.configure_logging("info")
-    cli.configure_logging("warning")
-    logger = cli.configure_logging("info")
+    cli_options.configure_logging("info")
+    cli_options.configure_logging("warning")
+    logger = cli_options.configure_logging("info")
     assert logger is restore_logger
     assert [type(h).__name__ for h in logger.handlers].count("_StderrHandler") == 1
     logging.getLogger("django_eventmq.router").info("router ready: frontend=x")
@@ -152,7 +154,7 @@ def test_configure_logging_installs_one_stderr_handler(restore_logger, capsys):
 def test_every_setting_backed_option_names_a_setting_and_shows_its_default():
     fields = {field.name for field in dataclasses.fields(Settings)}
     keys: dict[str, str] = {}
-    for option in cli._SETTING_OPTIONS:
+    for option in cli_options._SETTING_OPTIONS:
         assert option.setting in fields, option.name
         # One argparse dest never stands for two settings.
         assert keys.setdefault(option.key, option.setting) == option.setting, option.name
@@ -166,24 +168,29 @@ def test_publisher_subscriber_and_journal_options_become_settings():
         "subscribe": "tcp://127.0.0.1:6203",
         "journal_path": "/tmp/emq-j.sqlite3",
     }
-    settings = cli.settings_from_options(Settings(journal=False), options)
+    settings = cli_options.settings_from_options(Settings(journal=False), options)
     assert settings.publisher_incoming_addr == "tcp://127.0.0.1:6201"
     assert settings.publisher_outgoing_addr == "tcp://127.0.0.1:6202"
     assert settings.subscribe_addr == "tcp://127.0.0.1:6203"
     assert (settings.journal, settings.journal_path) == (True, "/tmp/emq-j.sqlite3")
-    with pytest.raises(cli.OptionError, match=r"^--incoming: .*not a ZeroMQ address"):
-        cli.settings_from_options(Settings(), {"incoming": "nowhere"})
+    with pytest.raises(cli_options.OptionError, match=r"^--incoming: .*not a ZeroMQ address"):
+        cli_options.settings_from_options(Settings(), {"incoming": "nowhere"})
 
 
 @pytest.mark.parametrize(
     ("parse", "good", "bad", "message"),
     [
-        (cli.seconds(0), "0", "-1", "expected a number of seconds >= 0, got '-1'"),
-        (cli.seconds(0, inclusive=False), "0.5", "0", "expected a number of seconds > 0, got '0'"),
-        (cli.seconds(0), "1", "inf", "expected a number of seconds >= 0, got 'inf'"),
-        (cli.seconds(0), "1", "soon", "expected a number of seconds >= 0, got 'soon'"),
-        (cli.whole(1), "1", "0", "expected a whole number >= 1, got '0'"),
-        (cli.whole(0), "0", "1.5", "expected a whole number >= 0, got '1.5'"),
+        (cli_options.seconds(0), "0", "-1", "expected a number of seconds >= 0, got '-1'"),
+        (
+            cli_options.seconds(0, inclusive=False),
+            "0.5",
+            "0",
+            "expected a number of seconds > 0, got '0'",
+        ),
+        (cli_options.seconds(0), "1", "inf", "expected a number of seconds >= 0, got 'inf'"),
+        (cli_options.seconds(0), "1", "soon", "expected a number of seconds >= 0, got 'soon'"),
+        (cli_options.whole(1), "1", "0", "expected a whole number >= 1, got '0'"),
+        (cli_options.whole(0), "0", "1.5", "expected a whole number >= 0, got '1.5'"),
     ],
 )
 def test_argument_types_accept_the_bound_and_refuse_past_it(parse, good, bad, message):

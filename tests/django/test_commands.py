@@ -363,14 +363,14 @@ def test_every_command_explains_its_options_with_their_defaults(name, options):
 
 
 def test_scheduler_options_become_settings():
-    from django_eventmq.cli import options as cli
+    from django_eventmq.cli import options as cli_options
     from django_eventmq.runtime.settings import Settings
 
     parser = management_parser("emq_scheduler")
     options = parser.parse_args(
         ["--broker", "tcp://127.0.0.1:6100", "--catchup", "all", "--poll-interval", "0.5"]
     )
-    settings = cli.settings_from_options(Settings(), options)
+    settings = cli_options.settings_from_options(Settings(), options)
     assert settings.broker_addr == "tcp://127.0.0.1:6100"
     assert (settings.scheduler_catchup, settings.scheduler_poll_interval) == ("all", 0.5)
 

@@ -6,7 +6,7 @@ REQUESTs and calls :meth:`~PipelinedSender.flush`: it returns once the router
 has acknowledged (ACK) or refused (REJECT) every msgid. A REQUEST that is not
 answered within ``ack_timeout`` is sent again *with the same msgid*: the
 router runs a msgid once, so a resend (or a whole Spark task attempt sent
-again) cannot double a job. The window itself is core's
+again) cannot double a job. The window itself is the client's
 :class:`~django_eventmq.client.bulk.Pipeline`; this module gives it a
 socket of its own. Against a router of ours the jobs go in BATCH messages
 (up to ``batch`` jobs each, one ACK per batch) once the router has answered

@@ -5,7 +5,7 @@ itself in the ``meta`` table, and once it returned ``PATH.mark`` records that
 count: the journal reached it. SQLite silently ignores a deleted, truncated or
 garbled ``-wal`` file; a journal whose count is below its mark lost committed
 writes, and the journal's open (:func:`check_file`) refuses it, as it refuses
-one that fails ``PRAGMA quick_check``. :func:`.journal_salvage.salvage` copies
+one that fails ``PRAGMA quick_check``. :func:`.salvage.salvage` copies
 what SQLite can still read into a new journal and moves the damaged files aside.
 """
 

@@ -1,6 +1,6 @@
 """The msgids of recently finished jobs (table ``finished``): a REQUEST resent
 after a restart is still recognised. Pruned by age and count inside a commit
-(:meth:`.journal_commit.JournalBase._prune_finished`)."""
+(:meth:`.commit.JournalBase._prune_finished`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from django_eventmq.router.journal.commit import JournalBase
 
 
 class FinishedStore(JournalBase):
-    """The finished msgids of :class:`.journal.Journal`."""
+    """The finished msgids of :class:`.store.Journal`."""
 
     # -- finished msgids ------------------------------------------------------
     def finished_since(self, since: float) -> list[tuple[str, float]]:

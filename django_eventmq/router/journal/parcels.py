@@ -21,7 +21,7 @@ from django_eventmq.router.journal.schema import INSERT_JOB, WAITING, Parcel, ne
 
 
 class ParcelStore(JournalBase):
-    """The parcels of :class:`.journal.Journal`."""
+    """The parcels of :class:`.store.Journal`."""
 
     # -- parcels: a BATCH stored whole (see the module doc) ----------------------
     def add_parcel(self, parcel: Parcel) -> None:

@@ -1,5 +1,5 @@
 """``--journal-recover``: copy what SQLite can still read of a damaged journal
-into a new one, and move the damaged files aside (see :mod:`.journal_check`)."""
+into a new one, and move the damaged files aside (see :mod:`.check`)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from django_eventmq.router.journal.commit import JournalBase
 
 
 class ScheduleStore(JournalBase):
-    """The kept SCHEDULE / UNSCHEDULE messages of :class:`.journal.Journal`."""
+    """The kept SCHEDULE / UNSCHEDULE messages of :class:`.store.Journal`."""
 
     # -- SCHEDULE / UNSCHEDULE waiting for a scheduler ---------------------------
     def add_schedule(

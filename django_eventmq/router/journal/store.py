@@ -20,11 +20,11 @@ Rows move through states; a job is deleted when it finished::
 On start :meth:`recover` turns every LEASED row back into WAITING (handed
 out, never reported finished): those jobs are handed out again.
 
-The rest is split by what it does: :mod:`.journal_schema` (tables, states,
-rows), :mod:`.journal_commit` (kept writes, group commit, write failures),
-:mod:`.journal_parcels`, :mod:`.journal_finished` and
-:mod:`.journal_schedules` (the stores beside the jobs), :mod:`.journal_check`
-(file modes, lock, start-up checks, the mark) and :mod:`.journal_salvage`
+The rest is split by what it does: :mod:`.schema` (tables, states,
+rows), :mod:`.commit` (kept writes, group commit, write failures),
+:mod:`.parcels`, :mod:`.finished` and
+:mod:`.schedules` (the stores beside the jobs), :mod:`.check`
+(file modes, lock, start-up checks, the mark) and :mod:`.salvage`
 (``--journal-recover``).
 """
 

@@ -133,12 +133,13 @@ def test_0_starts_the_session(spark):
     assert spark.range(3).count() == 3
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(4)
 def test_1_cut_off_by_its_timeout(spark):
     # Longer than the timeout, not for ever: the interrupted call's answer comes later
     # (a job that never ends would hold the test: pyspark's clean-up after the
-    # interrupt waits for that answer).
-    spark.sparkContext.parallelize([1], 1).map(lambda x: time.sleep(30) or x).collect()
+    # interrupt waits for that answer, so every second here is waited for). The
+    # call starts as the test does, so any sleep past the timeout is cut inside it.
+    spark.sparkContext.parallelize([1], 1).map(lambda x: time.sleep(10) or x).collect()
 
 
 def test_2_gets_a_working_session(spark):

@@ -11,7 +11,7 @@ from django.db import transaction
 
 from django_eventmq.errors import ConfigurationError, JobNotSent, ResultTimeout, SerializationError
 from django_eventmq.models.results import JobResult
-from django_eventmq.runtime import hooks as integration
+from django_eventmq.runtime import hooks
 from tests.django.results import jobs
 from tests.django.results.conftest import receive_request
 
@@ -117,7 +117,7 @@ def test_the_handle_waits_for_the_outcome_after_commit(broker):
 
 
 def test_without_the_django_app_it_says_what_is_missing(broker, monkeypatch):
-    monkeypatch.setattr(integration._installed, "on_commit", None)
+    monkeypatch.setattr(hooks._installed, "on_commit", None)
     with pytest.raises(ConfigurationError, match="INSTALLED_APPS"):
         jobs.add.delay_on_commit(1, 2)
 
