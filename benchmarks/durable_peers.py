@@ -55,7 +55,7 @@ import zmq
 from benchmarks import _durable_report as report
 from benchmarks._floor import PAYLOAD, Floor
 from benchmarks._huey import HueyStack, huey_missing
-from benchmarks._peers import BIN, Proc, start_ours
+from benchmarks._peers import BIN, Proc, Stack, start_ours
 from benchmarks._rabbit import Vhost, rabbit_missing
 from benchmarks._summary import write_json
 from benchmarks._udp import DoneCounter, Probe
@@ -125,13 +125,16 @@ def warm_up(send: Send, counter: DoneCounter, name: str) -> None:
 
 
 @contextmanager
-def ours_guaranteed() -> Iterator[Send]:
-    """Our router + job manager (2 workers), ``done_guaranteed.delay`` from here."""
+def ours_guaranteed(started: list[Stack] | None = None) -> Iterator[Send]:
+    """Our router + job manager (2 workers), ``done_guaranteed.delay`` from here
+    (the stack appended to ``started``, for a profiler to find its processes)."""
     from benchmarks.noop_jobs import done_guaranteed
     from django_eventmq.client.connection import close_clients
     from django_eventmq.runtime import config
 
     stack = start_ours(concurrency=2)
+    if started is not None:
+        started.append(stack)
     os.environ["EMQ_BROKER_ADDR"] = stack.frontend
     config.reset()
     try:
@@ -455,7 +458,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=THREADS, help="sending threads in (b)")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="only profile ours guaranteed one at a time (--jobs) under py-spy; raw files in DIR",
+    )
     options = parser.parse_args(argv)
+    if options.profile:
+        from benchmarks import _profile_send
+
+        profiled = _profile_send.profile(options.jobs, options.profile)
+        _profile_send.print_profile(profiled)
+        write_json(options.json, profiled)
+        return 0
     if min(options.jobs, options.latency_jobs, options.threads) < 1:
         parser.error("--jobs, --latency-jobs and --threads must be at least 1")
     results = run(
