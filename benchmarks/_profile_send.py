@@ -11,7 +11,6 @@ one job in flight, so the router's figures add up along a send's path.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -33,15 +32,6 @@ def _spy(pid: int, out: Path, children: bool = False) -> subprocess.Popen[bytes]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-def _stop(spy: subprocess.Popen[bytes]) -> None:
-    spy.send_signal(signal.SIGINT)
-    try:
-        spy.wait(60)
-    except subprocess.TimeoutExpired:
-        spy.kill()
-        spy.wait(5)
-
-
 def _one_thread(text: str, name: str) -> str:
     """The stacks of the thread on a send's path: the sending thread in the
     sender, the main thread elsewhere (not ZeroMQ's auth thread, not the
@@ -55,7 +45,7 @@ def profile(jobs: int, directory: Path) -> dict[str, Any]:
     """Send ``jobs`` guaranteed jobs one at a time under py-spy; per process, the
     frames with the most wall time per job (inclusive and self)."""
     from benchmarks import durable_peers
-    from benchmarks.throughput import summarize_collapsed
+    from benchmarks.throughput import stop_spy, summarize_collapsed
 
     if not (BIN / "py-spy").exists():
         raise SystemExit(f"--profile: {BIN / 'py-spy'} not found (pip install py-spy)")
@@ -77,7 +67,7 @@ def profile(jobs: int, directory: Path) -> dict[str, Any]:
                 figures = durable_peers.drive(send, counter, jobs, 1)
             finally:
                 for spy in spies:
-                    _stop(spy)
+                    stop_spy(spy, 60)
     finally:
         counter.close()
     us_per_job = 1e6 / RATE / jobs

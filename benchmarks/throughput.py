@@ -373,15 +373,20 @@ def _start_spies(
     return spies
 
 
+def stop_spy(spy: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """Stop a ``py-spy record`` (SIGINT: it writes its file), killing it if it hangs."""
+    spy.send_signal(signal.SIGINT)
+    try:
+        spy.wait(timeout)
+    except subprocess.TimeoutExpired:
+        spy.kill()
+        spy.wait(5)
+
+
 def _stop_spies(spies: list[tuple[str, subprocess.Popen[bytes], Path]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for name, spy, out in spies:
-        spy.send_signal(signal.SIGINT)
-        try:
-            spy.wait(30)
-        except subprocess.TimeoutExpired:
-            spy.kill()
-            spy.wait(5)
+        stop_spy(spy)
         if out.exists():
             result[name] = summarize_collapsed(out.read_text())
             result[name]["file"] = str(out)
