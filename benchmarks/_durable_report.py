@@ -203,6 +203,15 @@ def table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def run_line(number: int, total: int, results: dict[str, Any]) -> str:
+    """One run's ratios, in the order of :func:`targets` (its own verdicts beside)."""
+    cells = []
+    for target in targets(results):
+        value = "-" if target.value is None else f"{target.value:.2f}x"
+        cells.append(f"{value}{'' if target.met else '!' if target.met is False else '?'}")
+    return f"run {number}/{total}: " + " ".join(cells) + "  (! not met, ? not measured)"
+
+
 def print_report(results: dict[str, Any]) -> None:
     """The skip lines, the tables, ours against the floor, and the verdicts."""
     print()

@@ -184,3 +184,29 @@ def test_floor_rate_counts_every_job_of_every_sender():
         assert floor_rate(floor, 30, 1, wait_ack=False)["per_second"] > 0
     finally:
         floor.stop()
+
+
+def test_run_line_gives_each_ratio_in_target_order_and_marks_misses():
+    line = report.run_line(2, 5, results())
+    assert line.startswith("run 2/5: 2.14x 4.62x! 0.90x 1.50x! 1.00x 0.83x 5.00x")
+    assert report.run_line(1, 1, {}).startswith("run 1/1: -? -? -? -? -? -? -?")
+
+
+def test_medians_of_runs_keep_the_report_shape():
+    from benchmarks._summary import median_of
+
+    slower = results()
+    slower["durable"]["ours"] = _rates(1000, 2000)
+    fast = results()
+    merged = median_of([slower, fast, results()])
+    assert [t.verdict for t in report.targets(merged)] == [
+        t.verdict for t in report.targets(results())
+    ]
+
+
+def test_throughput_durable_hands_its_arguments_to_durable_peers(capsys):
+    from benchmarks import throughput
+
+    with pytest.raises(SystemExit):
+        throughput.main(["--durable", "--runs", "0"])
+    assert "--runs must be at least 1" in capsys.readouterr().err
