@@ -57,7 +57,7 @@ from benchmarks import _durable_report as report
 from benchmarks._floor import PAYLOAD, Floor
 from benchmarks._huey import HueyStack, huey_missing
 from benchmarks._peers import BIN, Proc, Stack, start_ours
-from benchmarks._rabbit import Vhost, rabbit_missing
+from benchmarks._rabbit import NoVhost, Vhost, rabbit_missing
 from benchmarks._summary import median_of, write_json
 from benchmarks._udp import DoneCounter, Probe
 
@@ -295,6 +295,20 @@ def measure_floor(jobs: int, threads: int) -> dict[str, Any]:
 # -- throughput ----------------------------------------------------------------------------
 
 
+def make_vhost(skipped: dict[str, str], make: Callable[[], Vhost] = Vhost) -> Vhost | None:
+    """The benchmark's vhost, or None with both RabbitMQ peers added to ``skipped``
+    (and their skip lines printed) when it cannot be made."""
+    try:
+        return make()
+    except NoVhost as exc:
+        why = f"cannot make a vhost ({exc})"
+        for name in ("celery", "dramatiq"):
+            skipped.setdefault(name, why)
+        for line in report.skip_lines({n: skipped[n] for n in ("celery", "dramatiq")}):
+            print(line, flush=True)
+        return None
+
+
 def measure_durable(jobs: int, threads: int, skipped: dict[str, str]) -> dict[str, Any]:
     """Each system not in ``skipped``, one at a time then ``threads`` threads; the floor."""
     results: dict[str, Any] = {}
@@ -306,7 +320,8 @@ def measure_durable(jobs: int, threads: int, skipped: dict[str, str]) -> dict[st
             ("huey", huey_durable),
         ]
         if "celery" not in skipped or "dramatiq" not in skipped:
-            vhost = Vhost()
+            vhost = make_vhost(skipped)
+        if vhost is not None:
             systems.append(("celery", lambda: celery_rabbit(vhost)))
             systems.append(("dramatiq", lambda: dramatiq_rabbit(vhost)))
         for name, start in systems:

@@ -210,3 +210,80 @@ def test_throughput_durable_hands_its_arguments_to_durable_peers(capsys):
     with pytest.raises(SystemExit):
         throughput.main(["--durable", "--runs", "0"])
     assert "--runs must be at least 1" in capsys.readouterr().err
+
+
+def test_a_vhost_that_cannot_be_made_skips_both_rabbit_peers_with_the_reason(capsys):
+    from benchmarks._rabbit import NoVhost
+    from benchmarks.durable_peers import make_vhost
+
+    def refuse() -> Any:
+        raise NoVhost("rabbitmqctl add_vhost: no cookie; HTTP API PUT: refused")
+
+    skipped = {"huey": "no redis"}
+    assert make_vhost(skipped, refuse) is None
+    assert skipped["celery"] == skipped["dramatiq"]
+    assert "no cookie" in skipped["celery"] and skipped["huey"] == "no redis"
+    out = capsys.readouterr().out
+    assert "Celery 5 + RabbitMQ, confirms, acks_late: skipped, cannot make a vhost" in out
+    assert "Dramatiq + RabbitMQ, confirm_delivery: skipped, cannot make a vhost" in out
+
+
+class _Api:
+    """A stand-in for the management plugin's HTTP API: records each request."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        seen = self.seen = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _any(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                seen.append((self.command, self.path, body, self.headers["Authorization"]))
+                self.send_response(201 if self.command == "PUT" else 204)
+                self.end_headers()
+
+            do_PUT = do_DELETE = _any
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/api"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_vhost_is_made_and_removed_over_http_when_rabbitmqctl_is_missing(monkeypatch):
+    import base64
+
+    from benchmarks import _rabbit
+
+    monkeypatch.setattr(_rabbit.shutil, "which", lambda name: None)
+    api = _Api()
+    try:
+        vhost = _rabbit.Vhost(api.url)
+        assert vhost.by_http and vhost.url.endswith(f"/{vhost.name}")
+        vhost.remove()
+    finally:
+        api.close()
+    auth = "Basic " + base64.b64encode(b"guest:guest").decode()
+    assert [(m, p, a) for m, p, _b, a in api.seen] == [
+        ("PUT", f"/api/vhosts/{vhost.name}", auth),
+        ("PUT", f"/api/permissions/{vhost.name}/guest", auth),
+        ("DELETE", f"/api/vhosts/{vhost.name}", auth),
+    ]
+    assert b'"configure": ".*"' in api.seen[1][2]
+
+
+def test_no_rabbitmqctl_and_no_api_is_one_reason(monkeypatch):
+    from benchmarks import _rabbit
+
+    monkeypatch.setattr(_rabbit.shutil, "which", lambda name: None)
+    with pytest.raises(_rabbit.NoVhost, match="rabbitmqctl is not on PATH; HTTP API PUT"):
+        _rabbit.Vhost("http://127.0.0.1:1/api")
