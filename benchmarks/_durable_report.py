@@ -55,7 +55,7 @@ def _start(results: dict[str, Any], system: str, run: str, stat: str) -> float |
 
 def targets(results: dict[str, Any]) -> list[Target]:
     """Every target of issue 32, judged on one run's figures (ratios in that run)."""
-    threads = results.get("threads", 8)
+    threads = int(results.get("threads", 8))
     found: list[Target] = []
     for mode, goal, what in (
         ("one", TARGET_ONE, "one sender, one at a time"),
@@ -105,7 +105,7 @@ def floor_ratios(results: dict[str, Any]) -> list[tuple[str, float | None]]:
         return None if not block else float(block["per_second"])
 
     plain = results.get("plain", {}).get("ours", {}).get("end_to_end_per_second")
-    threads = results.get("threads", 8)
+    threads = int(results.get("threads", 8))
     rows: list[tuple[str, float | None]] = [
         (
             "guaranteed one at a time, jobs/s",
@@ -140,10 +140,10 @@ def _times(value: float | None) -> str:
 
 def table(results: dict[str, Any]) -> list[str]:
     """The durable throughput table, the plain figures and the latency table."""
-    threads = results.get("threads", 8)
+    threads = int(results.get("threads", 8))
     lines = [
         f"durable, each send stored before it returns: jobs/s end to end, "
-        f"{results.get('jobs', 0):,} no-op jobs, 2 worker processes",
+        f"{int(results.get('jobs', 0)):,} no-op jobs, 2 worker processes",
         f"{'':44}{'one at a time':>15}{f'{threads} threads':>13}",
     ]
     skipped = results.get("skipped", {})

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from kombu import pools
 
 from benchmarks._udp import send_done
 
@@ -24,6 +25,14 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
 )
+
+
+def connect(url: str) -> None:
+    """Send to ``url`` from now on (a new vhost: the pools of the last one are closed)."""
+    pools.reset()
+    app._pool = None
+    app.amqp._producer_pool = None
+    app.conf.broker_url = url
 
 
 @app.task

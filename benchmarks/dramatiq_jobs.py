@@ -27,3 +27,13 @@ dramatiq.set_broker(broker)
 def done(port: int) -> None:
     """Do nothing, then say so to the benchmark."""
     send_done(port)
+
+
+def connect(url: str) -> None:
+    """Send to ``url`` from now on (a new vhost: the last broker's connections are closed)."""
+    global broker
+    broker.close()
+    broker = RabbitmqBroker(url=url, confirm_delivery=True)
+    dramatiq.set_broker(broker)
+    done.broker = broker
+    broker.declare_actor(done)

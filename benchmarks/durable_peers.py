@@ -177,13 +177,10 @@ def celery_rabbit(vhost: Vhost) -> Iterator[Send]:
     try:
         from benchmarks import celery_jobs
 
-        celery_jobs.app.conf.broker_url = vhost.url
+        celery_jobs.connect(vhost.url)
         yield celery_jobs.done.delay
     finally:
         worker.stop(30)
-        from benchmarks import celery_jobs
-
-        celery_jobs.app.pool.force_close_all()
 
 
 @contextmanager
@@ -197,12 +194,10 @@ def dramatiq_rabbit(vhost: Vhost) -> Iterator[Send]:
     try:
         from benchmarks import dramatiq_jobs
 
+        dramatiq_jobs.connect(vhost.url)
         yield dramatiq_jobs.done.send
     finally:
         worker.stop(30)
-        from benchmarks import dramatiq_jobs
-
-        dramatiq_jobs.broker.close()
 
 
 def _missing_module(*names: str) -> str | None:
