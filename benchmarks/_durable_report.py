@@ -222,6 +222,8 @@ def print_report(results: dict[str, Any]) -> None:
     print("\nours against the floor (jobs/s: share of the floor's; latency: times the floor's):")
     for label, value in floor_ratios(results):
         print(f"  {label:40}{_times(value):>10}")
-    print("\ntargets (issue 32), same run:")
+    runs = len(results.get("runs", [])) or 1
+    where = "same run" if runs == 1 else f"medians of {runs} runs, each figure's own"
+    print(f"\ntargets (issue 32), {where}:")
     for target in targets(results):
         print(f"  {target.line()}")

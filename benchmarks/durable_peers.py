@@ -49,6 +49,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import importlib
 import importlib.util
 
 import zmq
@@ -157,47 +158,39 @@ def huey_durable() -> Iterator[Send]:
         stack.stop()
 
 
-def _amqp_env(vhost: Vhost) -> dict[str, str]:
-    os.environ["EMQ_BENCH_AMQP_URL"] = vhost.url  # read when the jobs module is imported
-    return {"EMQ_BENCH_AMQP_URL": vhost.url}
+@contextmanager
+def _rabbit_worker(vhost: Vhost, command: list[str], module: str) -> Iterator[Any]:
+    """A worker process on the vhost, and the jobs ``module`` (``benchmarks.*_jobs``,
+    which reads ``EMQ_BENCH_AMQP_URL`` when imported) sending to it from here."""
+    os.environ["EMQ_BENCH_AMQP_URL"] = vhost.url
+    worker = Proc(command, env={"EMQ_BENCH_AMQP_URL": vhost.url})
+    try:
+        jobs = importlib.import_module(module)
+        jobs.connect(vhost.url)  # this process may have sent to an earlier run's vhost
+        yield jobs
+    finally:
+        worker.stop(30)
 
 
 @contextmanager
 def celery_rabbit(vhost: Vhost) -> Iterator[Send]:
     """A Celery worker (prefork, concurrency 2) on the vhost; ``done.delay`` from here."""
-    env = _amqp_env(vhost)
-    worker = Proc(
-        [
-            *(str(BIN / "celery"), "-A", "benchmarks.celery_jobs", "worker"),
-            *("--concurrency", "2", "--pool", "prefork", "--loglevel", "warning"),
-            *("--without-gossip", "--without-mingle", "--without-heartbeat"),
-        ],
-        env=env,
-    )
-    try:
-        from benchmarks import celery_jobs
-
-        celery_jobs.connect(vhost.url)
-        yield celery_jobs.done.delay
-    finally:
-        worker.stop(30)
+    command = [
+        *(str(BIN / "celery"), "-A", "benchmarks.celery_jobs", "worker"),
+        *("--concurrency", "2", "--pool", "prefork", "--loglevel", "warning"),
+        *("--without-gossip", "--without-mingle", "--without-heartbeat"),
+    ]
+    with _rabbit_worker(vhost, command, "benchmarks.celery_jobs") as jobs:
+        yield jobs.done.delay
 
 
 @contextmanager
 def dramatiq_rabbit(vhost: Vhost) -> Iterator[Send]:
     """A Dramatiq worker (2 processes, 1 thread each) on the vhost; ``done.send`` from here."""
-    env = _amqp_env(vhost)
-    worker = Proc(
-        [str(BIN / "dramatiq"), "benchmarks.dramatiq_jobs", "--processes", "2", "--threads", "1"],
-        env=env,
-    )
-    try:
-        from benchmarks import dramatiq_jobs
-
-        dramatiq_jobs.connect(vhost.url)
-        yield dramatiq_jobs.done.send
-    finally:
-        worker.stop(30)
+    command = [str(BIN / "dramatiq"), "benchmarks.dramatiq_jobs"]
+    command += ["--processes", "2", "--threads", "1"]
+    with _rabbit_worker(vhost, command, "benchmarks.dramatiq_jobs") as jobs:
+        yield jobs.done.send
 
 
 def _missing_module(*names: str) -> str | None:
