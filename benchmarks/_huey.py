@@ -1,9 +1,12 @@
 """Huey + Redis as a peer in the benchmarks: a Redis of its own and a Huey consumer.
 
 Redis runs on a free port with persistence off (``--save ''``), as a cache
-would; the consumer runs ``benchmarks.huey_jobs`` with process workers, the
-same number as our job manager's. :func:`huey_missing` says why Huey cannot
-run here (no redis-server, huey or redis not installed), for a skip line.
+would, or, ``durable``, with ``appendonly yes`` and ``appendfsync always``
+(each write fsynced before Redis answers it) in a temporary directory of
+its own: never the machine's Redis. The consumer runs ``benchmarks.huey_jobs``
+with process workers, the same number as our job manager's.
+:func:`huey_missing` says why Huey cannot run here (no redis-server, huey or
+redis not installed), for a skip line.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from benchmarks._peers import BIN, Proc, wait_until
@@ -32,13 +36,16 @@ def huey_missing() -> str | None:
 class HueyStack:
     """A Redis server and a Huey consumer, stopped together."""
 
-    def __init__(self, workers: int = 2) -> None:
+    def __init__(self, workers: int = 2, *, durable: bool = False) -> None:
         self.port = free_port()
+        self.dir = tempfile.TemporaryDirectory(prefix="emq-bench-redis-")
+        persistence = ("--appendonly", "yes", "--appendfsync", "always") if durable else ()
+        persistence = persistence or ("--appendonly", "no")
         self.redis = Proc(
             [
                 "redis-server",
-                *("--port", str(self.port), "--bind", "127.0.0.1"),
-                *("--save", "", "--appendonly", "no"),
+                *("--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir.name),
+                *("--save", "", *persistence),
             ]
         )
         self.consumer: Proc | None = None
@@ -73,3 +80,4 @@ class HueyStack:
             self.consumer.stop()
         self.redis.stop()
         Path(f"dump-{self.port}.rdb").unlink(missing_ok=True)
+        self.dir.cleanup()

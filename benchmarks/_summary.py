@@ -5,8 +5,10 @@ No processes, no sockets: tests/benchmarks/test_summary.py covers them.
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -70,3 +72,10 @@ def _number(value: float | None, unit: str) -> str:
     if unit == "ms":
         return f"{value:.3f} ms"
     return f"{value:,.0f}{unit}"
+
+
+def write_json(path: Path | None, results: Any) -> None:
+    """A script's ``--json FILE``: the figures written there, and a line saying so."""
+    if path is not None:
+        path.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"\nwrote {path}")

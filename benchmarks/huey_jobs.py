@@ -14,6 +14,8 @@ import time
 
 from huey import RedisHuey
 
+from benchmarks._udp import send_done, send_stamp
+
 huey = RedisHuey(
     "emq-bench",
     port=int(os.environ.get("EMQ_BENCH_REDIS_PORT", "6379")),
@@ -52,3 +54,15 @@ def stamp() -> int:
 @huey.task()
 def noop() -> None:
     """Do nothing."""
+
+
+@huey.task()
+def done(port: int) -> None:
+    """Do nothing, then say so to the benchmark (``benchmarks._udp``)."""
+    send_done(port)
+
+
+@huey.task()
+def udp_stamp(port: int, seq: int) -> None:
+    """Send ``seq`` and the start time to the benchmark's probe (``benchmarks._udp``)."""
+    send_stamp(port, seq)

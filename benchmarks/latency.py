@@ -31,7 +31,6 @@ slow minute (or a slow machine) from a slow change.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -46,7 +45,7 @@ if __package__ in (None, ""):
 from benchmarks._floor import Floor
 from benchmarks._huey import HueyStack, huey_missing
 from benchmarks._peers import start_ours
-from benchmarks._summary import Target, median_of
+from benchmarks._summary import Target, median_of, write_json
 
 #: Issue 21's targets at low load, in milliseconds of start latency.
 TARGET_P50_MS = 0.5
@@ -332,9 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--runs must be at least 1")
     results = run(options.jobs, options.load_seconds, options.runs, options.skip_huey)
     print_report(results)
-    if options.json:
-        options.json.write_text(json.dumps(results, indent=2) + "\n")
-        print(f"\nwrote {options.json}")
+    write_json(options.json, results)
     return 0
 
 

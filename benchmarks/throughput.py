@@ -7,6 +7,7 @@ pyzmq ceiling.
                                                             # issue 21's report
     python benchmarks/throughput.py --skip-reference --json out.json
     python benchmarks/throughput.py --profile /tmp/prof     # + where our processes spend CPU
+    python benchmarks/throughput.py --durable               # issue 32's report (durable_peers.py)
 
 Figures (see benchmarks/README.md): enqueue jobs/s of one client process,
 end-to-end jobs/s (first send until the workers finished all N: the router's
@@ -56,7 +57,7 @@ from benchmarks._peers import (
     tcp_addr,
     wait_until,
 )
-from benchmarks._summary import Target, median_of
+from benchmarks._summary import Target, median_of, write_json
 
 #: Issue 21's targets on a 2-core machine: no-op jobs/s end to end with 2 worker
 #: processes (journal on, sync full), that over Huey + Redis's in the same run,
@@ -372,15 +373,20 @@ def _start_spies(
     return spies
 
 
+def stop_spy(spy: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """Stop a ``py-spy record`` (SIGINT: it writes its file), killing it if it hangs."""
+    spy.send_signal(signal.SIGINT)
+    try:
+        spy.wait(timeout)
+    except subprocess.TimeoutExpired:
+        spy.kill()
+        spy.wait(5)
+
+
 def _stop_spies(spies: list[tuple[str, subprocess.Popen[bytes], Path]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for name, spy, out in spies:
-        spy.send_signal(signal.SIGINT)
-        try:
-            spy.wait(30)
-        except subprocess.TimeoutExpired:
-            spy.kill()
-            spy.wait(5)
+        stop_spy(spy)
         if out.exists():
             result[name] = summarize_collapsed(out.read_text())
             result[name]["file"] = str(out)
@@ -603,6 +609,12 @@ def print_profile(profile: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if "--durable" in args:
+        # Issue 32's report: durable peers, latency, the floor (benchmarks/durable_peers.py).
+        from benchmarks import durable_peers
+
+        return durable_peers.main([a for a in args if a != "--durable"])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs for ours and the ceiling")
     parser.add_argument("--warmup", type=int, default=500, help="jobs sent before measuring")
@@ -644,7 +656,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile", type=Path, metavar="DIR", help="run ours again under py-spy, summaries here"
     )
-    options = parser.parse_args(argv)
+    options = parser.parse_args(args)
     if options.quick:
         options.jobs, options.warmup, options.ref_jobs = 3000, 300, 100
         options.ref_cap = min(options.ref_cap, 15.0)
@@ -723,9 +735,7 @@ def main(argv: list[str] | None = None) -> int:
     results["targets"] = [
         {"label": t.label, "value": t.value, "goal": t.goal, "verdict": t.verdict} for t in verdicts
     ]
-    if options.json:
-        options.json.write_text(json.dumps(results, indent=2) + "\n")
-        print(f"\nwrote {options.json}")
+    write_json(options.json, results)
     return 0
 
 
