@@ -60,7 +60,7 @@ def _restore_eventmq_logger() -> Iterator[None]:
 def eventmq_settings(settings: Any) -> Callable[..., Settings]:
     """Set ``settings.EVENTMQ`` for this test: ``eventmq_settings(EAGER=True)``.
 
-    Returns the resulting core settings. Restored after the test by
+    Returns the resulting runtime settings. Restored after the test by
     pytest-django's ``settings`` fixture (which fires ``setting_changed``).
     """
 

@@ -13,8 +13,8 @@ old package, and tests import modules under their own names.
   prose and comments: ``django.core``, "2-core", "a core of its own", "the
   scheduler core" are other senses and stay.
 - A test never imports a module under an alias that is another module's name
-  (``from django_eventmq.jobmanager import child as worker``, ``connection as
-  client``): a reader would look for the wrong file.
+  (``from django_eventmq.jobmanager import worker_process as worker``,
+  ``connection as client``): a reader would look for the wrong file.
 """
 
 from __future__ import annotations
@@ -52,18 +52,6 @@ OLD_NAMES = {
     *("router_admin", "router_backend", "router_cli", "router_frontend", "router_holds"),
     *("router_io", "routerlink", "schedule_api", "scheduler_cli", "scheduling_models"),
     "worker",
-}
-
-#: ``(test file, alias)`` pairs left for the branches that were editing those files
-#: when this check came (the fix is in the r31-tests report): import the module
-#: under its own name and remove the entry when they merge.
-PENDING_ALIASES = {
-    ("tests/client/test_delays.py", "client"),
-    ("tests/jobmanager/test_child.py", "worker"),
-    ("tests/jobmanager/test_child_partials.py", "worker"),
-    ("tests/jobmanager/test_pool.py", "worker"),
-    ("tests/jobmanager/test_prefetch.py", "cli"),
-    ("tests/jobmanager/test_soft_timeout.py", "worker"),
 }
 
 
@@ -347,17 +335,10 @@ def misleading_aliases(path: Path) -> Iterator[tuple[int, str, str]]:
 
 
 def test_tests_import_modules_under_their_own_names() -> None:
-    pending = {
-        (str(path.relative_to(ROOT)), alias)
-        for path in sorted(TESTS.rglob("*.py"))
-        for _lineno, _module, alias in misleading_aliases(path)
-    }
-    assert pending >= PENDING_ALIASES, f"fixed, remove: {PENDING_ALIASES - pending}"
     found = [
         f"{path.relative_to(ROOT)}:{lineno}: {module} as {alias}"
         for path in sorted(TESTS.rglob("*.py"))
         for lineno, module, alias in misleading_aliases(path)
-        if (str(path.relative_to(ROOT)), alias) not in PENDING_ALIASES
     ]
     assert not found, "import these under their own names:\n" + "\n".join(found)
 
@@ -388,7 +369,7 @@ def test_the_checks_catch_what_they_are_for() -> None:
 def test_an_alias_naming_another_module_is_found(tmp_path: Path) -> None:
     test = tmp_path / "test_x.py"
     test.write_text(
-        "from django_eventmq.jobmanager import child as worker\n"
+        "from django_eventmq.jobmanager import worker_process as worker\n"
         "from django_eventmq.client import connection as client\n"
         "from django_eventmq.admin import dashboard as admin_dashboard\n"
         "from django_eventmq.cli import options as cli_options\n"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from django_eventmq.cli import options as cli
+from django_eventmq.cli.options import add_jobmanager_arguments, settings_from_options
 from django_eventmq.errors import ConfigurationError
 from django_eventmq.jobmanager.manager import JobManager
 from django_eventmq.jobmanager.pool import Child, Pool, Status
@@ -84,9 +84,9 @@ def test_settings_defaults_and_validation() -> None:
 
 def test_prefetch_budget_option() -> None:
     parser = argparse.ArgumentParser()
-    cli.add_jobmanager_arguments(parser)
+    add_jobmanager_arguments(parser)
     options = parser.parse_args(["--prefetch-budget", "0.5", "--prefetch", "32"])
-    settings = cli.settings_from_options(Settings(), options)
+    settings = settings_from_options(Settings(), options)
     assert (settings.prefetch_budget, settings.prefetch) == (0.5, 32)
     assert "PREFETCH_BUDGET setting or EMQ_PREFETCH_BUDGET, else 0.05" in " ".join(
         parser.format_help().split()
@@ -98,7 +98,7 @@ def test_prefetch_budget_option() -> None:
 
 def test_prefetch_budget_option_error_names_what_works(capsys: pytest.CaptureFixture[str]) -> None:
     parser = argparse.ArgumentParser()
-    cli.add_jobmanager_arguments(parser)
+    add_jobmanager_arguments(parser)
     with pytest.raises(SystemExit):
         parser.parse_args(["--prefetch-budget", "-1"])
     assert (
