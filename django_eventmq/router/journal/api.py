@@ -101,9 +101,11 @@ class KeptWrites:
     msgids. A backend provides :meth:`_begin` (count ``changes``; the SQLite
     journal also opens its transaction there) and :meth:`_insert_now`."""
 
+    #: Row changes not yet committed (the backend's commit counts and clears them).
     pending: int
 
     def _init_kept(self) -> None:
+        self.pending = 0
         self._new: dict[int, list[Any]] = {}
         self._new_msgids: set[str] = set()
         self._changed: dict[int, dict[str, Any]] = {}

@@ -121,8 +121,6 @@ class JournalBase(KeptWrites):
         """
         self.path = path
         self.syncs = 0
-        #: Row changes not yet committed.
-        self.pending = 0
         #: Why the journal cannot be written now (None: it can).
         self.failure: str | None = None
         #: Writes applied to the open transaction, replayed after a failed one

@@ -127,8 +127,6 @@ class PgJournalBase(KeptWrites):
         self.path = f"{public_dsn(dsn)}#{group}"
         self.lease_seconds = lease_seconds
         self.syncs = 0
-        #: Row changes not yet committed.
-        self.pending = 0
         #: Why the journal cannot be written (None while it serves; set once it is dead).
         self.failure: str | None = None
         self._fence = fence
