@@ -89,6 +89,9 @@ class ExpiredJobs:
         while skipped:
             self.expired(skipped.pop(0))
 
+    #: The ``settling`` point (:mod:`.stages`).
+    on_settling = settle
+
     def expired(self, job: RoutedJob, *, stored: bool = True) -> None:
         """``job`` was not started before its expiry: finished, never run."""
         book = self.book

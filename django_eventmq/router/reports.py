@@ -40,7 +40,8 @@ class Reports:
         self.outcomes = book.outcomes
         self.expired_jobs = book.expired_jobs
         self.retries = book.retries
-        self._expiry = book.routing.waiting.expiry
+        #: Jobs a pop took aside (the book settles them: the ``settling`` point).
+        self._aside = book.routing.waiting.aside
         #: Waiting jobs kept in flight on the job manager that said it holds them.
         self.adopted = 0
 
@@ -49,8 +50,8 @@ class Reports:
         job = self.routing.ready(identity, now)
         if job is not None:
             self.book.hand_out(self.routing.workers[identity], job, now)
-        if self._expiry.expired:
-            self.expired_jobs.settle()
+        if self._aside:
+            self.book.settle()
 
     def reply(self, identity: bytes, msgid: str) -> bytes | None:
         """A worker's REPLY (the reference's way) finished ``msgid``; returns its client."""
@@ -82,8 +83,8 @@ class Reports:
             job, nxt = self.routing.done(identity, msgid, now)
             if nxt is not None:
                 self.book.hand_out(worker, nxt, now)
-            if self._expiry.expired:
-                self.expired_jobs.settle()
+            if self._aside:
+                self.book.settle()
         else:
             job = self.routing.release_from(identity, msgid)
         if job is None:
@@ -130,8 +131,8 @@ class Reports:
             job, nxt = self.routing.done(identity, msgid, now)
             if nxt is not None:
                 self.book.hand_out(worker, nxt, now)
-            if self._expiry.expired:
-                self.expired_jobs.settle()
+            if self._aside:
+                self.book.settle()
         if job is None:
             self._stale(identity, msgid, "NACK")
             return

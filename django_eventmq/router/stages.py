@@ -3,7 +3,9 @@
 The book calls the hooks plugged into a point as a job passes it; it names no
 feature. A feature is an object with methods named for the points it uses
 (``on_accepted``, ``on_finished``, ...), plugged once with :meth:`Stages.plug`.
-A point with nothing plugged costs one empty loop per job.
+Each point is a tuple of bound methods, built when a feature is plugged (at
+start-up), so a point with nothing plugged costs one empty loop per job, and
+a hook that acts only for jobs with some header checks one field first.
 
 The points:
 
@@ -16,11 +18,17 @@ The points:
 - ``set_aside(job)``: a job was poisoned (its worker died too often); it stays
   in the journal for the admin.
 - ``retrying(job)``: a job waits (delayed) for its next attempt.
+- ``settling()``: a pop from a wait queue took jobs aside instead of handing
+  them out (:attr:`.waiting.Waiting.aside` is not empty: expired, parked by a
+  rate limit); each feature settles those it took. Called only then: the book
+  checks that one list after taking jobs from wait queues.
 
 Plugged today: :mod:`.unique` (unique keys: taken when accepted, freed when
-finished or set aside). Tracing is not a stage: it turns on and off while the
-router runs (``runtime.tracing.ON``), so a plugged hook would cost a call per
-job while it is off, where its check costs less.
+finished or set aside), :mod:`.expiry` (``settling``: jobs a pop found
+expired are finished) and :mod:`.rate_limits` (``settling``: jobs a pop
+parked wait as delayed). Tracing is not a stage: it turns on and off while
+the router runs (``runtime.tracing.ON``), so a plugged hook would cost a call
+per job while it is off, where its direct ``if tracing.ON`` check costs less.
 """
 
 from __future__ import annotations
@@ -32,11 +40,12 @@ from django_eventmq.protocol.headers import Headers
 from django_eventmq.router.waiting import RoutedJob
 
 #: The points, in the order a job may pass them.
-POINTS = ("accepted", "handed_out", "finished", "set_aside", "retrying")
+POINTS = ("accepted", "handed_out", "finished", "set_aside", "retrying", "settling")
 
 Hook = Callable[[RoutedJob], None]
 AcceptedHook = Callable[[RoutedJob, Headers, float], None]
 HandedOutHook = Callable[[RoutedJob, bytes], None]
+SettlingHook = Callable[[], None]
 
 
 class Stages:
@@ -45,15 +54,17 @@ class Stages:
     __slots__ = POINTS
 
     def __init__(self) -> None:
-        self.accepted: list[AcceptedHook] = []
-        self.handed_out: list[HandedOutHook] = []
-        self.finished: list[Hook] = []
-        self.set_aside: list[Hook] = []
-        self.retrying: list[Hook] = []
+        self.accepted: tuple[AcceptedHook, ...] = ()
+        self.handed_out: tuple[HandedOutHook, ...] = ()
+        self.finished: tuple[Hook, ...] = ()
+        self.set_aside: tuple[Hook, ...] = ()
+        self.retrying: tuple[Hook, ...] = ()
+        self.settling: tuple[SettlingHook, ...] = ()
 
     def plug(self, feature: Any) -> None:
-        """Add ``feature``'s ``on_<point>`` methods to their points."""
+        """Add ``feature``'s ``on_<point>`` methods to their points (at start-up:
+        a part that kept a point's tuple keeps the one it read)."""
         for point in POINTS:
             hook = getattr(feature, f"on_{point}", None)
             if hook is not None:
-                getattr(self, point).append(hook)
+                setattr(self, point, (*getattr(self, point), hook))

@@ -1,11 +1,16 @@
 """router/stages.py: a feature plugged into the book sees each job at the named
-points of its path (accepted, handed out, finished, set aside, retrying), and
-only the points it has a method for."""
+points of its path (accepted, handed out, finished, set aside, retrying,
+settling), and only the points it has a method for; expiry and rate limits
+settle what a pop took aside at the ``settling`` point."""
 
 from __future__ import annotations
 
+import time
+
 from django_eventmq.protocol.headers import Headers
 from django_eventmq.protocol.status import JobStatus
+from django_eventmq.router.book import Book
+from django_eventmq.router.journal.store import DELAYED
 from django_eventmq.router.router import Router
 from django_eventmq.router.stages import Stages
 from django_eventmq.router.waiting import RoutedJob
@@ -81,3 +86,65 @@ def test_a_job_sent_to_its_job_manager_passes_handed_out(router: Router) -> None
     assert seen == []  # handed to WORKER, not sent before the commit
     router.commits.sync(force=True)
     assert seen == [("m-1", WORKER)]
+
+
+class Settles:
+    """A feature that counts the ``settling`` point and notes what a pop took aside."""
+
+    def __init__(self, book: Book) -> None:
+        self.book = book
+        self.calls = 0
+        self.aside_then: list[str] = []
+
+    def on_settling(self) -> None:
+        self.calls += 1
+        self.aside_then = [job.msgid for job in self.book.routing.waiting.aside]
+
+
+def test_plain_jobs_never_reach_the_settling_point() -> None:
+    book, sent, _told = make_book()
+    settles = Settles(book)
+    book.stages.plug(settles)
+    with_worker(book)
+    for i in range(3):
+        assert accept(book, f"plain-{i}", "")
+        book.reports.done(b"jm", f"plain-{i}", JobStatus.SUCCEEDED, "{}", 2.0)
+    assert [job.msgid for job in sent] == ["plain-0", "plain-1", "plain-2"]
+    assert settles.calls == 0
+
+
+def test_a_job_found_expired_by_a_pop_is_finished_at_the_settling_point() -> None:
+    """Expiry is plugged into ``settling``: the job a pop skipped is finished as
+    expired (counted, its key freed) before features plugged after it run."""
+    book, sent, _told = make_book()
+    settles = Settles(book)
+    book.stages.plug(settles)
+    recorder = Recorder()
+    book.stages.plug(recorder)
+    assert book.expired_jobs.settle in book.stages.settling
+    assert accept(book, "late", f"expires:{time.time() + 100}")
+    book.routing.waiting.expiry.clock = lambda: time.time() + 200  # its time passed
+    with_worker(book)  # the READY's pop skips it
+    assert sent == []
+    assert settles.calls == 1 and settles.aside_then == []  # cleared before the hooks
+    assert book.expired_jobs.by_queue["q"] == 1
+    assert recorder.seen == [("accepted", "late"), ("finished", "late")]
+
+
+def test_a_job_parked_by_its_rate_limit_is_delayed_at_the_settling_point() -> None:
+    """Rate limits are plugged into ``settling``: a job its key's limit parked at
+    hand-out waits as delayed."""
+    book, sent, _told = make_book()
+    settles = Settles(book)
+    book.stages.plug(settles)
+    assert book.rate_limits.on_settling in book.stages.settling
+    with_worker(book)
+    book.reports.ready(b"jm", 1.0)  # two free slots
+    limited = "rate-limit:1/h,rate-key:stages.test"
+    assert accept(book, "first", limited)
+    assert settles.calls == 0  # handed out: nothing parked
+    assert accept(book, "second", limited)
+    assert [job.msgid for job in sent] == ["first"]
+    assert settles.calls == 1
+    assert book.rate_limits.parked == [] and book.delays.delayed["q"] == 1
+    assert book.journal.counts()[DELAYED]["q"] == 1
