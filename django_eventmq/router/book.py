@@ -147,7 +147,9 @@ class Book:
         self.delays = Delays(journal, self.routing, self.rate_limits)
         self.rate_limits.connect(self.delays.delay, self.finished)
         self.poisoned = PoisonedJobs(self)
+        self.stages.plug(self.poisoned)
         self.retries = Retries(self)
+        self.stages.plug(self.retries)
         self.outcomes = Outcomes(self)
         self.expired_jobs = ExpiredJobs(self)
         # Expired jobs are finished first, then parked ones delayed (the order before).

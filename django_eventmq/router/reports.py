@@ -39,7 +39,6 @@ class Reports:
         self.stats = book.stats
         self.outcomes = book.outcomes
         self.expired_jobs = book.expired_jobs
-        self.retries = book.retries
         #: Jobs a pop took aside (the book settles them: the ``settling`` point).
         self._aside = book.routing.waiting.aside
         #: Waiting jobs kept in flight on the job manager that said it holds them.
@@ -99,7 +98,7 @@ class Reports:
         elif status == JobStatus.CANCELLED and expired_reply(payload):
             # The job manager held it past its expiry and did not start it.
             self.expired_jobs.reported(job, payload)
-        elif status == JobStatus.RETRY and self.retries.take(job, payload):
+        elif status == JobStatus.RETRY and self._retried(job, payload):
             pass  # it waits for its next attempt
         else:
             self.routing.count_finished(job, identity)
@@ -114,6 +113,11 @@ class Reports:
                 self.outcomes.finish(job, payload)
         if worker is not None and job.worker is None and self.routing.waiting.get(job.queue):
             self.book.pump(now, [job.queue])
+
+    def _retried(self, job: RoutedJob, payload: str) -> bool:
+        """The ``retry_asked`` point (:mod:`.stages`): True if a
+        feature took ``job`` to run again."""
+        return any(hook(job, payload) for hook in self.book.stages.retry_asked)
 
     def nack(self, identity: bytes, msgid: str, reason: str, now: float) -> None:
         """NACK: the job was not run; it waits again at once (no death counted).

@@ -18,6 +18,13 @@ The points:
 - ``set_aside(job)``: a job was poisoned (its worker died too often); it stays
   in the journal for the admin.
 - ``retrying(job)``: a job waits (delayed) for its next attempt.
+- ``lost(job, why, reporter) -> bool``: a job handed out was lost (``why``:
+  its worker died or went silent, its lease ran out; ``reporter``: the job
+  manager that saw its worker die, if one did). A hook that takes the job
+  returns True and the rest are not called; else it waits again.
+- ``retry_asked(job, payload) -> bool``: a job manager's DONE ``retry``
+  (``payload``: the DONE's). A hook that takes the job (it will run again)
+  returns True; else the job failed.
 - ``settling()``: a pop from a wait queue took jobs aside instead of handing
   them out (:attr:`.waiting.Waiting.aside` is not empty: expired, parked by a
   rate limit); each feature settles those it took. Called only then: the book
@@ -25,8 +32,10 @@ The points:
 
 Plugged today: :mod:`.unique` (unique keys: taken when accepted, freed when
 finished or set aside), :mod:`.expiry` (``settling``: jobs a pop found
-expired are finished) and :mod:`.rate_limits` (``settling``: jobs a pop
-parked wait as delayed). Tracing is not a stage: it turns on and off while
+expired are finished), :mod:`.rate_limits` (``settling``: jobs a pop
+parked wait as delayed), :mod:`.poisoned` (``lost``: a job that died
+``poison_after`` times is set aside) and :mod:`.retries` (``retry_asked``:
+retried until its ``retry-count``). Tracing is not a stage: it turns on and off while
 the router runs (``runtime.tracing.ON``), so a plugged hook would cost a call
 per job while it is off, where its direct ``if tracing.ON`` check costs less.
 """
@@ -40,12 +49,24 @@ from django_eventmq.protocol.headers import Headers
 from django_eventmq.router.waiting import RoutedJob
 
 #: The points, in the order a job may pass them.
-POINTS = ("accepted", "handed_out", "finished", "set_aside", "retrying", "settling")
+POINTS = (
+    "accepted",
+    "handed_out",
+    "finished",
+    "set_aside",
+    "retrying",
+    "settling",
+    "lost",
+    "retry_asked",
+)
 
 Hook = Callable[[RoutedJob], None]
 AcceptedHook = Callable[[RoutedJob, Headers, float], None]
 HandedOutHook = Callable[[RoutedJob, bytes], None]
 SettlingHook = Callable[[], None]
+#: True: the hook took the job (the rest are not called).
+LostHook = Callable[[RoutedJob, str, "bytes | None"], bool]
+RetryAskedHook = Callable[[RoutedJob, str], bool]
 
 
 class Stages:
@@ -60,6 +81,8 @@ class Stages:
         self.set_aside: tuple[Hook, ...] = ()
         self.retrying: tuple[Hook, ...] = ()
         self.settling: tuple[SettlingHook, ...] = ()
+        self.lost: tuple[LostHook, ...] = ()
+        self.retry_asked: tuple[RetryAskedHook, ...] = ()
 
     def plug(self, feature: Any) -> None:
         """Add ``feature``'s ``on_<point>`` methods to their points (at start-up:

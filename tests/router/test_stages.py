@@ -148,3 +148,48 @@ def test_a_job_parked_by_its_rate_limit_is_delayed_at_the_settling_point() -> No
     assert settles.calls == 1
     assert book.rate_limits.parked == [] and book.delays.delayed["q"] == 1
     assert book.journal.counts()[DELAYED]["q"] == 1
+
+
+def test_poisoned_jobs_and_retries_are_plugged_into_their_points() -> None:
+    book, _sent, _told = make_book()
+    assert book.stages.lost == (book.poisoned.set_aside,)
+    assert book.stages.retry_asked == (book.retries.take,)
+
+
+def test_a_hook_plugged_before_them_may_take_a_lost_or_retried_job() -> None:
+    """The first hook of ``lost`` / ``retry_asked`` that returns True takes the
+    job; the book does nothing more with it (poisoned.py, retries.py not asked)."""
+    book, _sent, _told = make_book()  # poison_after=1
+    taken: list[tuple[str, str]] = []
+
+    class Takes:
+        def on_lost(self, job: RoutedJob, why: str, reporter: bytes | None) -> bool:
+            taken.append(("lost", job.msgid))
+            return True
+
+        def on_retry_asked(self, job: RoutedJob, payload: str) -> bool:
+            taken.append(("retry", job.msgid))
+            return True
+
+    book.stages.lost = (Takes().on_lost, *book.stages.lost)
+    book.stages.retry_asked = (Takes().on_retry_asked, *book.stages.retry_asked)
+    with_worker(book)
+    assert accept(book, "dies", "")
+    book.outcomes.worker_failed(b"jm", "silent")
+    assert accept(book, "retried", "retry-count:1")
+    book.routing.add_worker(b"jm2", ((10, "q"),), 0.0)
+    book.reports.ready(b"jm2", 3.0)
+    book.reports.done(b"jm2", "retried", JobStatus.RETRY, "{}", 4.0)
+    assert taken == [("lost", "dies"), ("retry", "retried")]
+    assert sum(book.poisoned.by_queue.values()) == 0  # not set aside
+    assert book.stats.retried["q"] == 0  # not retried by retries.py
+
+
+def test_a_lost_job_no_hook_takes_waits_again() -> None:
+    book, _sent, _told = make_book()  # poison_after=1, but nothing plugged at lost
+    book.stages.lost = ()
+    with_worker(book)
+    assert accept(book, "dies", "")
+    book.outcomes.worker_failed(b"jm", "silent")
+    assert sum(book.poisoned.by_queue.values()) == 0
+    assert book.routing.waiting.queue("q").count == 1
