@@ -153,7 +153,7 @@ class Book:
         self.outcomes = Outcomes(self)
         self.expired_jobs = ExpiredJobs(self)
         # Expired jobs are finished first, then parked ones delayed (the order before).
-        self.stages.plug(self.expired_jobs)
+        self.stages.plug(self.expired_jobs)  # settling, cancel_reported
         self.stages.plug(self.rate_limits)
         self.reports = Reports(self)
         self._last_digest: tuple[bytes, bytes] | None = None

@@ -11,9 +11,10 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from django_eventmq.protocol.extensions import payload_error
-from django_eventmq.protocol.status import JobStatus, expired_reply
+from django_eventmq.protocol.status import JobStatus
 from django_eventmq.router.journal.store import LEASED, WAITING, JournalUnavailable
 from django_eventmq.router.routing import RoutedJob
+from django_eventmq.router.stages import ReportHook
 from django_eventmq.router.stored import job_from_row
 from django_eventmq.runtime.logs import job_debug
 from django_eventmq.runtime.outbox import show
@@ -38,7 +39,8 @@ class Reports:
         self.finished = book.finished
         self.stats = book.stats
         self.outcomes = book.outcomes
-        self.expired_jobs = book.expired_jobs
+        #: The features plugged into the points (:mod:`.stages`).
+        self._stages = book.stages
         #: Jobs a pop took aside (the book settles them: the ``settling`` point).
         self._aside = book.routing.waiting.aside
         #: Waiting jobs kept in flight on the job manager that said it holds them.
@@ -95,10 +97,11 @@ class Reports:
         if status == JobStatus.DIED:
             died = payload_error(payload, "no reason given")[:200]
             self.outcomes.died(job, f"its worker process died ({died})", identity)
-        elif status == JobStatus.CANCELLED and expired_reply(payload):
-            # The job manager held it past its expiry and did not start it.
-            self.expired_jobs.reported(job, payload)
-        elif status == JobStatus.RETRY and self._retried(job, payload):
+        elif status == JobStatus.CANCELLED and self._taken(
+            self._stages.cancel_reported, job, payload
+        ):
+            pass  # a feature finished it (one held past its expiry, not started)
+        elif status == JobStatus.RETRY and self._taken(self._stages.retry_asked, job, payload):
             pass  # it waits for its next attempt
         else:
             self.routing.count_finished(job, identity)
@@ -114,10 +117,11 @@ class Reports:
         if worker is not None and job.worker is None and self.routing.waiting.get(job.queue):
             self.book.pump(now, [job.queue])
 
-    def _retried(self, job: RoutedJob, payload: str) -> bool:
-        """The ``retry_asked`` point (:mod:`.stages`): True if a
-        feature took ``job`` to run again."""
-        return any(hook(job, payload) for hook in self.book.stages.retry_asked)
+    @staticmethod
+    def _taken(hooks: tuple[ReportHook, ...], job: RoutedJob, payload: str) -> bool:
+        """A point of :mod:`.stages` for a DONE (``retry_asked``, ``cancel_reported``):
+        True if a feature took ``job``."""
+        return any(hook(job, payload) for hook in hooks)
 
     def nack(self, identity: bytes, msgid: str, reason: str, now: float) -> None:
         """NACK: the job was not run; it waits again at once (no death counted).

@@ -25,6 +25,9 @@ The points:
 - ``retry_asked(job, payload) -> bool``: a job manager's DONE ``retry``
   (``payload``: the DONE's). A hook that takes the job (it will run again)
   returns True; else the job failed.
+- ``cancel_reported(job, payload) -> bool``: a job manager's DONE
+  ``cancelled``. A hook that takes the job (it finished it) returns True;
+  else it is finished as cancelled.
 - ``settling()``: a pop from a wait queue took jobs aside instead of handing
   them out (:attr:`.waiting.Waiting.aside` is not empty: expired, parked by a
   rate limit); each feature settles those it took. Called only then: the book
@@ -32,12 +35,19 @@ The points:
 
 Plugged today: :mod:`.unique` (unique keys: taken when accepted, freed when
 finished or set aside), :mod:`.expiry` (``settling``: jobs a pop found
-expired are finished), :mod:`.rate_limits` (``settling``: jobs a pop
-parked wait as delayed), :mod:`.poisoned` (``lost``: a job that died
-``poison_after`` times is set aside) and :mod:`.retries` (``retry_asked``:
-retried until its ``retry-count``). Tracing is not a stage: it turns on and off while
-the router runs (``runtime.tracing.ON``), so a plugged hook would cost a call
-per job while it is off, where its direct ``if tracing.ON`` check costs less.
+expired are finished; ``cancel_reported``: a job held past its expiry, not
+started), :mod:`.rate_limits` (``settling``: jobs a pop parked wait as
+delayed), :mod:`.poisoned` (``lost``: a job that died ``poison_after`` times
+is set aside) and :mod:`.retries` (``retry_asked``: retried until its
+``retry-count``).
+
+Not points: the checks made once per new job as it is accepted (an
+``expires`` time already passed, a ``rate-limit`` header: a hook there would
+cost every job a call), and the rate limits' wake-up
+(:meth:`.Book.promote_due`). Tracing is not a stage either: it turns on and
+off while the router runs (``runtime.tracing.ON``), so a plugged hook would
+cost a call per job while it is off, where its direct ``if tracing.ON``
+check costs less.
 """
 
 from __future__ import annotations
@@ -58,6 +68,7 @@ POINTS = (
     "settling",
     "lost",
     "retry_asked",
+    "cancel_reported",
 )
 
 Hook = Callable[[RoutedJob], None]
@@ -66,7 +77,8 @@ HandedOutHook = Callable[[RoutedJob, bytes], None]
 SettlingHook = Callable[[], None]
 #: True: the hook took the job (the rest are not called).
 LostHook = Callable[[RoutedJob, str, "bytes | None"], bool]
-RetryAskedHook = Callable[[RoutedJob, str], bool]
+#: ``(job, payload)``: True if the hook took the job.
+ReportHook = Callable[[RoutedJob, str], bool]
 
 
 class Stages:
@@ -82,7 +94,8 @@ class Stages:
         self.retrying: tuple[Hook, ...] = ()
         self.settling: tuple[SettlingHook, ...] = ()
         self.lost: tuple[LostHook, ...] = ()
-        self.retry_asked: tuple[RetryAskedHook, ...] = ()
+        self.retry_asked: tuple[ReportHook, ...] = ()
+        self.cancel_reported: tuple[ReportHook, ...] = ()
 
     def plug(self, feature: Any) -> None:
         """Add ``feature``'s ``on_<point>`` methods to their points (at start-up:

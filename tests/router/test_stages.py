@@ -10,6 +10,7 @@ import time
 from django_eventmq.protocol.headers import Headers
 from django_eventmq.protocol.status import JobStatus
 from django_eventmq.router.book import Book
+from django_eventmq.router.expiry import EXPIRED_PAYLOAD
 from django_eventmq.router.journal.store import DELAYED
 from django_eventmq.router.router import Router
 from django_eventmq.router.stages import Stages
@@ -193,3 +194,19 @@ def test_a_lost_job_no_hook_takes_waits_again() -> None:
     book.outcomes.worker_failed(b"jm", "silent")
     assert sum(book.poisoned.by_queue.values()) == 0
     assert book.routing.waiting.queue("q").count == 1
+
+
+def test_expiry_takes_a_cancelled_report_only_when_the_job_expired() -> None:
+    """``cancel_reported``: expiry.py takes a DONE ``cancelled`` that says the job
+    was held past its expiry (counted as expired); another cancel is finished as
+    cancelled, not counted."""
+    book, _sent, _told = make_book()
+    assert book.stages.cancel_reported == (book.expired_jobs.on_cancel_reported,)
+    with_worker(book)
+    book.reports.ready(b"jm", 1.0)  # two free slots
+    assert accept(book, "held-too-long", "") and accept(book, "cancelled", "")
+    book.reports.done(b"jm", "held-too-long", JobStatus.CANCELLED, EXPIRED_PAYLOAD, 2.0)
+    book.reports.done(b"jm", "cancelled", JobStatus.CANCELLED, "{}", 2.0)
+    assert book.expired_jobs.by_queue == {"q": 1}
+    assert "held-too-long" in book.finished
+    assert "cancelled" in book.finished
