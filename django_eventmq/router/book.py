@@ -135,7 +135,8 @@ class Book:
         self.finished = FinishedWindow(journal, settings.dedup_memory, settings.dedup_window)
         #: msgids that may be in a job row (no lookup for the others; see :meth:`accept`).
         self.stored_msgids = StoredMsgids()
-        self._expiry = self.routing.waiting.expiry
+        #: Jobs a pop took aside (expired, parked): settled at the ``settling`` point.
+        self._aside = self.routing.waiting.aside
         #: The features plugged into the points of a job's path (:mod:`.stages`).
         self.stages = Stages()
         #: Unique jobs' keys and who holds them (:mod:`.unique`): a stage.
@@ -144,10 +145,16 @@ class Book:
         self._seq = 0
         #: The parts (see the module doc).
         self.delays = Delays(journal, self.routing, self.rate_limits)
+        self.rate_limits.connect(self.delays.delay, self.finished)
         self.poisoned = PoisonedJobs(self)
+        self.stages.plug(self.poisoned)
         self.retries = Retries(self)
+        self.stages.plug(self.retries)
         self.outcomes = Outcomes(self)
         self.expired_jobs = ExpiredJobs(self)
+        # Expired jobs are finished first, then parked ones delayed (the order before).
+        self.stages.plug(self.expired_jobs)  # settling, cancel_reported
+        self.stages.plug(self.rate_limits)
         self.reports = Reports(self)
         self._last_digest: tuple[bytes, bytes] | None = None
 
@@ -488,10 +495,8 @@ class Book:
         worker = self.routing.submit(job, now)
         if worker is not None:
             self.hand_out(worker, job, now, stored_as_leased=stored_as_leased)
-        elif self._expiry.expired:
-            self.expired_jobs.settle()
-        if self.rate_limits.parked:
-            self.settle_parked()
+        if self._aside:
+            self.settle()
 
     def reject(self, identity: bytes, msgid: str, reason: str) -> None:
         self.rejected += 1
@@ -534,25 +539,26 @@ class Book:
         for queue in queues if queues is not None else list(routing.waiting):
             while (pair := routing.dispatch_waiting(queue, now)) is not None:
                 self.hand_out(*pair, now)
-        if self._expiry.expired:
-            self.expired_jobs.settle()
-        if self.rate_limits.parked:
-            self.settle_parked()
+        if self._aside:
+            self.settle()
 
     def next_due(self) -> float | None:
         """When the router must wake up for a delayed job (:meth:`.Delays.next_due`)."""
         return self.delays.next_due()
 
-    def settle_parked(self) -> None:
-        """Jobs a rate limit parked wait as delayed (:meth:`.RateLimits.settle`)."""
-        self.rate_limits.settle(self.delays.delay, self.finished)
+    def settle(self) -> None:
+        """The ``settling`` point (:mod:`.stages`): each feature settles the jobs a
+        pop took aside (:attr:`.Waiting.aside`) instead of handing them out."""
+        self._aside.clear()
+        for hook in self.stages.settling:
+            hook()
 
     def promote_due(self, wall: float, now: float) -> None:
         """Delayed jobs whose time has come start waiting (or run); queues at their
         rate limit whose time has come go on."""
         delays = self.delays
-        if self.rate_limits.parked:
-            self.settle_parked()
+        if self._aside:
+            self.settle()
         due = self.rate_limits.due_queues()
         if due:
             self.pump(now, due)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol import Reply, new_msgid
 from django_eventmq.protocol.headers import expires_of
-from django_eventmq.protocol.status import EXPIRED_ERROR, JobStatus
+from django_eventmq.protocol.status import EXPIRED_ERROR, JobStatus, expired_reply
 from django_eventmq.protocol.views import stored_request
 from django_eventmq.runtime.logs import job_debug
 
@@ -89,6 +89,9 @@ class ExpiredJobs:
         while skipped:
             self.expired(skipped.pop(0))
 
+    #: The ``settling`` point (:mod:`.stages`).
+    on_settling = settle
+
     def expired(self, job: RoutedJob, *, stored: bool = True) -> None:
         """``job`` was not started before its expiry: finished, never run."""
         book = self.book
@@ -103,6 +106,14 @@ class ExpiredJobs:
             book.to_client(
                 job.client, Reply(msgid=new_msgid(), payload=EXPIRED_PAYLOAD, reply_to=job.msgid)
             )
+
+    def on_cancel_reported(self, job: RoutedJob, payload: str) -> bool:
+        """The ``cancel_reported`` point (:mod:`.stages`): True if the DONE
+        ``cancelled`` says the job was held past its expiry (then finished here)."""
+        if not expired_reply(payload):
+            return False
+        self.reported(job, payload)
+        return True
 
     def reported(self, job: RoutedJob, payload: str) -> None:
         """A job manager held ``job`` past its expiry and did not start it (its DONE

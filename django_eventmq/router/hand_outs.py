@@ -53,8 +53,8 @@ class HandOuts:
         self.leases_paused: set[int] = set()
         #: A job could not be sent (or a worker came): poll briefly and pump again.
         self.retry = False
-        #: The features plugged into the ``handed_out`` point (:mod:`.stages`).
-        self._handed_out = book.stages.handed_out
+        #: The features plugged into the points (:mod:`.stages`; ``handed_out`` here).
+        self._stages = book.stages
 
     def deliver(self, worker: JobManagerPeer, job: RoutedJob) -> None:
         """The book handed ``job`` to ``worker``: sent by :meth:`flush`."""
@@ -162,7 +162,7 @@ class HandOuts:
         book.stats.dispatched[job.queue] += 1
         if tracing.ON:  # the hand-out span of a traced job (runtime/tracing.py)
             tracing.handed_out(job.frames, job.msgid, job.queue, show(worker.identity))
-        for hook in self._handed_out:
+        for hook in self._stages.handed_out:
             hook(job, worker.identity)
         if self.leases_paused and job.seq in self.leases_paused:
             self.leases_paused.discard(job.seq)

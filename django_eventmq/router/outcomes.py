@@ -94,8 +94,9 @@ class Outcomes:
         job_debug(log, "waits again (%s)", job.msgid, job.queue, why)
         job.deaths += 1
         self.routing.release(job)
-        if self.poisoned.set_aside(job, why, reporter):
-            return
+        for hook in self.stages.lost:  # one may set it aside
+            if hook(job, why, reporter):
+                return
         self.journal.requeue(job.seq, job.deaths)
         self.routing.requeued += 1
         self.routing.waiting.push(job)

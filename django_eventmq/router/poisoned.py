@@ -65,6 +65,9 @@ class PoisonedJobs:
             tell(reporter, job.msgid, reason)  # it records the job's end
         return True
 
+    #: The ``lost`` point (:mod:`.stages`).
+    on_lost = set_aside
+
     # -- admin POISONED_RETRY / POISONED_PURGE ------------------------------------------
     def _take(self, msgids: Iterable[str]) -> list[Row]:
         """The rows of those of ``msgids`` poisoned here, no longer counted as poisoned."""

@@ -109,6 +109,10 @@ def job_rate(job: RoutedJob) -> tuple[str, Rate] | None:
     return found
 
 
+def _not_connected(job: RoutedJob, due: float) -> None:
+    raise RuntimeError("RateLimits.connect() was not called: parked jobs have nowhere to go")
+
+
 class RateLimits:
     """Every limit of one router: per queue (configured) and per rate key (seen on jobs)."""
 
@@ -137,6 +141,9 @@ class RateLimits:
         self.park_batch = PARK_BATCH
         # Key count at which idle keys are dropped (doubles with the live ones).
         self._prune_at = PRUNE_KEYS
+        # Where parked jobs go and the msgids gone meanwhile (:meth:`connect`).
+        self._delay: Callable[[RoutedJob, float], None] = _not_connected
+        self._gone: Container[str] = ()
 
     def limited(self, job: RoutedJob) -> bool:
         """True if a limit applies to ``job`` (its queue's or its own)."""
@@ -211,6 +218,17 @@ class RateLimits:
             due = wall + (at - mono) + PARK_MARGIN
             delay(job, due)
             job_debug(log, "rate limit reached: waits %.3fs", job.msgid, job.queue, due - wall)
+
+    def connect(self, delay: Callable[[RoutedJob, float], None], gone: Container[str]) -> None:
+        """Where :meth:`on_settling` sends parked jobs (the book's delays, made after
+        this) and the msgids gone meanwhile (:meth:`settle`)."""
+        self._delay = delay
+        self._gone = gone
+
+    def on_settling(self) -> None:
+        """The ``settling`` point (:mod:`.stages`): parked jobs wait as delayed."""
+        if self.parked:
+            self.settle(self._delay, self._gone)
 
     def unparked(self, queue: str, headers: bytes = RATE_LIMIT_B) -> None:
         """A delayed job of ``queue`` with these headers came due or was cancelled: if it

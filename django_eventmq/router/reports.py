@@ -11,9 +11,10 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from django_eventmq.protocol.extensions import payload_error
-from django_eventmq.protocol.status import JobStatus, expired_reply
+from django_eventmq.protocol.status import JobStatus
 from django_eventmq.router.journal.store import LEASED, WAITING, JournalUnavailable
 from django_eventmq.router.routing import RoutedJob
+from django_eventmq.router.stages import ReportHook
 from django_eventmq.router.stored import job_from_row
 from django_eventmq.runtime.logs import job_debug
 from django_eventmq.runtime.outbox import show
@@ -38,9 +39,10 @@ class Reports:
         self.finished = book.finished
         self.stats = book.stats
         self.outcomes = book.outcomes
-        self.expired_jobs = book.expired_jobs
-        self.retries = book.retries
-        self._expiry = book.routing.waiting.expiry
+        #: The features plugged into the points (:mod:`.stages`).
+        self._stages = book.stages
+        #: Jobs a pop took aside (the book settles them: the ``settling`` point).
+        self._aside = book.routing.waiting.aside
         #: Waiting jobs kept in flight on the job manager that said it holds them.
         self.adopted = 0
 
@@ -49,8 +51,8 @@ class Reports:
         job = self.routing.ready(identity, now)
         if job is not None:
             self.book.hand_out(self.routing.workers[identity], job, now)
-        if self._expiry.expired:
-            self.expired_jobs.settle()
+        if self._aside:
+            self.book.settle()
 
     def reply(self, identity: bytes, msgid: str) -> bytes | None:
         """A worker's REPLY (the reference's way) finished ``msgid``; returns its client."""
@@ -82,8 +84,8 @@ class Reports:
             job, nxt = self.routing.done(identity, msgid, now)
             if nxt is not None:
                 self.book.hand_out(worker, nxt, now)
-            if self._expiry.expired:
-                self.expired_jobs.settle()
+            if self._aside:
+                self.book.settle()
         else:
             job = self.routing.release_from(identity, msgid)
         if job is None:
@@ -95,10 +97,11 @@ class Reports:
         if status == JobStatus.DIED:
             died = payload_error(payload, "no reason given")[:200]
             self.outcomes.died(job, f"its worker process died ({died})", identity)
-        elif status == JobStatus.CANCELLED and expired_reply(payload):
-            # The job manager held it past its expiry and did not start it.
-            self.expired_jobs.reported(job, payload)
-        elif status == JobStatus.RETRY and self.retries.take(job, payload):
+        elif status == JobStatus.CANCELLED and self._taken(
+            self._stages.cancel_reported, job, payload
+        ):
+            pass  # a feature finished it (one held past its expiry, not started)
+        elif status == JobStatus.RETRY and self._taken(self._stages.retry_asked, job, payload):
             pass  # it waits for its next attempt
         else:
             self.routing.count_finished(job, identity)
@@ -113,6 +116,12 @@ class Reports:
                 self.outcomes.finish(job, payload)
         if worker is not None and job.worker is None and self.routing.waiting.get(job.queue):
             self.book.pump(now, [job.queue])
+
+    @staticmethod
+    def _taken(hooks: tuple[ReportHook, ...], job: RoutedJob, payload: str) -> bool:
+        """A point of :mod:`.stages` for a DONE (``retry_asked``, ``cancel_reported``):
+        True if a feature took ``job``."""
+        return any(hook(job, payload) for hook in hooks)
 
     def nack(self, identity: bytes, msgid: str, reason: str, now: float) -> None:
         """NACK: the job was not run; it waits again at once (no death counted).
@@ -130,8 +139,8 @@ class Reports:
             job, nxt = self.routing.done(identity, msgid, now)
             if nxt is not None:
                 self.book.hand_out(worker, nxt, now)
-            if self._expiry.expired:
-                self.expired_jobs.settle()
+            if self._aside:
+                self.book.settle()
         if job is None:
             self._stale(identity, msgid, "NACK")
             return

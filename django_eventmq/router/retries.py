@@ -42,6 +42,9 @@ class Retries:
         self.retry(job, retry_policy.delay_in_payload(payload))
         return True
 
+    #: The ``retry_asked`` point (:mod:`.stages`).
+    on_retry_asked = take
+
     def retry(self, job: RoutedJob, asked: float | None = None) -> None:
         """Hold ``job`` (in the journal, DELAYED) for ``asked`` seconds (the job's retry
         policy, as its job manager said), else this router's back-off."""

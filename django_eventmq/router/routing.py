@@ -196,7 +196,8 @@ class Routing:
             if not limits.queue_open(job.queue):
                 worker = None
             elif not limits.admit(job):
-                return None  # parked by its key's rate limit (the book delays it)
+                self.waiting.aside.append(job)  # parked by its key's rate limit
+                return None  # (the book delays it: the ``settling`` point)
         if worker is None:
             self.waiting.push(job)
             return None

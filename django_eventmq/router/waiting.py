@@ -104,8 +104,10 @@ class WaitQueue:
         index: dict[str, RoutedJob],
         expiry: Expiry | None = None,
         limits: RateLimits | None = None,
+        aside: list[RoutedJob] | None = None,
     ) -> None:
         self.name = name
+        self._aside = aside if aside is not None else []
         self._expiry = expiry if expiry is not None else Expiry()
         self._limits = limits if limits is not None else RateLimits()
         #: 0: unbounded (no disk to spill to).
@@ -166,8 +168,10 @@ class WaitQueue:
                 self.count -= 1
                 del self._index[job.msgid]
                 if job.expires != math.inf and passed(job):
+                    self._aside.append(job)
                     continue
                 if (limits.queues or job.rate is not None) and not limits.admit(job):
+                    self._aside.append(job)
                     parked += 1
                     if parked >= limits.park_batch:
                         limits.come_back(self.name)  # bounded work (and writes) per turn
@@ -252,12 +256,15 @@ class Waiting:
         self.expiry = Expiry()
         #: Rate limits (the book configures them; parked jobs are its to delay).
         self.limits = RateLimits()
+        #: Every job a pop took aside (expired, parked) since the book last settled
+        #: them (the ``settling`` point of :mod:`.stages`): one check for all.
+        self.aside: list[RoutedJob] = []
 
     def queue(self, name: str) -> WaitQueue:
         found = self._queues.get(name)
         if found is None:
             found = self._queues[name] = WaitQueue(
-                name, self.window, self._load, self.index, self.expiry, self.limits
+                name, self.window, self._load, self.index, self.expiry, self.limits, self.aside
             )
         return found
 
