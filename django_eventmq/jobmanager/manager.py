@@ -88,7 +88,7 @@ from django_eventmq.protocol import (
 from django_eventmq.protocol.headers import attempt_of
 from django_eventmq.protocol.session import TROUBLE, JobManagerState
 from django_eventmq.protocol.status import JobStatus
-from django_eventmq.runtime import registry, tracing, transport
+from django_eventmq.runtime import registry, transport
 from django_eventmq.runtime.addresses import parse_groups
 from django_eventmq.runtime.logs import job_debug
 from django_eventmq.runtime.service import Service
@@ -179,6 +179,8 @@ class JobManager(Service):
             wake_supervisor=self._wake_supervisor,
         )
         self.jobs = self.lifecycle.jobs
+        #: Gives an accepted job its plan and calls its ``accepted`` stages (.stages).
+        self._fit = self.lifecycle.stages.fit
         groups = parse_groups(settings.worker_addr, "WORKER_ADDR")
         #: One link per router group, in WORKER_ADDR's order (a job's ``link`` indexes it).
         self.links: list[RouterLink[_Held]] = [
@@ -410,11 +412,8 @@ class JobManager(Service):
             (reply or self.settings.record_all_results) and self.pool.can_record is not False,
         )
         job.link = index
-        job.soft_timeout = headers.soft_timeout
-        job.expires = headers.expires
         job.headers = headers  # parsed once and cached: keeping it costs nothing
-        if headers.extra:  # a traced job's context, for its run span
-            job.trace = tracing.run_carrier(request.msgid, request.queue, headers.extra)
+        self._fit(job)  # the features that act on it (tracing, soft limit, expiry...)
         self.lifecycle.stats.received[job.queue] += 1
         job_debug(logger, "received, attempt %d", job.msgid, job.queue, job.attempt, body=body)
         if self._held_at_connect[index] and self._runs_here(request.msgid, index):

@@ -13,6 +13,7 @@ from django_eventmq.jobmanager.lifecycle import Lifecycle
 from django_eventmq.jobmanager.managed_job import ManagedJob
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import Pool
+from django_eventmq.protocol.headers import Headers
 from django_eventmq.protocol.status import JobStatus, expired_reply
 from django_eventmq.runtime.settings import Settings
 from tests.fake_router import SAMPLE, body
@@ -45,11 +46,12 @@ def test_an_expired_job_is_reported_expired_and_recorded_not_started(
 ) -> None:
     life, recorder, reported = lifecycle
     old = ManagedJob("old", "q", body("add", 1, 2), True, record=True)
-    old.expires = time.time() - 1
+    old.headers = Headers(expires=time.time() - 1)
     fresh = ManagedJob("fresh", "q", body("add", 1, 2), True, record=True)
-    fresh.expires = time.time() + 600
-    life.accept(old)
-    life.accept(fresh)
+    fresh.headers = Headers(expires=time.time() + 600)
+    for job in (old, fresh):
+        life.stages.fit(job)  # as the job manager does: the expiry stage acts on both
+        life.accept(job)
     life.dispatch(time.monotonic())
     ((msgid, status, payload),) = reported
     # The DONE words are fixed: ``cancelled``, with an ``Expired`` error.
