@@ -9,8 +9,9 @@ it started, timed out, cancelled, lost with its worker, refused by
 outcome             when                                       DONE status
 ==================  =========================================  ===============
 :meth:`succeeded`   the job returned                           ``ok``
-:meth:`retrying`    it failed and :func:`.retries.decide` says  ``retry`` (or
-                    it runs again                              held here)
+:meth:`retrying`    it failed and a ``failing`` stage (the     ``retry`` (or
+                    retry decision, :mod:`.retries`) says it   held here)
+                    runs again
 :meth:`failed`      it failed for good, or was refused         ``failed`` /
                                                                ``refused``
 :meth:`skipped`     its child skipped it as asked (cancel,     (as asked)
@@ -41,7 +42,6 @@ from django_eventmq.jobmanager import outcomes, retries
 from django_eventmq.jobmanager.managed_job import SKIP_MOVE, SKIP_NACK, SKIP_TIMEOUT, ManagedJob
 from django_eventmq.protocol.status import NOT_RUN, JobStatus
 from django_eventmq.runtime.logs import job_debug, job_fields, job_name
-from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.stats import Stats
 
 logger = logging.getLogger("django_eventmq.jobmanager")
@@ -62,7 +62,6 @@ class Endings:
 
     def __init__(
         self,
-        settings: Settings,
         jobs: dict[int, ManagedJob],
         stats: Stats,
         local_retries: retries.LocalRetries,
@@ -70,9 +69,7 @@ class Endings:
         report: Report,
         nack: HandBack,
         router_retries: Callable[[ManagedJob], bool],
-        rand: Callable[[], float],
     ) -> None:
-        self.settings = settings
         #: The jobs held (the lifecycle's): a job retried here goes back in.
         self.jobs = jobs
         #: Outcomes counted and runs timed, for metrics.
@@ -82,8 +79,6 @@ class Endings:
         self.nack = nack
         #: Whether the router ``job`` came from retries it (DONE mode).
         self.router_retries = router_retries
-        #: Draws in [0, 1) for retry jitter (runtime/retry_policy.py).
-        self.random = rand
         #: Jobs with ``set_aside`` stages whose worker died (recorded ``retrying``, as
         #: the router hands them out again), until the router says it set one aside.
         self.died: OrderedDict[str, tuple[ManagedJob, str]] = OrderedDict()
@@ -106,11 +101,7 @@ class Endings:
                     moved.append(seq)
                 else:
                     self.skipped(job)
-            elif status == JobStatus.FAILED and (
-                retry := retries.decide(
-                    job, payload, self.settings, self.random, self.router_retries
-                )
-            ):
+            elif status == JobStatus.FAILED and (retry := _retry(job, payload)):
                 self.retrying(seq, job, payload, now, retry)
             else:
                 self.failed(job, status, payload, now)
@@ -300,3 +291,12 @@ class Endings:
         for hook in job.plan.reporting:  # its last partial: its outcome comes after
             hook(job)
         self._send(job, status, payload)
+
+
+def _retry(job: ManagedJob, payload: str) -> retries.Retry | None:
+    """The retry a ``failing`` stage of ``job`` asks for (None: it failed for good)."""
+    for failing in job.plan.failing:
+        retry = failing(job, payload)
+        if retry is not None:
+            return retry
+    return None

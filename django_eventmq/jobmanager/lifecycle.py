@@ -40,7 +40,7 @@ from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.partials import Partials
 from django_eventmq.jobmanager.pool import Child, Pool, Status
 from django_eventmq.jobmanager.result_records import ResultRecords
-from django_eventmq.jobmanager.retries import LocalRetries
+from django_eventmq.jobmanager.retries import LocalRetries, RetryDecision
 from django_eventmq.jobmanager.run_tracing import RunTracing
 from django_eventmq.jobmanager.soft_limits import SoftLimits
 from django_eventmq.jobmanager.stages import Ending, Stage, Stages
@@ -87,47 +87,52 @@ class Lifecycle:
         self._seq = 0
         #: Asks for a supervision pass at the next turn (a child died or retires).
         self.wake_supervisor: Callable[[], None] = wake_supervisor or (lambda: None)
+        #: Whether the router a given job came from retries it (several groups:
+        #: each link has its own mode); else ``router_retries`` for every job.
+        self.router_retries = retries_for or (lambda job: router_retries())
         # The one place that settles a job's outcome, and the features on its path.
         self.endings = Endings(
-            settings,
             self.jobs,
             self.stats,
             self.retries,
             report=report,
             nack=nack,
-            # Whether the router a given job came from retries it (several groups:
-            # each link has its own mode); else ``router_retries`` for every job.
-            router_retries=retries_for or (lambda job: router_retries()),
-            rand=random.random,
+            router_retries=self.router_retries,
         )
+        #: The retry decision on a failed attempt (its jitter: ``retry_decision.random``).
+        self.retry_decision = RetryDecision(settings, self.router_retries, random.random)
         self.records = ResultRecords(recorder)
         #: At most PARTIAL_RATE partials per second per job go on; the rest coalesce.
+        #: Not in the tuple below: it joins a job's plan at its first partial.
         self.partials = Partials(partial or (lambda job, payload: None))
         #: The stages, in the order they act at each point (a new feature: a module
         #: with a Stage, and a line here); ``stages``: more, after these.
         self.stages = Stages(
             (
+                self.retry_decision,
                 self.records,
-                self.partials,
                 RunTracing(),
                 SoftLimits(),
                 Expiry(self.endings.expired),
                 *stages,
             )
         )
+        self._fit = self.stages.fit
 
     @property
     def random(self) -> Callable[[], float]:
         """Draws in [0, 1) for retry jitter (runtime/retry_policy.py)."""
-        return self.endings.random
+        return self.retry_decision.random
 
     @random.setter
     def random(self, rand: Callable[[], float]) -> None:
-        self.endings.random = rand
+        self.retry_decision.random = rand
 
     # -- taking jobs in and handing them out ----------------------------------------
     def accept(self, job: ManagedJob) -> None:
-        """Take a job; :meth:`dispatch` hands it to a child."""
+        """Take a job (its plan: the features that act on it, :mod:`.stages`);
+        :meth:`dispatch` hands it to a child."""
+        self._fit(job)
         self._seq += 1
         self.jobs[self._seq] = job
         self.pending.append(self._seq)
@@ -188,8 +193,9 @@ class Lifecycle:
                 touched.append(child)
             if starts:
                 job.began = now
-                for hook in job.plan.started:
-                    hook(job, child)
+                if started := job.plan.started:  # a test costs less than a loop
+                    for hook in started:
+                        hook(job, child)
         for child in touched:
             try:
                 pool.flush(child)
@@ -222,8 +228,9 @@ class Lifecycle:
             return
         if not job.began:
             job.began = since
-            for hook in job.plan.started:
-                hook(job, child)
+            if started := job.plan.started:
+                for hook in started:
+                    hook(job, child)
 
     # -- outcomes (settled in .endings) ------------------------------------------------
     def finish(self, results: list[tuple[int, str, str]], now: float) -> None:
@@ -250,6 +257,7 @@ class Lifecycle:
 
     def refuse(self, job: ManagedJob, name: str, reason: str, now: float) -> None:
         """Answer a job that is not held (nor run) with ``refused``, as a child would."""
+        self._fit(job)  # its records, if it is recorded
         self.endings.refuse(job, name, reason, now)
 
     # -- supervision: retries due, timeouts, children that died -----------------------------

@@ -179,8 +179,6 @@ class JobManager(Service):
             wake_supervisor=self._wake_supervisor,
         )
         self.jobs = self.lifecycle.jobs
-        #: Gives an accepted job its plan and calls its ``accepted`` stages (.stages).
-        self._fit = self.lifecycle.stages.fit
         groups = parse_groups(settings.worker_addr, "WORKER_ADDR")
         #: One link per router group, in WORKER_ADDR's order (a job's ``link`` indexes it).
         self.links: list[RouterLink[_Held]] = [
@@ -412,8 +410,7 @@ class JobManager(Service):
             (reply or self.settings.record_all_results) and self.pool.can_record is not False,
         )
         job.link = index
-        job.headers = headers  # parsed once and cached: keeping it costs nothing
-        self._fit(job)  # the features that act on it (tracing, soft limit, expiry...)
+        job.headers = headers  # parsed once and cached: the features' stages read it
         self.lifecycle.stats.received[job.queue] += 1
         job_debug(logger, "received, attempt %d", job.msgid, job.queue, job.attempt, body=body)
         if self._held_at_connect[index] and self._runs_here(request.msgid, index):

@@ -40,16 +40,20 @@ class _Run:
         recorder = Recorder("jm")
         self.recorder = recorder
         #: The stages of the job manager that act at the endings.
-        self.stages = Stages((ResultRecords(recorder), Partials(lambda job, payload: None)))
+        self.stages = Stages(
+            (
+                retries.RetryDecision(Settings(), lambda job: router_retries, lambda: 0.5),
+                ResultRecords(recorder),
+                Partials(lambda job, payload: None),
+            )
+        )
         self.endings = Endings(
-            Settings(),
             self.jobs,
             Stats(),
             self.held,
             report=lambda job, status, payload: self.reported.append((status, payload)),
             nack=lambda job, why: self.nacked.append(why),
             router_retries=lambda job: router_retries,
-            rand=lambda: 0.5,
         )
 
     def finish(self, seq: int, job: ManagedJob, status: str, payload: str) -> list[int]:

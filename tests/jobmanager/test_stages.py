@@ -10,6 +10,7 @@ from django_eventmq.jobmanager.child_handles import Child
 from django_eventmq.jobmanager.lifecycle import Lifecycle
 from django_eventmq.jobmanager.managed_job import ManagedJob
 from django_eventmq.jobmanager.outcomes import Recorder
+from django_eventmq.jobmanager.retries import Retry
 from django_eventmq.jobmanager.stages import NO_STAGES, Ending, Plan, Stage, Stages
 from django_eventmq.protocol.headers import EMPTY_HEADERS, Headers
 from django_eventmq.protocol.status import JobStatus
@@ -67,6 +68,10 @@ class _Probe(Stage):
     def progress(self, job: ManagedJob, payload: str) -> None:
         self.seen.append(f"progress {payload}")
 
+    def failing(self, job: ManagedJob, payload: str) -> Retry | None:
+        self.seen.append("failing")
+        return None  # not its to retry
+
     def ended(
         self,
         job: ManagedJob,
@@ -101,8 +106,7 @@ def _lifecycle(probe: Stage) -> tuple[Lifecycle, list[str]]:
 def _take(life: Lifecycle, msgid: str, headers: Headers) -> ManagedJob:
     job = ManagedJob(msgid, "q", '{"path": "a", "callable": "b"}', False)
     job.headers = headers
-    life.stages.fit(job)
-    life.accept(job)
+    life.accept(job)  # its plan: the stages that want it
     life.dispatch(1.0)
     return job
 
@@ -139,6 +143,21 @@ def test_a_registered_stage_is_called_at_each_point_of_a_job_it_wants() -> None:
         "set_aside",
     ]
 
+    # Failed, no retries left: the retry decision (a stage too) and this one say no.
+    probe.seen.clear()
+    _take(life, "m3", Headers(timeout=30))
+    failure = '{"job": "b", "type": "E", "message": "m", "traceback": ""}'
+    life.finish([(3, "failed", failure)], 5.0)
+    assert probe.seen == [
+        "accepted",
+        "handing_out",
+        "started",
+        "failing",
+        "ended failed E",
+        "reporting",
+    ]
+    assert reported[-1] == "m3 failed"
+
 
 def test_a_job_a_stage_does_not_want_never_calls_it() -> None:
     probe = _Probe()
@@ -146,9 +165,9 @@ def test_a_job_a_stage_does_not_want_never_calls_it() -> None:
     job = _take(life, "m1", EMPTY_HEADERS)
     life.finish([(1, "ok", '{"value": 3}')], 2.0)
     assert probe.seen == [] and reported == ["m1 ok"]
-    # Its plan: only what acts on every job (its held partial goes before its outcome).
-    assert job.plan.started == job.plan.ended == job.plan.accepted == ()
-    assert len(job.plan.reporting) == 1
+    # Its plan: only what acts on every job (the retry decision, should it fail).
+    assert job.plan.started == job.plan.ended == job.plan.reporting == ()
+    assert len(job.plan.failing) == 1
 
 
 def test_plans_are_made_once_per_headers_and_a_plan_of_nothing_is_shared() -> None:
