@@ -288,8 +288,9 @@ class Endings:
                 ran = 0.0  # not seen running: it ran between two reads of its child
             self.stats.finish(job.queue, status, ran)
             job_debug(logger, "%s", job.msgid, job.queue, status, body=job.body_text)
-        for hook in job.plan.reporting:  # its last partial: its outcome comes after
-            hook(job)
+        if reporting := job.plan.reporting:  # its last partial: the outcome comes after
+            for hook in reporting:
+                hook(job)
         self._send(job, status, payload)
 
 

@@ -109,37 +109,30 @@ class JobRunner:
         prepared = self._prepare(plan, body, context)
         if isinstance(prepared, tuple):
             return prepared
-        token = job_context.enter(prepared.running)  # current_job() while it runs
+        job, running = prepared.job, prepared.running
+        token = job_context.enter(running)  # current_job() while it runs
         try:
-            return self._call(plan, prepared, report, soft_timeout)
+            try:
+                if plan.before:  # a test costs less than a loop over nothing
+                    for hook in plan.before:
+                        hook(running)
+                progress.set_reporter(report)
+                try:
+                    value = invoke.call(prepared.func, job.args, job.kwargs, soft_timeout)
+                finally:
+                    progress.set_reporter(None)
+                    if plan.after:
+                        for after in plan.after:
+                            after(running)
+            except BaseException as exc:  # a job's SystemExit must not end the child
+                if isinstance(exc, GeneratorExit):
+                    raise
+                # KeyboardInterrupt too: children ignore SIGINT, so the job raised it
+                # itself; it fails that job, as any exception does, not the child.
+                return _failure(plan, prepared, exc)
+            return _success(plan, prepared, value)
         finally:
             job_context.leave(token)
-
-    def _call(
-        self,
-        plan: RunPlan,
-        prepared: _Prepared,
-        report: Callable[[str], object] | None,
-        soft_timeout: float | None,
-    ) -> tuple[JobStatus, str]:
-        job, running = prepared.job, prepared.running
-        try:
-            for hook in plan.before:
-                hook(running)
-            progress.set_reporter(report)
-            try:
-                value = invoke.call(prepared.func, job.args, job.kwargs, soft_timeout)
-            finally:
-                progress.set_reporter(None)
-                for after in plan.after:
-                    after(running)
-        except BaseException as exc:  # a job's SystemExit must not end the child
-            if isinstance(exc, GeneratorExit):
-                raise
-            # KeyboardInterrupt too: children ignore SIGINT, so the job raised it
-            # itself; it fails that job, as any exception does, not the child.
-            return _failure(plan, prepared, exc)
-        return _success(plan, prepared, value)
 
     async def run_async(
         self,
@@ -172,15 +165,17 @@ class JobRunner:
         token = job_context.enter(running)
         try:
             try:
-                for hook in plan.before:
-                    hook(running)
+                if plan.before:
+                    for hook in plan.before:
+                        hook(running)
                 try:
                     value = await invoke.call_async(
                         prepared.func, job.args, job.kwargs, soft_timeout
                     )
                 finally:
-                    for after in plan.after:
-                        after(running)
+                    if plan.after:
+                        for after in plan.after:
+                            after(running)
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:
@@ -199,8 +194,9 @@ class JobRunner:
         try:
             job = parse_job(body, max_depth=self.max_json_depth, max_bytes=self.max_body_bytes)
             name = job.name
-            for named in plan.named:
-                named(name)
+            if plan.named:
+                for named in plan.named:
+                    named(name)
             func = registry.resolve(job, self.allowed_modules)
         except (InvalidJob, JobNotAllowed) as exc:
             # Not run: the router's port must not be a remote code execution port.
@@ -237,8 +233,9 @@ def _success(plan: RunPlan, prepared: _Prepared, value: Any) -> tuple[JobStatus,
         for failed in plan.failed:
             failed(prepared.running, error, {})
         return JobStatus.FAILED, _error_payload(plan, name, error, with_traceback=False)
-    for succeeded in plan.succeeded:
-        succeeded(prepared.running, value)
+    if plan.succeeded:
+        for succeeded in plan.succeeded:
+            succeeded(prepared.running, value)
     return JobStatus.OK, payload
 
 

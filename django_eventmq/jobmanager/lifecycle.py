@@ -132,7 +132,14 @@ class Lifecycle:
     def accept(self, job: ManagedJob) -> None:
         """Take a job (its plan: the features that act on it, :mod:`.stages`);
         :meth:`dispatch` hands it to a child."""
-        self._fit(job)
+        last = self.stages.last
+        plan = last[2] if job.record else last[1]
+        if last[0] is job.headers and not plan.accepted:
+            # Sent with the same headers as the last job (most are), and no stage to
+            # call: its plan without a call (Stages.fit would give it the same).
+            job.plan = plan
+        else:
+            self._fit(job)
         self._seq += 1
         self.jobs[self._seq] = job
         self.pending.append(self._seq)

@@ -158,16 +158,17 @@ class Stages:
         # plans are found by the object's id; the entry holds the object, so its
         # id is not reused while it is there.
         self._plans: dict[int, tuple[Headers, Plan, Plan]] = {}
-        # The last headers' plans: jobs come in runs sent with the same headers
-        # (or none), and an identity check costs less than a look-up.
-        self._last: tuple[Headers, Plan, Plan] = self._plan_for(EMPTY_HEADERS)
+        #: The last headers' plans: jobs come in runs sent with the same headers (or
+        #: none), and an identity check costs less than a look-up (and a call: the
+        #: lifecycle looks here first).
+        self.last: tuple[Headers, Plan, Plan] = self._plan_for(EMPTY_HEADERS)
 
     def fit(self, job: ManagedJob) -> None:
         """Give ``job`` (just accepted) its plan, and call the ``accepted`` stages."""
         headers = job.headers or EMPTY_HEADERS
-        found = self._last
+        found = self.last
         if found[0] is not headers:
-            found = self._last = self._plans_of(headers)
+            found = self.last = self._plans_of(headers)
         plan = job.plan = found[2] if job.record else found[1]
         if plan.accepted:  # a test costs less than a loop over nothing
             for hook in plan.accepted:
