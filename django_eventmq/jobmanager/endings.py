@@ -9,8 +9,9 @@ it started, timed out, cancelled, lost with its worker, refused by
 outcome             when                                       DONE status
 ==================  =========================================  ===============
 :meth:`succeeded`   the job returned                           ``ok``
-:meth:`retrying`    it failed and :func:`.retries.decide` says  ``retry`` (or
-                    it runs again                              held here)
+:meth:`retrying`    it failed and a ``failing`` stage (the     ``retry`` (or
+                    retry decision, :mod:`.retries`) says it   held here)
+                    runs again
 :meth:`failed`      it failed for good, or was refused         ``failed`` /
                                                                ``refused``
 :meth:`skipped`     its child skipped it as asked (cancel,     (as asked)
@@ -22,10 +23,11 @@ outcome             when                                       DONE status
 :meth:`set_aside`   the router poisoned a job that died here   (none)
 ==================  =========================================  ===============
 
-Each outcome is logged, recorded (:mod:`.result_records`, for a recorded
-job: one check) and reported after the job's last partial
-(:mod:`.partials`); how the router hears of it is the job manager's choice
-(the ``report`` callback: DONE, or REPLY + READY).
+Each outcome is logged, passed to the job's ``ended`` stages (:mod:`.stages`:
+its records, for a recorded job) and reported after its ``reporting`` stages
+(its last partial); what a stage needs that costs (a value decoded, an
+error made) is made only when the job has one. How the router hears of it
+is the job manager's choice (the ``report`` callback: DONE, or REPLY + READY).
 """
 
 from __future__ import annotations
@@ -38,11 +40,8 @@ from collections.abc import Callable
 
 from django_eventmq.jobmanager import outcomes, retries
 from django_eventmq.jobmanager.managed_job import SKIP_MOVE, SKIP_NACK, SKIP_TIMEOUT, ManagedJob
-from django_eventmq.jobmanager.partials import Partials
-from django_eventmq.jobmanager.result_records import ResultRecords
 from django_eventmq.protocol.status import NOT_RUN, JobStatus
 from django_eventmq.runtime.logs import job_debug, job_fields, job_name
-from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.stats import Stats
 
 logger = logging.getLogger("django_eventmq.jobmanager")
@@ -63,34 +62,25 @@ class Endings:
 
     def __init__(
         self,
-        settings: Settings,
         jobs: dict[int, ManagedJob],
         stats: Stats,
-        records: ResultRecords,
-        partials: Partials,
         local_retries: retries.LocalRetries,
         *,
         report: Report,
         nack: HandBack,
         router_retries: Callable[[ManagedJob], bool],
-        rand: Callable[[], float],
     ) -> None:
-        self.settings = settings
         #: The jobs held (the lifecycle's): a job retried here goes back in.
         self.jobs = jobs
         #: Outcomes counted and runs timed, for metrics.
         self.stats = stats
-        self.records = records
-        self._flush_partial = partials.flush
         self.local_retries = local_retries
         self._send = report
         self.nack = nack
         #: Whether the router ``job`` came from retries it (DONE mode).
         self.router_retries = router_retries
-        #: Draws in [0, 1) for retry jitter (runtime/retry_policy.py).
-        self.random = rand
-        #: Recorded ``retrying`` at their worker's death, as the router hands them out
-        #: again, unless it sets one aside (then :meth:`set_aside` records its end).
+        #: Jobs with ``set_aside`` stages whose worker died (recorded ``retrying``, as
+        #: the router hands them out again), until the router says it set one aside.
         self.died: OrderedDict[str, tuple[ManagedJob, str]] = OrderedDict()
 
     # -- what a child said -----------------------------------------------------------
@@ -111,11 +101,7 @@ class Endings:
                     moved.append(seq)
                 else:
                     self.skipped(job)
-            elif status == JobStatus.FAILED and (
-                retry := retries.decide(
-                    job, payload, self.settings, self.random, self.router_retries
-                )
-            ):
+            elif status == JobStatus.FAILED and (retry := _retry(job, payload)):
                 self.retrying(seq, job, payload, now, retry)
             else:
                 self.failed(job, status, payload, now)
@@ -123,9 +109,10 @@ class Endings:
 
     # -- the outcomes -------------------------------------------------------------------
     def succeeded(self, job: ManagedJob, payload: str, now: float) -> None:
-        if job.record:
+        if ended := job.plan.ended:
             value = json.loads(payload).get("value")
-            self.records.ended(job, JobStatus.SUCCEEDED, now, value=value)
+            for hook in ended:
+                hook(job, JobStatus.SUCCEEDED, now, value, None)
         self._report(job, JobStatus.OK, payload)
 
     def retrying(
@@ -145,8 +132,8 @@ class Endings:
             error["message"],
             extra=job_fields(job.msgid, job.queue, name),
         )
-        if job.record:
-            self.records.ended(job, JobStatus.RETRYING, now, error=error)
+        for hook in job.plan.ended:
+            hook(job, JobStatus.RETRYING, now, None, error)
         if retry.by_router:
             self._report(
                 job, JobStatus.RETRY, outcomes.retry_payload(job.attempt, error, retry.delay)
@@ -184,8 +171,8 @@ class Endings:
             )
             if error["traceback"]:
                 logger.debug("traceback of job msgid=%s:\n%s", job.msgid, error["traceback"])
-        if job.record:
-            self.records.ended(job, JobStatus.FAILED, now, error=error)
+        for hook in job.plan.ended:
+            hook(job, JobStatus.FAILED, now, None, error)
         done = JobStatus.REFUSED if status == JobStatus.REFUSED else JobStatus.FAILED
         self._report(
             job, done, outcomes.error_payload(error["type"], error["message"], error["traceback"])
@@ -206,8 +193,10 @@ class Endings:
             self.cancelled(job)
 
     def cancelled(self, job: ManagedJob) -> None:
-        if job.record:
-            self.records.ended(job, JobStatus.CANCELLED, time.monotonic())
+        if ended := job.plan.ended:
+            now = time.monotonic()
+            for hook in ended:
+                hook(job, JobStatus.CANCELLED, now, None, None)
         self._report(job, JobStatus.CANCELLED, outcomes.cancelled_payload())
 
     def expired(self, job: ManagedJob, now: float) -> None:
@@ -220,15 +209,18 @@ class Endings:
             job.queue,
             extra=job_fields(job.msgid, job.queue, name),
         )
-        if job.record:
-            self.records.ended(job, JobStatus.EXPIRED, now, error=outcomes.expired_error())
+        if ended := job.plan.ended:
+            error = outcomes.expired_error()
+            for hook in ended:
+                hook(job, JobStatus.EXPIRED, now, None, error)
         # DONE ``cancelled`` with an ``Expired`` error: the DONE words are fixed.
         self._report(job, JobStatus.CANCELLED, outcomes.expired_payload())
 
     def timed_out(self, job: ManagedJob, now: float) -> None:
-        if job.record:
+        if ended := job.plan.ended:
             error = outcomes.error_info("TimeoutError", f"timeout of {job.timeout}s")
-            self.records.ended(job, JobStatus.TIMED_OUT, now, error=error)
+            for hook in ended:
+                hook(job, JobStatus.TIMED_OUT, now, None, error)
         self._report(job, JobStatus.TIMEOUT, outcomes.timeout_payload(job.timeout))
 
     def lost(self, job: ManagedJob, pid: int, exitcode: int | None, now: float) -> None:
@@ -246,14 +238,16 @@ class Endings:
             message,
             extra=job_fields(job.msgid, job.queue, name),
         )
-        if job.record:
+        plan = job.plan
+        if plan.ended or plan.set_aside:
             # Our router hands it out again (a new run, in another process);
             # a reference router takes the death as the job's failure.
             redelivered = self.router_retries(job)
             status = JobStatus.RETRYING if redelivered else JobStatus.FAILED
             error = outcomes.error_info("WorkerDied", message)
-            self.records.ended(job, status, now, error=error)
-            if redelivered:
+            for hook in plan.ended:
+                hook(job, status, now, None, error)
+            if redelivered and plan.set_aside:
                 self._keep_died(job, message)
         self._report(job, JobStatus.DIED, outcomes.error_payload("WorkerDied", message))
 
@@ -274,7 +268,8 @@ class Endings:
             extra=job_fields(msgid, job.queue, job_name(job.body_text)),
         )
         error = outcomes.error_info("WorkerDied", f"{message}; the router set it aside ({reason})")
-        self.records.ended(job, JobStatus.FAILED, now, error=error, poisoned=True)
+        for hook in job.plan.set_aside:
+            hook(job, error, now)
 
     # -- helpers ------------------------------------------------------------------------
     def _keep_died(self, job: ManagedJob, message: str) -> None:
@@ -293,5 +288,16 @@ class Endings:
                 ran = 0.0  # not seen running: it ran between two reads of its child
             self.stats.finish(job.queue, status, ran)
             job_debug(logger, "%s", job.msgid, job.queue, status, body=job.body_text)
-        self._flush_partial(job)  # its outcome comes after its partials
+        if reporting := job.plan.reporting:  # its last partial: the outcome comes after
+            for hook in reporting:
+                hook(job)
         self._send(job, status, payload)
+
+
+def _retry(job: ManagedJob, payload: str) -> retries.Retry | None:
+    """The retry a ``failing`` stage of ``job`` asks for (None: it failed for good)."""
+    for failing in job.plan.failing:
+        retry = failing(job, payload)
+        if retry is not None:
+            return retry
+    return None

@@ -3,57 +3,46 @@
 :class:`JobRunner` parses a job's body, checks the registry (a job that
 names anything not registered with ``@job``, or in ``ALLOWED_JOB_MODULES``,
 is refused and never imported or run), calls it (:mod:`.invoke`: soft time
-limits, async jobs) between the hooks module's ``before_job``/``after_job``,
-tells the job events (the Django signals) and encodes the outcome:
-``(status, payload JSON)``. :mod:`.worker_process` runs it for each job the
-job manager hands over.
+limits, async jobs) and encodes the outcome: ``(status, payload JSON)``. The
+features on a run (the job signals, the hooks module's ``before_job`` /
+``after_job``, a traced job's run span) are run stages (:mod:`.run_stages`),
+listed in :func:`run_stages`: the runner calls those registered at each
+point and names none. :mod:`.worker_process` runs it for each job the job
+manager hands over.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import time
 import traceback
+import weakref
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 from django_eventmq.errors import InvalidJob, JobNotAllowed, SerializationError
 from django_eventmq.jobmanager import invoke, progress
+from django_eventmq.jobmanager.job_hooks import Hooks
+from django_eventmq.jobmanager.job_signals import JobSignals
+from django_eventmq.jobmanager.run_span import RunSpan
+from django_eventmq.jobmanager.run_stages import RunPlan, RunStage, plans
 from django_eventmq.protocol import JobBody, encode_json, parse_job
 from django_eventmq.protocol.payload import MAX_JSON_BYTES, MAX_JSON_DEPTH
 from django_eventmq.protocol.status import JobStatus
-from django_eventmq.runtime import job_context, job_events, registry, retry_policy, tracing
+from django_eventmq.runtime import job_context, job_events, registry, retry_policy
 
 
-def _noop() -> None:
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class Hooks:
-    """The optional functions of a hooks module (missing ones do nothing)."""
-
-    setup: Callable[[], object] = _noop
-    before_job: Callable[[], object] = _noop
-    after_job: Callable[[], object] = _noop
-    #: Called with batches of outcome records; None when the module has none.
-    record_results: Callable[[list[dict[str, Any]]], object] | None = None
-
-
-def load_hooks(path: str | None) -> Hooks:
-    """Import the hooks module at ``path`` and pick up its optional functions."""
-    if not path:
-        return Hooks()
-    module: ModuleType = importlib.import_module(path)
-    return Hooks(
-        setup=getattr(module, "setup", _noop),
-        before_job=getattr(module, "before_job", _noop),
-        after_job=getattr(module, "after_job", _noop),
-        record_results=getattr(module, "record_results", None),
-    )
+def run_stages(hooks: Hooks) -> list[RunStage]:
+    """The run stages of a child, in the order they act at each point (a new feature:
+    a module with a RunStage, and a line here)."""
+    stages: list[RunStage] = []
+    if (around := hooks.around()) is not None:
+        stages.append(around)
+    stages.append(JobSignals())
+    stages.append(RunSpan())
+    return stages
 
 
 class JobRunner:
@@ -66,6 +55,7 @@ class JobRunner:
         *,
         max_json_depth: int = MAX_JSON_DEPTH,
         max_body_bytes: int = MAX_JSON_BYTES,
+        stages: tuple[RunStage, ...] = (),
     ) -> None:
         self.allowed_modules = allowed_modules
         self.hooks = hooks or Hooks()
@@ -73,6 +63,15 @@ class JobRunner:
         #: them is refused before it is parsed further.
         self.max_json_depth = max_json_depth
         self.max_body_bytes = max_body_bytes
+        #: The run stages (``stages``: more, after the child's own).
+        self.stages = (*run_stages(self.hooks), *stages)
+        self._plain, self._traced = plans(self.stages)
+        # A listener installed later (a job module connecting a receiver) is heard.
+        job_events.watch(weakref.WeakMethod(self.replan))
+
+    def replan(self) -> None:
+        """Make the plans again (a stage now wants, or no longer wants, the runs)."""
+        self._plain, self._traced = plans(self.stages)
 
     def run(
         self,
@@ -80,6 +79,7 @@ class JobRunner:
         report: Callable[[str], object] | None = None,
         soft_timeout: float | None = None,
         context: bytes = b"",
+        trace: bytes = b"",
     ) -> tuple[JobStatus, str]:
         """Run one job; returns ``(status, payload JSON)``. Never raises.
 
@@ -87,92 +87,122 @@ class JobRunner:
         or each value of a generator job, whose ``return`` value is the result).
         ``soft_timeout``: seconds after which ``SoftTimeLimitExceeded`` is raised
         inside the job (:mod:`.invoke`; async jobs run there too). ``context``: the
-        job's context line (``current_job()`` while it runs).
+        job's context line (``current_job()`` while it runs). ``trace``: its trace
+        carrier (b"": untraced).
         """
-        prepared = self._prepare(body, context)
+        if trace:
+            plan = self._traced
+            with ExitStack() as around:  # a traced job's run span
+                for stage in plan.around:
+                    around.enter_context(stage(trace))
+                return self._run(plan, body, report, soft_timeout, context)
+        return self._run(self._plain, body, report, soft_timeout, context)
+
+    def _run(
+        self,
+        plan: RunPlan,
+        body: bytes | str,
+        report: Callable[[str], object] | None,
+        soft_timeout: float | None,
+        context: bytes,
+    ) -> tuple[JobStatus, str]:
+        prepared = self._prepare(plan, body, context)
         if isinstance(prepared, tuple):
             return prepared
-        token = job_context.enter(prepared.running)  # current_job() while it runs
+        job, running = prepared.job, prepared.running
+        token = job_context.enter(running)  # current_job() while it runs
         try:
-            return self._call(prepared, report, soft_timeout)
+            try:
+                if plan.before:  # a test costs less than a loop over nothing
+                    for hook in plan.before:
+                        hook(running)
+                progress.set_reporter(report)
+                try:
+                    value = invoke.call(prepared.func, job.args, job.kwargs, soft_timeout)
+                finally:
+                    progress.set_reporter(None)
+                    if plan.after:
+                        for after in plan.after:
+                            after(running)
+            except BaseException as exc:  # a job's SystemExit must not end the child
+                if isinstance(exc, GeneratorExit):
+                    raise
+                # KeyboardInterrupt too: children ignore SIGINT, so the job raised it
+                # itself; it fails that job, as any exception does, not the child.
+                return _failure(plan, prepared, exc)
+            return _success(plan, prepared, value)
         finally:
             job_context.leave(token)
 
-    def _call(
-        self,
-        prepared: _Prepared,
-        report: Callable[[str], object] | None,
-        soft_timeout: float | None,
-    ) -> tuple[JobStatus, str]:
-        job, running = prepared.job, prepared.running
-        events = job_events.listener  # None: nobody listens (the Django signals)
-        try:
-            self.hooks.before_job()
-            progress.set_reporter(report)
-            try:
-                if events is not None:
-                    events.started(running)
-                value = invoke.call(prepared.func, job.args, job.kwargs, soft_timeout)
-            finally:
-                progress.set_reporter(None)
-                self.hooks.after_job()
-        except BaseException as exc:  # a job's SystemExit must not end the child
-            if isinstance(exc, GeneratorExit):
-                raise
-            # KeyboardInterrupt too: children ignore SIGINT, so the job raised it
-            # itself; it fails that job, as any exception does, not the child.
-            return _failure(prepared, exc, events)
-        return _success(prepared, value, events)
-
     async def run_async(
-        self, body: bytes | str, soft_timeout: float | None = None, context: bytes = b""
+        self,
+        body: bytes | str,
+        soft_timeout: float | None = None,
+        context: bytes = b"",
+        trace: bytes = b"",
     ) -> tuple[JobStatus, str]:
         """:meth:`run` for an async job on the running event loop, beside others
         (:mod:`.tasks`). A :class:`asyncio.CancelledError` (the job manager
         cancelled it) is raised: the caller reports it. Progress goes where
         :data:`.progress.task_reporter` says, in this task's context."""
-        prepared = self._prepare(body, context)
+        if trace:
+            plan = self._traced
+            with ExitStack() as around:
+                for stage in plan.around:
+                    around.enter_context(stage(trace))
+                return await self._run_async(plan, body, soft_timeout, context)
+        return await self._run_async(self._plain, body, soft_timeout, context)
+
+    async def _run_async(
+        self, plan: RunPlan, body: bytes | str, soft_timeout: float | None, context: bytes
+    ) -> tuple[JobStatus, str]:
+        prepared = self._prepare(plan, body, context)
         if isinstance(prepared, tuple):
             return prepared
         job, running = prepared.job, prepared.running
-        events = job_events.listener
         # current_job(): set in this task's own context, so each job beside it
         # sees its own.
         token = job_context.enter(running)
         try:
             try:
-                self.hooks.before_job()
+                if plan.before:
+                    for hook in plan.before:
+                        hook(running)
                 try:
-                    if events is not None:
-                        events.started(running)
                     value = await invoke.call_async(
                         prepared.func, job.args, job.kwargs, soft_timeout
                     )
                 finally:
-                    self.hooks.after_job()
+                    if plan.after:
+                        for after in plan.after:
+                            after(running)
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:
                 if isinstance(exc, GeneratorExit):
                     raise
-                return _failure(prepared, exc, events)
-            return _success(prepared, value, events)
+                return _failure(plan, prepared, exc)
+            return _success(plan, prepared, value)
         finally:
             job_context.leave(token)
 
-    def _prepare(self, body: bytes | str, context: bytes) -> _Prepared | tuple[JobStatus, str]:
+    def _prepare(
+        self, plan: RunPlan, body: bytes | str, context: bytes
+    ) -> _Prepared | tuple[JobStatus, str]:
         """The job ``body`` names, ready to call, or why it is not run."""
         name = "?"
         try:
             job = parse_job(body, max_depth=self.max_json_depth, max_bytes=self.max_body_bytes)
             name = job.name
-            tracing.job_named(name)
+            if plan.named:
+                for named in plan.named:
+                    named(name)
             func = registry.resolve(job, self.allowed_modules)
         except (InvalidJob, JobNotAllowed) as exc:
             # Not run: the router's port must not be a remote code execution port.
-            return JobStatus.REFUSED, _error_payload(name, exc, with_traceback=False)
+            return JobStatus.REFUSED, _error_payload(plan, name, exc, with_traceback=False)
         except Exception as exc:  # JobNotFound, or a class constructor that raised
-            return JobStatus.FAILED, _error_payload(name, exc)
+            return JobStatus.FAILED, _error_payload(plan, name, exc)
         return _Prepared(job, func, job_context.Running(context, job))
 
 
@@ -184,51 +214,33 @@ class _Prepared:
     running: job_context.Running
 
 
-def _failure(
-    prepared: _Prepared, exc: BaseException, events: job_events.Listener | None
-) -> tuple[JobStatus, str]:
+def _failure(plan: RunPlan, prepared: _Prepared, exc: BaseException) -> tuple[JobStatus, str]:
     """A job that raised ``exc``: failed, with its retry policy's advice (known here
-    only); ``events`` hear it failed for good or is to be retried (the job manager
-    decides the same way, from the same advice: retry_policy.given_up)."""
+    only, passed to the ``failed`` stages and on to the job manager)."""
     name = prepared.job.name
     advice = retry_policy.advice(name, exc, time.time())
-    if events is not None:
-        _failed(events, prepared.running, exc, advice)
-    return JobStatus.FAILED, _error_payload(name, exc, retry=advice)
+    for failed in plan.failed:
+        failed(prepared.running, exc, advice)
+    return JobStatus.FAILED, _error_payload(plan, name, exc, retry=advice)
 
 
-def _success(
-    prepared: _Prepared, value: Any, events: job_events.Listener | None
-) -> tuple[JobStatus, str]:
+def _success(plan: RunPlan, prepared: _Prepared, value: Any) -> tuple[JobStatus, str]:
     name = prepared.job.name
     try:
         payload = encode_json({"value": value})
     except SerializationError as exc:
         error = SerializationError(f"return value of {name} is not JSON-serialisable: {exc}")
-        if events is not None:
-            _failed(events, prepared.running, error, {})
-        return JobStatus.FAILED, _error_payload(name, error, with_traceback=False)
-    if events is not None:
-        events.succeeded(prepared.running, value)
+        for failed in plan.failed:
+            failed(prepared.running, error, {})
+        return JobStatus.FAILED, _error_payload(plan, name, error, with_traceback=False)
+    if plan.succeeded:
+        for succeeded in plan.succeeded:
+            succeeded(prepared.running, value)
     return JobStatus.OK, payload
 
 
-def _failed(
-    events: job_events.Listener,
-    running: job_context.Running,
-    exc: BaseException,
-    advice: dict[str, Any],
-) -> None:
-    """Tell ``events`` the job failed: for good, or to be retried."""
-    context = running.context()
-    retry_count = context.headers.retry_count
-    if retry_policy.given_up(context.attempt, retry_count, advice):
-        events.failed(running, exc)
-    else:
-        events.retrying(running, exc)
-
-
 def _error_payload(
+    plan: RunPlan,
     name: str,
     exc: BaseException,
     *,
@@ -237,7 +249,8 @@ def _error_payload(
 ) -> str:
     text = "".join(traceback.format_exception(exc)) if with_traceback else ""
     kind = type(exc)
-    tracing.job_failed(exc)  # its run span, if traced
+    for error in plan.error:  # its run span, if traced
+        error(exc)
     fields: dict[str, Any] = {
         "job": name,
         "type": kind.__name__,

@@ -7,8 +7,9 @@ cancelled, holds failures retried here until their back-off is over, and
 hands back the jobs queued behind a job whose child died or was stopped, so
 none is lost. A ``soft-timeout:N`` goes to the child with the job, which
 raises it inside the job (:mod:`.invoke`). Every outcome is settled in one
-place, :mod:`.endings`; the features plugged into the job's path each have
-a module (:mod:`.result_records`, :mod:`.partials`, :mod:`.retries`). It
+place, :mod:`.endings`. The features on the job's path are stages
+(:mod:`.stages`), one module each, registered in :meth:`Lifecycle.__init__`:
+this module calls the stages of a job's plan at each point and names none. It
 does not talk to the router: every outcome goes to the ``report``/``nack``
 callbacks, and the job manager decides how the router hears of it (DONE, or
 READY + REPLY).
@@ -22,11 +23,11 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from collections import deque
 from collections.abc import Callable
 
 from django_eventmq.jobmanager.endings import Endings, HandBack, Report
+from django_eventmq.jobmanager.expiry import Expiry
 from django_eventmq.jobmanager.managed_job import (
     SKIP_CANCEL,
     SKIP_MOVE,
@@ -39,7 +40,10 @@ from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.partials import Partials
 from django_eventmq.jobmanager.pool import Child, Pool, Status
 from django_eventmq.jobmanager.result_records import ResultRecords
-from django_eventmq.jobmanager.retries import LocalRetries
+from django_eventmq.jobmanager.retries import LocalRetries, RetryDecision
+from django_eventmq.jobmanager.run_tracing import RunTracing
+from django_eventmq.jobmanager.soft_limits import SoftLimits
+from django_eventmq.jobmanager.stages import Ending, Stage, Stages
 from django_eventmq.runtime.logs import job_fields, job_name
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.stats import Stats
@@ -69,6 +73,7 @@ class Lifecycle:
         partial: SendPartial | None = None,
         retries_for: Callable[[ManagedJob], bool] | None = None,
         wake_supervisor: Callable[[], None] | None = None,
+        stages: tuple[Stage, ...] = (),
     ) -> None:
         self.settings = settings
         self.pool = pool
@@ -82,37 +87,59 @@ class Lifecycle:
         self._seq = 0
         #: Asks for a supervision pass at the next turn (a child died or retires).
         self.wake_supervisor: Callable[[], None] = wake_supervisor or (lambda: None)
-        # The features on the job's path, and the one place that settles its outcome.
-        self.records = ResultRecords(recorder)
-        #: At most PARTIAL_RATE partials per second per job go on; the rest coalesce.
-        self.partials = Partials(partial or (lambda job, payload: None), self.records.progress)
+        #: Whether the router a given job came from retries it (several groups:
+        #: each link has its own mode); else ``router_retries`` for every job.
+        self.router_retries = retries_for or (lambda job: router_retries())
+        # The one place that settles a job's outcome, and the features on its path.
         self.endings = Endings(
-            settings,
             self.jobs,
             self.stats,
-            self.records,
-            self.partials,
             self.retries,
             report=report,
             nack=nack,
-            # Whether the router a given job came from retries it (several groups:
-            # each link has its own mode); else ``router_retries`` for every job.
-            router_retries=retries_for or (lambda job: router_retries()),
-            rand=random.random,
+            router_retries=self.router_retries,
         )
+        #: The retry decision on a failed attempt (its jitter: ``retry_decision.random``).
+        self.retry_decision = RetryDecision(settings, self.router_retries, random.random)
+        self.records = ResultRecords(recorder)
+        #: At most PARTIAL_RATE partials per second per job go on; the rest coalesce.
+        #: Not in the tuple below: it joins a job's plan at its first partial.
+        self.partials = Partials(partial or (lambda job, payload: None))
+        #: The stages, in the order they act at each point (a new feature: a module
+        #: with a Stage, and a line here); ``stages``: more, after these.
+        self.stages = Stages(
+            (
+                self.retry_decision,
+                self.records,
+                RunTracing(),
+                SoftLimits(),
+                Expiry(self.endings.expired),
+                *stages,
+            )
+        )
+        self._fit = self.stages.fit
 
     @property
     def random(self) -> Callable[[], float]:
         """Draws in [0, 1) for retry jitter (runtime/retry_policy.py)."""
-        return self.endings.random
+        return self.retry_decision.random
 
     @random.setter
     def random(self, rand: Callable[[], float]) -> None:
-        self.endings.random = rand
+        self.retry_decision.random = rand
 
     # -- taking jobs in and handing them out ----------------------------------------
     def accept(self, job: ManagedJob) -> None:
-        """Take a job; :meth:`dispatch` hands it to a child."""
+        """Take a job (its plan: the features that act on it, :mod:`.stages`);
+        :meth:`dispatch` hands it to a child."""
+        last = self.stages.last
+        plan = last[2] if job.record else last[1]
+        if last[0] is job.headers and not plan.accepted:
+            # Sent with the same headers as the last job (most are), and no stage to
+            # call: its plan without a call (Stages.fit would give it the same).
+            job.plan = plan
+        else:
+            self._fit(job)
         self._seq += 1
         self.jobs[self._seq] = job
         self.pending.append(self._seq)
@@ -147,10 +174,9 @@ class Lifecycle:
             if job is None or job.child is not None:  # cancelled, or a stale entry
                 pending.popleft()
                 continue
-            if job.expires is not None and job.expires <= time.time():
-                # It waited here (prefetched, or for a retry) past its expiry: not started.
-                del jobs[pending.popleft()]
-                self.endings.expired(job, now)
+            if job.plan.handing_out and (ending := _stopped(job, now)) is not None:
+                del jobs[pending.popleft()]  # settled, not started (expired...)
+                ending(job, now)
                 continue
             concurrent = self.kind(job)
             child = pick(len(job.body_text) + 16, concurrent)
@@ -174,8 +200,9 @@ class Lifecycle:
                 touched.append(child)
             if starts:
                 job.began = now
-            if starts and job.record:
-                self.records.started(job, child)
+                if started := job.plan.started:  # a test costs less than a loop
+                    for hook in started:
+                        hook(job, child)
         for child in touched:
             try:
                 pool.flush(child)
@@ -208,8 +235,9 @@ class Lifecycle:
             return
         if not job.began:
             job.began = since
-        if job.record and job.started is None:
-            self.records.started(job, child)
+            if started := job.plan.started:
+                for hook in started:
+                    hook(job, child)
 
     # -- outcomes (settled in .endings) ------------------------------------------------
     def finish(self, results: list[tuple[int, str, str]], now: float) -> None:
@@ -236,6 +264,7 @@ class Lifecycle:
 
     def refuse(self, job: ManagedJob, name: str, reason: str, now: float) -> None:
         """Answer a job that is not held (nor run) with ``refused``, as a child would."""
+        self._fit(job)  # its records, if it is recorded
         self.endings.refuse(job, name, reason, now)
 
     # -- supervision: retries due, timeouts, children that died -----------------------------
@@ -443,6 +472,15 @@ class Lifecycle:
             self.retries.clear()
         else:
             self._drop_stale_entries()
+
+
+def _stopped(job: ManagedJob, now: float) -> Ending | None:
+    """The ending a ``handing_out`` stage settles ``job`` with instead (None: it runs)."""
+    for check in job.plan.handing_out:
+        ending = check(job, now)
+        if ending is not None:
+            return ending
+    return None
 
 
 def _log_timeout(job: ManagedJob, action: str) -> None:

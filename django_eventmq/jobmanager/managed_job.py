@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django_eventmq.jobmanager.child_handles import Child
+from django_eventmq.jobmanager.stages import NO_STAGES, Plan
 from django_eventmq.protocol.headers import EMPTY_HEADERS, Headers
 from django_eventmq.runtime import job_context
 
@@ -59,6 +60,9 @@ class ManagedJob:
     concurrent: bool | None = None
     #: Monotonic time by which its cancelled task must have ended (0: not cancelled).
     cancel_by: float = 0.0
+    #: The features that act on it, per point of its path (:mod:`.stages`), given
+    #: as it is accepted (:meth:`.stages.Stages.fit`); NO_STAGES: none.
+    plan: Plan = NO_STAGES
 
 
 def context_line(job: ManagedJob) -> bytes:

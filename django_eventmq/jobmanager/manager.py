@@ -89,7 +89,7 @@ from django_eventmq.protocol.features import TROUBLE
 from django_eventmq.protocol.headers import attempt_of
 from django_eventmq.protocol.status import JobStatus
 from django_eventmq.protocol.transitions import JobManagerState
-from django_eventmq.runtime import registry, tracing, transport
+from django_eventmq.runtime import registry, transport
 from django_eventmq.runtime.addresses import parse_groups
 from django_eventmq.runtime.logs import job_debug
 from django_eventmq.runtime.service import Service
@@ -411,11 +411,7 @@ class JobManager(Service):
             (reply or self.settings.record_all_results) and self.pool.can_record is not False,
         )
         job.link = index
-        job.soft_timeout = headers.soft_timeout
-        job.expires = headers.expires
-        job.headers = headers  # parsed once and cached: keeping it costs nothing
-        if headers.extra:  # a traced job's context, for its run span
-            job.trace = tracing.run_carrier(request.msgid, request.queue, headers.extra)
+        job.headers = headers  # parsed once and cached: the features' stages read it
         self.lifecycle.stats.received[job.queue] += 1
         job_debug(logger, "received, attempt %d", job.msgid, job.queue, job.attempt, body=body)
         if self._held_at_connect[index] and self._runs_here(request.msgid, index):

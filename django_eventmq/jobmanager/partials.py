@@ -3,7 +3,9 @@
 A worker child lets at most ``PARTIAL_RATE`` partials a second per job
 through (:class:`.progress.PartialGate`, the child's side); :class:`Coalescer`
 bounds them again here, so no child can flood the router. :class:`Partials`
-is the feature as the job manager's lifecycle uses it.
+is the feature as the job manager's lifecycle uses it, and a stage
+(:mod:`.stages`) that joins the plan of a job at its first partial: its held
+partial goes before its outcome. A job that reports none never calls it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Generic, TypeVar
 from django_eventmq.jobmanager.child_handles import Child
 from django_eventmq.jobmanager.managed_job import ManagedJob
 from django_eventmq.jobmanager.pipe import PARTIAL_INTERVAL
+from django_eventmq.jobmanager.stages import Plan, Stage
+from django_eventmq.protocol.headers import Headers
 
 K = TypeVar("K", bound=Hashable)
 
@@ -80,26 +84,26 @@ class Coalescer(Generic[K]):
         return len(self._held)
 
 
-class Partials:
+class Partials(Stage):
     """Progress and partials, the job manager's side: a feature plugged into the job's path.
 
     Takes the partials a child read (:meth:`take`), lets at most
     ``PARTIAL_RATE`` a second per job through (:class:`Coalescer`) to the
-    router (``send``) and onto the job's records (``progress``, for a recorded
-    job); :meth:`flush` sends a job's held partial before its outcome. A job
-    that reports none costs one look at its child's (empty) list per read.
+    router (``send``) and to the job's ``progress`` stages (its records, for a
+    recorded job); :meth:`reporting` sends a job's held partial before its
+    outcome. A job that reports none costs one look at its child's (empty)
+    list per read.
     """
 
-    def __init__(
-        self,
-        send: Callable[[ManagedJob, str], None],
-        progress: Callable[[ManagedJob, str], None],
-    ) -> None:
+    def __init__(self, send: Callable[[ManagedJob, str], None]) -> None:
         self._send = send
-        self._progress = progress
+        #: The plan of a job that reported a partial, by its plan before; and those.
+        self._joined: dict[Plan, Plan] = {}
+        self._joined_plans: set[Plan] = set()
         self.coalescer: Coalescer[ManagedJob] = Coalescer(self._let_through)
-        # The coalescer's own methods, not wrappers: flush() runs once per job.
+        # The coalescer's own methods, not wrappers: reporting() runs once per job.
         self.flush = self.coalescer.flush
+        self.reporting = self.coalescer.flush  # type: ignore[method-assign]
         self.flush_due = self.coalescer.flush_due
         self.next_due = self.coalescer.next_due
 
@@ -114,11 +118,23 @@ class Partials:
         for seq, payload in child.partials:
             job = jobs.get(seq)
             if job is not None and job.child is child:
+                if job.plan not in self._joined_plans:  # its first: flush it at the end
+                    job.plan = self._join(job.plan)
                 offer(job, payload, now)
         child.partials.clear()
 
+    def wants(self, headers: Headers, record: bool) -> bool:
+        return False  # no job from the start: it joins a job's plan at its first partial
+
+    def _join(self, plan: Plan) -> Plan:
+        joined = self._joined.get(plan)
+        if joined is None:
+            joined = self._joined[plan] = plan.joined(self)
+            self._joined_plans.add(joined)
+        return joined
+
     def _let_through(self, job: ManagedJob, payload: str) -> None:
-        """A partial let through: onto the job's records, and on to the router."""
-        if job.record:
-            self._progress(job, payload)
+        """A partial let through: to the job's ``progress`` stages, and on to the router."""
+        for hook in job.plan.progress:
+            hook(job, payload)
         self._send(job, payload)

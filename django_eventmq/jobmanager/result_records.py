@@ -1,10 +1,11 @@
 """Results recording, the job manager's side: the outcome records of a job.
 
-A feature plugged into the job's path: a job whose client asked for a reply
-(or every job, with ``RECORD_ALL_RESULTS``) has ``ManagedJob.record`` set
-when it is accepted, and only then is :class:`ResultRecords` called, at its
-start (``running``), at each partial let through (its ``progress``) and at
-its end (:mod:`.endings`); a job that is not recorded costs that one check.
+A stage (:mod:`.stages`): a job whose client asked for a reply (or every
+job, with ``RECORD_ALL_RESULTS``) has ``ManagedJob.record`` set when it is
+accepted, and only such a job's plan holds :class:`ResultRecords`, called at
+its start (``running``), at each partial let through (its ``progress``), at
+its end and when the router sets it aside; a job that is not recorded does
+not call it.
 The records go to the :class:`.outcomes.Recorder`, which batches them for a
 worker child (only children have Django).
 """
@@ -17,6 +18,7 @@ import time
 from django_eventmq.jobmanager.child_handles import Child
 from django_eventmq.jobmanager.managed_job import ManagedJob
 from django_eventmq.jobmanager.outcomes import Recorder
+from django_eventmq.jobmanager.stages import Stage
 from django_eventmq.protocol.headers import Headers
 from django_eventmq.protocol.status import JobStatus
 
@@ -24,14 +26,19 @@ from django_eventmq.protocol.status import JobStatus
 _KEPT_OPTIONS = ("timeout", "retry_count", "priority", "soft_timeout", "guarantee")
 
 
-class ResultRecords:
+class ResultRecords(Stage):
     """Adds the outcome records of the jobs that are recorded."""
 
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
 
+    def wants(self, headers: Headers, record: bool) -> bool:
+        return record
+
     def started(self, job: ManagedJob, child: Child) -> None:
-        """``job`` runs in ``child``: its ``running`` record."""
+        """``job`` runs in ``child``: its ``running`` record (once per attempt)."""
+        if job.started is not None:  # its first partial came first
+            return
         job.started = time.time()
         job.pid = child.pid
         self._add(job, JobStatus.RUNNING, None, time.monotonic())
@@ -52,12 +59,26 @@ class ResultRecords:
         job: ManagedJob,
         status: JobStatus,
         now: float,
-        *,
-        value: object = None,
-        error: dict[str, str] | None = None,
-        poisoned: bool = False,
+        value: object,
+        error: dict[str, str] | None,
     ) -> None:
         """A record of ``job`` with its end (``status``: succeeded, failed, retrying...)."""
+        self._ended(job, status, now, value, error)
+
+    def set_aside(self, job: ManagedJob, error: dict[str, str], now: float) -> None:
+        """Its worker died, and the router will not run it again: it ends ``failed``."""
+        self._ended(job, JobStatus.FAILED, now, None, error, poisoned=True)
+
+    def _ended(
+        self,
+        job: ManagedJob,
+        status: JobStatus,
+        now: float,
+        value: object,
+        error: dict[str, str] | None,
+        *,
+        poisoned: bool = False,
+    ) -> None:
         given_up = status in (JobStatus.FAILED, JobStatus.TIMED_OUT)
         options = _sent_options(job.headers) if given_up and job.headers is not None else None
         finished = time.time()

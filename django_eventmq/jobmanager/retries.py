@@ -4,8 +4,9 @@
 job's ``retry-count``, the advice of its policy the child sent with the
 failure, ``runtime/retry_policy.py``): given up, retried by the router it
 came from (our router, DONE ``retry``), or retried here after a back-off (a
-reference router, which cannot). :class:`LocalRetries` holds the jobs
-retried here until their back-off is over. A job a dead worker was running
+reference router, which cannot). :class:`RetryDecision` makes it at the
+``failing`` point of every job (a stage, :mod:`.stages`); :class:`LocalRetries`
+holds the jobs retried here until their back-off is over. A job a dead worker was running
 is the router's to hand out again; it decides that itself.
 """
 
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from django_eventmq.jobmanager.managed_job import ManagedJob
+from django_eventmq.jobmanager.stages import Stage
 from django_eventmq.runtime import retry_policy
 from django_eventmq.runtime.settings import Settings
 
@@ -53,6 +55,25 @@ def decide(
     if router_retries(job):
         return Retry(True, decision.delay if decision.custom else None)
     return Retry(False, decision.delay)
+
+
+class RetryDecision(Stage):
+    """The retry decision, at the ``failing`` point of every job."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        router_retries: Callable[[ManagedJob], bool],
+        rand: Callable[[], float],
+    ) -> None:
+        self.settings = settings
+        #: Whether the router ``job`` came from retries it (DONE mode).
+        self.router_retries = router_retries
+        #: Draws in [0, 1) for retry jitter (runtime/retry_policy.py).
+        self.random = rand
+
+    def failing(self, job: ManagedJob, payload: str) -> Retry | None:
+        return decide(job, payload, self.settings, self.random, self.router_retries)
 
 
 class LocalRetries:

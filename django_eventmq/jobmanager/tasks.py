@@ -25,7 +25,6 @@ from typing import Any
 
 from django_eventmq.jobmanager import invoke, progress
 from django_eventmq.protocol.status import JobStatus
-from django_eventmq.runtime import tracing
 
 #: The job (seq) a task belongs to: tasks a job starts inherit it with its context.
 _owner: contextvars.ContextVar[bytes] = contextvars.ContextVar("emq_job_seq", default=b"")
@@ -36,8 +35,9 @@ Say = Callable[[bytes], bool]
 EncodeResult = Callable[[bytes, str, str], bytes]
 #: Encodes a partial frame: ``(seq, payload)``.
 EncodePartial = Callable[[bytes, str], bytes]
-#: Runs one async job body: ``(body, soft limit)`` -> ``(status, payload)``.
-RunAsync = Callable[[bytes, float | None, bytes], Awaitable[tuple[JobStatus, str]]]
+#: Runs one async job body: ``(body, soft limit, context line, trace carrier)`` ->
+#: ``(status, payload)``.
+RunAsync = Callable[[bytes, float | None, bytes, bytes], Awaitable[tuple[JobStatus, str]]]
 
 
 class AsyncJobs:
@@ -95,8 +95,7 @@ class AsyncJobs:
         progress.task_reporter.set(gate.report)  # this task's context only
         _owner.set(seq)
         try:
-            with tracing.running(trace):
-                return await self._run_job(body, soft, context)
+            return await self._run_job(body, soft, context, trace)
         finally:
             gate.finish()  # its last partial goes before its result
 

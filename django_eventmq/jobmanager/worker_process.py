@@ -22,7 +22,8 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 
 from django_eventmq.jobmanager import invoke, progress, tasks
-from django_eventmq.jobmanager.job_runner import Hooks, JobRunner, load_hooks
+from django_eventmq.jobmanager.job_hooks import Hooks, load_hooks
+from django_eventmq.jobmanager.job_runner import JobRunner
 from django_eventmq.jobmanager.pipe import (
     ASYNC_JOB,
     BYE,
@@ -42,7 +43,7 @@ from django_eventmq.jobmanager.pipe import (
     write_all,
 )
 from django_eventmq.protocol.status import JobStatus
-from django_eventmq.runtime import registry, tracing
+from django_eventmq.runtime import registry
 from django_eventmq.runtime.settings import Settings
 
 logger = logging.getLogger("django_eventmq.worker")
@@ -217,11 +218,7 @@ def _serve(
             concurrent.start(seq, soft, body, trace, context)
             continue
         gate.start(seq)
-        if trace:
-            with tracing.running(trace):  # the job's run span
-                status, payload = runner.run(body, gate.report, soft, context)
-        else:  # untraced: no context manager to enter and leave
-            status, payload = runner.run(body, gate.report, soft, context)
+        status, payload = runner.run(body, gate.report, soft, context, trace)
         gate.finish()
         if not send(encode_result(seq, status, payload)):
             return

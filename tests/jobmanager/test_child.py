@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from django_eventmq.jobmanager import pipe, worker_process
-from django_eventmq.jobmanager.job_runner import Hooks, JobRunner, load_hooks
+from django_eventmq.jobmanager.job_hooks import Hooks, load_hooks
+from django_eventmq.jobmanager.job_runner import JobRunner
 from django_eventmq.jobmanager.pipe import FrameReader, frame, write_all
 from django_eventmq.protocol.status import JobStatus
 from django_eventmq.runtime.registry import import_job_modules

@@ -12,6 +12,7 @@ from django_eventmq.jobmanager.managed_job import SKIP_MOVE, SKIP_NACK, ManagedJ
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.partials import Partials
 from django_eventmq.jobmanager.result_records import ResultRecords
+from django_eventmq.jobmanager.stages import Stages
 from django_eventmq.protocol.status import JobStatus
 from django_eventmq.runtime.settings import Settings
 from django_eventmq.runtime.stats import Stats
@@ -38,21 +39,25 @@ class _Run:
         self.held = retries.LocalRetries()
         recorder = Recorder("jm")
         self.recorder = recorder
-        records = ResultRecords(recorder)
+        #: The stages of the job manager that act at the endings.
+        self.stages = Stages(
+            (
+                retries.RetryDecision(Settings(), lambda job: router_retries, lambda: 0.5),
+                ResultRecords(recorder),
+                Partials(lambda job, payload: None),
+            )
+        )
         self.endings = Endings(
-            Settings(),
             self.jobs,
             Stats(),
-            records,
-            Partials(lambda job, payload: None, records.progress),
             self.held,
             report=lambda job, status, payload: self.reported.append((status, payload)),
             nack=lambda job, why: self.nacked.append(why),
             router_retries=lambda job: router_retries,
-            rand=lambda: 0.5,
         )
 
     def finish(self, seq: int, job: ManagedJob, status: str, payload: str) -> list[int]:
+        self.stages.fit(job)
         self.jobs[seq] = job
         return self.endings.finish([(seq, status, payload)], 10.0)
 

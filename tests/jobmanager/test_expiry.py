@@ -13,6 +13,7 @@ from django_eventmq.jobmanager.lifecycle import Lifecycle
 from django_eventmq.jobmanager.managed_job import ManagedJob
 from django_eventmq.jobmanager.outcomes import Recorder
 from django_eventmq.jobmanager.pool import Pool
+from django_eventmq.protocol.headers import Headers
 from django_eventmq.protocol.status import JobStatus, expired_reply
 from django_eventmq.runtime.settings import Settings
 from tests.fake_router import SAMPLE, body
@@ -45,10 +46,10 @@ def test_an_expired_job_is_reported_expired_and_recorded_not_started(
 ) -> None:
     life, recorder, reported = lifecycle
     old = ManagedJob("old", "q", body("add", 1, 2), True, record=True)
-    old.expires = time.time() - 1
+    old.headers = Headers(expires=time.time() - 1)
     fresh = ManagedJob("fresh", "q", body("add", 1, 2), True, record=True)
-    fresh.expires = time.time() + 600
-    life.accept(old)
+    fresh.headers = Headers(expires=time.time() + 600)
+    life.accept(old)  # the expiry stage acts on both: their headers say when they expire
     life.accept(fresh)
     life.dispatch(time.monotonic())
     ((msgid, status, payload),) = reported
