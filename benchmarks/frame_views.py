@@ -5,7 +5,7 @@ DEALER gets it). ``REQUEST*``: every read the frontend's REQUEST path makes
 which is what the views must not make slower.
 
 The "by hand" peer is what the router and the pipeline did before
-:mod:`django_eventmq.protocol.views`: a length, delimiter, version and command
+:mod:`django_eventmq.protocol.frame_fields`: a length, delimiter, version and command
 check, then ``raw[4]``, ``raw[5]``, ... Both read every field the hot path uses.
 
     PYTHONPATH=. .venv/bin/python benchmarks/frame_views.py [--number N] [--repeat R] [--rounds K]
@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.batch import pack_jobs
-from django_eventmq.protocol.views import (
+from django_eventmq.protocol.frame_fields import (
     AckView,
     BatchView,
     DoneView,

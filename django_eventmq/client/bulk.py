@@ -65,7 +65,7 @@ from django_eventmq.protocol import Features, Reply, decode, new_msgid
 from django_eventmq.protocol.batch import JOB_OVERHEAD, MAX_BATCH_JOBS
 from django_eventmq.protocol.bundle import is_bundle, unbundle
 from django_eventmq.protocol.extensions import Reject
-from django_eventmq.protocol.views import acked_msgid, batch_frames, request_frames
+from django_eventmq.protocol.frame_fields import acked_msgid, batch_frames, request_frames
 from django_eventmq.runtime import transport
 
 log = logging.getLogger("django_eventmq.client")

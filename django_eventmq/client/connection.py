@@ -55,9 +55,9 @@ from django_eventmq.protocol import (
     new_msgid,
 )
 from django_eventmq.protocol.constants import HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT
+from django_eventmq.protocol.frame_fields import request_frames
 from django_eventmq.protocol.packed import pack_request
 from django_eventmq.protocol.unique import holder_of
-from django_eventmq.protocol.views import request_frames
 from django_eventmq.runtime import security, transport
 from django_eventmq.runtime.addresses import (
     parse_addresses,

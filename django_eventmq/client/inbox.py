@@ -26,7 +26,7 @@ from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol import Ack, Message, Partial, Reject, Reply, decode
 from django_eventmq.protocol.bundle import is_bundle, unbundle
 from django_eventmq.protocol.codec import reply_of
-from django_eventmq.protocol.views import is_ack
+from django_eventmq.protocol.frame_fields import is_ack
 from django_eventmq.runtime import transport
 
 logger = logging.getLogger("django_eventmq.client")

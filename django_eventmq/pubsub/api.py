@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from django_eventmq.errors import BrokerUnavailable, ConfigurationError, InvalidJob
 from django_eventmq.protocol import Publish, decode_json, encode_json, new_msgid
-from django_eventmq.protocol.views import published_fields
+from django_eventmq.protocol.frame_fields import published_fields
 from django_eventmq.runtime import security, transport
 from django_eventmq.runtime.config import get_settings
 from django_eventmq.runtime.outbox import WarnOnce

@@ -36,8 +36,8 @@ import logging
 
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol import Publish, decode_json
+from django_eventmq.protocol.frame_fields import published_frames
 from django_eventmq.protocol.limits import OverLimit
-from django_eventmq.protocol.views import published_frames
 from django_eventmq.runtime import security, transport
 from django_eventmq.runtime.outbox import WarnOnce
 from django_eventmq.runtime.service import Service

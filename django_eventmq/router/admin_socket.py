@@ -11,8 +11,8 @@ from typing import Any
 
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol.features import TROUBLE
+from django_eventmq.protocol.frame_fields import stored_request
 from django_eventmq.protocol.payload import parse_job
-from django_eventmq.protocol.views import stored_request
 from django_eventmq.router.book import Book
 from django_eventmq.router.routing import Routing, Schedulers
 from django_eventmq.router.waiting import RoutedJob

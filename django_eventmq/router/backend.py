@@ -34,15 +34,15 @@ from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.bundle import PREFIX as BUNDLE_PREFIX
 from django_eventmq.protocol.bundle import unbundle
 from django_eventmq.protocol.features import ROUTER_FEATURES, TROUBLE, with_bundle_bytes
-from django_eventmq.protocol.packed import done_of
-from django_eventmq.protocol.session import RouterPeerSession
-from django_eventmq.protocol.status import DONE_STATUSES
-from django_eventmq.protocol.views import (
+from django_eventmq.protocol.frame_fields import (
     DoneFields,
     after_identity,
     done_fields,
     ready_identity,
 )
+from django_eventmq.protocol.packed import done_of
+from django_eventmq.protocol.session import RouterPeerSession
+from django_eventmq.protocol.status import DONE_STATUSES
 from django_eventmq.router.book import Book
 from django_eventmq.router.commit_acks import CommitAcks
 from django_eventmq.router.frontend import DRAIN_CAP, Handle

@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 from django_eventmq.protocol import Message, new_msgid
 from django_eventmq.protocol.bundle import MAX_BUNDLE_MESSAGES, ack_bundle, bundle, runs
+from django_eventmq.protocol.frame_fields import ack_frames
 from django_eventmq.protocol.packed import pack
-from django_eventmq.protocol.views import ack_frames
 from django_eventmq.router.book import Book
 from django_eventmq.router.hand_outs import HandOuts
 from django_eventmq.router.lease_keeper import LeaseKeeper

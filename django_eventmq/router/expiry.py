@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol import Reply, new_msgid
+from django_eventmq.protocol.frame_fields import stored_request
 from django_eventmq.protocol.headers import expires_of
 from django_eventmq.protocol.status import EXPIRED_ERROR, JobStatus, expired_reply
-from django_eventmq.protocol.views import stored_request
 from django_eventmq.runtime.logs import job_debug
 
 if TYPE_CHECKING:

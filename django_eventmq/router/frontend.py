@@ -56,12 +56,7 @@ from django_eventmq.protocol.batch import (
 from django_eventmq.protocol.bundle import BUNDLE
 from django_eventmq.protocol.extensions import Reject
 from django_eventmq.protocol.features import bundle_bytes
-from django_eventmq.protocol.headers import Headers
-from django_eventmq.protocol.limits import Limits, OverLimit
-from django_eventmq.protocol.packed import PACKED, request_of
-from django_eventmq.protocol.status import FULL_REFUSAL
-from django_eventmq.protocol.unique import not_unique_reason
-from django_eventmq.protocol.views import (
+from django_eventmq.protocol.frame_fields import (
     BatchFields,
     RequestFields,
     batch_fields,
@@ -70,6 +65,11 @@ from django_eventmq.protocol.views import (
     request_frames,
     stored_request,
 )
+from django_eventmq.protocol.headers import Headers
+from django_eventmq.protocol.limits import Limits, OverLimit
+from django_eventmq.protocol.packed import PACKED, request_of
+from django_eventmq.protocol.status import FULL_REFUSAL
+from django_eventmq.protocol.unique import not_unique_reason
 from django_eventmq.router.book import Accepting, Book
 from django_eventmq.router.commit_acks import CommitAcks
 from django_eventmq.router.journal.store import JournalUnavailable
@@ -344,7 +344,7 @@ class Frontend:
 
     # -- BATCH -----------------------------------------------------------------------
     def _fast_batch(self, batch: BatchFields, now: float) -> None:
-        """A BATCH straight from its frames (:func:`.views.batch_fields`)."""
+        """A BATCH straight from its frames (:func:`.frame_fields.batch_fields`)."""
         identity, msgid_b, frame = batch
         try:
             if not msgid_b:

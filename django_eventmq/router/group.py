@@ -31,7 +31,7 @@ from typing import Any
 from django_eventmq.errors import ConfigurationError, ProtocolError
 from django_eventmq.protocol import Ack, AdminRequest, Reply, decode, new_msgid
 from django_eventmq.protocol import constants as C
-from django_eventmq.protocol.views import after_identity, identity_of
+from django_eventmq.protocol.frame_fields import after_identity, identity_of
 from django_eventmq.router.leadership import LeaderInfo, LeadershipLost, Lease, fence
 from django_eventmq.router.router import Router
 from django_eventmq.runtime import security, transport

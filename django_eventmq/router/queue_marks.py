@@ -27,7 +27,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 
 from django_eventmq.protocol.batch import jobs_at
-from django_eventmq.protocol.views import BatchFields
+from django_eventmq.protocol.frame_fields import BatchFields
 from django_eventmq.router.book import Book
 from django_eventmq.runtime.outbox import show
 from django_eventmq.runtime.settings import Settings

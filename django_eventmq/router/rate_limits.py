@@ -38,8 +38,8 @@ from collections.abc import Callable, Container, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from django_eventmq.errors import ProtocolError
+from django_eventmq.protocol.frame_fields import stored_request
 from django_eventmq.protocol.headers import RATE_LIMIT_B, Rate, parse_rate, rate_of
-from django_eventmq.protocol.views import stored_request
 from django_eventmq.runtime.logs import job_debug
 
 if TYPE_CHECKING:

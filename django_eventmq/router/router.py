@@ -36,8 +36,8 @@ from django_eventmq.protocol import (
     new_msgid,
 )
 from django_eventmq.protocol import constants as C
+from django_eventmq.protocol.frame_fields import after_identity, identity_of
 from django_eventmq.protocol.limits import OverLimit
-from django_eventmq.protocol.views import after_identity, identity_of
 from django_eventmq.router import admin_socket as admin_json
 from django_eventmq.router.backend import Backend
 from django_eventmq.router.book import Book

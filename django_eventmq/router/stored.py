@@ -7,8 +7,8 @@ it is a retry (see :mod:`.book`, "Attempts").
 
 from __future__ import annotations
 
+from django_eventmq.protocol.frame_fields import request_frames
 from django_eventmq.protocol.headers import Headers, parse_headers, with_attempt
-from django_eventmq.protocol.views import request_frames
 from django_eventmq.router.journal.store import Row
 from django_eventmq.router.routing import RoutedJob
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from django_eventmq.protocol import Message, encode
-from django_eventmq.protocol.views import identity_of
+from django_eventmq.protocol.frame_fields import identity_of
 from django_eventmq.runtime import transport
 from django_eventmq.runtime.transport import Channel
 

@@ -26,7 +26,7 @@ from types import ModuleType, TracebackType
 from typing import Any
 
 from django_eventmq.errors import ProtocolError
-from django_eventmq.protocol.views import stored_request
+from django_eventmq.protocol.frame_fields import stored_request
 
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"

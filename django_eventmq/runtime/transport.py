@@ -20,8 +20,8 @@ from zmq.utils.monitor import recv_monitor_message
 
 from django_eventmq.errors import ConfigurationError, ProtocolError
 from django_eventmq.protocol import Message, decode, encode, split_identity
+from django_eventmq.protocol.frame_fields import unpack_received
 from django_eventmq.protocol.limits import DEFAULT_LIMITS, MAX_FRAMES, MAX_MESSAGE_BYTES, Limits
-from django_eventmq.protocol.views import unpack_received
 
 _SNDMORE = int(zmq.SNDMORE)
 _RCVMORE = int(zmq.RCVMORE)

@@ -11,7 +11,7 @@ import pytest
 
 from django_eventmq.client.connection import Client
 from django_eventmq.protocol.bundle import bundle
-from django_eventmq.protocol.views import ack_frames
+from django_eventmq.protocol.frame_fields import ack_frames
 from tests.fake_router import ScriptedRouter
 from tests.router.test_router import JOB
 from tests.support import wait_for

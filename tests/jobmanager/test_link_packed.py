@@ -15,8 +15,8 @@ from django_eventmq.errors import ProtocolError
 from django_eventmq.jobmanager.link import RouterLink
 from django_eventmq.protocol import Cancel, Headers, Message, Request, decode, encode
 from django_eventmq.protocol.bundle import bundle
+from django_eventmq.protocol.frame_fields import request_frames
 from django_eventmq.protocol.packed import pack, pack_request, unpack
-from django_eventmq.protocol.views import request_frames
 from tests.fake_router import FakeRouter
 from tests.support import wait_for
 

@@ -19,7 +19,7 @@ import pytest
 from django_eventmq.client.handles import JobHandle
 from django_eventmq.client.pool import get_client
 from django_eventmq.protocol import Headers, JobBody, new_msgid
-from django_eventmq.protocol.views import request_frames
+from django_eventmq.protocol.frame_fields import request_frames
 from django_eventmq.runtime import transport
 from tests.jobs_fixtures import limits
 from tests.jobs_fixtures.limits_stack import router_and_jobmanager

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from django_eventmq.protocol.bundle import ack_bundle, bundle, runs, unbundle
-from django_eventmq.protocol.views import ack_frames
+from django_eventmq.protocol.frame_fields import ack_frames
 
 
 def _acks(count: int, width: int = 1) -> tuple[list[bytes], list[bytes]]:

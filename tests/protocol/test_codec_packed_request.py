@@ -13,8 +13,8 @@ import pytest
 from django_eventmq.errors import ProtocolError
 from django_eventmq.protocol import Ack, Headers, Heartbeat, Request, decode, encode
 from django_eventmq.protocol.codec import packed_request, plain_request
+from django_eventmq.protocol.frame_fields import request_frames
 from django_eventmq.protocol.packed import pack, pack_request, unpack
-from django_eventmq.protocol.views import request_frames
 
 #: How a job comes: (its frames from a REQUEST's frames, the fast path, the frames decode reads).
 Form = tuple[

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from django_eventmq.errors import ProtocolError
+from django_eventmq.protocol.frame_fields import done_fields
 from django_eventmq.protocol.packed import done_of, pack, pack_request, request_of, unpack
-from django_eventmq.protocol.views import done_fields
 from tests.protocol.damage import damaged
 
 FIELDS = (b"m-2", b"m-1", b"ok", b'{"result": 1}')

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from django_eventmq.errors import ProtocolError
+from django_eventmq.protocol.frame_fields import request_fields
 from django_eventmq.protocol.packed import pack, pack_request, request_of, unpack
-from django_eventmq.protocol.views import request_fields
 from tests.protocol.damage import damaged
 
 FIELDS = (b"m-1", b"default", b"", b'["run", {}]')

@@ -163,7 +163,7 @@ def test_every_status_a_worker_child_writes_is_a_child_status() -> None:
     sites = list(status_arguments([process, path], {"encode_result": 1}))
     # JobRunner.run and run_async return a status themselves or what the helpers that
     # prepare, call and settle a job return (_prepare's _Prepared is no status).
-    followed = {"run", "_call", "run_async", "_prepare", "_failure", "_success"}
+    followed = {"run", "_run", "run_async", "_run_async", "_prepare", "_failure", "_success"}
     methods = {
         f.name: f
         for f in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
@@ -172,7 +172,11 @@ def test_every_status_a_worker_child_writes_is_a_child_status() -> None:
     assert set(methods) == followed
     callees = {*followed, *(f"self.{name}" for name in followed), "_Prepared"}
     for runner in methods.values():
-        returns = [n.value for n in ast.walk(runner) if isinstance(n, ast.Return) and n.value]
+        returns = [
+            n.value.value if isinstance(n.value, ast.Await) else n.value
+            for n in ast.walk(runner)
+            if isinstance(n, ast.Return) and n.value
+        ]
         # A name returned is what _prepare said (its refusal or failure).
         bound = {
             target.id

@@ -10,8 +10,8 @@ from collections import OrderedDict
 import pytest
 
 from django_eventmq.protocol.bundle import MAX_BUNDLE_MESSAGES, is_bundle, unbundle
+from django_eventmq.protocol.frame_fields import ack_frames
 from django_eventmq.protocol.packed import unpack
-from django_eventmq.protocol.views import ack_frames
 from django_eventmq.router.commit_acks import CommitAcks
 
 BUNDLED = b"client-bundles"

@@ -16,7 +16,7 @@ from django_eventmq.client.pool import close_clients
 from django_eventmq.errors import BrokerUnavailable
 from django_eventmq.jobmanager import pipe
 from django_eventmq.protocol import parse_headers
-from django_eventmq.protocol.views import request_frames
+from django_eventmq.protocol.frame_fields import request_frames
 from django_eventmq.runtime import tracing
 from tests.support import tcp_addr
 from tests.system.e2e.tracing_jobs import traced_add as add

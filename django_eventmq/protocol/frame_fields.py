@@ -1,4 +1,4 @@
-"""Named views over received frames, for the hot paths that skip :func:`.codec.decode`.
+"""Named fields over received frames, for the hot paths that skip :func:`.codec.decode`.
 
 A ROUTER receives ``[identity, '', 'eMQP/1.0', COMMAND, MSGID, *body]``, a
 DEALER the same without the identity. The router's frontend and backend and

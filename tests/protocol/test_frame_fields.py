@@ -12,14 +12,7 @@ from django_eventmq.protocol import Ack, Ready, Request, decode
 from django_eventmq.protocol import constants as C
 from django_eventmq.protocol.batch import BATCH, pack_jobs
 from django_eventmq.protocol.extensions import DONE
-from django_eventmq.protocol.headers import (
-    attempt_of,
-    parse_headers,
-    with_attempt,
-    with_reply_requested,
-)
-from django_eventmq.protocol.packed import pack
-from django_eventmq.protocol.views import (
+from django_eventmq.protocol.frame_fields import (
     AckView,
     BatchView,
     DoneView,
@@ -43,6 +36,13 @@ from django_eventmq.protocol.views import (
     stored_request,
     unpack_received,
 )
+from django_eventmq.protocol.headers import (
+    attempt_of,
+    parse_headers,
+    with_attempt,
+    with_reply_requested,
+)
+from django_eventmq.protocol.packed import pack
 from tests.protocol.test_vectors import _load
 
 V = C.PROTOCOL_VERSION_B
