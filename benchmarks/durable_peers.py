@@ -130,8 +130,8 @@ def warm_up(send: Send, counter: DoneCounter, name: str) -> None:
 def ours_guaranteed(started: list[Stack] | None = None) -> Iterator[Send]:
     """Our router + job manager (2 workers), ``done_guaranteed.delay`` from here
     (the stack appended to ``started``, for a profiler to find its processes)."""
+    from benchmarks._client_compat import close_clients
     from benchmarks.noop_jobs import done_guaranteed
-    from django_eventmq.client.connection import close_clients
     from django_eventmq.runtime import config
 
     stack = start_ours(concurrency=2)
@@ -411,8 +411,8 @@ def measure_latency(jobs: int, seconds: float, huey: str | None) -> dict[str, An
 
 def _latency_of_ours(probe: Probe, jobs: int, rate: float | None, seconds: float) -> Any:
     from benchmarks import latency
+    from benchmarks._client_compat import close_clients
     from benchmarks.noop_jobs import udp_stamp, udp_stamp_guaranteed
-    from django_eventmq.client.connection import close_clients
     from django_eventmq.runtime import config
 
     stack = start_ours(concurrency=2)

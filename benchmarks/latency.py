@@ -153,8 +153,8 @@ def measure(name: str, send: Send, wait: Wait, jobs: int, load_seconds: float) -
 
 
 def measure_ours(jobs: int, load_seconds: float) -> dict[str, Any]:
+    from benchmarks._client_compat import close_clients
     from benchmarks.noop_jobs import stamp
-    from django_eventmq.client.pool import close_clients
     from django_eventmq.errors import ResultTimeout
     from django_eventmq.runtime import config
 

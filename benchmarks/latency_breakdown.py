@@ -109,8 +109,8 @@ def split(
 
 def measure(jobs: int, directory: Path) -> tuple[list[tuple[int, int, int]], dict[str, Any]]:
     """Run ours with the hooks and send ``jobs`` jobs one at a time."""
+    from benchmarks._client_compat import close_clients
     from benchmarks.noop_jobs import stamp
-    from django_eventmq.client.pool import close_clients
     from django_eventmq.runtime import config
 
     saved = {name: os.environ.get(name) for name in (ENV, "PYTHONPATH")}

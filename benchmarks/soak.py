@@ -51,8 +51,8 @@ def loud_lines(stack: Stack) -> list[str]:
 
 
 def soak(seconds: float, rate: float, every: float) -> int:
+    from benchmarks._client_compat import close_clients
     from benchmarks.noop_jobs import noop
-    from django_eventmq.client.pool import close_clients
     from django_eventmq.runtime import config
 
     stack = start_ours(concurrency=2)

@@ -107,7 +107,7 @@ def measure_ours(
     jobs: int, warmup: int, profile_dir: Path | None = None, prefetch: int | None = None
 ) -> dict[str, Any]:
     """Our router + job manager (concurrency 2), our client in this process."""
-    from django_eventmq.client.pool import close_clients
+    from benchmarks._client_compat import close_clients
     from django_eventmq.runtime import config
 
     stack = start_ours(concurrency=2, prefetch=prefetch)
@@ -160,7 +160,7 @@ def measure_ours(
 def measure_enqueue(jobs: int) -> dict[str, Any]:
     """One client's enqueue rate into our router alone (durable journal on, no job
     manager draining the queue), so the client and the router each have a core."""
-    from django_eventmq.client.pool import close_clients
+    from benchmarks._client_compat import close_clients
     from django_eventmq.runtime import config
 
     router, frontend, admin_addr = start_router_only()

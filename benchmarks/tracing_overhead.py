@@ -80,7 +80,7 @@ def send_path(jobs: int, rounds: int) -> dict[str, float]:
     """µs per ``noop.delay()``, tracing off and on (best round of each)."""
     from opentelemetry.sdk.trace import TracerProvider
 
-    from django_eventmq.client.pool import close_clients
+    from benchmarks._client_compat import close_clients
     from django_eventmq.runtime import config, tracing
 
     router, frontend, _admin = start_router_only()
