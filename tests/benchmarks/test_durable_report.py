@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from benchmarks import _durable_report as report
+from benchmarks import durable_peers
 from benchmarks._udp import DoneCounter, Probe, send_done, send_stamp
 from benchmarks.durable_peers import drive, floor_rate, missing_peers
 
@@ -108,9 +109,26 @@ def test_skip_lines_name_the_peer_and_the_reason():
     ]
 
 
-def test_missing_rabbit_skips_both_rabbit_peers_and_huey_its_own():
+def test_missing_rabbit_skips_both_rabbit_peers_and_huey_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As where the bench extra is installed (the suite's .venv need not have it).
+    monkeypatch.setattr(durable_peers, "_missing_module", lambda *names: None)
     assert missing_peers("no rabbit", None) == {"celery": "no rabbit", "dramatiq": "no rabbit"}
     assert missing_peers(None, "no redis") == {"huey": "no redis"}
+
+
+def test_a_peer_whose_package_is_missing_is_skipped_saying_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    absent = {"dramatiq"}
+
+    def missing(*names: str) -> str | None:
+        gone = [name for name in names if name in absent]
+        return f"the {gone[0]!r} package is not installed" if gone else None
+
+    monkeypatch.setattr(durable_peers, "_missing_module", missing)
+    assert missing_peers(None, None) == {"dramatiq": "the 'dramatiq' package is not installed"}
 
 
 def test_ours_over_the_floor():

@@ -50,7 +50,10 @@ def _worktrees() -> set[str]:
 def test_a_round_against_head_measures_both_sides_with_the_same_harness(tmp_path, capsys):
     before = _worktrees()
     out = tmp_path / "versus.json"
+    # The router's CPU is read in clock ticks (10 ms): 300 stored jobs (about 5 ms)
+    # often read 0.0; 3,000 take several ticks.
     args = ["--base", "HEAD", "--rounds", "1", "--jobs", "300", "--warmup", "50"]
+    args += ["--durable-jobs", "3000"]
     assert versus.main([*args, "--json", str(out)]) == 0
     record = json.loads(out.read_text())
     assert record["base"] == "HEAD"
@@ -206,7 +209,10 @@ def test_latency_is_compared_only_when_every_run_has_it():
 @needs_git
 def test_a_round_with_latency_measures_the_low_load_start_on_both_sides(tmp_path, capsys):
     out = tmp_path / "versus.json"
+    # The router's CPU is read in clock ticks (10 ms): 300 stored jobs (about 5 ms)
+    # often read 0.0; 3,000 take several ticks.
     args = ["--base", "HEAD", "--rounds", "1", "--jobs", "300", "--warmup", "50"]
+    args += ["--durable-jobs", "3000"]
     assert versus.main([*args, "--latency", "--latency-jobs", "60", "--json", str(out)]) == 0
     record = json.loads(out.read_text())
     for side in (record["base_runs"][0], record["runs"][0]):
