@@ -21,6 +21,19 @@ from tests.keys import keys as keys
 from tests.router_harness import start_router as start_router
 from tests.router_harness import zctx as zctx
 
+# The `process` marker (tests that start processes), added when collected.
+pytest_plugins = ["tests.process_marks"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each run records its tests' durations: the next one hands the longest out
+    first (tests/parallel.py)."""
+    try:
+        from tests.parallel import record
+    except ImportError:  # no pytest-xdist: nothing to hand out
+        return
+    record(config)
+
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
