@@ -14,7 +14,7 @@ test:
 # make unit TESTS=tests/router for one folder.
 TESTS ?= tests
 unit: venv
-	.venv/bin/python -m pytest -m "not process" -q $(TESTS)
+	.venv/bin/python -m pytest -n 3 --dist loadgroup -m "not process" -q $(TESTS)
 
 # .venv with the test and lint tools (make demo installs only what the site runs).
 venv:
