@@ -2,8 +2,10 @@
 
 One commit (a group commit: one sync for everything a loop iteration
 changed) stores what clients sent; only then are their ACKs sent, bundled to
-the clients that read bundles, and then the jobs it stored handed to their job
-managers (:class:`.hand_outs.HandOuts`). Under load the ACKs wait a little for
+the clients that read bundles. New jobs went to their job managers before the
+commit, while it is in flight, except where :class:`.hand_outs.HandOuts` waits
+for a commit that returned (a failing journal, a group's leader): those are
+sent after the ACKs. Under load the ACKs wait a little for
 a bigger group (:data:`COMMIT_GROUP_WAIT`, :data:`COMMIT_GROUP_MAX`).
 """
 

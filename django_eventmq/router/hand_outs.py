@@ -4,10 +4,18 @@ and only once the journal holds them.
 The jobs one loop iteration hands out are sent together: a message written
 right after another into the same pipe does not wake ZeroMQ's I/O thread
 again, and that wake-up (a system call) was the largest per-job cost of the
-router. A job accepted since the last journal commit stays unsent until a
-commit returned (:class:`.commit_acks.CommitAcks` says so through
-:attr:`HandOuts.durable_seq`): a job manager never runs a job the journal may
-not have.
+router.
+
+A job goes out while the commit that stores it is still in flight (its ACK
+waits for that commit, :class:`.commit_acks.CommitAcks`): the job travels to
+its job manager while the disk syncs, instead of after. The commit is
+synchronous in the router's loop, so whatever the job manager reports comes
+after it; if the commit failed, the job and its outcome stay in memory and are
+written together once the journal can be written again. Two cases still wait
+for a commit that returned (:attr:`HandOuts.durable_seq`): a journal known to
+be failing (no job it does not hold goes out during an outage), and a router
+group's leader (``before_commit`` off: a leader that lost its lease at the
+commit must not have run the job).
 """
 
 from __future__ import annotations
@@ -40,13 +48,16 @@ def _asking_reply(frames: list[bytes]) -> list[bytes]:
 class HandOuts:
     """The router's jobs handed out and not sent yet, and their sending."""
 
-    def __init__(self, backend: Channel, book: Book) -> None:
+    def __init__(self, backend: Channel, book: Book, *, before_commit: bool = True) -> None:
+        """``before_commit``: jobs go out while their commit is in flight (see the
+        module doc); off, only once a commit holding them returned."""
         self.backend = backend
         self.book = book
+        self.before_commit = before_commit
         #: Jobs handed out and not sent yet, in the order they were handed out.
         self.unsent: list[Unsent] = []
         #: Every job up to this seq is in the journal (a commit returned): only those
-        #: are sent (see :meth:`flush`).
+        #: are sent while :meth:`flush` waits for commits (see the module doc).
         self.durable_seq = book.last_seq
         #: Seqs of unsent jobs whose leases are paused until they are sent
         #: (:meth:`pause_leases`).
@@ -65,16 +76,19 @@ class HandOuts:
         return any(worker.identity == identity for worker, _job in self.unsent)
 
     def flush(self) -> None:
-        """Send the unsent jobs that are in the journal; a job its worker cannot take
-        now waits again (at the front). A job accepted since the last journal
-        commit stays unsent until a commit returned."""
+        """Send the unsent jobs; a job its worker cannot take now waits again (at the
+        front). While the journal is failing (or with ``before_commit`` off) a job
+        accepted since the last commit that returned stays unsent until one does."""
         if not self.unsent:
             return
         unsent, self.unsent = self.unsent, []
-        durable = self.durable_seq
-        ready = [entry for entry in unsent if entry[1].seq <= durable]
-        if len(ready) < len(unsent):
-            self.unsent = [entry for entry in unsent if entry[1].seq > durable]
+        if self.before_commit and self.book.journal.failure is None:
+            ready = unsent
+        else:
+            durable = self.durable_seq
+            ready = [entry for entry in unsent if entry[1].seq <= durable]
+            if len(ready) < len(unsent):
+                self.unsent = [entry for entry in unsent if entry[1].seq > durable]
         # Per worker, in the order they were handed out: a job manager that reads
         # bundles gets its jobs as one (one send, one receive for the turn).
         by_worker: dict[bytes, list[Unsent]] = {}

@@ -9,9 +9,12 @@ statement not applied, the transaction kept), ``SQLITE_FULL`` or
 point of the run is tried, with each kind, once and for several points in a
 row. After every loop iteration a second connection (what a restarted
 router would read: committed writes only) must hold every job the client
-got an ACK for and every job the job manager was handed, unless the job
-manager finished it. Should the router's loop raise, it is closed as
-``Router.run`` would close it, and the same must hold.
+got an ACK for, unless the job manager finished it (then its msgid is kept as
+finished). A job goes to the job manager while its commit is in flight: one
+the journal does not hold yet must not have been ACKed, and once the faults
+are over every job handed out is held or kept as finished (its outcome written
+with it). Should the router's loop raise, it is closed as ``Router.run`` would
+close it, and the same must hold.
 """
 
 from __future__ import annotations
@@ -217,8 +220,8 @@ def run(
                     else:
                         later.append(msgid)
             jobs, done = restart_view(path)
-            lost = sorted(m for m in (acked | handed) - finished if m not in jobs and m not in done)
-            assert not lost, f"step {step}, plan {plan}: released but not stored: {lost}"
+            lost = sorted(m for m in acked - finished if m not in jobs and m not in done)
+            assert not lost, f"step {step}, plan {plan}: acknowledged but not stored: {lost}"
             # A stored job leaves the journal only with its msgid remembered as finished
             # (the same commit): else a restarted router would run a resend of it again.
             stored |= jobs
@@ -230,6 +233,11 @@ def run(
                 break  # the faults are over: the journal wrote what it kept
         assert answered >= sent.keys(), f"plan {plan}: never answered: {sent.keys() - answered}"
         assert journal.failure is None
+        # Handed out while its commit was in flight: written since, as a job or, if the
+        # job manager finished it meanwhile, as a finished msgid (a resend is refused).
+        jobs, done = restart_view(path)
+        unwritten = sorted(m for m in handed if m not in jobs and m not in done)
+        assert not unwritten, f"plan {plan}: handed out, never written: {unwritten}"
         if seen is not None:
             seen.update(faulty.seen)
         if statements is not None:
@@ -315,8 +323,10 @@ def test_the_same_with_many_jobs_a_turn_stored_by_the_row_chunked_insert(
 def test_a_job_held_back_by_a_failing_journal_keeps_its_lease_until_it_is_sent(
     zctx: zmq.Context[Any], tmp_path: Path
 ) -> None:
-    """A job handed out but not sent (its commit failed) is not running: its lease
-    must not run out meanwhile, or it would count deaths and end up poisoned."""
+    """A job handed out but not sent (its commit failed before a job manager was
+    ready for it) is not running: its lease must not run out meanwhile, or it would
+    count deaths and end up poisoned. (A job handed out in the turn that accepted
+    it goes out while its commit is in flight, before a failure is known.)"""
     router = Router(
         make_settings(journal=True, journal_path=str(tmp_path / "j.sqlite3"), lease_grace=1.0)
     )
@@ -327,12 +337,19 @@ def test_a_job_held_back_by_a_failing_journal_keeps_its_lease_until_it_is_sent(
     worker = Peer(zctx, router.backend_address, b"worker")
     try:
         worker.send("INFORM", "default", "worker")
-        worker.send("READY")
         router.loop_once(timeout_ms=200)
         router.loop_once(timeout_ms=200)
         assert router.routing.workers
         faulty.plan = dict.fromkeys(range(faulty.points + 1, faulty.points + 10_000), "busy")
         msgid = client.send("REQUEST", "default", "guarantee,timeout:2", JOB)
+
+        def failing() -> bool:
+            router.loop_once(timeout_ms=50)
+            return journal.failure is not None
+
+        wait_for(failing, what="the journal to fail")
+        assert msgid in router.routing.inflight or router.book.backlog()
+        worker.send("READY")  # now it is handed out, and held back
         now = time.monotonic()
         for step in range(11):  # 50 s: its lease (2 s + 1 s grace) would run out many times
             router.loop_once(timeout_ms=50, now=now + 5 * step)
