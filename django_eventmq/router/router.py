@@ -258,9 +258,7 @@ class Router(Service):
         self.book = book = Book(s, journal, to_client=outbox.send)
         # A group's leader hands a job out only once stored: one that lost its lease
         # at the commit must not have run it (hand_outs.py).
-        self.hand_outs = hand_outs = HandOuts(
-            self.backend, book, before_commit=self._lease is None
-        )
+        self.hand_outs = hand_outs = HandOuts(self.backend, book, before_commit=self._lease is None)
         self.commits = commits = CommitAcks(
             book, self.frontend, self.backend, outbox, hand_outs, self._lease, self._is_blocked
         )
