@@ -130,6 +130,52 @@ def floor_ratios(results: dict[str, Any]) -> list[tuple[str, float | None]]:
     return rows
 
 
+def floor_reach(results: dict[str, Any]) -> list[tuple[str, float | None, float, bool]]:
+    """What the hops alone reach against each target: the floor's figure over the
+    best peer's (jobs/s) or Huey's (low-load start), beside the target. A target
+    the floor does not reach in the same run cannot be met on this machine by
+    any logic over these hops: only fewer hops, or a cheaper sync, would."""
+    floor = results.get("durable", {}).get("floor", {})
+    threads = int(results.get("threads", 8))
+    rows: list[tuple[str, float | None, float, bool]] = []
+    for mode, goal, what in (
+        ("one", TARGET_ONE, "guaranteed one at a time: floor / best peer"),
+        ("threads", TARGET_THREADS, f"guaranteed {threads} threads: floor / best peer"),
+    ):
+        best = best_peer(results, mode)
+        block = floor.get(mode)
+        rate = None if not block else float(block["per_second"])
+        rows.append((what, _over(rate, best and best[1]), goal, False))
+    for stat in ("p50", "p99"):
+        rows.append(
+            (
+                f"low-load start {stat}: floor / Huey + Redis",
+                _over(
+                    _start(results, "floor", "low_load", stat),
+                    _start(results, "huey", "low_load", stat),
+                ),
+                1.0,
+                True,
+            )
+        )
+    return rows
+
+
+def floor_reach_lines(results: dict[str, Any]) -> list[str]:
+    """:func:`floor_reach` as printed: each ratio, its target, and whether the floor
+    itself gets there."""
+    lines = []
+    for label, value, goal, at_most in floor_reach(results):
+        if value is None:
+            verdict = "not measured"
+        else:
+            reached = value <= goal if at_most else value >= goal
+            verdict = "the floor reaches it" if reached else "above what the hops allow here"
+        sign = "<=" if at_most else ">="
+        lines.append(f"  {label:46}{_times(value):>8}  (target {sign} {goal:.2f}x: {verdict})")
+    return lines
+
+
 def _cell(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
@@ -222,6 +268,9 @@ def print_report(results: dict[str, Any]) -> None:
     print("\nours against the floor (jobs/s: share of the floor's; latency: times the floor's):")
     for label, value in floor_ratios(results):
         print(f"  {label:40}{_times(value):>10}")
+    print("\nwhat the hops allow (the floor, no logic, against the same peers):")
+    for line in floor_reach_lines(results):
+        print(line)
     runs = len(results.get("runs", [])) or 1
     where = "same run" if runs == 1 else f"medians of {runs} runs, each figure's own"
     print(f"\ntargets (issue 32), {where}:")

@@ -143,6 +143,25 @@ def test_ours_over_the_floor():
     assert set(dict(report.floor_ratios({})).values()) == {None}
 
 
+def test_what_the_floor_reaches_against_each_target():
+    rows = {
+        label: (value, reached) for label, value, _goal, reached in report.floor_reach(results())
+    }
+    # Floor 4,000 one at a time over Huey's 1,400; 12,000 with 8 threads over Huey's 1,300.
+    assert rows["guaranteed one at a time: floor / best peer"] == pytest.approx(4000 / 1400)
+    assert rows["guaranteed 8 threads: floor / best peer"] == pytest.approx(12000 / 1300)
+    assert rows["low-load start p99: floor / Huey + Redis"] == pytest.approx(1.0 / 2.0)
+    lines = report.floor_reach_lines(results())
+    assert "target >= 2.00x: the floor reaches it" in lines[0]
+    slow_floor = results()
+    slow_floor["durable"]["floor"]["one"] = {"per_second": 2000}  # 1.43x Huey: under 2x
+    slow_floor["latency"]["floor"]["low_load"] = _start(1.2, 1.0)  # p50 above Huey's 1.0
+    lines = report.floor_reach_lines(slow_floor)
+    assert "1.43x  (target >= 2.00x: above what the hops allow here)" in lines[0]
+    assert "(target <= 1.00x: above what the hops allow here)" in lines[2]
+    assert all("not measured" in line for line in report.floor_reach_lines({}))
+
+
 def test_printed_report_has_every_peer_skip_line_and_verdict(capsys):
     figures = results(skipped={"dramatiq": "nothing answers on 127.0.0.1:5672"})
     del figures["durable"]["dramatiq"]
