@@ -1,5 +1,5 @@
 """Jobs handed out and not sent yet: sent together at the end of a loop iteration,
-and only once the journal holds them.
+before the journal commit that stores them returns.
 
 The jobs one loop iteration hands out are sent together: a message written
 right after another into the same pipe does not wake ZeroMQ's I/O thread

@@ -6,9 +6,10 @@ The router forwards raw frames and never parses job bodies; a job's life
 routing decisions in :mod:`.routing`, the store in :mod:`.journal`.
 
 One loop iteration: take what the sockets have, hand jobs out (sent
-together at the end of the iteration), then commit the journal (group
-commit: one sync for everything the iteration changed) and only then send
-the ACKs of the REQUESTs it accepted. Sends never
+together at the end of the iteration, while the commit that stores them is
+in flight), then commit the journal (group commit: one sync for everything
+the iteration changed) and only then send the ACKs of the REQUESTs it
+accepted. Sends never
 block: a peer whose pipe is full or that is gone costs us one message (a
 heartbeat, an ACK the client will ask for again) or puts a REQUEST back to
 the front of its queue, never the router itself.

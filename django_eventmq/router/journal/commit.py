@@ -25,7 +25,8 @@ is rolled back and nothing it held is lost. The writes it had applied are
 logged (``_log``) and replayed (and committed first, alone) by the next
 :meth:`commit`, then the writes still kept in memory; it returns True only
 once their COMMIT returned: the
-router releases an ACK or a hand-out only after that. Meanwhile
+router releases an ACK only after that (and, while a failure is known, the
+hand-out of a job this journal does not hold yet). Meanwhile
 :attr:`Journal.failure` says why, kept writes go on piling up in memory, a
 write that must happen at once raises :class:`JournalUnavailable`, and so do
 the reads whose answer would miss the kept writes (the router then hands out
