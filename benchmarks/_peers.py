@@ -41,6 +41,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """A memory figure of ``pid`` from /proc/PID/status in MiB (0 if it is gone):
+    resident now (``VmRSS``), or the most it was resident so far (``VmHWM``)."""
+    try:
+        found = re.search(rf"^{field}:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.M)
+    except OSError:
+        return 0.0
+    return int(found.group(1)) / 1024 if found else 0.0
+
+
 def child_pids(pid: int) -> list[int]:
     """The processes whose parent is ``pid`` (from /proc), in pid order."""
     found = []

@@ -27,19 +27,9 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._peers import Stack, cpu_seconds, start_ours, wait_until
+from benchmarks._peers import Stack, cpu_seconds, rss_mib, start_ours, wait_until
 
-_RSS = re.compile(r"^VmRSS:\s+(\d+) kB", re.MULTILINE)
 _LOUD = re.compile(r"\b(WARNING|ERROR|CRITICAL)\b")
-
-
-def rss_mib(pid: int) -> float:
-    """Resident memory of ``pid`` in MiB (0 if it is gone)."""
-    try:
-        found = _RSS.search(Path(f"/proc/{pid}/status").read_text())
-    except OSError:
-        return 0.0
-    return int(found.group(1)) / 1024 if found else 0.0
 
 
 def loud_lines(stack: Stack) -> list[str]:
