@@ -453,6 +453,48 @@ def run(
     return results
 
 
+#: ``--ours-only``: the paced run's rate (jobs/s) when no Huey peak sets it.
+OURS_ONLY_RATE = 1000.0
+
+
+def run_ours_only(
+    jobs: int, latency_jobs: int, load_seconds: float, threads: int = THREADS
+) -> dict[str, Any]:
+    """Ours alone (no peer, no floor): guaranteed one at a time and with ``threads``
+    threads, and the start latency (low load, paced at :data:`OURS_ONLY_RATE`,
+    guaranteed at low load); what ``versus.py --guaranteed`` compares between
+    two commits. The shape is :func:`run`'s, with only ours in it."""
+    counter = DoneCounter()
+    try:
+        print(f"ours, @job(guarantee=True): {jobs} jobs one at a time, then {threads} threads")
+        with ours_guaranteed() as send:
+            warm_up(send, counter, "ours")
+            one = drive(send, counter, jobs, 1)
+            many = drive(send, counter, jobs, threads)
+    finally:
+        counter.close()
+    print(
+        f"  one at a time {one['per_second']:,.0f}/s, {threads} threads "
+        f"{many['per_second']:,.0f}/s",
+        flush=True,
+    )
+    probe = Probe()
+    try:
+        latency = _latency_of_ours(probe, latency_jobs, OURS_ONLY_RATE, load_seconds)
+    finally:
+        probe.close()
+    for name in ("low_load", "half_peak", "guaranteed_low_load"):
+        start = latency[name]["start"]
+        print(f"  start {name}: p50 {start['p50']:.3f} / p99 {start['p99']:.3f} ms", flush=True)
+    return {
+        "jobs": jobs,
+        "threads": threads,
+        "skipped": {},
+        "durable": {"ours": {"one": one, "threads": many}},
+        "latency": {"ours": latency},
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per throughput figure")
@@ -461,6 +503,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--load-seconds", type=float, default=5.0, help="half-peak run, s")
     parser.add_argument("--threads", type=int, default=THREADS, help="sending threads in (b)")
     parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument(
+        "--ours-only",
+        action="store_true",
+        help="ours alone: guaranteed one at a time and threaded, start latency (for versus.py)",
+    )
     parser.add_argument("--runs", type=int, default=1, help="N runs in turn; medians judged")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument(
@@ -481,6 +528,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--jobs, --latency-jobs and --threads must be at least 1")
     if options.runs < 1:
         parser.error("--runs must be at least 1")
+    if options.ours_only:
+        alone = run_ours_only(
+            options.jobs, options.latency_jobs, options.load_seconds, options.threads
+        )
+        write_json(options.json, alone)
+        return 0
     runs: list[dict[str, Any]] = []
     for number in range(1, options.runs + 1):
         if options.runs > 1:

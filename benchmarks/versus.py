@@ -55,7 +55,19 @@ LATENCY_FIGURES = (
     ("wait_p50", "low-load .wait() p50, ms", False),
     ("above_floor", "start p50 above the floor, ms", False),
 )
-LATENCY_NAMES = frozenset(name for name, _label, _higher in LATENCY_FIGURES)
+#: With ``--guaranteed``: ``durable_peers.py --ours-only``'s figures (issue 32's).
+GUARANTEED_FIGURES = (
+    ("guaranteed_one", "guaranteed one at a time, jobs/s", True),
+    ("guaranteed_threads", "guaranteed 8 threads, jobs/s", True),
+    ("probe_p50", "low-load start p50 (probe), ms", False),
+    ("probe_p99", "low-load start p99 (probe), ms", False),
+    ("paced_p99", "start p99 paced 1,000/s, ms", False),
+    ("guaranteed_p99", "guaranteed low-load start p99, ms", False),
+)
+LATENCY_NAMES = frozenset(
+    name for name, _label, higher in LATENCY_FIGURES + GUARANTEED_FIGURES if not higher
+)
+ALL_FIGURES = FIGURES + LATENCY_FIGURES + GUARANTEED_FIGURES
 
 
 def figures(results: dict[str, Any]) -> dict[str, float]:
@@ -83,9 +95,24 @@ def latency_figures(results: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def guaranteed_figures(results: dict[str, Any]) -> dict[str, float]:
+    """The compared figures of one ``durable_peers.py --ours-only --json`` result."""
+    ours = results["durable"]["ours"]
+    latency = results["latency"]["ours"]
+    return {
+        "guaranteed_one": float(ours["one"]["per_second"]),
+        "guaranteed_threads": float(ours["threads"]["per_second"]),
+        "probe_p50": float(latency["low_load"]["start"]["p50"]),
+        "probe_p99": float(latency["low_load"]["start"]["p99"]),
+        "paced_p99": float(latency["half_peak"]["start"]["p99"]),
+        "guaranteed_p99": float(latency["guaranteed_low_load"]["start"]["p99"]),
+    }
+
+
 def compared(runs: list[dict[str, float]]) -> tuple[tuple[str, str, bool], ...]:
-    """The figures every one of ``runs`` has (the latency ones only with ``--latency``)."""
-    return tuple(f for f in FIGURES + LATENCY_FIGURES if all(f[0] in run for run in runs))
+    """The figures every one of ``runs`` has (the latency ones only with ``--latency``,
+    the guaranteed ones only with ``--guaranteed``)."""
+    return tuple(f for f in ALL_FIGURES if all(f[0] in run for run in runs))
 
 
 def summarize(base: list[dict[str, float]], ours: list[dict[str, float]]) -> dict[str, Any]:
@@ -162,10 +189,12 @@ def run_side(
     warmup: int,
     latency_jobs: int | None = None,
     durable_jobs: int | None = None,
+    guaranteed_jobs: int | None = None,
 ) -> dict[str, float]:
     """``throughput.py`` once with the package found in ``root`` (its durable
-    enqueue with ``durable_jobs`` jobs, default ``jobs``; and, given
-    ``latency_jobs``, ``latency.py`` with that many jobs); their figures."""
+    enqueue with ``durable_jobs`` jobs, default ``jobs``; given ``latency_jobs``,
+    ``latency.py`` with that many jobs; given ``guaranteed_jobs``,
+    ``durable_peers.py --ours-only`` with that many); their figures."""
     found = figures(
         _run_json(
             root,
@@ -186,7 +215,25 @@ def run_side(
                 )
             )
         )
+    if guaranteed_jobs is not None:
+        found.update(
+            guaranteed_figures(
+                _run_json(
+                    root,
+                    "durable_peers.py",
+                    *("--ours-only", "--jobs", str(guaranteed_jobs)),
+                    *("--latency-jobs", str(latency_jobs or GUARANTEED_LATENCY_JOBS)),
+                    *("--load-seconds", str(GUARANTEED_LOAD_SECONDS)),
+                )
+            )
+        )
     return found
+
+
+#: ``durable_peers.py --ours-only``'s latency jobs without ``--latency``, and its
+#: paced run's length (seconds) at 1,000 jobs/s.
+GUARANTEED_LATENCY_JOBS = 2000
+GUARANTEED_LOAD_SECONDS = 3.0
 
 
 #: ``latency.py --load-seconds`` here: the half-peak run is not compared.
@@ -253,13 +300,20 @@ def _line(label: str, result: dict[str, float]) -> str:
             f"; low-load start p50 {result['start_p50']:.3f} ms (floor +"
             f"{result['above_floor']:.3f}), .wait() p50 {result['wait_p50']:.3f} ms"
         )
+    if "guaranteed_one" in result:
+        line += (
+            f"; guaranteed {result['guaranteed_one']:,.0f}/s one at a time, "
+            f"{result['guaranteed_threads']:,.0f}/s 8 threads; start p50/p99 "
+            f"{result['probe_p50']:.3f}/{result['probe_p99']:.3f} ms, paced p99 "
+            f"{result['paced_p99']:.3f}, guaranteed p99 {result['guaranteed_p99']:.3f}"
+        )
     return line
 
 
 def print_summary(rev: str, summary: dict[str, Any]) -> None:
     print(f"\nmedians; this checkout over {rev} (CPU, latency: {rev}'s over ours)")
     print(f"{'':34}{rev[:12]:>14}{'this checkout':>16}{'times':>8}")
-    for name, label, _higher in FIGURES + LATENCY_FIGURES:
+    for name, label, _higher in ALL_FIGURES:
         row = summary.get(name)
         if row is None:
             continue
@@ -298,6 +352,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--latency-jobs", type=int, default=2000, help="latency.py --jobs with --latency"
     )
+    parser.add_argument(
+        "--guaranteed",
+        type=int,
+        metavar="JOBS",
+        help="also durable_peers.py --ours-only with JOBS guaranteed jobs on each side "
+        "(issue 32: guaranteed sends one at a time and threaded, start p50/p99)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     options = parser.parse_args(argv)
     durable_jobs = options.durable_jobs if options.durable_jobs is not None else options.jobs
@@ -314,7 +375,14 @@ def main(argv: list[str] | None = None) -> int:
             for label, root, runs in sides if number % 2 else sides[::-1]:
                 print(f"[{number}/{options.rounds}] {label} ...", flush=True)
                 runs.append(
-                    run_side(root, options.jobs, options.warmup, latency_jobs, durable_jobs)
+                    run_side(
+                        root,
+                        options.jobs,
+                        options.warmup,
+                        latency_jobs,
+                        durable_jobs,
+                        options.guaranteed,
+                    )
                 )
                 print("  " + _line(label, runs[-1]), flush=True)
     summary = summarize(base_runs, our_runs)

@@ -221,3 +221,25 @@ def test_a_round_with_latency_measures_the_low_load_start_on_both_sides(tmp_path
     assert record["start_p50"]["times"] > 0
     printed = capsys.readouterr().out
     assert "low-load start p50, ms" in printed and "floor +" in printed
+
+
+def test_ours_only_gives_the_guaranteed_figures_versus_compares(tmp_path):
+    """``durable_peers.py --ours-only`` (what ``versus.py --guaranteed`` runs on each
+    side), for real on a few jobs: every compared figure is read from its JSON."""
+    from benchmarks import durable_peers
+
+    out = tmp_path / "ours.json"
+    args = ["--ours-only", "--jobs", "60", "--latency-jobs", "40", "--load-seconds", "0.2"]
+    assert durable_peers.main([*args, "--json", str(out)]) == 0
+    found = versus.guaranteed_figures(json.loads(out.read_text()))
+    assert set(found) == {name for name, _label, _higher in versus.GUARANTEED_FIGURES}
+    assert all(value > 0 for value in found.values()), found
+
+
+def test_a_lower_latency_reads_as_times_less_and_more_jobs_as_times_more():
+    base = [{"guaranteed_one": 1000.0, "probe_p99": 3.0}]
+    ours = [{"guaranteed_one": 1500.0, "probe_p99": 1.0}]
+    summary = versus.summarize(base, ours)
+    assert summary["guaranteed_one"]["times"] == 1.5
+    assert summary["probe_p99"]["times"] == 3.0  # base's over ours: 3x less
+    assert "end_to_end" not in summary  # only what both sides measured
