@@ -118,16 +118,13 @@ def floor_ratios(results: dict[str, Any]) -> list[tuple[str, float | None]]:
         ("plain .delay() end to end, jobs/s", _over(plain, rate(floor.get("plain")))),
     ]
     for stat in ("p50", "p99"):
-        rows.append(
-            (
-                f"low-load start {stat}, ms",
-                _over(
-                    _start(results, "ours", "low_load", stat),
-                    _start(results, "floor", "low_load", stat),
-                ),
-            )
-        )
+        rows.append((f"low-load start {stat}, ms", _low_load_over(results, "ours", "floor", stat)))
     return rows
+
+
+def _low_load_over(results: dict[str, Any], top: str, bottom: str, stat: str) -> float | None:
+    """``top``'s low-load start ``stat`` over ``bottom``'s (None if one is missing)."""
+    return _over(_start(results, top, "low_load", stat), _start(results, bottom, "low_load", stat))
 
 
 def floor_reach(results: dict[str, Any]) -> list[tuple[str, float | None, float, bool]]:
@@ -147,17 +144,8 @@ def floor_reach(results: dict[str, Any]) -> list[tuple[str, float | None, float,
         rate = None if not block else float(block["per_second"])
         rows.append((what, _over(rate, best and best[1]), goal, False))
     for stat in ("p50", "p99"):
-        rows.append(
-            (
-                f"low-load start {stat}: floor / Huey + Redis",
-                _over(
-                    _start(results, "floor", "low_load", stat),
-                    _start(results, "huey", "low_load", stat),
-                ),
-                1.0,
-                True,
-            )
-        )
+        label = f"low-load start {stat}: floor / Huey + Redis"
+        rows.append((label, _low_load_over(results, "floor", "huey", stat), 1.0, True))
     return rows
 
 
