@@ -223,15 +223,13 @@ def test_a_round_with_latency_measures_the_low_load_start_on_both_sides(tmp_path
     assert "low-load start p50, ms" in printed and "floor +" in printed
 
 
-def test_ours_only_gives_the_guaranteed_figures_versus_compares(tmp_path):
+def test_ours_only_gives_the_guaranteed_figures_versus_compares():
     """``durable_peers.py --ours-only`` (what ``versus.py --guaranteed`` runs on each
-    side), for real on a few jobs: every compared figure is read from its JSON."""
-    from benchmarks import durable_peers
-
-    out = tmp_path / "ours.json"
+    side), for real on a few jobs and as versus runs it (a process of its own: it
+    points this process's settings at the router it starts): every compared figure
+    is read from its JSON."""
     args = ["--ours-only", "--jobs", "60", "--latency-jobs", "40", "--load-seconds", "0.2"]
-    assert durable_peers.main([*args, "--json", str(out)]) == 0
-    found = versus.guaranteed_figures(json.loads(out.read_text()))
+    found = versus.guaranteed_figures(versus._run_json(versus.ROOT, "durable_peers.py", *args))
     assert set(found) == {name for name, _label, _higher in versus.GUARANTEED_FIGURES}
     assert all(value > 0 for value in found.values()), found
 
