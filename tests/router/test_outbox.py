@@ -275,3 +275,27 @@ def test_a_batch_whose_reject_waits_in_the_outbox_gets_no_ack(
         assert router.book.duplicates == 1  # the good job, stored once
     finally:
         router.close()
+
+
+def test_a_job_goes_out_before_the_commit_that_stores_it(router: Router) -> None:
+    """The default: a job handed out goes to its job manager at the iteration's end
+    while its commit is still to come (the ACK waits for the commit, not the job)."""
+    hand_out_one(router, "m-1")
+    job = router.hand_outs.unsent[0][1]
+    assert router.hand_outs.durable_seq < job.seq  # no commit holds it yet
+    router.hand_outs.flush()
+    assert router.hand_outs.unsent == []
+    assert router.book.stats.dispatched["default"] == 1
+
+
+def test_a_group_leader_sends_a_job_only_once_a_commit_holds_it(router: Router) -> None:
+    """``before_commit`` off (a router group's leader, which may lose its lease at the
+    commit): the job waits until a commit that holds it returned."""
+    router.hand_outs.before_commit = False
+    hand_out_one(router, "m-1")
+    router.hand_outs.flush()
+    assert [job.msgid for _worker, job in router.hand_outs.unsent] == ["m-1"]
+    assert router.book.stats.dispatched["default"] == 0
+    router.commits.sync(force=True)  # the commit returns, then the job goes out
+    assert router.hand_outs.unsent == []
+    assert router.book.stats.dispatched["default"] == 1
